@@ -1,0 +1,117 @@
+#include "reshard/reference.h"
+
+#include "core/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int refit_ref_is(const char *rest, const char *suffix) {
+  return strcmp(rest, suffix) == 0;
+}
+
+refit_status_t refit_reference_source_row(const refit_model_t *m,
+                                          const refit_generator_layout_t *gen,
+                                          int t, const char *name, int64_t row,
+                                          char src_name[REFIT_NAME_MAX],
+                                          int64_t *src_row, int64_t *col_offset) {
+  const int64_t tp = gen->tp;
+  const int64_t D = m->head_dim, H = m->hidden_size;
+  const int64_t q_rows = m->num_attention_heads / tp * D;
+  int layer = -1;
+  int consumed = 0;
+
+  *col_offset = 0;
+  if (strcmp(name, "model.embed_tokens.weight") == 0 ||
+      strcmp(name, "lm_head.weight") == 0) {
+    snprintf(src_name, REFIT_NAME_MAX, "%s", name);
+    *src_row = t * (m->vocab_size / tp) + row;
+    return REFIT_OK;
+  }
+  if (strcmp(name, "model.norm.weight") == 0) {
+    snprintf(src_name, REFIT_NAME_MAX, "%s", name);
+    *src_row = 0;
+    return REFIT_OK;
+  }
+  if (sscanf(name, "model.layers.%d.%n", &layer, &consumed) != 1 || consumed == 0)
+    goto unknown;
+  const char *rest = name + consumed;
+  char prefix[48];
+  snprintf(prefix, sizeof(prefix), "model.layers.%d.", layer);
+
+#define REFIT_SRC(fmt, ...)                                                    \
+  snprintf(src_name, REFIT_NAME_MAX, "%s" fmt, prefix, __VA_ARGS__)
+
+  if (refit_ref_is(rest, "input_layernorm.weight") ||
+      refit_ref_is(rest, "post_attention_layernorm.weight") ||
+      refit_ref_is(rest, "self_attn.q_norm.weight") ||
+      refit_ref_is(rest, "self_attn.k_norm.weight")) {
+    REFIT_SRC("%s", rest);
+    *src_row = 0;
+    return REFIT_OK;
+  }
+  if (refit_ref_is(rest, "self_attn.qkv_proj.weight")) {
+    /* [q_t; k_t; v_t]; with tp > KV each KV head is shared by tp/KV ranks. */
+    const int64_t KV = m->num_kv_heads;
+    const int64_t kv_rows = tp <= KV ? KV / tp * D : D;
+    const int64_t kv_first = tp <= KV ? t * kv_rows : (t / (tp / KV)) * D;
+    if (row < q_rows) {
+      REFIT_SRC("%s", "self_attn.q_proj.weight");
+      *src_row = t * q_rows + row;
+    } else if (row < q_rows + kv_rows) {
+      REFIT_SRC("%s", "self_attn.k_proj.weight");
+      *src_row = kv_first + row - q_rows;
+    } else {
+      REFIT_SRC("%s", "self_attn.v_proj.weight");
+      *src_row = kv_first + row - q_rows - kv_rows;
+    }
+    return REFIT_OK;
+  }
+  if (refit_ref_is(rest, "self_attn.o_proj.weight")) {
+    REFIT_SRC("%s", "self_attn.o_proj.weight");
+    *src_row = row;
+    *col_offset = t * q_rows;
+    return REFIT_OK;
+  }
+  if (refit_ref_is(rest, "mlp.gate_up_proj.weight")) {
+    const int64_t f = m->intermediate_size / tp;
+    REFIT_SRC("%s", row < f ? "mlp.gate_proj.weight" : "mlp.up_proj.weight");
+    *src_row = t * f + (row < f ? row : row - f);
+    return REFIT_OK;
+  }
+  if (refit_ref_is(rest, "mlp.down_proj.weight")) {
+    REFIT_SRC("%s", "mlp.down_proj.weight");
+    *src_row = row;
+    *col_offset = t * (m->intermediate_size / tp);
+    return REFIT_OK;
+  }
+  if (refit_ref_is(rest, "mlp.gate.weight")) {
+    REFIT_SRC("%s", "mlp.gate.weight");
+    *src_row = row;
+    return REFIT_OK;
+  }
+  if (refit_ref_is(rest, "mlp.experts.w13_weight") ||
+      refit_ref_is(rest, "mlp.experts.w2_weight")) {
+    /* ep 1: all experts, intermediate split over tp. ep tp: X/tp whole
+     * experts per rank, contiguous. */
+    const int64_t I = m->moe_intermediate_size;
+    const int64_t i = gen->ep == 1 ? I / tp : I;
+    const int64_t i_first = gen->ep == 1 ? t * i : 0;
+    const int64_t e_first = gen->ep == 1 ? 0 : t * (m->num_experts / tp);
+    if (refit_ref_is(rest, "mlp.experts.w13_weight")) {
+      const int64_t e = e_first + row / (2 * i), r = row % (2 * i);
+      REFIT_SRC("mlp.experts.%lld.%s", (long long)e,
+                r < i ? "gate_proj.weight" : "up_proj.weight");
+      *src_row = i_first + (r < i ? r : r - i);
+    } else {
+      const int64_t e = e_first + row / H;
+      REFIT_SRC("mlp.experts.%lld.down_proj.weight", (long long)e);
+      *src_row = row % H;
+      *col_offset = i_first;
+    }
+    return REFIT_OK;
+  }
+#undef REFIT_SRC
+unknown:
+  return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                   "reference: no rule for runtime tensor '%s'", name);
+}
