@@ -7,6 +7,7 @@
 #include "reshard/catalog.h"
 
 #include "core/error.h"
+#include "core/hash.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,8 @@ typedef struct {
   int64_t src_cap, gen_cap, seg_cap;
   int64_t ngen;
 } refit_catalog_builder_t;
+
+static refit_status_t refit_catalog_index(refit_catalog_t *cat);
 
 static refit_status_t refit_catalog_grow(void **ptr, int64_t *cap, int64_t need,
                                          size_t elem) {
@@ -508,6 +511,7 @@ refit_status_t refit_catalog_create(const refit_model_t *model,
     goto err_free;
   }
   REFIT_CHECK_GOTO(refit_catalog_build(&b), st, err_free);
+  REFIT_CHECK_GOTO(refit_catalog_index(cat), st, err_free);
   *out = cat;
   return REFIT_OK;
 
@@ -523,12 +527,38 @@ void refit_catalog_destroy(refit_catalog_t *cat) {
   free(cat->gen);
   free(cat->gen_begin);
   free(cat->segs);
+  free(cat->src_index);
   free(cat);
 }
 
+static uint64_t refit_name_hash(const char *name) {
+  return refit_hash_bytes(REFIT_HASH_INIT, name, strlen(name));
+}
+
+static refit_status_t refit_catalog_index(refit_catalog_t *cat) {
+  int64_t size = 16;
+  while (size < 2 * cat->nsrc)
+    size *= 2;
+  cat->src_index = calloc((size_t)size, sizeof(*cat->src_index));
+  if (cat->src_index == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "catalog: name index");
+  cat->src_index_mask = size - 1;
+  for (int64_t i = 0; i < cat->nsrc; i++) {
+    int64_t slot = (int64_t)(refit_name_hash(cat->src[i].name) & (uint64_t)cat->src_index_mask);
+    while (cat->src_index[slot] != 0)
+      slot = (slot + 1) & cat->src_index_mask;
+    cat->src_index[slot] = (int32_t)i + 1;
+  }
+  return REFIT_OK;
+}
+
 int64_t refit_catalog_find_src(const refit_catalog_t *cat, const char *name) {
-  for (int64_t i = 0; i < cat->nsrc; i++)
+  int64_t slot = (int64_t)(refit_name_hash(name) & (uint64_t)cat->src_index_mask);
+  while (cat->src_index[slot] != 0) {
+    int64_t i = cat->src_index[slot] - 1;
     if (strcmp(cat->src[i].name, name) == 0)
       return i;
+    slot = (slot + 1) & cat->src_index_mask;
+  }
   return -1;
 }

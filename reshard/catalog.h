@@ -98,6 +98,10 @@ typedef struct {
   int64_t *gen_begin; /* tp + 1 entries */
   refit_segment_t *segs;
   int64_t nsegs;
+
+  /* Open-addressing index of src names: slots hold src index + 1, 0 = free. */
+  int32_t *src_index;
+  int64_t src_index_mask;
 } refit_catalog_t;
 
 /*
@@ -132,7 +136,7 @@ static inline void refit_src_shard_shape(const refit_src_tensor_t *t,
   *cols = t->split == REFIT_SPLIT_COLS ? t->cols / t->nparts : t->cols;
 }
 
-/* Index of a trainer tensor by name, or -1. Linear in the catalog size. */
+/* Index of a trainer tensor by name, or -1. */
 int64_t refit_catalog_find_src(const refit_catalog_t *cat, const char *name);
 
 #endif /* REFIT_RESHARD_CATALOG_H */

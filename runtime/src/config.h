@@ -72,7 +72,39 @@ refit_status_t refit_config_load(const char *path, int world_size,
                                  refit_config_t *cfg, char **errors,
                                  char **text_out, size_t *len_out);
 
-/* Parse a size such as "256MiB", "1GiB", "4096", "64KB". */
+/*
+ * Parse a size such as "256MiB", "1GiB", "4096", "64KB": a decimal integer,
+ * optionally followed (with or without a space) by B, KB, MB, GB, TB (powers
+ * of 1000) or KiB, MiB, GiB, TiB (powers of 1024); unit letters are case
+ * insensitive. Fractions, signs and overflow are errors (REFIT_ERR_CONFIG,
+ * message in refit_last_error()). *bytes is set only on success.
+ */
 refit_status_t refit_config_parse_bytes(const char *text, uint64_t *bytes);
+
+/*
+ * Layers per trainer pipeline stage, from model.num_layers, trainer.pp and
+ * trainer.first_stage_layers / last_stage_layers (0 = split evenly; the
+ * stages not given split the remaining layers evenly). Fills layers[0..pp-1];
+ * `n` is the capacity of `layers` and must be >= trainer.pp. The same rules
+ * validate a configuration, so a parsed config never fails here.
+ * Errors: REFIT_ERR_INVALID_ARGUMENT (n too small), REFIT_ERR_CONFIG.
+ */
+refit_status_t refit_config_stage_layers(const refit_config_t *cfg,
+                                         int64_t *layers, int n);
+
+/*
+ * 64-bit FNV-1a over every configured value (key names included), so ranks
+ * can prove they run the same configuration even when their files differ in
+ * comments or formatting. Not a cryptographic hash.
+ */
+uint64_t refit_config_hash(const refit_config_t *cfg);
+
+/*
+ * The effective configuration (defaults filled in) as YAML that
+ * refit_config_parse() reads back to an equal configuration. *out receives a
+ * malloc'd NUL-terminated string that the caller frees.
+ * Errors: REFIT_ERR_NO_MEMORY.
+ */
+refit_status_t refit_config_format(const refit_config_t *cfg, char **out);
 
 #endif /* REFIT_CONFIG_H */

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian 12 machine (as root, or with sudo):
+#
+#   launch/bootstrap.sh demo   install what is missing, build, run the demo refit
+#   launch/bootstrap.sh test   install what is missing, build (normal and
+#                              ASan/UBSan), run the whole test suite
+#   launch/bootstrap.sh build  install what is missing and build only
+#
+# Builds go to build/ (and build-asan/ for the sanitizer run). REFIT_CUDA
+# (AUTO, ON, OFF; default AUTO) is passed to CMake.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+what=${1:-}
+jobs=$(nproc)
+
+packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
+          libyaml-dev libhdf5-dev libucx-dev libcmocka-dev)
+
+install_missing() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || {
+      echo "bootstrap: missing packages ${missing[*]}; run as root or install them" >&2
+      exit 1
+    }
+    sudo=sudo
+  fi
+  echo "bootstrap: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+build() { # build DIR [cmake args...]
+  local dir=$1
+  shift
+  cmake -S "$root" -B "$dir" -DREFIT_CUDA="${REFIT_CUDA:-AUTO}" "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+}
+
+case "$what" in
+  build)
+    install_missing
+    build build
+    ;;
+  demo)
+    install_missing
+    build build
+    exec "$root/launch/refit-launch" --build-dir "$root/build" "$root/configs/demo.yaml"
+    ;;
+  test)
+    install_missing
+    build build
+    (cd build && ctest --output-on-failure -j "$jobs")
+    # The sanitizer build runs the same suite. Open MPI keeps some memory
+    # until exit by design, so leak checking is left to the unit tests.
+    build build-asan -DREFIT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+    (cd build-asan &&
+      ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L unit &&
+      ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$jobs" -L mpi)
+    ;;
+  *)
+    echo "usage: launch/bootstrap.sh demo|test|build" >&2
+    exit 2
+    ;;
+esac

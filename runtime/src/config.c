@@ -1,0 +1,1577 @@
+/*
+ * The refit configuration parser.
+ *
+ * One table (config_table.h) describes every key; one walker reads the YAML
+ * document (libyaml document API) against it, so type, bound and default
+ * handling exist once. Every problem is collected with the position of the
+ * text that caused it, and the whole list is reported at once, sorted by
+ * position, as "file:line:col: message" lines: a person fixes a bad file in
+ * one round trip, and a bad file never starts a transfer.
+ *
+ * Three layers of checks, in order:
+ *   1. the walk: syntax, unknown and duplicate keys, types and bounds;
+ *   2. refit_config_check_layout(): rules between keys (divisibility, world
+ *      size, pipeline stage layers), each skipped when one of its inputs was
+ *      already reported, so one mistake yields one message;
+ *   3. refit_config_check_available(): values that the table accepts but
+ *      that later work implements (REFIT_ERR_NOT_AVAILABLE).
+ */
+#include "config.h"
+
+#include "config_table.h"
+#include "core/error.h"
+#include "core/hash.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+/* ------------------------------------------------------------------------ */
+/* The table                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+  REFIT_CONFIG_TYPE_INT,
+  REFIT_CONFIG_TYPE_U64,
+  REFIT_CONFIG_TYPE_BYTES,
+  REFIT_CONFIG_TYPE_DOUBLE,
+  REFIT_CONFIG_TYPE_BOOL,
+  REFIT_CONFIG_TYPE_ENUM,
+  REFIT_CONFIG_TYPE_STRING
+} refit_config_type_t;
+
+typedef struct {
+  const char *dotted; /* SECTION "." KEY; use refit_config_row_path() */
+  const char *section;
+  const char *key;
+  refit_config_type_t type;
+  size_t offset;
+  size_t size;
+  const char *default_text;
+  int64_t min;
+  int64_t max;
+  const char *choices;
+  unsigned flags;
+  const char *doc;
+} refit_config_row_t;
+
+static const refit_config_row_t refit_config_rows[] = {
+#define REFIT_CONFIG_ROW_(id, section, key, type, member, def, min, max,       \
+                          choices, flags, doc)                                 \
+  {section "." key,                                                            \
+   section,                                                                    \
+   key,                                                                        \
+   REFIT_CONFIG_TYPE_##type,                                                   \
+   offsetof(refit_config_t, member),                                           \
+   sizeof(((refit_config_t *)0)->member),                                      \
+   def,                                                                        \
+   min,                                                                        \
+   max,                                                                        \
+   choices,                                                                    \
+   flags,                                                                      \
+   doc},
+    REFIT_CONFIG_TABLE(REFIT_CONFIG_ROW_)
+#undef REFIT_CONFIG_ROW_
+};
+
+_Static_assert(sizeof(refit_config_rows) / sizeof(refit_config_rows[0]) ==
+                   REFIT_CONFIG_ROW_COUNT,
+               "one row per REFIT_CONFIG_ROW_ id");
+
+#define ROW(id) REFIT_CONFIG_ROW_##id
+
+/* "model.hidden_size", or "verify" for a top-level key. */
+static const char *refit_config_row_path(const refit_config_row_t *r) {
+  return r->dotted + (r->section[0] == '\0');
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sizes with units                                                          */
+/* ------------------------------------------------------------------------ */
+
+static const struct {
+  const char *name;
+  uint64_t scale;
+} refit_config_units[] = {
+    {"B", 1},
+    {"KB", UINT64_C(1000)},
+    {"MB", UINT64_C(1000000)},
+    {"GB", UINT64_C(1000000000)},
+    {"TB", UINT64_C(1000000000000)},
+    {"KiB", UINT64_C(1) << 10},
+    {"MiB", UINT64_C(1) << 20},
+    {"GiB", UINT64_C(1) << 30},
+    {"TiB", UINT64_C(1) << 40},
+};
+
+#define REFIT_CONFIG_NUNITS                                                    \
+  (sizeof(refit_config_units) / sizeof(refit_config_units[0]))
+
+/* Parse without touching the thread's last error; `why` explains a failure. */
+static int refit_config_bytes_parse(const char *text, uint64_t *bytes,
+                                    char *why, size_t why_len) {
+  const char *p = text;
+  uint64_t value = 0;
+  if (!isdigit((unsigned char)*p)) {
+    snprintf(why, why_len, "a size starts with a decimal number");
+    return -1;
+  }
+  for (; isdigit((unsigned char)*p); p++) {
+    unsigned digit = (unsigned)(*p - '0');
+    if (value > (UINT64_MAX - digit) / 10) {
+      snprintf(why, why_len, "the number does not fit in 64 bits");
+      return -1;
+    }
+    value = value * 10 + digit;
+  }
+  if (*p == '.') {
+    snprintf(why, why_len, "fractions are not allowed; use a smaller unit");
+    return -1;
+  }
+  while (*p == ' ')
+    p++;
+  uint64_t scale = 1;
+  if (*p != '\0') {
+    size_t i;
+    for (i = 0; i < REFIT_CONFIG_NUNITS; i++)
+      if (strcasecmp(p, refit_config_units[i].name) == 0)
+        break;
+    if (i == REFIT_CONFIG_NUNITS) {
+      snprintf(why, why_len,
+               "unknown unit '%.16s'; use B, KB, MB, GB, TB, KiB, MiB, GiB "
+               "or TiB",
+               p);
+      return -1;
+    }
+    scale = refit_config_units[i].scale;
+  }
+  if (value != 0 && value > UINT64_MAX / scale) {
+    snprintf(why, why_len, "the size does not fit in 64 bits");
+    return -1;
+  }
+  *bytes = value * scale;
+  return 0;
+}
+
+refit_status_t refit_config_parse_bytes(const char *text, uint64_t *bytes) {
+  char why[128];
+  if (text == NULL || bytes == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_config_parse_bytes: NULL argument");
+  if (refit_config_bytes_parse(text, bytes, why, sizeof(why)) != 0)
+    return REFIT_ERR(REFIT_ERR_CONFIG, "invalid size '%.64s': %s", text, why);
+  return REFIT_OK;
+}
+
+/* The shortest exact spelling: "256MiB", "1MB", "4097". */
+static void refit_config_bytes_format(uint64_t bytes, char *buf, size_t n) {
+  for (size_t i = REFIT_CONFIG_NUNITS; i-- > 1;) {
+    uint64_t scale = refit_config_units[i].scale;
+    if (bytes != 0 && bytes % scale == 0 && (scale & (scale - 1)) == 0) {
+      snprintf(buf, n, "%" PRIu64 "%s", bytes / scale,
+               refit_config_units[i].name);
+      return;
+    }
+  }
+  snprintf(buf, n, "%" PRIu64, bytes);
+}
+
+/* ------------------------------------------------------------------------ */
+/* One value: parse, describe, format                                        */
+/* ------------------------------------------------------------------------ */
+
+static void refit_config_store_int(void *p, size_t size, int64_t v) {
+  if (size == sizeof(int32_t)) {
+    int32_t x = (int32_t)v;
+    memcpy(p, &x, sizeof(x));
+  } else {
+    memcpy(p, &v, sizeof(v));
+  }
+}
+
+static int64_t refit_config_load_int(const void *p, size_t size) {
+  if (size == sizeof(int32_t)) {
+    int32_t x;
+    memcpy(&x, p, sizeof(x));
+    return x;
+  }
+  int64_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+static bool refit_config_is_null(const char *text) {
+  return text[0] == '\0' || strcmp(text, "~") == 0 ||
+         strcmp(text, "null") == 0 || strcmp(text, "Null") == 0 ||
+         strcmp(text, "NULL") == 0;
+}
+
+/* Index of `text` in a "a|b|c" choice list, or -1. */
+static int refit_config_choice_index(const char *choices, const char *text) {
+  size_t len = strlen(text);
+  int index = 0;
+  for (const char *p = choices; *p; index++) {
+    const char *end = strchr(p, '|');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n == len && strncmp(p, text, n) == 0)
+      return index;
+    p += n + (end != NULL);
+  }
+  return -1;
+}
+
+/* The n-th name of a choice list into buf ("" when out of range). */
+static void refit_config_choice_name(const char *choices, int64_t index,
+                                     char *buf, size_t n) {
+  const char *p = choices;
+  for (int64_t i = 0; i < index && p; i++) {
+    p = strchr(p, '|');
+    if (p)
+      p++;
+  }
+  if (p == NULL) {
+    snprintf(buf, n, "%s", "");
+    return;
+  }
+  const char *end = strchr(p, '|');
+  int len = end ? (int)(end - p) : (int)strlen(p);
+  snprintf(buf, n, "%.*s", len, p);
+}
+
+typedef enum {
+  REFIT_CONFIG_VALUE_OK = 0,
+  REFIT_CONFIG_VALUE_INVALID, /* not of the row's type, or below its minimum */
+  REFIT_CONFIG_VALUE_TOO_BIG  /* above the row's maximum */
+} refit_config_value_status_t;
+
+/*
+ * Parse `text` as the value of row r into cfg. `plain` says whether the
+ * scalar was written unquoted (only plain scalars can be YAML null). `why`
+ * receives extra detail for some failures. cfg is untouched on failure.
+ */
+static refit_config_value_status_t
+refit_config_value_parse(const refit_config_row_t *r, const char *text,
+                         bool plain, refit_config_t *cfg, char *why,
+                         size_t why_len) {
+  char *field = (char *)cfg + r->offset;
+  why[0] = '\0';
+  switch (r->type) {
+  case REFIT_CONFIG_TYPE_INT: {
+    const char *p = text;
+    if (*p == '+' || *p == '-')
+      p++;
+    if (!isdigit((unsigned char)*p))
+      return REFIT_CONFIG_VALUE_INVALID;
+    for (const char *q = p; *q; q++)
+      if (!isdigit((unsigned char)*q))
+        return REFIT_CONFIG_VALUE_INVALID;
+    errno = 0;
+    long long v = strtoll(text, NULL, 10);
+    if (errno == ERANGE)
+      return v < 0 ? REFIT_CONFIG_VALUE_INVALID : REFIT_CONFIG_VALUE_TOO_BIG;
+    if (v < r->min)
+      return REFIT_CONFIG_VALUE_INVALID;
+    if (v > r->max)
+      return REFIT_CONFIG_VALUE_TOO_BIG;
+    refit_config_store_int(field, r->size, v);
+    return REFIT_CONFIG_VALUE_OK;
+  }
+  case REFIT_CONFIG_TYPE_U64: {
+    if (!isdigit((unsigned char)text[0]))
+      return REFIT_CONFIG_VALUE_INVALID;
+    for (const char *q = text; *q; q++)
+      if (!isdigit((unsigned char)*q))
+        return REFIT_CONFIG_VALUE_INVALID;
+    errno = 0;
+    unsigned long long v = strtoull(text, NULL, 10);
+    if (errno == ERANGE)
+      return REFIT_CONFIG_VALUE_TOO_BIG;
+    uint64_t u = v;
+    memcpy(field, &u, sizeof(u));
+    return REFIT_CONFIG_VALUE_OK;
+  }
+  case REFIT_CONFIG_TYPE_BYTES: {
+    uint64_t v;
+    if (refit_config_bytes_parse(text, &v, why, why_len) != 0)
+      return REFIT_CONFIG_VALUE_INVALID;
+    if (v < (uint64_t)r->min)
+      return REFIT_CONFIG_VALUE_INVALID;
+    if (v > (uint64_t)r->max)
+      return REFIT_CONFIG_VALUE_TOO_BIG;
+    memcpy(field, &v, sizeof(v));
+    return REFIT_CONFIG_VALUE_OK;
+  }
+  case REFIT_CONFIG_TYPE_DOUBLE: {
+    char *end;
+    if (text[0] == '\0')
+      return REFIT_CONFIG_VALUE_INVALID;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (*end != '\0' || errno == ERANGE || !isfinite(v) || v <= (double)r->min)
+      return REFIT_CONFIG_VALUE_INVALID;
+    memcpy(field, &v, sizeof(v));
+    return REFIT_CONFIG_VALUE_OK;
+  }
+  case REFIT_CONFIG_TYPE_BOOL: {
+    static const char *const yes[] = {"true", "yes", "on"};
+    static const char *const no[] = {"false", "no", "off"};
+    for (size_t i = 0; i < 3; i++) {
+      if (strcasecmp(text, yes[i]) == 0 || strcasecmp(text, no[i]) == 0) {
+        int v = strcasecmp(text, yes[i]) == 0;
+        refit_config_store_int(field, r->size, v);
+        return REFIT_CONFIG_VALUE_OK;
+      }
+    }
+    return REFIT_CONFIG_VALUE_INVALID;
+  }
+  case REFIT_CONFIG_TYPE_ENUM: {
+    int index = refit_config_choice_index(r->choices, text);
+    if (index < 0)
+      return REFIT_CONFIG_VALUE_INVALID;
+    refit_config_store_int(field, r->size, index);
+    return REFIT_CONFIG_VALUE_OK;
+  }
+  case REFIT_CONFIG_TYPE_STRING: {
+    if (plain && refit_config_is_null(text))
+      text = "";
+    size_t len = strlen(text);
+    if (len >= r->size)
+      return REFIT_CONFIG_VALUE_TOO_BIG;
+    memcpy(field, text, len + 1);
+    return REFIT_CONFIG_VALUE_OK;
+  }
+  }
+  return REFIT_CONFIG_VALUE_INVALID;
+}
+
+/* What row r accepts, as a phrase that follows "expected ". */
+static void refit_config_value_expect(const refit_config_row_t *r, bool too_big,
+                                      char *buf, size_t n) {
+  switch (r->type) {
+  case REFIT_CONFIG_TYPE_INT: {
+    const char *what = r->min == 1   ? "a positive integer"
+                       : r->min == 0 ? "a non-negative integer"
+                                     : "an integer";
+    if (too_big)
+      snprintf(buf, n, "%s no larger than %" PRId64, what, r->max);
+    else
+      snprintf(buf, n, "%s", what);
+    return;
+  }
+  case REFIT_CONFIG_TYPE_U64:
+    snprintf(buf, n, "a non-negative integer below 2^64");
+    return;
+  case REFIT_CONFIG_TYPE_BYTES: {
+    char min[32];
+    refit_config_bytes_format((uint64_t)r->min, min, sizeof(min));
+    snprintf(buf, n,
+             "a size of at least %s such as 256MiB, 1GiB, 64KiB, 1MB or "
+             "4096",
+             min);
+    return;
+  }
+  case REFIT_CONFIG_TYPE_DOUBLE:
+    snprintf(buf, n, "a number greater than %" PRId64, r->min);
+    return;
+  case REFIT_CONFIG_TYPE_BOOL:
+    snprintf(buf, n, "true or false");
+    return;
+  case REFIT_CONFIG_TYPE_ENUM: {
+    size_t off = (size_t)snprintf(buf, n, "one of ");
+    for (const char *p = r->choices; *p && off + 3 < n; p++) {
+      if (*p == '|') {
+        buf[off++] = ',';
+        buf[off++] = ' ';
+      } else {
+        buf[off++] = *p;
+      }
+    }
+    buf[off < n ? off : n - 1] = '\0';
+    return;
+  }
+  case REFIT_CONFIG_TYPE_STRING:
+    snprintf(buf, n, "a string shorter than %zu bytes", r->size);
+    return;
+  }
+}
+
+/* The value of row r in cfg as YAML text (strings double-quoted). */
+static void refit_config_value_format(const refit_config_row_t *r,
+                                      const refit_config_t *cfg, bool quote,
+                                      char *buf, size_t n) {
+  const char *field = (const char *)cfg + r->offset;
+  switch (r->type) {
+  case REFIT_CONFIG_TYPE_INT:
+    snprintf(buf, n, "%" PRId64, refit_config_load_int(field, r->size));
+    return;
+  case REFIT_CONFIG_TYPE_U64: {
+    uint64_t v;
+    memcpy(&v, field, sizeof(v));
+    snprintf(buf, n, "%" PRIu64, v);
+    return;
+  }
+  case REFIT_CONFIG_TYPE_BYTES: {
+    uint64_t v;
+    memcpy(&v, field, sizeof(v));
+    refit_config_bytes_format(v, buf, n);
+    return;
+  }
+  case REFIT_CONFIG_TYPE_DOUBLE: {
+    double v;
+    memcpy(&v, field, sizeof(v));
+    snprintf(buf, n, "%.17g", v);
+    return;
+  }
+  case REFIT_CONFIG_TYPE_BOOL:
+    snprintf(buf, n, "%s",
+             refit_config_load_int(field, r->size) ? "true" : "false");
+    return;
+  case REFIT_CONFIG_TYPE_ENUM:
+    refit_config_choice_name(r->choices, refit_config_load_int(field, r->size),
+                             buf, n);
+    return;
+  case REFIT_CONFIG_TYPE_STRING: {
+    if (!quote) {
+      snprintf(buf, n, "%s", field);
+      return;
+    }
+    /* A YAML double-quoted scalar: escape what would end or bend it. */
+    size_t off = 0;
+    buf[off++] = '"';
+    for (const char *p = field; *p && off + 6 < n; p++) {
+      unsigned char ch = (unsigned char)*p;
+      if (ch == '"' || ch == '\\')
+        off += (size_t)snprintf(buf + off, n - off, "\\%c", ch);
+      else if (ch < 0x20 || ch == 0x7f)
+        off += (size_t)snprintf(buf + off, n - off, "\\x%02x", ch);
+      else
+        buf[off++] = (char)ch;
+    }
+    buf[off++] = '"';
+    buf[off] = '\0';
+    return;
+  }
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Collected problems                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  int line, col; /* 1-based */
+  size_t seq;    /* order of detection, to keep sorting stable */
+  bool not_available;
+  char *text;
+} refit_config_problem_t;
+
+typedef struct {
+  int line, col; /* 1-based; line 0 = not present in the file */
+} refit_config_pos_t;
+
+#define REFIT_CONFIG_MAX_SECTIONS 8
+
+typedef struct {
+  const char *filename;
+  const char *text;
+  size_t len;
+  refit_config_t cfg;
+  refit_config_problem_t *problems;
+  size_t nproblems, cap;
+  bool oom;
+  refit_config_pos_t key_pos[REFIT_CONFIG_ROW_COUNT];
+  bool bad[REFIT_CONFIG_ROW_COUNT]; /* already reported, or missing */
+  struct {
+    const char *name;
+    refit_config_pos_t pos;
+  } sections[REFIT_CONFIG_MAX_SECTIONS];
+  size_t nsections;
+} refit_config_ctx_t;
+
+static void refit_config_problemv(refit_config_ctx_t *c, refit_config_pos_t at,
+                                  bool not_available, const char *fmt,
+                                  va_list ap) REFIT_PRINTF(4, 0);
+
+static void refit_config_problemv(refit_config_ctx_t *c, refit_config_pos_t at,
+                                  bool not_available, const char *fmt,
+                                  va_list ap) {
+  va_list copy;
+  va_copy(copy, ap);
+  int n = vsnprintf(NULL, 0, fmt, copy);
+  va_end(copy);
+  char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (text == NULL) {
+    c->oom = true;
+    return;
+  }
+  vsnprintf(text, (size_t)n + 1, fmt, ap);
+  if (c->nproblems == c->cap) {
+    size_t cap = c->cap ? 2 * c->cap : 16;
+    refit_config_problem_t *p = realloc(c->problems, cap * sizeof(*p));
+    if (p == NULL) {
+      free(text);
+      c->oom = true;
+      return;
+    }
+    c->problems = p;
+    c->cap = cap;
+  }
+  if (at.line <= 0)
+    at.line = at.col = 1;
+  c->problems[c->nproblems] = (refit_config_problem_t){
+      at.line, at.col, c->nproblems, not_available, text};
+  c->nproblems++;
+}
+
+static void refit_config_problem(refit_config_ctx_t *c, refit_config_pos_t at,
+                                 const char *fmt, ...) REFIT_PRINTF(3, 4);
+
+static void refit_config_problem(refit_config_ctx_t *c, refit_config_pos_t at,
+                                 const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  refit_config_problemv(c, at, false, fmt, ap);
+  va_end(ap);
+}
+
+static void refit_config_not_available(refit_config_ctx_t *c,
+                                       refit_config_pos_t at, const char *fmt,
+                                       ...) REFIT_PRINTF(3, 4);
+
+/* Like refit_config_problem, for a valid value that a later feature runs. */
+static void refit_config_not_available(refit_config_ctx_t *c,
+                                       refit_config_pos_t at, const char *fmt,
+                                       ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  refit_config_problemv(c, at, true, fmt, ap);
+  va_end(ap);
+}
+
+static refit_config_pos_t refit_config_mark_pos(yaml_mark_t mark) {
+  return (refit_config_pos_t){(int)mark.line + 1, (int)mark.column + 1};
+}
+
+static refit_config_pos_t *refit_config_section_pos(refit_config_ctx_t *c,
+                                                    const char *name) {
+  for (size_t i = 0; i < c->nsections; i++)
+    if (strcmp(c->sections[i].name, name) == 0)
+      return &c->sections[i].pos;
+  return NULL;
+}
+
+/* Where to point at a row: its key, else its section's key, else 1:1. */
+static refit_config_pos_t refit_config_row_pos(refit_config_ctx_t *c, int id) {
+  if (c->key_pos[id].line > 0)
+    return c->key_pos[id];
+  refit_config_pos_t *s =
+      refit_config_section_pos(c, refit_config_rows[id].section);
+  if (s && s->line > 0)
+    return *s;
+  return (refit_config_pos_t){1, 1};
+}
+
+/* A value as it appears in a message: truncated, newlines made visible. */
+static void refit_config_quote(const char *text, char *buf, size_t n) {
+  size_t off = 0;
+  const size_t limit = 60;
+  for (const char *p = text; *p && off + 5 < n; p++) {
+    if (p - text >= (ptrdiff_t)limit) {
+      off += (size_t)snprintf(buf + off, n - off, "...");
+      break;
+    }
+    if (*p == '\n')
+      off += (size_t)snprintf(buf + off, n - off, "\\n");
+    else
+      buf[off++] = *p;
+  }
+  buf[off] = '\0';
+}
+
+/* ------------------------------------------------------------------------ */
+/* Suggestions for unknown keys                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Case-insensitive Levenshtein distance; SIZE_MAX for very long names. */
+static size_t refit_config_distance(const char *a, const char *b) {
+  enum { MAXLEN = 63 };
+  size_t la = strlen(a), lb = strlen(b);
+  size_t prev[MAXLEN + 1], cur[MAXLEN + 1];
+  if (la > MAXLEN || lb > MAXLEN)
+    return SIZE_MAX;
+  for (size_t j = 0; j <= lb; j++)
+    prev[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    cur[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t cost =
+          tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+      size_t best = prev[j - 1] + cost;
+      if (prev[j] + 1 < best)
+        best = prev[j] + 1;
+      if (cur[j - 1] + 1 < best)
+        best = cur[j - 1] + 1;
+      cur[j] = best;
+    }
+    memcpy(prev, cur, (lb + 1) * sizeof(size_t));
+  }
+  return prev[lb];
+}
+
+/* The closest candidate, if close enough to be a plausible typo. */
+static const char *refit_config_suggest(const char *name,
+                                        const char *const *cands, size_t n) {
+  const char *best = NULL;
+  size_t best_d = SIZE_MAX;
+  for (size_t i = 0; i < n; i++) {
+    size_t d = refit_config_distance(name, cands[i]);
+    size_t limit = strlen(cands[i]) / 3 > 2 ? strlen(cands[i]) / 3 : 2;
+    if (d <= limit && d < best_d) {
+      best = cands[i];
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+/*
+ * Report an unknown key in `section` ("" = top level): suggest the closest
+ * key of that level, else the same key in another section, else list the
+ * level's keys.
+ */
+static void refit_config_unknown_key(refit_config_ctx_t *c,
+                                     refit_config_pos_t at, const char *section,
+                                     const char *name) {
+  const char *cands[REFIT_CONFIG_ROW_COUNT + REFIT_CONFIG_MAX_SECTIONS];
+  size_t n = 0;
+  if (section[0] == '\0')
+    for (size_t i = 0; i < c->nsections; i++)
+      cands[n++] = c->sections[i].name;
+  for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++)
+    if (strcmp(refit_config_rows[i].section, section) == 0)
+      cands[n++] = refit_config_rows[i].key;
+
+  char path[160];
+  snprintf(path, sizeof(path), "%s%s%.100s", section, section[0] ? "." : "",
+           name);
+  const char *close = refit_config_suggest(name, cands, n);
+  if (close) {
+    refit_config_problem(c, at, "unknown key '%s' (did you mean '%s'?)", path,
+                         close);
+    return;
+  }
+  for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++) {
+    const refit_config_row_t *r = &refit_config_rows[i];
+    if (strcmp(r->section, section) != 0 && strcmp(r->key, name) == 0) {
+      refit_config_problem(c, at, "unknown key '%s' (did you mean '%s'?)", path,
+                           refit_config_row_path(r));
+      return;
+    }
+  }
+  char list[512];
+  size_t off = 0;
+  list[0] = '\0';
+  for (size_t i = 0; i < n && off < sizeof(list); i++)
+    off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s",
+                            i ? ", " : "", cands[i]);
+  refit_config_problem(c, at, "unknown key '%s'; valid %s%s keys are: %s", path,
+                       section, section[0] ? "" : "top-level", list);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The walk over the YAML document                                           */
+/* ------------------------------------------------------------------------ */
+
+static const char *refit_config_node_kind(const yaml_node_t *node) {
+  switch (node->type) {
+  case YAML_MAPPING_NODE:
+    return "a mapping";
+  case YAML_SEQUENCE_NODE:
+    return "a sequence";
+  default:
+    return "a scalar";
+  }
+}
+
+/* The scalar text of a key node, or NULL if it is not a usable key. */
+static const char *refit_config_key_text(const yaml_node_t *key) {
+  if (key->type != YAML_SCALAR_NODE)
+    return NULL;
+  const char *text = (const char *)key->data.scalar.value;
+  if (strlen(text) != key->data.scalar.length)
+    return NULL; /* an embedded NUL; no key has one */
+  return text;
+}
+
+static void refit_config_read_value(refit_config_ctx_t *c, int id,
+                                    const yaml_node_t *key,
+                                    const yaml_node_t *value) {
+  const refit_config_row_t *r = &refit_config_rows[id];
+  refit_config_pos_t at = refit_config_mark_pos(value->start_mark);
+  char expect[160], why[160], shown[80];
+  if (c->key_pos[id].line > 0) {
+    refit_config_problem(c, refit_config_mark_pos(key->start_mark),
+                         "duplicate key '%s' (first set at line %d column %d)",
+                         refit_config_row_path(r), c->key_pos[id].line,
+                         c->key_pos[id].col);
+    return;
+  }
+  c->key_pos[id] = refit_config_mark_pos(key->start_mark);
+  if (value->type != YAML_SCALAR_NODE) {
+    refit_config_value_expect(r, false, expect, sizeof(expect));
+    refit_config_problem(c, at, "%s: expected %s, got %s",
+                         refit_config_row_path(r), expect,
+                         refit_config_node_kind(value));
+    c->bad[id] = true;
+    return;
+  }
+  const char *text = (const char *)value->data.scalar.value;
+  bool plain = value->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+  refit_config_value_status_t st =
+      strlen(text) != value->data.scalar.length
+          ? REFIT_CONFIG_VALUE_INVALID
+          : refit_config_value_parse(r, text, plain, &c->cfg, why, sizeof(why));
+  if (st == REFIT_CONFIG_VALUE_OK)
+    return;
+  c->bad[id] = true;
+  refit_config_value_expect(r, st == REFIT_CONFIG_VALUE_TOO_BIG, expect,
+                            sizeof(expect));
+  refit_config_quote(text, shown, sizeof(shown));
+  refit_config_problem(c, at, "%s: expected %s, got '%s'%s%s%s",
+                       refit_config_row_path(r), expect, shown,
+                       why[0] ? " (" : "", why, why[0] ? ")" : "");
+}
+
+/* Find the row `key` of `section`, or -1. */
+static int refit_config_row_find(const char *section, const char *key) {
+  for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++)
+    if (strcmp(refit_config_rows[i].section, section) == 0 &&
+        strcmp(refit_config_rows[i].key, key) == 0)
+      return i;
+  return -1;
+}
+
+static void refit_config_walk_section(refit_config_ctx_t *c,
+                                      yaml_document_t *doc, const char *name,
+                                      const yaml_node_t *map) {
+  if (map->type == YAML_SCALAR_NODE &&
+      map->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+      refit_config_is_null((const char *)map->data.scalar.value))
+    return; /* "trainer:" with nothing under it: all defaults */
+  if (map->type != YAML_MAPPING_NODE) {
+    char shown[80] = "";
+    if (map->type == YAML_SCALAR_NODE)
+      refit_config_quote((const char *)map->data.scalar.value, shown,
+                         sizeof(shown));
+    refit_config_problem(c, refit_config_mark_pos(map->start_mark),
+                         "%s: expected a mapping of %s keys, got %s%s%s%s",
+                         name, name, refit_config_node_kind(map),
+                         shown[0] ? " '" : "", shown, shown[0] ? "'" : "");
+    return;
+  }
+  for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
+       pair < map->data.mapping.pairs.top; pair++) {
+    yaml_node_t *key = yaml_document_get_node(doc, pair->key);
+    yaml_node_t *value = yaml_document_get_node(doc, pair->value);
+    const char *k = refit_config_key_text(key);
+    if (k == NULL) {
+      refit_config_problem(c, refit_config_mark_pos(key->start_mark),
+                           "%s: keys must be plain names, got %s", name,
+                           refit_config_node_kind(key));
+      continue;
+    }
+    int id = refit_config_row_find(name, k);
+    if (id < 0)
+      refit_config_unknown_key(c, refit_config_mark_pos(key->start_mark), name,
+                               k);
+    else
+      refit_config_read_value(c, id, key, value);
+  }
+}
+
+static void refit_config_walk(refit_config_ctx_t *c, yaml_document_t *doc) {
+  yaml_node_t *root = yaml_document_get_root_node(doc);
+  if (root == NULL)
+    return; /* an empty file: the missing-key checks speak */
+  if (root->type != YAML_MAPPING_NODE) {
+    refit_config_problem(c, refit_config_mark_pos(root->start_mark),
+                         "expected a mapping of sections (model, trainer, "
+                         "generator, ...) at the top level, got %s",
+                         refit_config_node_kind(root));
+    return;
+  }
+  for (yaml_node_pair_t *pair = root->data.mapping.pairs.start;
+       pair < root->data.mapping.pairs.top; pair++) {
+    yaml_node_t *key = yaml_document_get_node(doc, pair->key);
+    yaml_node_t *value = yaml_document_get_node(doc, pair->value);
+    refit_config_pos_t at = refit_config_mark_pos(key->start_mark);
+    const char *k = refit_config_key_text(key);
+    if (k == NULL) {
+      refit_config_problem(c, at, "keys must be plain names, got %s",
+                           refit_config_node_kind(key));
+      continue;
+    }
+    int id = refit_config_row_find("", k);
+    if (id >= 0) {
+      refit_config_read_value(c, id, key, value);
+      continue;
+    }
+    refit_config_pos_t *s = refit_config_section_pos(c, k);
+    if (s == NULL) {
+      refit_config_unknown_key(c, at, "", k);
+    } else if (s->line > 0) {
+      refit_config_problem(c, at,
+                           "duplicate section '%s' (first at line %d column "
+                           "%d)",
+                           k, s->line, s->col);
+    } else {
+      *s = at;
+      refit_config_walk_section(c, doc, k, value);
+    }
+  }
+}
+
+/* Required keys that the file did not give. */
+static void refit_config_check_required(refit_config_ctx_t *c) {
+  for (size_t s = 0; s < c->nsections; s++) {
+    const char *name = c->sections[s].name;
+    char missing[512];
+    size_t off = 0;
+    missing[0] = '\0';
+    for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++) {
+      const refit_config_row_t *r = &refit_config_rows[i];
+      if (!(r->flags & REFIT_CONFIG_REQUIRED) || strcmp(r->section, name) ||
+          c->key_pos[i].line > 0)
+        continue;
+      c->bad[i] = true;
+      if (c->sections[s].pos.line > 0)
+        refit_config_problem(c, c->sections[s].pos,
+                             "%s: missing required key (%s)",
+                             refit_config_row_path(r), r->doc);
+      else if (off < sizeof(missing))
+        off += (size_t)snprintf(missing + off, sizeof(missing) - off, "%s%s",
+                                off ? ", " : "", r->key);
+    }
+    if (off > 0)
+      refit_config_problem(c, (refit_config_pos_t){1, 1},
+                           "missing required section '%s' (with keys %s)", name,
+                           missing);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rules between keys                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* True when none of the rows was already reported (or missing). */
+static bool refit_config_rows_ok(const refit_config_ctx_t *c, const int *ids,
+                                 size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (c->bad[ids[i]])
+      return false;
+  return true;
+}
+
+#define ROWS_OK(...)                                                           \
+  refit_config_rows_ok(c, (const int[]){__VA_ARGS__},                          \
+                       sizeof((const int[]){__VA_ARGS__}) / sizeof(int))
+
+static void refit_config_rule(refit_config_ctx_t *c, int id, const char *fmt,
+                              ...) REFIT_PRINTF(3, 4);
+
+/* Report a rule broken, at the key of row `id`. */
+static void refit_config_rule(refit_config_ctx_t *c, int id, const char *fmt,
+                              ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  refit_config_problemv(c, refit_config_row_pos(c, id), false, fmt, ap);
+  va_end(ap);
+}
+
+/*
+ * Layers per pipeline stage (see refit_config_stage_layers); `layers` may be
+ * NULL to only validate. On failure,
+ * returns -1 with the message in `why` and the row to blame in *culprit.
+ */
+static int refit_config_stage_split(const refit_config_t *cfg, int64_t *layers,
+                                    int *culprit, char *why, size_t n) {
+  const int64_t L = cfg->model.num_layers;
+  const int pp = cfg->trainer.pp;
+  const int64_t f = cfg->trainer.first_stage_layers;
+  const int64_t l = cfg->trainer.last_stage_layers;
+  if (f > L || l > L) {
+    *culprit = f > L ? ROW(TRAINER_FIRST_STAGE_LAYERS)
+                     : ROW(TRAINER_LAST_STAGE_LAYERS);
+    snprintf(why, n,
+             "trainer.%s_stage_layers: %" PRId64
+             " exceeds model.num_layers %" PRId64,
+             f > L ? "first" : "last", f > L ? f : l, L);
+    return -1;
+  }
+  if (pp == 1) {
+    if ((f != 0 && f != L) || (l != 0 && l != L)) {
+      bool first = f != 0 && f != L;
+      *culprit = first ? ROW(TRAINER_FIRST_STAGE_LAYERS)
+                       : ROW(TRAINER_LAST_STAGE_LAYERS);
+      snprintf(why, n,
+               "trainer.%s_stage_layers: %" PRId64
+               " must be 0 or model.num_layers %" PRId64
+               " when trainer.pp is 1 (the only stage holds every layer)",
+               first ? "first" : "last", first ? f : l, L);
+      return -1;
+    }
+    if (layers)
+      layers[0] = L;
+    return 0;
+  }
+  if (f == 0 && l == 0) {
+    if (L % pp != 0) {
+      *culprit = ROW(TRAINER_PP);
+      snprintf(why, n,
+               "trainer.pp: %d does not divide model.num_layers %" PRId64
+               "; set trainer.first_stage_layers or last_stage_layers for "
+               "an uneven split",
+               pp, L);
+      return -1;
+    }
+    for (int s = 0; layers && s < pp; s++)
+      layers[s] = L / pp;
+    return 0;
+  }
+  *culprit =
+      f ? ROW(TRAINER_FIRST_STAGE_LAYERS) : ROW(TRAINER_LAST_STAGE_LAYERS);
+  if (pp == 2 && f && l) {
+    if (f + l != L) {
+      snprintf(why, n,
+               "trainer.first_stage_layers %" PRId64
+               " + trainer.last_stage_layers %" PRId64 " = %" PRId64
+               ", but model.num_layers is %" PRId64
+               " (trainer.pp 2 has no middle stages)",
+               f, l, f + l, L);
+      return -1;
+    }
+    if (layers) {
+      layers[0] = f;
+      layers[1] = l;
+    }
+    return 0;
+  }
+  /* The stages not given split what the given ones leave, evenly. */
+  const int64_t rest = L - f - l;
+  const int stages = pp - (f != 0) - (l != 0);
+  if (rest < stages || rest % stages != 0) {
+    char given[128];
+    if (f && l)
+      snprintf(given, sizeof(given),
+               "trainer.first_stage_layers %" PRId64
+               " and trainer.last_stage_layers %" PRId64 " leave",
+               f, l);
+    else
+      snprintf(given, sizeof(given),
+               "trainer.%s_stage_layers %" PRId64 " leaves",
+               f ? "first" : "last", f ? f : l);
+    snprintf(why, n,
+             "%s %" PRId64 " of model.num_layers %" PRId64
+             " for the other %d stage%s of trainer.pp %d, which must split "
+             "them evenly with at least one layer each",
+             given, rest, L, stages, stages == 1 ? "" : "s", pp);
+    return -1;
+  }
+  for (int s = 0; layers && s < pp; s++)
+    layers[s] = s == 0 && f ? f : s == pp - 1 && l ? l : rest / stages;
+  return 0;
+}
+
+refit_status_t refit_config_stage_layers(const refit_config_t *cfg,
+                                         int64_t *layers, int n) {
+  char why[512];
+  int culprit;
+  if (cfg == NULL || layers == NULL || cfg->trainer.pp < 1 ||
+      n < cfg->trainer.pp)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_config_stage_layers: need room for trainer.pp %d "
+                     "stages, got %d",
+                     cfg ? cfg->trainer.pp : 0, n);
+  if (refit_config_stage_split(cfg, layers, &culprit, why, sizeof(why)) != 0)
+    return REFIT_ERR(REFIT_ERR_CONFIG, "%s", why);
+  return REFIT_OK;
+}
+
+/* The integer value of row `id` in the working configuration. */
+static int64_t refit_config_int(const refit_config_ctx_t *c, int id) {
+  const refit_config_row_t *r = &refit_config_rows[id];
+  return refit_config_load_int((const char *)&c->cfg + r->offset, r->size);
+}
+
+/*
+ * The one divisibility rule: the value of row `divisor` must divide the value
+ * of row `dividend` (0 = not used by this model, nothing to split). Reported
+ * at the divisor's key, which is the one a person usually changes.
+ */
+static void refit_config_require_divides(refit_config_ctx_t *c, int divisor,
+                                         int dividend, const char *why) {
+  if (!ROWS_OK(divisor, dividend))
+    return;
+  int64_t d = refit_config_int(c, divisor), v = refit_config_int(c, dividend);
+  if (d > 0 && v > 0 && v % d != 0)
+    refit_config_rule(c, divisor,
+                      "%s: %" PRId64 " does not divide %s %" PRId64 "%s%s%s",
+                      refit_config_row_path(&refit_config_rows[divisor]), d,
+                      refit_config_row_path(&refit_config_rows[dividend]), v,
+                      why ? " (" : "", why ? why : "", why ? ")" : "");
+}
+
+/* Expert parallelism on a dense model has nothing to split. */
+static void refit_config_require_no_experts(refit_config_ctx_t *c, int id) {
+  if (ROWS_OK(id) && refit_config_int(c, id) > 1)
+    refit_config_rule(c, id,
+                      "%s: %" PRId64 " needs experts, but model.family is "
+                      "qwen3 (dense); use 1",
+                      refit_config_row_path(&refit_config_rows[id]),
+                      refit_config_int(c, id));
+}
+
+/*
+ * Tensor parallelism on either side splits query heads, the vocabulary
+ * (embed_tokens and lm_head) and the dense MLP. KV heads are split whole; a
+ * generator may instead replicate each KV head over tp/KV ranks.
+ */
+static void refit_config_check_tp(refit_config_ctx_t *c, int tp_row,
+                                  bool kv_replication) {
+  const refit_model_t *m = &c->cfg.model;
+  refit_config_require_divides(c, tp_row, ROW(MODEL_NUM_ATTENTION_HEADS),
+                               "query heads are split over tp");
+  refit_config_require_divides(c, tp_row, ROW(MODEL_VOCAB_SIZE),
+                               "embeddings and lm_head are vocab-parallel");
+  if (ROWS_OK(ROW(MODEL_FAMILY)) && m->family == REFIT_FAMILY_QWEN3)
+    refit_config_require_divides(c, tp_row, ROW(MODEL_INTERMEDIATE_SIZE),
+                                 "the dense MLP is split over tp");
+  if (!ROWS_OK(tp_row, ROW(MODEL_NUM_KV_HEADS)))
+    return;
+  int64_t tp = refit_config_int(c, tp_row);
+  if (!kv_replication || tp <= m->num_kv_heads)
+    refit_config_require_divides(c, tp_row, ROW(MODEL_NUM_KV_HEADS),
+                                 "KV heads are split whole over tp");
+  else if (tp % m->num_kv_heads != 0)
+    refit_config_rule(c, tp_row,
+                      "%s: %" PRId64 " is larger than model.num_kv_heads "
+                      "%" PRId64 " but not a multiple of it (each KV head is "
+                      "replicated on tp/KV ranks)",
+                      refit_config_row_path(&refit_config_rows[tp_row]), tp,
+                      m->num_kv_heads);
+}
+
+static void refit_config_check_model(refit_config_ctx_t *c) {
+  const refit_model_t *m = &c->cfg.model;
+  refit_config_require_divides(
+      c, ROW(MODEL_NUM_KV_HEADS), ROW(MODEL_NUM_ATTENTION_HEADS),
+      "each KV head serves a whole group of query heads");
+  if (!ROWS_OK(ROW(MODEL_FAMILY)))
+    return;
+  /* Keys of the other family are errors, not silently ignored. */
+  static const struct {
+    int row;
+    refit_family_t family; /* the family the key belongs to */
+  } specific[] = {
+      {ROW(MODEL_INTERMEDIATE_SIZE), REFIT_FAMILY_QWEN3},
+      {ROW(MODEL_NUM_EXPERTS), REFIT_FAMILY_QWEN3_MOE},
+      {ROW(MODEL_MOE_INTERMEDIATE_SIZE), REFIT_FAMILY_QWEN3_MOE},
+  };
+  for (size_t i = 0; i < sizeof(specific) / sizeof(specific[0]); i++) {
+    const int id = specific[i].row;
+    const refit_config_row_t *r = &refit_config_rows[id];
+    if (!ROWS_OK(id))
+      continue;
+    int64_t v = refit_config_int(c, id);
+    char family[32];
+    refit_config_choice_name(refit_config_rows[ROW(MODEL_FAMILY)].choices,
+                             specific[i].family, family, sizeof(family));
+    if (m->family == specific[i].family && v == 0)
+      refit_config_rule(c, c->key_pos[id].line > 0 ? id : ROW(MODEL_FAMILY),
+                        "%s: a positive value is required when model.family "
+                        "is %s (%s)",
+                        refit_config_row_path(r), family, r->doc);
+    else if (m->family != specific[i].family && v != 0)
+      refit_config_rule(c, id,
+                        "%s: %" PRId64 " is given but applies only to "
+                        "model.family %s; remove it or change model.family",
+                        refit_config_row_path(r), v, family);
+  }
+}
+
+static void refit_config_check_trainer(refit_config_ctx_t *c) {
+  const refit_trainer_layout_t *t = &c->cfg.trainer;
+  const bool family_ok = ROWS_OK(ROW(MODEL_FAMILY));
+
+  refit_config_check_tp(c, ROW(TRAINER_TP), false);
+  if (family_ok && c->cfg.model.family == REFIT_FAMILY_QWEN3) {
+    refit_config_require_no_experts(c, ROW(TRAINER_EP));
+    refit_config_require_no_experts(c, ROW(TRAINER_ETP));
+  }
+  if (family_ok && c->cfg.model.family == REFIT_FAMILY_QWEN3_MOE) {
+    refit_config_require_divides(c, ROW(TRAINER_EP), ROW(MODEL_NUM_EXPERTS),
+                                 "experts are split contiguously over ep");
+    refit_config_require_divides(c, ROW(TRAINER_ETP),
+                                 ROW(MODEL_MOE_INTERMEDIATE_SIZE),
+                                 "each expert is split over etp");
+    if (ROWS_OK(ROW(TRAINER_TP), ROW(TRAINER_DP), ROW(TRAINER_EP),
+                ROW(TRAINER_ETP))) {
+      int64_t dense = (int64_t)t->tp * t->dp;
+      int64_t expert = (int64_t)t->etp * t->ep;
+      if (dense % expert != 0)
+        refit_config_rule(
+            c,
+            c->key_pos[ROW(TRAINER_ETP)].line > 0 &&
+                    c->key_pos[ROW(TRAINER_EP)].line == 0
+                ? ROW(TRAINER_ETP)
+                : ROW(TRAINER_EP),
+            "trainer.etp * trainer.ep = %d * %d = %" PRId64
+            " does not divide trainer.tp * trainer.dp = %d * %d = %" PRId64
+            " (MoE parallel folding re-views each stage's tp*dp ranks as "
+            "etp*ep*edp)",
+            t->etp, t->ep, expert, t->tp, t->dp, dense);
+    }
+  }
+
+  if (ROWS_OK(ROW(MODEL_NUM_LAYERS), ROW(TRAINER_PP),
+              ROW(TRAINER_FIRST_STAGE_LAYERS),
+              ROW(TRAINER_LAST_STAGE_LAYERS))) {
+    char why[512];
+    int culprit;
+    if (refit_config_stage_split(&c->cfg, NULL, &culprit, why, sizeof(why)) !=
+        0)
+      refit_config_rule(c, culprit, "%s", why);
+  }
+}
+
+static void refit_config_check_generator(refit_config_ctx_t *c) {
+  const refit_generator_layout_t *g = &c->cfg.generator;
+
+  refit_config_check_tp(c, ROW(GENERATOR_TP), true);
+  if (!ROWS_OK(ROW(MODEL_FAMILY)))
+    return;
+  if (c->cfg.model.family == REFIT_FAMILY_QWEN3) {
+    refit_config_require_no_experts(c, ROW(GENERATOR_EP));
+    return;
+  }
+  if (!ROWS_OK(ROW(GENERATOR_TP), ROW(GENERATOR_EP)))
+    return;
+  if (g->ep != 1 && g->ep != g->tp)
+    refit_config_rule(c, ROW(GENERATOR_EP),
+                      "generator.ep: expected 1 or generator.tp (%d), got %d",
+                      g->tp, g->ep);
+  else if (g->ep > 1)
+    refit_config_require_divides(c, ROW(GENERATOR_EP), ROW(MODEL_NUM_EXPERTS),
+                                 "with generator.ep == tp each rank holds "
+                                 "whole experts");
+  else
+    refit_config_require_divides(c, ROW(GENERATOR_TP),
+                                 ROW(MODEL_MOE_INTERMEDIATE_SIZE),
+                                 "with generator.ep 1 every rank holds a tp "
+                                 "shard of each expert");
+}
+
+static void refit_config_check_world(refit_config_ctx_t *c, int world_size) {
+  const refit_trainer_layout_t *t = &c->cfg.trainer;
+  const refit_generator_layout_t *g = &c->cfg.generator;
+  if (world_size <= 0 ||
+      !ROWS_OK(ROW(TRAINER_TP), ROW(TRAINER_PP), ROW(TRAINER_DP),
+               ROW(GENERATOR_TP), ROW(GENERATOR_ENGINES)))
+    return;
+  /* Sizes are at most 2^20 each (table bounds), so products fit. */
+  int64_t trainer = (int64_t)t->tp * t->pp * t->dp;
+  int64_t generator = (int64_t)g->tp * g->engines;
+  if (trainer + generator == world_size)
+    return;
+  refit_config_pos_t *at = refit_config_section_pos(c, "trainer");
+  if (at == NULL || at->line == 0)
+    at = refit_config_section_pos(c, "generator");
+  refit_config_problem(c, at ? *at : (refit_config_pos_t){1, 1},
+                       "world size %d does not match trainer ranks %" PRId64
+                       " (tp %d * pp %d * dp %d) + generator ranks %" PRId64
+                       " (tp %d * engines %d) = %" PRId64,
+                       world_size, trainer, t->tp, t->pp, t->dp, generator,
+                       g->tp, g->engines, trainer + generator);
+}
+
+static void refit_config_check_source(refit_config_ctx_t *c) {
+  const bool hdf5 = c->cfg.source.kind == REFIT_SOURCE_HDF5;
+  if (!ROWS_OK(ROW(SOURCE_KIND), ROW(SOURCE_PATH)))
+    return;
+  if (hdf5 && c->cfg.source.path[0] == '\0')
+    refit_config_rule(c, ROW(SOURCE_KIND),
+                      "source.path: required when source.kind is hdf5");
+  else if (!hdf5 && c->cfg.source.path[0] != '\0')
+    refit_config_rule(c, ROW(SOURCE_PATH),
+                      "source.path: given but source.kind is synthetic; "
+                      "remove it or set source.kind: hdf5");
+}
+
+/* Every rule that relates several keys; each reports independently. */
+static void refit_config_check_layout(refit_config_ctx_t *c, int world_size) {
+  refit_config_check_model(c);
+  refit_config_check_trainer(c);
+  refit_config_check_generator(c);
+  refit_config_check_world(c, world_size);
+  refit_config_check_source(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* NOT AVAILABLE YET: the one place to switch features on.                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Values the table accepts but this build cannot run. Delete a row when its
+ * feature lands; nothing else in the parser knows about them. A NULL value
+ * means "any non-empty value".
+ */
+static const struct {
+  int row;
+  const char *value;
+  const char *lands_with;
+} refit_config_unavailable[] = {
+    {ROW(REFIT_PRECISION), "mxfp8", "the MXFP8 kernels"},
+    {ROW(REFIT_MODE), "async", "asynchronous refit"},
+    {ROW(REFIT_TRANSPORT), "nccl", "the NCCL transport"},
+    {ROW(REFIT_TRANSPORT), "ipc", "the CUDA IPC transport"},
+    {ROW(REFIT_TRANSPORT), "ucx", "the UCX transport"},
+    {ROW(SOURCE_KIND), "hdf5", "the HDF5 checkpoint source"},
+    {ROW(DUMP), NULL, "tensor dumps"},
+};
+
+static void refit_config_check_available(refit_config_ctx_t *c) {
+  for (size_t i = 0; i < sizeof(refit_config_unavailable) /
+                             sizeof(refit_config_unavailable[0]);
+       i++) {
+    int id = refit_config_unavailable[i].row;
+    const refit_config_row_t *r = &refit_config_rows[id];
+    char value[REFIT_PATH_MAX], shown[80];
+    if (c->bad[id])
+      continue;
+    refit_config_value_format(r, &c->cfg, false, value, sizeof(value));
+    const char *want = refit_config_unavailable[i].value;
+    if (want ? strcmp(value, want) != 0 : value[0] == '\0')
+      continue;
+    refit_config_quote(value, shown, sizeof(shown));
+    refit_config_not_available(c, refit_config_row_pos(c, id),
+                               "%s: '%s' is not available yet (it lands "
+                               "with %s)",
+                               refit_config_row_path(r), shown,
+                               refit_config_unavailable[i].lands_with);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Entry points                                                              */
+/* ------------------------------------------------------------------------ */
+
+void refit_config_defaults(refit_config_t *cfg) {
+  char why[128];
+  memset(cfg, 0, sizeof(*cfg));
+  for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++) {
+    const refit_config_row_t *r = &refit_config_rows[i];
+    if (r->default_text != NULL) {
+      refit_config_value_status_t st = refit_config_value_parse(
+          r, r->default_text, false, cfg, why, sizeof(why));
+      (void)st; /* a table default always parses: test_config_defaults */
+    }
+  }
+}
+
+static int refit_config_problem_cmp(const void *a, const void *b) {
+  const refit_config_problem_t *x = a, *y = b;
+  if (x->line != y->line)
+    return x->line < y->line ? -1 : 1;
+  if (x->col != y->col)
+    return x->col < y->col ? -1 : 1;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Load the YAML text; a syntax error becomes the only problem. */
+static void refit_config_syntax_error(refit_config_ctx_t *c,
+                                      const yaml_parser_t *parser) {
+  refit_config_pos_t at;
+  if (parser->error == YAML_MEMORY_ERROR) {
+    c->oom = true;
+    return;
+  }
+  if (parser->error == YAML_READER_ERROR) {
+    /* Reader errors carry a byte offset, not a mark. */
+    at = (refit_config_pos_t){1, 1};
+    for (size_t i = 0; i < parser->problem_offset && i < c->len; i++) {
+      if (c->text[i] == '\n') {
+        at.line++;
+        at.col = 1;
+      } else {
+        at.col++;
+      }
+    }
+  } else {
+    at = refit_config_mark_pos(parser->problem_mark);
+  }
+  const char *problem = parser->problem ? parser->problem : "unknown error";
+  if (parser->error == YAML_READER_ERROR && parser->problem_value != -1)
+    refit_config_problem(c, at, "syntax error: %s (byte 0x%02x)", problem,
+                         (unsigned)parser->problem_value);
+  else if (parser->context)
+    refit_config_problem(c, at, "syntax error: %s, %s at line %d column %d",
+                         problem, parser->context,
+                         (int)parser->context_mark.line + 1,
+                         (int)parser->context_mark.column + 1);
+  else
+    refit_config_problem(c, at, "syntax error: %s", problem);
+}
+
+/* Returns true when the document loaded; the caller deletes it. */
+static bool refit_config_load_yaml(refit_config_ctx_t *c,
+                                   yaml_document_t *doc) {
+  yaml_parser_t parser;
+  bool ok = false;
+  if (!yaml_parser_initialize(&parser)) {
+    c->oom = true;
+    return false;
+  }
+  yaml_parser_set_input_string(&parser, (const unsigned char *)c->text, c->len);
+  if (!yaml_parser_load(&parser, doc)) {
+    refit_config_syntax_error(c, &parser);
+    goto out;
+  }
+  /* A second document would be silently ignored: refuse it. */
+  yaml_document_t next;
+  if (!yaml_parser_load(&parser, &next)) {
+    refit_config_syntax_error(c, &parser);
+    yaml_document_delete(doc);
+    goto out;
+  }
+  if (yaml_document_get_root_node(&next) != NULL) {
+    refit_config_problem(
+        c,
+        refit_config_mark_pos(yaml_document_get_root_node(&next)->start_mark),
+        "only one YAML document is expected; this is a second one");
+    yaml_document_delete(&next);
+    yaml_document_delete(doc);
+    goto out;
+  }
+  yaml_document_delete(&next);
+  ok = true;
+out:
+  yaml_parser_delete(&parser);
+  return ok;
+}
+
+refit_status_t refit_config_parse(const char *text, size_t len,
+                                  const char *filename, int world_size,
+                                  refit_config_t *cfg, char **errors) {
+  if (errors)
+    *errors = NULL;
+  if (text == NULL || cfg == NULL || world_size < 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_config_parse: NULL text or cfg, or negative "
+                     "world_size %d",
+                     world_size);
+  refit_config_ctx_t *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "refit_config_parse: out of memory");
+  c->filename = filename ? filename : "<config>";
+  c->text = text;
+  c->len = len;
+  refit_config_defaults(&c->cfg);
+  for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++) {
+    const char *s = refit_config_rows[i].section;
+    if (s[0] != '\0' && refit_config_section_pos(c, s) == NULL &&
+        c->nsections < REFIT_CONFIG_MAX_SECTIONS)
+      c->sections[c->nsections++].name = s;
+  }
+
+  yaml_document_t doc;
+  if (refit_config_load_yaml(c, &doc)) {
+    refit_config_walk(c, &doc);
+    yaml_document_delete(&doc);
+    refit_config_check_required(c);
+    refit_config_check_layout(c, world_size);
+    refit_config_check_available(c);
+  }
+
+  refit_status_t status = REFIT_OK;
+  char *out = NULL;
+  if (c->oom) {
+    status = REFIT_ERR(REFIT_ERR_NO_MEMORY,
+                       "%s: out of memory while parsing the configuration",
+                       c->filename);
+  } else if (c->nproblems > 0) {
+    bool only_unavailable = true;
+    size_t total = 1;
+    qsort(c->problems, c->nproblems, sizeof(*c->problems),
+          refit_config_problem_cmp);
+    for (size_t i = 0; i < c->nproblems; i++) {
+      only_unavailable &= c->problems[i].not_available;
+      total += strlen(c->filename) + strlen(c->problems[i].text) + 32;
+    }
+    status = only_unavailable ? REFIT_ERR_NOT_AVAILABLE : REFIT_ERR_CONFIG;
+    out = malloc(total);
+    if (out == NULL) {
+      status =
+          REFIT_ERR(REFIT_ERR_NO_MEMORY,
+                    "%s: out of memory while reporting problems", c->filename);
+    } else {
+      size_t off = 0;
+      for (size_t i = 0; i < c->nproblems; i++)
+        off += (size_t)snprintf(out + off, total - off, "%s:%d:%d: %s\n",
+                                c->filename, c->problems[i].line,
+                                c->problems[i].col, c->problems[i].text);
+      /* refit_last_error() gets the list too (truncated to its buffer). */
+      REFIT_ERR(status, "%s", out);
+    }
+  } else {
+    *cfg = c->cfg;
+  }
+
+  for (size_t i = 0; i < c->nproblems; i++)
+    free(c->problems[i].text);
+  free(c->problems);
+  free(c);
+  if (errors)
+    *errors = out;
+  else
+    free(out);
+  return status;
+}
+
+static refit_status_t refit_config_error_out(char **errors,
+                                             refit_status_t status,
+                                             const char *fmt, ...)
+    REFIT_PRINTF(3, 4);
+
+/* Record a failure and hand the same sentence back through *errors. */
+static refit_status_t refit_config_error_out(char **errors,
+                                             refit_status_t status,
+                                             const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  refit_error_setv(status, fmt, ap);
+  va_end(ap);
+  if (errors) {
+    size_t n = strlen(refit_last_error());
+    *errors = malloc(n + 2);
+    if (*errors)
+      snprintf(*errors, n + 2, "%s\n", refit_last_error());
+  }
+  return status;
+}
+
+refit_status_t refit_config_load(const char *path, int world_size,
+                                 refit_config_t *cfg, char **errors,
+                                 char **text_out, size_t *len_out) {
+  if (errors)
+    *errors = NULL;
+  if (path == NULL || cfg == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_config_load: NULL path or cfg");
+  FILE *f = fopen(path, "rb");
+  if (f == NULL)
+    return refit_config_error_out(errors, REFIT_ERR_SYSTEM,
+                                  "%s: cannot open the configuration: %s", path,
+                                  strerror(errno));
+  char *text = NULL;
+  size_t len = 0, cap = 0;
+  refit_status_t status = REFIT_OK;
+  for (;;) {
+    if (cap - len < 4096 + 1) {
+      size_t ncap = cap ? 2 * cap : 8192;
+      char *p = realloc(text, ncap);
+      if (p == NULL) {
+        status = refit_config_error_out(errors, REFIT_ERR_NO_MEMORY,
+                                        "%s: out of memory reading the "
+                                        "configuration",
+                                        path);
+        goto err_free_text;
+      }
+      text = p;
+      cap = ncap;
+    }
+    size_t got = fread(text + len, 1, cap - len - 1, f);
+    len += got;
+    if (got == 0)
+      break;
+  }
+  if (ferror(f)) {
+    status = refit_config_error_out(errors, REFIT_ERR_SYSTEM,
+                                    "%s: cannot read the configuration: %s",
+                                    path, strerror(errno));
+    goto err_free_text;
+  }
+  text[len] = '\0';
+  fclose(f);
+  f = NULL;
+
+  status = refit_config_parse(text, len, path, world_size, cfg, errors);
+  if (status != REFIT_OK)
+    goto err_free_text;
+  if (text_out)
+    *text_out = text;
+  else
+    free(text);
+  if (len_out)
+    *len_out = len;
+  return REFIT_OK;
+
+err_free_text:
+  free(text);
+  if (f)
+    fclose(f);
+  return status;
+}
+
+uint64_t refit_config_hash(const refit_config_t *cfg) {
+  uint64_t h = REFIT_HASH_INIT;
+  char value[4 * REFIT_PATH_MAX + 8];
+  for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++) {
+    const refit_config_row_t *r = &refit_config_rows[i];
+    const char *path = refit_config_row_path(r);
+    refit_config_value_format(r, cfg, true, value, sizeof(value));
+    /* Include the terminating NULs so "a" "bc" and "ab" "c" differ. */
+    h = refit_hash_bytes(h, path, strlen(path) + 1);
+    h = refit_hash_bytes(h, value, strlen(value) + 1);
+  }
+  return h;
+}
+
+refit_status_t refit_config_format(const refit_config_t *cfg, char **out) {
+  char *buf = NULL;
+  size_t size = 0;
+  char value[4 * REFIT_PATH_MAX + 8];
+  if (cfg == NULL || out == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_config_format: NULL argument");
+  FILE *f = open_memstream(&buf, &size);
+  if (f == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "refit_config_format: %s",
+                     strerror(errno));
+  const char *section = NULL;
+  for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++) {
+    const refit_config_row_t *r = &refit_config_rows[i];
+    if (section == NULL || strcmp(section, r->section) != 0) {
+      section = r->section;
+      if (section[0])
+        fprintf(f, "%s:\n", section);
+    }
+    refit_config_value_format(r, cfg, true, value, sizeof(value));
+    fprintf(f, "%s%s: %s  # %s\n", section[0] ? "  " : "", r->key, value,
+            r->doc);
+  }
+  if (fclose(f) != 0 || buf == NULL) {
+    free(buf);
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "refit_config_format: out of memory");
+  }
+  *out = buf;
+  return REFIT_OK;
+}

@@ -1,0 +1,194 @@
+/*
+ * MPI transport over host memory: one non-blocking send or receive per
+ * message, all messages of a bucket in flight at once, completed with
+ * MPI_Testsome against a deadline so that a dead peer is an error, not a hang.
+ */
+#include "transport.h"
+
+#include "core/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct refit_exchange {
+  int n;
+  int nsends;
+  MPI_Request *req;
+  int *peer;
+  int *indices;
+};
+
+typedef struct {
+  MPI_Comm comm;
+} refit_mpi_ctx_t;
+
+static refit_status_t refit_mpi_check(int rc, const char *what, int peer) {
+  if (rc == MPI_SUCCESS)
+    return REFIT_OK;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return REFIT_ERR(REFIT_ERR_MPI, "%s with peer rank %d failed: %s", what, peer,
+                   msg);
+}
+
+static refit_status_t refit_mpi_query(const refit_transport_args_t *args) {
+  (void)args;
+  return REFIT_OK;
+}
+
+static refit_status_t refit_mpi_create(const refit_transport_args_t *args,
+                                       void **ctx) {
+  refit_mpi_ctx_t *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "mpi transport: context");
+  /* A private communicator keeps our tags away from the caller's traffic;
+   * errors are returned to us rather than aborting the job. */
+  int rc = MPI_Comm_dup(args->world, &c->comm);
+  if (rc != MPI_SUCCESS) {
+    free(c);
+    return refit_mpi_check(rc, "MPI_Comm_dup", -1);
+  }
+  MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+  *ctx = c;
+  return REFIT_OK;
+}
+
+static void refit_mpi_exchange_free(refit_exchange_t *ex) {
+  if (ex == NULL)
+    return;
+  free(ex->req);
+  free(ex->peer);
+  free(ex->indices);
+  free(ex);
+}
+
+static refit_status_t refit_mpi_start(void *ctx, const refit_xfer_t *sends,
+                                      int nsends, const refit_xfer_t *recvs,
+                                      int nrecvs, int tag,
+                                      refit_exchange_t **out) {
+  refit_mpi_ctx_t *c = ctx;
+  refit_status_t st = REFIT_OK;
+  refit_exchange_t *ex = calloc(1, sizeof(*ex));
+  int n = nsends + nrecvs;
+
+  if (ex == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "mpi transport: exchange");
+  ex->req = malloc((size_t)(n ? n : 1) * sizeof(*ex->req));
+  ex->peer = malloc((size_t)(n ? n : 1) * sizeof(*ex->peer));
+  ex->indices = malloc((size_t)(n ? n : 1) * sizeof(*ex->indices));
+  if (ex->req == NULL || ex->peer == NULL || ex->indices == NULL) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "mpi transport: %d requests", n);
+    goto err;
+  }
+  /* Receives first so that eager sends find them posted. */
+  for (int i = 0; i < nrecvs; i++) {
+    if (recvs[i].bytes > (size_t)INT32_MAX) {
+      st = REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "mpi transport: message of %zu bytes from rank %d exceeds "
+                     "2 GiB; lower refit.bucket_bytes",
+                     recvs[i].bytes, recvs[i].peer);
+      goto err;
+    }
+    ex->peer[ex->n] = recvs[i].peer;
+    REFIT_CHECK_GOTO(refit_mpi_check(MPI_Irecv(recvs[i].buf, (int)recvs[i].bytes,
+                                               MPI_BYTE, recvs[i].peer, tag,
+                                               c->comm, &ex->req[ex->n]),
+                                     "MPI_Irecv", recvs[i].peer),
+                     st, err);
+    ex->n++;
+  }
+  for (int i = 0; i < nsends; i++) {
+    if (sends[i].bytes > (size_t)INT32_MAX) {
+      st = REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "mpi transport: message of %zu bytes to rank %d exceeds "
+                     "2 GiB; lower refit.bucket_bytes",
+                     sends[i].bytes, sends[i].peer);
+      goto err;
+    }
+    ex->peer[ex->n] = sends[i].peer;
+    REFIT_CHECK_GOTO(refit_mpi_check(MPI_Isend(sends[i].buf, (int)sends[i].bytes,
+                                               MPI_BYTE, sends[i].peer, tag,
+                                               c->comm, &ex->req[ex->n]),
+                                     "MPI_Isend", sends[i].peer),
+                     st, err);
+    ex->n++;
+    ex->nsends++;
+  }
+  *out = ex;
+  return REFIT_OK;
+
+err:
+  /* Requests already posted cannot be taken back safely once a peer may be
+   * gone; cancel receives, leave the rest to MPI_Finalize or abort. */
+  for (int i = 0; i < ex->n; i++)
+    if (ex->req[i] != MPI_REQUEST_NULL)
+      MPI_Cancel(&ex->req[i]);
+  refit_mpi_exchange_free(ex);
+  return st;
+}
+
+static refit_status_t refit_mpi_wait(void *ctx, refit_exchange_t *ex,
+                                     double deadline, const char *phase) {
+  int left = ex->n, outcount = 0;
+  unsigned spins = 0;
+  refit_status_t st = REFIT_OK;
+  (void)ctx;
+
+  while (left > 0) {
+    int rc = MPI_Testsome(ex->n, ex->req, &outcount, ex->indices,
+                          MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      st = refit_mpi_check(rc, phase, -1);
+      break;
+    }
+    if (outcount == MPI_UNDEFINED)
+      break;
+    left -= outcount;
+    if (left == 0)
+      break;
+    if (outcount == 0 && MPI_Wtime() > deadline) {
+      char peers[256] = "";
+      size_t used = 0;
+      for (int i = 0; i < ex->n && used + 16 < sizeof(peers); i++)
+        if (ex->req[i] != MPI_REQUEST_NULL)
+          used += (size_t)snprintf(peers + used, sizeof(peers) - used, "%s%s %d",
+                                   used ? ", " : "",
+                                   i < ex->n - ex->nsends ? "from" : "to",
+                                   ex->peer[i]);
+      st = REFIT_ERR(REFIT_ERR_TIMEOUT,
+                     "%s: %d of %d messages still outstanding at the deadline "
+                     "(peer ranks: %s)",
+                     phase, left, ex->n, peers);
+      break;
+    }
+    /* Spin briefly for latency, then yield the core: 2-core machines run
+     * several ranks per core. */
+    if (outcount == 0 && ++spins > 64) {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  refit_mpi_exchange_free(ex);
+  return st;
+}
+
+static void refit_mpi_destroy(void *ctx) {
+  refit_mpi_ctx_t *c = ctx;
+  if (c == NULL)
+    return;
+  MPI_Comm_free(&c->comm);
+  free(c);
+}
+
+const refit_transport_ops_t refit_transport_mpi = {
+    .name = "mpi",
+    .kind = REFIT_TRANSPORT_MPI,
+    .query = refit_mpi_query,
+    .create = refit_mpi_create,
+    .start = refit_mpi_start,
+    .wait = refit_mpi_wait,
+    .destroy = refit_mpi_destroy,
+};

@@ -1,0 +1,128 @@
+/*
+ * refit-plan CONFIG [--link-gbps G] [--ranks] | --world-size CONFIG
+ * Prints the reshard plan without moving data: per-rank bytes, max/mean,
+ * messages, buckets and the transfer time predicted at a link bandwidth.
+ * One process, no MPI launch needed.
+ */
+#include "config.h"
+#include "reshard/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double refit_plan_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int refit_plan_usage(void) {
+  fprintf(stderr,
+          "usage: refit-plan CONFIG.yaml [--link-gbps GB_PER_S] [--ranks]\n"
+          "       refit-plan --world-size CONFIG.yaml\n"
+          "  --link-gbps  per-rank link bandwidth for the predicted time "
+          "(default 25)\n"
+          "  --ranks      print every rank's bytes, not only the summary\n"
+          "  --world-size print the number of MPI ranks the config needs\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  const char *path = NULL;
+  double gbps = 25.0;
+  int world_only = 0, all_ranks = 0;
+  refit_config_t cfg;
+  char *errors = NULL;
+
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--world-size") == 0)
+      world_only = 1;
+    else if (strcmp(argv[i], "--ranks") == 0)
+      all_ranks = 1;
+    else if (strcmp(argv[i], "--link-gbps") == 0 && i + 1 < argc) {
+      char *end = NULL;
+      gbps = strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || gbps <= 0) {
+        fprintf(stderr, "refit-plan: --link-gbps expects a positive number, got "
+                        "'%s'\n", argv[i]);
+        return 2;
+      }
+    } else if (argv[i][0] == '-')
+      return refit_plan_usage();
+    else if (path == NULL)
+      path = argv[i];
+    else
+      return refit_plan_usage();
+  }
+  if (path == NULL)
+    return refit_plan_usage();
+  refit_status_t st = refit_config_load(path, 0, &cfg, &errors, NULL, NULL);
+  if (st != REFIT_OK) {
+    fprintf(stderr, "%s", errors ? errors : refit_last_error());
+    if (errors == NULL || (errors[0] && errors[strlen(errors) - 1] != '\n'))
+      fputc('\n', stderr);
+    free(errors);
+    return 2;
+  }
+  const int T = refit_trainer_world(&cfg.trainer);
+  const int G = refit_generator_world(&cfg.generator);
+  if (world_only) {
+    printf("%d\n", T + G);
+    return 0;
+  }
+
+  refit_catalog_t *cat = NULL;
+  refit_plan_t *plan = NULL;
+  refit_plan_options_t opt = {.bucket_bytes = cfg.refit.bucket_bytes,
+                              .wire = REFIT_WIRE_BF16};
+  double t0 = refit_plan_now();
+  st = refit_catalog_create(&cfg.model, &cfg.trainer, &cfg.generator, &cat);
+  if (st == REFIT_OK)
+    st = refit_plan_create(cat, &opt, &plan);
+  double plan_s = refit_plan_now() - t0;
+  if (st != REFIT_OK) {
+    fprintf(stderr, "refit-plan: %s: %s\n", refit_status_str(st),
+            refit_last_error());
+    refit_catalog_destroy(cat);
+    return 1;
+  }
+  refit_plan_stats_t s;
+  refit_plan_stats(plan, gbps, &s);
+  int64_t params = 0;
+  for (int64_t i = 0; i < cat->nsrc; i++)
+    params += cat->src[i].rows * cat->src[i].cols;
+
+  printf("refit-plan %s\n", path);
+  printf("  model            %.3f B parameters, %lld trainer tensors\n",
+         (double)params / 1e9, (long long)cat->nsrc);
+  printf("  ranks            %d trainer + %d generator = %d\n", T, G, T + G);
+  printf("  bytes moved      %.3f GB per refit\n", (double)s.total_bytes / 1e9);
+  printf("  trainer egress   max %.3f GB, mean %.3f GB, max/mean %.3f\n",
+         (double)s.egress_max / 1e9, s.egress_mean / 1e9,
+         s.egress_mean > 0 ? (double)s.egress_max / s.egress_mean : 0.0);
+  printf("  generator ingress max %.3f GB, mean %.3f GB, max/mean %.3f\n",
+         (double)s.ingress_max / 1e9, s.ingress_mean / 1e9,
+         s.ingress_mean > 0 ? (double)s.ingress_max / s.ingress_mean : 0.0);
+  printf("  chunks           %lld\n", (long long)plan->nchunks);
+  printf("  messages         %lld\n", (long long)plan->nmsgs);
+  printf("  buckets          %d of at most %llu bytes per generator rank "
+         "(largest staged: %lld)\n",
+         plan->nbuckets, (unsigned long long)cfg.refit.bucket_bytes,
+         (long long)s.staging_max);
+  printf("  predicted        %.4f s at %.1f GB/s per rank and direction\n",
+         s.predicted_s, gbps);
+  printf("  planned in       %.3f s\n", plan_s);
+  printf("  plan hash        %016llx\n", (unsigned long long)plan->hash);
+  if (all_ranks || T + G <= 16) {
+    printf("\n  %-10s %6s %16s\n", "side", "rank", "bytes");
+    for (int r = 0; r < T; r++)
+      printf("  %-10s %6d %16lld\n", "trainer", r, (long long)plan->egress[r]);
+    for (int g = 0; g < G; g++)
+      printf("  %-10s %6d %16lld\n", "generator", g, (long long)plan->ingress[g]);
+  }
+  refit_plan_destroy(plan);
+  refit_catalog_destroy(cat);
+  return 0;
+}
