@@ -493,6 +493,7 @@ typedef struct {
   struct {
     const char *name;
     refit_config_pos_t pos;
+    bool malformed; /* not a mapping: already reported */
   } sections[REFIT_CONFIG_MAX_SECTIONS];
   size_t nsections;
 } refit_config_ctx_t;
@@ -776,6 +777,11 @@ static void refit_config_walk_section(refit_config_ctx_t *c,
                          "%s: expected a mapping of %s keys, got %s%s%s%s",
                          name, name, refit_config_node_kind(map),
                          shown[0] ? " '" : "", shown, shown[0] ? "'" : "");
+    /* Its keys are unknown now: no rule may use them, none is "missing". */
+    for (size_t i = 0; i < c->nsections; i++)
+      c->sections[i].malformed |= strcmp(c->sections[i].name, name) == 0;
+    for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++)
+      c->bad[i] |= strcmp(refit_config_rows[i].section, name) == 0;
     return;
   }
   for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
@@ -853,6 +859,8 @@ static void refit_config_check_required(refit_config_ctx_t *c) {
           c->key_pos[i].line > 0)
         continue;
       c->bad[i] = true;
+      if (c->sections[s].malformed)
+        continue;
       if (c->sections[s].pos.line > 0)
         refit_config_problem(c, c->sections[s].pos,
                              "%s: missing required key (%s)",

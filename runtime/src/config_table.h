@@ -86,7 +86,7 @@
   X(REFIT_TRANSPORT, "refit", "transport", ENUM, refit.transport, "auto", 0,   \
     0, "auto|mpi|nccl|ipc|ucx", 0, "transport between trainer and generator")  \
   X(REFIT_BUCKET_BYTES, "refit", "bucket_bytes", BYTES, refit.bucket_bytes,    \
-    "256MiB", 1048576, INT64_MAX, "", 0, "bytes per transfer bucket")          \
+    "256MiB", 65536, INT64_MAX, "", 0, "bytes per transfer bucket")          \
   X(REFIT_PRECISION, "refit", "precision", ENUM, refit.precision, "bf16", 0,   \
     0, "bf16|mxfp8", 0, "precision on the wire")                               \
   X(REFIT_TIMEOUT_S, "refit", "timeout_s", DOUBLE, refit.timeout_s, "300", 0,  \

@@ -1,0 +1,953 @@
+/*
+ * The configuration module's specification: every class of mistake in a
+ * refit YAML file is reported with file:line:col and the words a person
+ * needs to fix it, and every preset in configs/ parses.
+ */
+/* cmocka needs these first. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef REFIT_CONFIGS_DIR
+#define REFIT_CONFIGS_DIR "configs"
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Strings made by a test, freed by its teardown. */
+static char *arena[64];
+static size_t narena;
+
+static char *keep(char *s) {
+  assert_non_null(s);
+  assert_true(narena < sizeof(arena) / sizeof(arena[0]));
+  arena[narena++] = s;
+  return s;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  for (size_t i = 0; i < narena; i++)
+    free(arena[i]);
+  narena = 0;
+  return 0;
+}
+
+/* `base` with the first occurrence of `from` replaced by `to`. */
+static const char *edit(const char *base, const char *from, const char *to) {
+  const char *at = strstr(base, from);
+  if (at == NULL)
+    fail_msg("edit: '%s' not found in:\n%s", from, base);
+  size_t head = (size_t)(at - base), nfrom = strlen(from), nto = strlen(to);
+  char *out = malloc(strlen(base) - nfrom + nto + 1);
+  assert_non_null(out);
+  memcpy(out, base, head);
+  memcpy(out + head, to, nto);
+  strcpy(out + head + nto, at + nfrom);
+  return keep(out);
+}
+
+static const char *cat(const char *a, const char *b) {
+  char *out = malloc(strlen(a) + strlen(b) + 1);
+  assert_non_null(out);
+  strcpy(out, a);
+  strcat(out, b);
+  return keep(out);
+}
+
+/* `base` with `lines` added to its trainer section (after "  dp: 1"). */
+static const char *in_trainer(const char *base, const char *lines) {
+  return edit(base, "  dp: 1\n", cat("  dp: 1\n", lines));
+}
+
+static size_t count_lines(const char *s) {
+  size_t n = 0;
+  for (; *s; s++)
+    n += *s == '\n';
+  return n;
+}
+
+/* Parse `yaml` as demo.yaml; assert the status and every needle. */
+static const char *check_(const char *yaml, int world, refit_status_t want,
+                          refit_config_t *out, const char *const *needles) {
+  refit_config_t cfg;
+  char *errors = (char *)"unset";
+  memset(&cfg, 0xab, sizeof(cfg));
+  refit_status_t st =
+      refit_config_parse(yaml, strlen(yaml), "demo.yaml", world, &cfg, &errors);
+  if (st != want)
+    fail_msg("status %s, want %s; errors:\n%s\nfor:\n%s", refit_status_name(st),
+             refit_status_name(want), errors ? errors : "(none)", yaml);
+  if (want == REFIT_OK) {
+    assert_null(errors);
+    if (out)
+      *out = cfg;
+    return NULL;
+  }
+  assert_non_null(errors);
+  keep(errors);
+  for (const char *const *n = needles; *n; n++)
+    if (strstr(errors, *n) == NULL)
+      fail_msg("expected '%s' in the errors:\n%s", *n, errors);
+  return errors;
+}
+
+#define EXPECT_OK(yaml, world, cfg)                                            \
+  check_((yaml), (world), REFIT_OK, (cfg), (const char *const[]){NULL})
+#define EXPECT_ERR(yaml, world, status, ...)                                   \
+  check_((yaml), (world), (status), NULL,                                      \
+         (const char *const[]){__VA_ARGS__, NULL})
+
+/* A valid qwen3_moe config; line numbers below are relied on. */
+static const char moe[] = "model:\n"                       /* 1 */
+                          "  family: qwen3_moe\n"          /* 2 */
+                          "  hidden_size: 256\n"           /* 3 */
+                          "  num_layers: 4\n"              /* 4 */
+                          "  num_attention_heads: 8\n"     /* 5 */
+                          "  num_kv_heads: 4\n"            /* 6 */
+                          "  head_dim: 32\n"               /* 7 */
+                          "  vocab_size: 1024\n"           /* 8 */
+                          "  num_experts: 8\n"             /* 9 */
+                          "  moe_intermediate_size: 128\n" /* 10 */
+                          "trainer:\n"                     /* 11 */
+                          "  tp: 2\n"                      /* 12 */
+                          "  pp: 1\n"                      /* 13 */
+                          "  ep: 2\n"                      /* 14 */
+                          "  etp: 1\n"                     /* 15 */
+                          "  dp: 1\n"                      /* 16 */
+                          "generator:\n"                   /* 17 */
+                          "  tp: 2\n"                      /* 18 */
+                          "  ep: 2\n"                      /* 19 */
+                          "  engines: 1\n";                /* 20 */
+
+/* A valid dense qwen3 config. */
+static const char dense[] = "model:\n"                   /* 1 */
+                            "  family: qwen3\n"          /* 2 */
+                            "  hidden_size: 256\n"       /* 3 */
+                            "  num_layers: 4\n"          /* 4 */
+                            "  num_attention_heads: 8\n" /* 5 */
+                            "  num_kv_heads: 4\n"        /* 6 */
+                            "  head_dim: 32\n"           /* 7 */
+                            "  vocab_size: 1024\n"       /* 8 */
+                            "  intermediate_size: 512\n" /* 9 */
+                            "trainer:\n"                 /* 10 */
+                            "  tp: 2\n"                  /* 11 */
+                            "  pp: 1\n"                  /* 12 */
+                            "  dp: 1\n"                  /* 13 */
+                            "generator:\n"               /* 14 */
+                            "  tp: 2\n"                  /* 15 */
+                            "  engines: 1\n";            /* 16 */
+
+#define GEN_TP "generator:\n  tp: 2\n"
+#define GEN_EP "  ep: 2\n  engines"
+
+/* ------------------------------------------------------------------------ */
+/* Single values                                                             */
+/* ------------------------------------------------------------------------ */
+
+static void test_parse_bytes_units(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    uint64_t bytes;
+  } good[] = {
+      {"4096", 4096},
+      {"64KiB", 65536},
+      {"256MiB", UINT64_C(256) << 20},
+      {"1GiB", UINT64_C(1) << 30},
+      {"2TiB", UINT64_C(2) << 40},
+      {"1MB", 1000000},
+      {"64KB", 64000},
+      {"3GB", UINT64_C(3000000000)},
+      {"12B", 12},
+      {"1 GiB", UINT64_C(1) << 30},
+      {"1mib", UINT64_C(1) << 20},
+  };
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+    uint64_t v = 0;
+    assert_int_equal(refit_config_parse_bytes(good[i].text, &v), REFIT_OK);
+    assert_int_equal(v, good[i].bytes);
+  }
+  static const struct {
+    const char *text;
+    const char *why;
+  } bad[] = {
+      {"", "starts with a decimal number"},
+      {"MiB", "starts with a decimal number"},
+      {"-1", "starts with a decimal number"},
+      {"1.5GiB", "fractions are not allowed"},
+      {"10XB", "unknown unit 'XB'"},
+      {"1 M", "unknown unit 'M'"},
+      {"99999999999999999999", "does not fit in 64 bits"},
+      {"17179869184GiB", "does not fit in 64 bits"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    uint64_t v = 77;
+    assert_int_equal(refit_config_parse_bytes(bad[i].text, &v),
+                     REFIT_ERR_CONFIG);
+    assert_int_equal(v, 77); /* untouched on failure */
+    if (strstr(refit_last_error(), bad[i].why) == NULL)
+      fail_msg("'%s': want '%s' in '%s'", bad[i].text, bad[i].why,
+               refit_last_error());
+  }
+}
+
+static void test_defaults_applied(void **state) {
+  (void)state;
+  refit_config_t d;
+  refit_config_defaults(&d);
+  assert_int_equal(d.refit.bucket_bytes, UINT64_C(256) << 20);
+  assert_true(d.refit.timeout_s == 300.0);
+  assert_int_equal(d.refit.steps, 3);
+  assert_int_equal(d.refit.mode, REFIT_MODE_SYNC);
+  assert_int_equal(d.refit.transport, REFIT_TRANSPORT_AUTO);
+  assert_int_equal(d.refit.precision, REFIT_PRECISION_BF16);
+  assert_int_equal(d.source.kind, REFIT_SOURCE_SYNTHETIC);
+  assert_int_equal(d.source.seed, 1234);
+  assert_string_equal(d.source.path, "");
+  assert_int_equal(d.verify, 1);
+  assert_string_equal(d.dump, "");
+  assert_int_equal(d.model.tie_word_embeddings, 0);
+  assert_int_equal(d.trainer.tp, 1);
+  assert_int_equal(d.trainer.pp, 1);
+  assert_int_equal(d.trainer.ep, 1);
+  assert_int_equal(d.trainer.etp, 1);
+  assert_int_equal(d.trainer.dp, 1);
+  assert_int_equal(d.trainer.first_stage_layers, 0);
+  assert_int_equal(d.trainer.last_stage_layers, 0);
+  assert_int_equal(d.generator.tp, 1);
+  assert_int_equal(d.generator.ep, 1);
+  assert_int_equal(d.generator.engines, 1);
+
+  /* Only the model: everything else comes from the defaults. */
+  refit_config_t cfg;
+  const char *yaml = edit(dense,
+                          "trainer:\n  tp: 2\n  pp: 1\n  dp: 1\n"
+                          "generator:\n  tp: 2\n  engines: 1\n",
+                          "");
+  EXPECT_OK(yaml, 2, &cfg);
+  assert_int_equal(cfg.model.family, REFIT_FAMILY_QWEN3);
+  assert_int_equal(cfg.model.hidden_size, 256);
+  assert_int_equal(cfg.model.intermediate_size, 512);
+  assert_int_equal(cfg.model.num_experts, 0);
+  assert_int_equal(refit_config_hash(&cfg), refit_config_hash(&(refit_config_t){
+                                                .model = cfg.model,
+                                                .trainer = d.trainer,
+                                                .generator = d.generator,
+                                                .refit = d.refit,
+                                                .source = d.source,
+                                                .verify = d.verify,
+                                            }));
+  assert_int_equal(cfg.refit.bucket_bytes, UINT64_C(256) << 20);
+  assert_int_equal(cfg.verify, 1);
+
+  /* An empty section means "all defaults" too. */
+  EXPECT_OK(cat(yaml, "trainer:\nrefit:\n"), 2, &cfg);
+  assert_int_equal(cfg.trainer.tp, 1);
+}
+
+static void test_values_parsed(void **state) {
+  (void)state;
+  refit_config_t cfg;
+  EXPECT_OK(cat(moe, "refit:\n"
+                     "  bucket_bytes: 64MB\n"
+                     "  timeout_s: 12.5\n"
+                     "  steps: 7\n"
+                     "  transport: mpi\n"
+                     "source:\n"
+                     "  seed: 18446744073709551615\n"
+                     "verify: off\n"),
+            4, &cfg);
+  assert_int_equal(cfg.model.family, REFIT_FAMILY_QWEN3_MOE);
+  assert_int_equal(cfg.model.num_experts, 8);
+  assert_int_equal(cfg.trainer.ep, 2);
+  assert_int_equal(cfg.generator.ep, 2);
+  assert_int_equal(cfg.refit.bucket_bytes, 64000000);
+  assert_true(cfg.refit.timeout_s == 12.5);
+  assert_int_equal(cfg.refit.steps, 7);
+  assert_int_equal(cfg.refit.transport, REFIT_TRANSPORT_MPI);
+  assert_true(cfg.source.seed == UINT64_MAX);
+  assert_int_equal(cfg.verify, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-key errors                                                            */
+/* ------------------------------------------------------------------------ */
+
+static void test_syntax_error_line_col(void **state) {
+  (void)state;
+  /* A second colon on one line: libyaml's mark is 0-based, ours 1-based. */
+  const char *errors = EXPECT_ERR(
+      edit(moe, "  head_dim: 32\n", "  head_dim: 32: 4\n"), 0, REFIT_ERR_CONFIG,
+      "demo.yaml:7:15: syntax error: mapping values are not "
+      "allowed in this context");
+  assert_int_equal(count_lines(errors), 1);
+  /* An unclosed flow sequence names where the sequence started. */
+  EXPECT_ERR(edit(moe, "  tp: 2\n", "  tp: [2\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:13:", "syntax error: did not find expected ',' or ']'",
+             "while parsing a flow sequence at line 12 column 7");
+  /* Invalid UTF-8 is reported where the bad byte is. */
+  EXPECT_ERR(edit(moe, "  head_dim: 32\n", "  head_dim: \xff\n"), 0,
+             REFIT_ERR_CONFIG, "demo.yaml:7:13: syntax error: ", "(byte 0xff)");
+}
+
+static void test_unknown_key_nested(void **state) {
+  (void)state;
+  EXPECT_ERR(edit(moe, "  hidden_size:", "  hiden_size:"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:3:3: unknown key 'model.hiden_size' (did you mean "
+             "'hidden_size'?)");
+  EXPECT_ERR(edit(moe, "  etp: 1\n", "  etp: 1\n  tensor_parallel: 2\n"), 0,
+             REFIT_ERR_CONFIG,
+             "demo.yaml:16:3: unknown key 'trainer.tensor_parallel'; valid "
+             "trainer keys are: tp, pp, ep, etp, dp, first_stage_layers, "
+             "last_stage_layers");
+  /* The right key in the wrong section points at its section. */
+  EXPECT_ERR(edit(moe, "  head_dim: 32\n", "  head_dim: 32\n  dp: 2\n"), 0,
+             REFIT_ERR_CONFIG,
+             "demo.yaml:8:3: unknown key 'model.dp' (did you mean "
+             "'trainer.dp'?)");
+}
+
+static void test_unknown_key_top_level(void **state) {
+  (void)state;
+  EXPECT_ERR(edit(moe, "trainer:", "trainr:"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:11:1: unknown key 'trainr' (did you mean "
+             "'trainer'?)");
+  EXPECT_ERR(cat(moe, "verfy: true\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:21:1: unknown key 'verfy' (did you mean 'verify'?)");
+  EXPECT_ERR(cat(moe, "steps: 3\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:21:1: unknown key 'steps' (did you mean "
+             "'refit.steps'?)");
+  EXPECT_ERR(cat(moe, "banana: 3\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:21:1: unknown key 'banana'; valid top-level keys "
+             "are: model, trainer, generator, refit, source, verify, dump");
+}
+
+static void test_wrong_type(void **state) {
+  (void)state;
+  EXPECT_ERR(edit(moe, "  tp: 2\n", "  tp: two\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:12:7: trainer.tp: expected a positive integer, got "
+             "'two'");
+  EXPECT_ERR(edit(moe, "  head_dim: 32\n", "  head_dim: 32.0\n"), 0,
+             REFIT_ERR_CONFIG,
+             "demo.yaml:7:13: model.head_dim: expected a positive integer, "
+             "got '32.0'");
+  EXPECT_ERR(edit(moe, "qwen3_moe", "llama"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:2:11: model.family: expected one of qwen3, "
+             "qwen3_moe, got 'llama'");
+  EXPECT_ERR(cat(moe, "verify: maybe\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:21:9: verify: expected true or false, got 'maybe'");
+  EXPECT_ERR(cat(moe, "refit:\n  timeout_s: soon\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:22:14: refit.timeout_s: expected a number greater "
+             "than 0, got 'soon'");
+  EXPECT_ERR(cat(moe, "refit:\n  mode: fast\n"), 0, REFIT_ERR_CONFIG,
+             "refit.mode: expected one of sync, async, got 'fast'");
+  EXPECT_ERR(edit(moe, "  tp: 2\n", "  tp:\n"), 0, REFIT_ERR_CONFIG,
+             "trainer.tp: expected a positive integer, got ''");
+}
+
+static void test_collection_where_scalar_expected(void **state) {
+  (void)state;
+  EXPECT_ERR(edit(moe, "  tp: 2\n", "  tp: [2, 4]\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:12:7: trainer.tp: expected a positive integer, got "
+             "a sequence");
+  EXPECT_ERR(edit(moe, "  head_dim: 32\n", "  head_dim:\n    value: 32\n"), 0,
+             REFIT_ERR_CONFIG,
+             "demo.yaml:8:5: model.head_dim: expected a positive integer, "
+             "got a mapping");
+  EXPECT_ERR(cat(moe, "refit: fast\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:21:8: refit: expected a mapping of refit keys, got a "
+             "scalar 'fast'");
+  /* A section that is not a mapping is one error, not one per key. */
+  const char *errors =
+      EXPECT_ERR(edit(moe, "model:\n  family", "model: 7\nunused:\n  family"),
+                 4, REFIT_ERR_CONFIG,
+                 "demo.yaml:1:8: model: expected a mapping of model keys, got "
+                 "a scalar '7'");
+  assert_non_null(strstr(errors, "unknown key 'unused'"));
+  assert_int_equal(count_lines(errors), 2);
+  EXPECT_ERR("- model\n- trainer\n", 0, REFIT_ERR_CONFIG,
+             "demo.yaml:1:1: expected a mapping of sections", "got a sequence");
+}
+
+static void test_out_of_range(void **state) {
+  (void)state;
+  EXPECT_ERR(edit(moe, "  tp: 2\n", "  tp: 0\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:12:7: trainer.tp: expected a positive integer, got "
+             "'0'");
+  EXPECT_ERR(edit(moe, "  tp: 2\n", "  tp: -2\n"), 0, REFIT_ERR_CONFIG,
+             "trainer.tp: expected a positive integer, got '-2'");
+  EXPECT_ERR(edit(moe, "  tp: 2\n", "  tp: 2000000\n"), 0, REFIT_ERR_CONFIG,
+             "trainer.tp: expected a positive integer no larger than 1048576, "
+             "got '2000000'");
+  EXPECT_ERR(
+      edit(moe, "  vocab_size: 1024\n", "  vocab_size: 99999999999999999999\n"),
+      0, REFIT_ERR_CONFIG,
+      "model.vocab_size: expected a positive integer no larger than "
+      "9223372036854775807, got '99999999999999999999'");
+  EXPECT_ERR(edit(moe, "  num_experts: 8\n", "  num_experts: -1\n"), 0,
+             REFIT_ERR_CONFIG,
+             "model.num_experts: expected a non-negative integer, got '-1'");
+  EXPECT_ERR(cat(moe, "refit:\n  timeout_s: 0\n"), 0, REFIT_ERR_CONFIG,
+             "refit.timeout_s: expected a number greater than 0, got '0'");
+  EXPECT_ERR(cat(moe, "refit:\n  steps: 0\n"), 0, REFIT_ERR_CONFIG,
+             "refit.steps: expected a positive integer, got '0'");
+  EXPECT_ERR(cat(moe, "refit:\n  bucket_bytes: 32KiB\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:22:17: refit.bucket_bytes: expected a size of at "
+             "least 64KiB",
+             "got '32KiB'");
+  char *long_path = keep(malloc(REFIT_PATH_MAX + 32));
+  strcpy(long_path, "dump: ");
+  memset(long_path + 6, 'x', REFIT_PATH_MAX);
+  strcpy(long_path + 6 + REFIT_PATH_MAX, "\n");
+  EXPECT_ERR(cat(moe, long_path), 0, REFIT_ERR_CONFIG,
+             "dump: expected a string shorter than 1024 bytes, got "
+             "'xxxxxxxx",
+             "...'");
+}
+
+static void test_bad_bucket_units(void **state) {
+  (void)state;
+  EXPECT_ERR(cat(moe, "refit:\n  bucket_bytes: 10XB\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:22:17: refit.bucket_bytes: expected a size of at "
+             "least 64KiB such as 256MiB, 1GiB, 64KiB, 1MB or 4096, got "
+             "'10XB' (unknown unit 'XB'; use B, KB, MB, GB, TB, KiB, MiB, "
+             "GiB or TiB)");
+  EXPECT_ERR(cat(moe, "refit:\n  bucket_bytes: 1.5GiB\n"), 0, REFIT_ERR_CONFIG,
+             "got '1.5GiB' (fractions are not allowed; use a smaller unit)");
+  EXPECT_ERR(cat(moe, "refit:\n  bucket_bytes: lots\n"), 0, REFIT_ERR_CONFIG,
+             "got 'lots' (a size starts with a decimal number)");
+}
+
+static void test_duplicate_key(void **state) {
+  (void)state;
+  const char *errors = EXPECT_ERR(
+      edit(moe, "  pp: 1\n", "  pp: 1\n  tp: 4\n"), 0, REFIT_ERR_CONFIG,
+      "demo.yaml:14:3: duplicate key 'trainer.tp' (first set at "
+      "line 12 column 3)");
+  assert_int_equal(count_lines(errors), 1); /* the second tp is not used */
+  EXPECT_ERR(cat(moe, "trainer:\n  dp: 2\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:21:1: duplicate section 'trainer' (first at line 11 "
+             "column 1)");
+  EXPECT_ERR(cat(moe, "verify: true\nverify: false\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:22:1: duplicate key 'verify' (first set at line 21 "
+             "column 1)");
+}
+
+static void test_missing_required(void **state) {
+  (void)state;
+  const char *errors = EXPECT_ERR(
+      edit(edit(moe, "  vocab_size: 1024\n", ""), "  head_dim: 32\n", ""), 0,
+      REFIT_ERR_CONFIG,
+      "demo.yaml:1:1: model.head_dim: missing required key (head dimension "
+      "D)",
+      "demo.yaml:1:1: model.vocab_size: missing required key (vocabulary "
+      "size V)");
+  assert_int_equal(count_lines(errors), 2);
+  EXPECT_ERR("trainer:\n  tp: 1\n", 0, REFIT_ERR_CONFIG,
+             "demo.yaml:1:1: missing required section 'model' (with keys "
+             "family, hidden_size, num_layers, num_attention_heads, "
+             "num_kv_heads, head_dim, vocab_size)");
+  EXPECT_ERR("", 0, REFIT_ERR_CONFIG, "missing required section 'model'");
+  EXPECT_ERR("# only a comment\n", 0, REFIT_ERR_CONFIG,
+             "missing required section 'model'");
+}
+
+static void test_second_document_rejected(void **state) {
+  (void)state;
+  EXPECT_ERR(cat(moe, "---\nverify: false\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:22:1: only one YAML document is expected");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rules between keys                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void test_world_size(void **state) {
+  (void)state;
+  EXPECT_OK(moe, 4, NULL);
+  EXPECT_OK(moe, 0, NULL); /* 0 skips the check (refit-plan) */
+  EXPECT_ERR(moe, 5, REFIT_ERR_CONFIG,
+             "demo.yaml:11:1: world size 5 does not match trainer ranks 2 "
+             "(tp 2 * pp 1 * dp 1) + generator ranks 2 (tp 2 * engines 1) = "
+             "4");
+  EXPECT_ERR(edit(moe, "  engines: 1", "  engines: 3"), 4, REFIT_ERR_CONFIG,
+             "generator ranks 6 (tp 2 * engines 3) = 8");
+}
+
+static void test_head_groups(void **state) {
+  (void)state;
+  EXPECT_ERR(edit(moe, "  num_kv_heads: 4\n", "  num_kv_heads: 3\n"), 0,
+             REFIT_ERR_CONFIG,
+             "demo.yaml:6:3: model.num_kv_heads: 3 does not divide "
+             "model.num_attention_heads 8");
+}
+
+static void test_trainer_tp_heads(void **state) {
+  (void)state;
+  EXPECT_ERR(edit(moe, "  tp: 2\n", "  tp: 8\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:12:3: trainer.tp: 8 does not divide "
+             "model.num_kv_heads 4");
+  EXPECT_ERR(edit(moe, "  tp: 2\n", "  tp: 3\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:12:3: trainer.tp: 3 does not divide "
+             "model.num_attention_heads 8");
+}
+
+static void test_trainer_tp_vocab_and_mlp(void **state) {
+  (void)state;
+  EXPECT_ERR(edit(dense, "  vocab_size: 1024\n", "  vocab_size: 1025\n"), 0,
+             REFIT_ERR_CONFIG,
+             "demo.yaml:11:3: trainer.tp: 2 does not divide model.vocab_size "
+             "1025",
+             "demo.yaml:15:3: generator.tp: 2 does not divide "
+             "model.vocab_size 1025");
+  const char *errors = EXPECT_ERR(
+      edit(edit(dense, "  tp: 2\n", "  tp: 4\n"), "  intermediate_size: 512\n",
+           "  intermediate_size: 510\n"),
+      0, REFIT_ERR_CONFIG,
+      "demo.yaml:11:3: trainer.tp: 4 does not divide "
+      "model.intermediate_size 510");
+  assert_int_equal(count_lines(errors), 1); /* generator tp 2 divides 510 */
+}
+
+static void test_generator_tp_rules(void **state) {
+  (void)state;
+  const char *g1 = edit(dense, GEN_TP, "generator:\n  tp: 4\n");
+  EXPECT_ERR(
+      edit(g1, "  intermediate_size: 512\n", "  intermediate_size: 510\n"), 0,
+      REFIT_ERR_CONFIG,
+      "demo.yaml:15:3: generator.tp: 4 does not divide "
+      "model.intermediate_size 510");
+  EXPECT_ERR(edit(dense, GEN_TP, "generator:\n  tp: 16\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:15:3: generator.tp: 16 does not divide "
+             "model.num_attention_heads 8");
+  /* tp > KV is fine when it is a multiple: each KV head is replicated. */
+  refit_config_t cfg;
+  EXPECT_OK(edit(dense, GEN_TP, "generator:\n  tp: 8\n"), 0, &cfg);
+  assert_int_equal(cfg.generator.tp, 8);
+  /* Q 24, KV 4: tp 6 is above KV but not a multiple of it. */
+  const char *q24 =
+      edit(dense, "  num_attention_heads: 8\n", "  num_attention_heads: 24\n");
+  q24 = edit(q24, "  vocab_size: 1024\n", "  vocab_size: 1536\n");
+  q24 = edit(q24, "  intermediate_size: 512\n", "  intermediate_size: 768\n");
+  EXPECT_ERR(edit(q24, GEN_TP, "generator:\n  tp: 6\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:15:3: generator.tp: 6 is larger than "
+             "model.num_kv_heads 4 but not a multiple of it");
+  /* KV 6: tp 4 is below KV and does not divide it. */
+  const char *kv6 = edit(q24, "  num_kv_heads: 4\n", "  num_kv_heads: 6\n");
+  const char *errors = EXPECT_ERR(
+      edit(kv6, GEN_TP, "generator:\n  tp: 4\n"), 0, REFIT_ERR_CONFIG,
+      "demo.yaml:15:3: generator.tp: 4 does not divide "
+      "model.num_kv_heads 6");
+  assert_int_equal(count_lines(errors), 1);
+}
+
+static void test_expert_parallel_divides_experts(void **state) {
+  (void)state;
+  const char *x6 = edit(moe, "  num_experts: 8\n", "  num_experts: 6\n");
+  EXPECT_OK(x6, 0, NULL);
+  const char *t =
+      edit(edit(moe, "  ep: 2\n", "  ep: 3\n"), "  dp: 1\n", "  dp: 3\n");
+  EXPECT_ERR(t, 0, REFIT_ERR_CONFIG,
+             "demo.yaml:14:3: trainer.ep: 3 does not divide "
+             "model.num_experts 8");
+  const char *g = edit(edit(x6, GEN_TP, "generator:\n  tp: 4\n"), GEN_EP,
+                       "  ep: 4\n  engines");
+  EXPECT_ERR(g, 0, REFIT_ERR_CONFIG,
+             "demo.yaml:19:3: generator.ep: 4 does not divide "
+             "model.num_experts 6");
+}
+
+static void test_moe_parallel_folding(void **state) {
+  (void)state;
+  EXPECT_ERR(edit(moe, "  ep: 2\n", "  ep: 4\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:14:3: trainer.etp * trainer.ep = 1 * 4 = 4 does not "
+             "divide trainer.tp * trainer.dp = 2 * 1 = 2");
+  /* With dp 2 the same ep 4 folds. */
+  EXPECT_OK(edit(edit(moe, "  ep: 2\n", "  ep: 4\n"), "  dp: 1\n", "  dp: 2\n"),
+            0, NULL);
+}
+
+static void test_etp_divides_moe_intermediate(void **state) {
+  (void)state;
+  const char *t =
+      edit(edit(moe, "  ep: 2\n", "  ep: 1\n"), "  etp: 1\n", "  etp: 2\n");
+  EXPECT_OK(t, 0, NULL);
+  EXPECT_ERR(edit(t, "  moe_intermediate_size: 128\n",
+                  "  moe_intermediate_size: 129\n"),
+             0, REFIT_ERR_CONFIG,
+             "demo.yaml:15:3: trainer.etp: 2 does not divide "
+             "model.moe_intermediate_size 129");
+}
+
+static void test_generator_ep_is_1_or_tp(void **state) {
+  (void)state;
+  const char *g = edit(moe, GEN_TP, "generator:\n  tp: 4\n");
+  EXPECT_ERR(g, 0, REFIT_ERR_CONFIG,
+             "demo.yaml:19:3: generator.ep: expected 1 or generator.tp (4), "
+             "got 2");
+  EXPECT_OK(edit(g, GEN_EP, "  ep: 1\n  engines"), 0, NULL);
+  EXPECT_OK(edit(g, GEN_EP, "  ep: 4\n  engines"), 0, NULL);
+}
+
+static void test_generator_tp_divides_moe_intermediate(void **state) {
+  (void)state;
+  const char *g = edit(edit(moe, GEN_TP, "generator:\n  tp: 4\n"), GEN_EP,
+                       "  ep: 1\n  engines");
+  g = edit(g, "  moe_intermediate_size: 128\n",
+           "  moe_intermediate_size: 130\n");
+  EXPECT_ERR(g, 0, REFIT_ERR_CONFIG,
+             "demo.yaml:18:3: generator.tp: 4 does not divide "
+             "model.moe_intermediate_size 130 (with generator.ep 1");
+  /* With ep == tp each rank holds whole experts: no I split. */
+  EXPECT_OK(edit(g, "  ep: 1\n  engines", "  ep: 4\n  engines"), 0, NULL);
+}
+
+static void test_family_requirements(void **state) {
+  (void)state;
+  EXPECT_ERR(edit(dense, "  intermediate_size: 512\n", ""), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:2:3: model.intermediate_size: a positive value is "
+             "required when model.family is qwen3");
+  EXPECT_ERR(edit(moe, "  num_experts: 8\n", "  num_experts: 0\n"), 0,
+             REFIT_ERR_CONFIG,
+             "demo.yaml:9:3: model.num_experts: a positive value is required "
+             "when model.family is qwen3_moe");
+  EXPECT_ERR(edit(moe, "  moe_intermediate_size: 128\n", ""), 0,
+             REFIT_ERR_CONFIG,
+             "demo.yaml:2:3: model.moe_intermediate_size: a positive value "
+             "is required when model.family is qwen3_moe");
+  EXPECT_ERR(edit(dense, "  intermediate_size: 512\n",
+                  "  intermediate_size: 512\n  num_experts: 8\n"),
+             0, REFIT_ERR_CONFIG,
+             "demo.yaml:10:3: model.num_experts: 8 is given but applies only "
+             "to model.family qwen3_moe");
+  EXPECT_ERR(edit(moe, "  num_experts: 8\n",
+                  "  num_experts: 8\n  intermediate_size: 6144\n"),
+             0, REFIT_ERR_CONFIG,
+             "model.intermediate_size: 6144 is given but applies only to "
+             "model.family qwen3");
+}
+
+static void test_dense_rejects_expert_parallel(void **state) {
+  (void)state;
+  const char *d = edit(dense, "  dp: 1\n", "  dp: 1\n  ep: 2\n  etp: 2\n");
+  d = edit(d, "  engines: 1\n", "  ep: 2\n  engines: 1\n");
+  const char *errors =
+      EXPECT_ERR(d, 0, REFIT_ERR_CONFIG,
+                 "demo.yaml:14:3: trainer.ep: 2 needs experts, but "
+                 "model.family is qwen3 (dense)",
+                 "demo.yaml:15:3: trainer.etp: 2 needs experts",
+                 "demo.yaml:18:3: generator.ep: 2 needs experts");
+  assert_int_equal(count_lines(errors), 3);
+}
+
+static void test_stage_layers(void **state) {
+  (void)state;
+  const char *pp3 = edit(moe, "  pp: 1\n", "  pp: 3\n");
+  EXPECT_ERR(pp3, 0, REFIT_ERR_CONFIG,
+             "demo.yaml:13:3: trainer.pp: 3 does not divide model.num_layers "
+             "4; set trainer.first_stage_layers or last_stage_layers");
+
+  /* pp 3, first 2: the other two stages split the remaining 2. */
+  refit_config_t cfg;
+  int64_t layers[8];
+  EXPECT_OK(in_trainer(pp3, "  first_stage_layers: 2\n"), 0, &cfg);
+  assert_int_equal(refit_config_stage_layers(&cfg, layers, 8), REFIT_OK);
+  assert_int_equal(layers[0], 2);
+  assert_int_equal(layers[1], 1);
+  assert_int_equal(layers[2], 1);
+  assert_int_equal(refit_config_stage_layers(&cfg, layers, 2),
+                   REFIT_ERR_INVALID_ARGUMENT);
+
+  /* pp 4, L 10: first 2 + last 2 leave 6 for the 2 middle stages. */
+  const char *l10 = edit(edit(moe, "  num_layers: 4\n", "  num_layers: 10\n"),
+                         "  pp: 1\n", "  pp: 4\n");
+  EXPECT_OK(
+      in_trainer(l10, "  first_stage_layers: 2\n  last_stage_layers: 2\n"), 0,
+      &cfg);
+  assert_int_equal(refit_config_stage_layers(&cfg, layers, 4), REFIT_OK);
+  assert_int_equal(layers[0], 2);
+  assert_int_equal(layers[1], 3);
+  assert_int_equal(layers[2], 3);
+  assert_int_equal(layers[3], 2);
+  EXPECT_ERR(
+      in_trainer(l10, "  first_stage_layers: 3\n  last_stage_layers: 2\n"), 0,
+      REFIT_ERR_CONFIG,
+      "demo.yaml:17:3: trainer.first_stage_layers 3 and "
+      "trainer.last_stage_layers 2 leave 5 of model.num_layers 10 for "
+      "the other 2 stages of trainer.pp 4, which must split them "
+      "evenly");
+  EXPECT_ERR(in_trainer(l10, "  last_stage_layers: 8\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:17:3: trainer.last_stage_layers 8 leaves 2 of "
+             "model.num_layers 10 for the other 3 stages");
+  EXPECT_ERR(in_trainer(l10, "  last_stage_layers: 11\n"), 0, REFIT_ERR_CONFIG,
+             "trainer.last_stage_layers: 11 exceeds model.num_layers 10");
+
+  /* pp 1: 0 or all layers. */
+  EXPECT_OK(in_trainer(moe, "  first_stage_layers: 4\n"), 0, NULL);
+  EXPECT_ERR(in_trainer(moe, "  first_stage_layers: 2\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:17:3: trainer.first_stage_layers: 2 must be 0 or "
+             "model.num_layers 4 when trainer.pp is 1");
+
+  /* pp 2: first + last == L, an unspecified one inferred. */
+  const char *pp2 = edit(moe, "  pp: 1\n", "  pp: 2\n");
+  EXPECT_OK(in_trainer(pp2, "  first_stage_layers: 1\n"), 0, &cfg);
+  assert_int_equal(refit_config_stage_layers(&cfg, layers, 2), REFIT_OK);
+  assert_int_equal(layers[0], 1);
+  assert_int_equal(layers[1], 3);
+  EXPECT_OK(in_trainer(pp2, "  last_stage_layers: 1\n"), 0, &cfg);
+  assert_int_equal(refit_config_stage_layers(&cfg, layers, 2), REFIT_OK);
+  assert_int_equal(layers[0], 3);
+  assert_int_equal(layers[1], 1);
+  EXPECT_ERR(
+      in_trainer(pp2, "  first_stage_layers: 1\n  last_stage_layers: 2\n"), 0,
+      REFIT_ERR_CONFIG,
+      "demo.yaml:17:3: trainer.first_stage_layers 1 + "
+      "trainer.last_stage_layers 2 = 3, but model.num_layers is 4");
+  EXPECT_ERR(in_trainer(pp2, "  first_stage_layers: 4\n"), 0, REFIT_ERR_CONFIG,
+             "trainer.first_stage_layers 4 leaves 0 of model.num_layers 4 "
+             "for the other 1 stage of trainer.pp 2");
+}
+
+static void test_source_path(void **state) {
+  (void)state;
+  EXPECT_ERR(cat(moe, "source:\n  path: w.h5\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:22:3: source.path: given but source.kind is "
+             "synthetic");
+}
+
+static void test_many_cross_field_errors_at_once(void **state) {
+  (void)state;
+  const char *y = edit(moe, "  num_kv_heads: 4\n", "  num_kv_heads: 3\n");
+  y = edit(y, "  pp: 1\n", "  pp: 3\n");
+  y = edit(y, "  ep: 2\n", "  ep: 3\n");
+  y = edit(y, GEN_TP, "generator:\n  tp: 4\n");
+  const char *errors = EXPECT_ERR(
+      y, 9, REFIT_ERR_CONFIG,
+      "demo.yaml:6:3: model.num_kv_heads: 3 does not divide "
+      "model.num_attention_heads 8",
+      "demo.yaml:11:1: world size 9 does not match trainer ranks 6",
+      "demo.yaml:12:3: trainer.tp: 2 does not divide model.num_kv_heads 3",
+      "demo.yaml:13:3: trainer.pp: 3 does not divide model.num_layers 4",
+      "demo.yaml:14:3: trainer.ep: 3 does not divide model.num_experts 8",
+      "demo.yaml:14:3: trainer.etp * trainer.ep = 1 * 3 = 3 does not divide",
+      "demo.yaml:18:3: generator.tp: 4 is larger than model.num_kv_heads 3",
+      "demo.yaml:19:3: generator.ep: expected 1 or generator.tp (4), got 2");
+  assert_int_equal(count_lines(errors), 8);
+  /* In file order. */
+  assert_true(strstr(errors, "demo.yaml:6:3:") < strstr(errors, ":12:3:"));
+  assert_true(strstr(errors, ":13:3:") < strstr(errors, ":18:3:"));
+  assert_true(strstr(errors, ":18:3:") < strstr(errors, ":19:3:"));
+}
+
+static void test_bad_values_do_not_cascade(void **state) {
+  (void)state;
+  /* A bad tp is reported once, not again by every rule that uses it. */
+  const char *errors =
+      EXPECT_ERR(edit(moe, "  tp: 2\n", "  tp: zwei\n"), 4, REFIT_ERR_CONFIG,
+                 "trainer.tp: expected a positive integer, got 'zwei'");
+  assert_int_equal(count_lines(errors), 1);
+  /* A missing head count does not divide by zero. */
+  errors = EXPECT_ERR(edit(moe, "  num_kv_heads: 4\n", ""), 4, REFIT_ERR_CONFIG,
+                      "model.num_kv_heads: missing");
+  assert_int_equal(count_lines(errors), 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Not available yet                                                         */
+/* ------------------------------------------------------------------------ */
+
+static void test_not_available_yet(void **state) {
+  (void)state;
+  static const struct {
+    const char *yaml;
+    const char *message;
+  } cases[] = {
+      {"refit:\n  precision: mxfp8\n",
+       "demo.yaml:22:3: refit.precision: 'mxfp8' is not available yet"},
+      {"refit:\n  mode: async\n",
+       "demo.yaml:22:3: refit.mode: 'async' is not available yet"},
+      {"refit:\n  transport: nccl\n",
+       "demo.yaml:22:3: refit.transport: 'nccl' is not available yet"},
+      {"refit:\n  transport: ipc\n", "refit.transport: 'ipc' is not "
+                                     "available yet"},
+      {"refit:\n  transport: ucx\n", "refit.transport: 'ucx' is not "
+                                     "available yet"},
+      {"source:\n  kind: hdf5\n  path: w.h5\n",
+       "demo.yaml:22:3: source.kind: 'hdf5' is not available yet"},
+      {"dump: out.h5\n", "demo.yaml:21:1: dump: 'out.h5' is not available "
+                         "yet"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    EXPECT_ERR(cat(moe, cases[i].yaml), 4, REFIT_ERR_NOT_AVAILABLE,
+               cases[i].message);
+  /* The options that exist today are accepted. */
+  EXPECT_OK(cat(moe, "refit:\n  transport: mpi\n  mode: sync\n"
+                     "  precision: bf16\ndump: ''\n"),
+            4, NULL);
+  /* Mixed with a real mistake, the status is the real mistake's. */
+  EXPECT_ERR(
+      cat(edit(moe, "  tp: 2\n", "  tp: 0\n"), "refit:\n  precision: mxfp8\n"),
+      4, REFIT_ERR_CONFIG, "trainer.tp: expected a positive integer",
+      "refit.precision: 'mxfp8' is not available yet");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files, presets, hash, format                                              */
+/* ------------------------------------------------------------------------ */
+
+static void test_presets_parse(void **state) {
+  (void)state;
+  static const char *const presets[] = {"demo.yaml", "qwen3-8b.yaml",
+                                        "qwen3-30b-a3b.yaml",
+                                        "qwen3-235b-a22b.yaml"};
+  for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
+    char path[512];
+    refit_config_t cfg;
+    char *errors = NULL, *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof(path), "%s/%s", REFIT_CONFIGS_DIR, presets[i]);
+    refit_status_t st = refit_config_load(path, 0, &cfg, &errors, &text, &len);
+    if (st != REFIT_OK)
+      fail_msg("%s: %s\n%s", path, refit_status_name(st), errors);
+    assert_non_null(text);
+    assert_int_equal(strlen(text), len);
+    free(text);
+  }
+
+  /* demo.yaml runs on 4 ranks, with buckets small enough to see several. */
+  char path[512];
+  refit_config_t cfg;
+  char *errors = NULL;
+  snprintf(path, sizeof(path), "%s/demo.yaml", REFIT_CONFIGS_DIR);
+  assert_int_equal(refit_config_load(path, 4, &cfg, &errors, NULL, NULL),
+                   REFIT_OK);
+  assert_int_equal(cfg.model.family, REFIT_FAMILY_QWEN3_MOE);
+  assert_int_equal(refit_trainer_world(&cfg.trainer) +
+                       refit_generator_world(&cfg.generator),
+                   4);
+  assert_int_equal(cfg.refit.bucket_bytes, UINT64_C(1) << 20);
+  assert_int_equal(cfg.model.hidden_size % 128, 0);
+  assert_int_equal((2 * cfg.model.moe_intermediate_size) % 128, 0);
+
+  /* The published Qwen3-235B-A22B has 94 layers: an uneven pipeline. */
+  snprintf(path, sizeof(path), "%s/qwen3-235b-a22b.yaml", REFIT_CONFIGS_DIR);
+  assert_int_equal(refit_config_load(path, 96, &cfg, &errors, NULL, NULL),
+                   REFIT_OK);
+  int64_t layers[8], sum = 0;
+  assert_int_equal(refit_config_stage_layers(&cfg, layers, 8), REFIT_OK);
+  for (int s = 0; s < 8; s++)
+    sum += layers[s];
+  assert_int_equal(sum, 94);
+  assert_int_equal(layers[0], 10);
+  assert_int_equal(layers[7], 12);
+}
+
+static void test_load_errors(void **state) {
+  (void)state;
+  refit_config_t cfg;
+  char *errors = NULL, *text = (char *)"untouched";
+  assert_int_equal(refit_config_load("/nonexistent/refit.yaml", 0, &cfg,
+                                     &errors, &text, NULL),
+                   REFIT_ERR_SYSTEM);
+  assert_non_null(errors);
+  keep(errors);
+  assert_non_null(strstr(errors, "/nonexistent/refit.yaml: cannot open the "
+                                 "configuration: No such file or directory"));
+  assert_string_equal(text, "untouched");
+
+  /* A file's problems are reported against its path. */
+  char path[] = "/tmp/refit_test_config_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  assert_non_null(f);
+  fputs(edit(moe, "  hidden_size:", "  hiden_size:"), f);
+  fclose(f);
+  assert_int_equal(refit_config_load(path, 0, &cfg, &errors, NULL, NULL),
+                   REFIT_ERR_CONFIG);
+  keep(errors);
+  remove(path);
+  char want[128];
+  snprintf(want, sizeof(want), "%s:3:3: unknown key 'model.hiden_size'", path);
+  if (strstr(errors, want) == NULL)
+    fail_msg("expected '%s' in:\n%s", want, errors);
+  assert_non_null(strstr(refit_last_error(), want));
+}
+
+static void test_hash_and_format_round_trip(void **state) {
+  (void)state;
+  refit_config_t a, b;
+  EXPECT_OK(cat(moe, "refit:\n  bucket_bytes: 3MiB\n  timeout_s: 0.25\n"
+                     "source:\n  seed: 42\n"),
+            0, &a);
+  char *text = NULL;
+  assert_int_equal(refit_config_format(&a, &text), REFIT_OK);
+  keep(text);
+  assert_non_null(strstr(text, "  bucket_bytes: 3MiB"));
+  assert_non_null(strstr(text, "model:\n  family: qwen3_moe"));
+  EXPECT_OK(text, 0, &b);
+  assert_true(refit_config_hash(&a) == refit_config_hash(&b));
+  assert_true(b.refit.timeout_s == 0.25);
+
+  /* Same values, different spelling and comments: same hash. */
+  EXPECT_OK(cat(moe, "# tuned\nrefit: {bucket_bytes: 3145728, timeout_s: "
+                     "2.5e-1}\nsource: {seed: 42}\n"),
+            0, &b);
+  assert_true(refit_config_hash(&a) == refit_config_hash(&b));
+  b.generator.engines = 2;
+  assert_true(refit_config_hash(&a) != refit_config_hash(&b));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_parse_bytes_units, teardown),
+      cmocka_unit_test_teardown(test_defaults_applied, teardown),
+      cmocka_unit_test_teardown(test_values_parsed, teardown),
+      cmocka_unit_test_teardown(test_syntax_error_line_col, teardown),
+      cmocka_unit_test_teardown(test_unknown_key_nested, teardown),
+      cmocka_unit_test_teardown(test_unknown_key_top_level, teardown),
+      cmocka_unit_test_teardown(test_wrong_type, teardown),
+      cmocka_unit_test_teardown(test_collection_where_scalar_expected,
+                                teardown),
+      cmocka_unit_test_teardown(test_out_of_range, teardown),
+      cmocka_unit_test_teardown(test_bad_bucket_units, teardown),
+      cmocka_unit_test_teardown(test_duplicate_key, teardown),
+      cmocka_unit_test_teardown(test_missing_required, teardown),
+      cmocka_unit_test_teardown(test_second_document_rejected, teardown),
+      cmocka_unit_test_teardown(test_world_size, teardown),
+      cmocka_unit_test_teardown(test_head_groups, teardown),
+      cmocka_unit_test_teardown(test_trainer_tp_heads, teardown),
+      cmocka_unit_test_teardown(test_trainer_tp_vocab_and_mlp, teardown),
+      cmocka_unit_test_teardown(test_generator_tp_rules, teardown),
+      cmocka_unit_test_teardown(test_expert_parallel_divides_experts, teardown),
+      cmocka_unit_test_teardown(test_moe_parallel_folding, teardown),
+      cmocka_unit_test_teardown(test_etp_divides_moe_intermediate, teardown),
+      cmocka_unit_test_teardown(test_generator_ep_is_1_or_tp, teardown),
+      cmocka_unit_test_teardown(test_generator_tp_divides_moe_intermediate,
+                                teardown),
+      cmocka_unit_test_teardown(test_family_requirements, teardown),
+      cmocka_unit_test_teardown(test_dense_rejects_expert_parallel, teardown),
+      cmocka_unit_test_teardown(test_stage_layers, teardown),
+      cmocka_unit_test_teardown(test_source_path, teardown),
+      cmocka_unit_test_teardown(test_many_cross_field_errors_at_once, teardown),
+      cmocka_unit_test_teardown(test_bad_values_do_not_cascade, teardown),
+      cmocka_unit_test_teardown(test_not_available_yet, teardown),
+      cmocka_unit_test_teardown(test_presets_parse, teardown),
+      cmocka_unit_test_teardown(test_load_errors, teardown),
+      cmocka_unit_test_teardown(test_hash_and_format_round_trip, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
