@@ -3,7 +3,6 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "reshard/reference.h"
-#include "synth.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +199,8 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the transport"), st,
                    err);
+  st = refit_source_open(&s->cfg, s->cat, &s->source);
+  REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the source"), st, err);
   st = s->is_trainer ? refit_session_alloc_trainer(s)
                      : refit_session_alloc_generator(s);
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "allocating memory"), st, err);
@@ -215,6 +216,7 @@ void refit_session_destroy(refit_session_t *s) {
   if (s == NULL)
     return;
   refit_transport_close(&s->transport);
+  refit_source_close(&s->source);
   if (s->shards != NULL)
     for (int64_t i = 0; i < s->cat->nsrc; i++)
       free(s->shards[i]);
@@ -237,21 +239,20 @@ void refit_session_destroy(refit_session_t *s) {
 }
 
 /* Trainer: new weights of `version` into every shard this rank holds. */
-static void refit_trainer_source(refit_session_t *s, uint64_t version) {
+static refit_status_t refit_trainer_source(refit_session_t *s, uint64_t version) {
   const refit_catalog_t *cat = s->cat;
   for (int64_t i = 0; i < cat->nsrc; i++) {
     if (s->shards[i] == NULL)
       continue;
     const refit_src_tensor_t *t = &cat->src[i];
     int64_t rows, cols;
-    refit_synth_t syn;
     refit_src_shard_shape(t, &rows, &cols);
-    refit_synth_init(&syn, s->cfg.source.seed, version, t);
     const int32_t p = s->shard_part[i];
-    refit_synth_fill(&syn, t, t->split == REFIT_SPLIT_ROWS ? p * rows : 0,
-                     t->split == REFIT_SPLIT_COLS ? p * cols : 0, rows, cols,
-                     s->shards[i]);
+    REFIT_CHECK(s->source.ops->read(
+        s->source.ctx, t, version, t->split == REFIT_SPLIT_ROWS ? p * rows : 0,
+        t->split == REFIT_SPLIT_COLS ? p * cols : 0, rows, cols, s->shards[i]));
   }
+  return REFIT_OK;
 }
 
 /* Trainer: gather the chunks of bucket b into buf, one message per peer. */
@@ -342,8 +343,10 @@ refit_status_t refit_session_refit(refit_session_t *s, uint64_t version,
 
   if (s->is_trainer) {
     double t = MPI_Wtime();
-    refit_trainer_source(s, version);
+    st = refit_trainer_source(s, version);
     times->source = MPI_Wtime() - t;
+    if (st != REFIT_OK)
+      goto out;
     for (int32_t b = 0; b < p->nbuckets; b++) {
       const int slot = b % REFIT_EXCHANGES_IN_FLIGHT;
       if (inflight[slot] != NULL) {
@@ -415,41 +418,51 @@ refit_status_t refit_session_verify(refit_session_t *s, uint64_t version,
                                     int64_t *mismatches) {
   const refit_catalog_t *cat = s->cat;
   const int64_t first = s->is_trainer ? 0 : cat->gen_begin[s->tp_rank];
-  int64_t bad = 0;
+  int64_t bad = 0, max_cols = 1;
+  refit_status_t st = REFIT_OK;
 
-  for (int64_t i = 0; i < s->nruntime; i++) {
+  for (int64_t i = 0; i < s->nruntime; i++)
+    if (cat->gen[first + i].cols > max_cols)
+      max_cols = cat->gen[first + i].cols;
+  uint16_t *want = malloc((size_t)max_cols * sizeof(uint16_t));
+  if (want == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: row of %lld", (long long)max_cols);
+  for (int64_t i = 0; i < s->nruntime && st == REFIT_OK; i++) {
     const refit_gen_tensor_t *g = &cat->gen[first + i];
     for (int64_t row = 0; row < g->rows; row++) {
       char name[REFIT_NAME_MAX];
       int64_t src_row, col_off;
-      REFIT_CHECK(refit_reference_source_row(&cat->model, &cat->generator,
-                                             s->tp_rank, g->name, row, name,
-                                             &src_row, &col_off));
+      REFIT_CHECK_GOTO(refit_reference_source_row(&cat->model, &cat->generator,
+                                                  s->tp_rank, g->name, row, name,
+                                                  &src_row, &col_off),
+                       st, out);
       int64_t si = refit_catalog_find_src(cat, name);
-      if (si < 0)
-        return REFIT_ERR(REFIT_ERR_INTERNAL,
-                         "verify: %s row %lld names unknown source %s", g->name,
-                         (long long)row, name);
-      const refit_src_tensor_t *t = &cat->src[si];
-      refit_synth_t syn;
-      refit_synth_init(&syn, s->cfg.source.seed, version, t);
+      if (si < 0) {
+        st = REFIT_ERR(REFIT_ERR_INTERNAL,
+                       "verify: %s row %lld names unknown source %s", g->name,
+                       (long long)row, name);
+        goto out;
+      }
+      REFIT_CHECK_GOTO(s->source.ops->read(s->source.ctx, &cat->src[si], version,
+                                           src_row, col_off, 1, g->cols, want),
+                       st, out);
       const uint16_t *got = s->runtime[i] + row * g->cols;
-      const int64_t base = src_row * t->cols + col_off;
       for (int64_t c = 0; c < g->cols; c++) {
-        uint16_t want = refit_synth_bf16(&syn, base + c);
-        if (got[c] == want)
+        if (got[c] == want[c])
           continue;
         if (bad == 0)
           REFIT_WARN("verify: version %llu, generator rank %d (engine %d, tp "
                      "rank %d), tensor %s: first mismatch at [%lld, %lld]: "
                      "expected 0x%04x (%s row %lld col %lld), actual 0x%04x",
                      (unsigned long long)version, s->role_rank, s->engine,
-                     s->tp_rank, g->name, (long long)row, (long long)c, want,
+                     s->tp_rank, g->name, (long long)row, (long long)c, want[c],
                      name, (long long)src_row, (long long)(c + col_off), got[c]);
         bad++;
       }
     }
   }
+out:
+  free(want);
   *mismatches = bad;
-  return REFIT_OK;
+  return st;
 }

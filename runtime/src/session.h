@@ -11,6 +11,7 @@
 #include "config.h"
 #include "reshard/catalog.h"
 #include "reshard/plan.h"
+#include "source.h"
 #include "transport.h"
 
 #include <mpi.h>
@@ -39,6 +40,7 @@ typedef struct refit_session {
   refit_catalog_t *cat;
   refit_plan_t *plan;
   refit_transport_t transport;
+  refit_source_t source;
 
   /* This rank's messages, by bucket: my_msgs[my_begin[b] .. my_begin[b+1]). */
   int64_t *my_msgs;
