@@ -151,14 +151,24 @@ static refit_status_t refit_session_alloc_generator(refit_session_t *s) {
   const refit_catalog_t *cat = s->cat;
   const int64_t first = cat->gen_begin[s->tp_rank];
   s->nruntime = cat->gen_begin[s->tp_rank + 1] - first;
-  s->runtime = calloc((size_t)s->nruntime, sizeof(*s->runtime));
-  if (s->runtime == NULL)
+  s->stores = calloc((size_t)(2 * s->nruntime), sizeof(*s->stores));
+  s->store_of = calloc((size_t)s->nruntime, sizeof(*s->store_of));
+  if (s->stores == NULL || s->store_of == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "runtime tensor table");
   for (int64_t i = 0; i < s->nruntime; i++) {
     const refit_gen_tensor_t *g = &cat->gen[first + i];
+    refit_store_t *st = &s->stores[s->nstores];
+    s->store_of[i] = s->nstores++;
+    snprintf(st->name, sizeof(st->name), "%s", g->name);
+    st->dtype = REFIT_DTYPE_BF16;
+    st->layout = "linear";
+    st->ndim = g->ndim;
+    memcpy(st->shape, g->shape, sizeof(st->shape));
+    st->gen = first + i;
+    st->bytes = (size_t)(g->rows * g->cols) * sizeof(uint16_t);
     /* calloc: runtime storage starts defined (zero) before the first refit. */
-    s->runtime[i] = calloc((size_t)(g->rows * g->cols), sizeof(uint16_t));
-    if (s->runtime[i] == NULL)
+    st->data = calloc(st->bytes, 1);
+    if (st->data == NULL)
       return REFIT_ERR(REFIT_ERR_NO_MEMORY, "generator rank %d: runtime %s",
                        s->role_rank, g->name);
   }
@@ -222,10 +232,10 @@ void refit_session_destroy(refit_session_t *s) {
       free(s->shards[i]);
   free(s->shards);
   free(s->shard_part);
-  if (s->runtime != NULL)
-    for (int64_t i = 0; i < s->nruntime; i++)
-      free(s->runtime[i]);
-  free(s->runtime);
+  for (int64_t i = 0; i < s->nstores; i++)
+    free(s->stores[i].data);
+  free(s->stores);
+  free(s->store_of);
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
     free(s->sendbuf[i]);
     free(s->staging[i]);
@@ -307,8 +317,9 @@ static void refit_generator_unpack(refit_session_t *s, int32_t b,
     for (int64_t c = m->chunk_begin; c < m->chunk_begin + m->chunk_count; c++) {
       const refit_chunk_t *ch = &p->chunks[c];
       const refit_gen_tensor_t *g = &s->cat->gen[ch->dst_tensor];
-      uint16_t *dst = s->runtime[ch->dst_tensor - first] + ch->dst_row * g->cols +
-                      ch->dst_col;
+      uint16_t *dst =
+          (uint16_t *)s->stores[s->store_of[ch->dst_tensor - first]].data +
+          ch->dst_row * g->cols + ch->dst_col;
       const unsigned char *src = buf + ch->offset;
       for (int64_t r = 0; r < ch->rows; r++)
         memcpy(dst + r * g->cols, src + r * ch->row_bytes,
@@ -446,7 +457,8 @@ refit_status_t refit_session_verify(refit_session_t *s, uint64_t version,
       REFIT_CHECK_GOTO(s->source.ops->read(s->source.ctx, &cat->src[si], version,
                                            src_row, col_off, 1, g->cols, want),
                        st, out);
-      const uint16_t *got = s->runtime[i] + row * g->cols;
+      const uint16_t *got =
+          (const uint16_t *)s->stores[s->store_of[i]].data + row * g->cols;
       for (int64_t c = 0; c < g->cols; c++) {
         if (got[c] == want[c])
           continue;

@@ -17,6 +17,30 @@
 #include <mpi.h>
 #include <stdint.h>
 
+typedef enum {
+  REFIT_DTYPE_BF16 = 0, /* uint16 bit patterns */
+  REFIT_DTYPE_E4M3 = 1, /* float8_e4m3fn bytes */
+  REFIT_DTYPE_E8M0 = 2  /* block scale exponent bytes */
+} refit_dtype_t;
+
+/*
+ * One piece of generator runtime storage, named as vLLM names it
+ * ("model.layers.0.self_attn.qkv_proj.weight", "...weight_scale"). Allocated
+ * once at start-up; every refit writes into the same bytes.
+ */
+typedef struct {
+  char name[REFIT_NAME_MAX + 8];
+  refit_dtype_t dtype;
+  const char *layout; /* "linear", "swizzle_128x4", "trtllm_moe_w13",
+                         "trtllm_moe_w2", "trtllm_dense" */
+  int ndim;
+  int64_t shape[3];
+  void *data;
+  size_t bytes;
+  int64_t gen;  /* index into catalog->gen */
+  int is_scale; /* the _scale beside a quantized weight */
+} refit_store_t;
+
 /* Seconds per phase of one refit, as seen by one rank. */
 typedef struct {
   double source;   /* trainer: produce the new weights */
@@ -51,11 +75,14 @@ typedef struct refit_session {
   int32_t *shard_part;
   unsigned char *sendbuf[REFIT_EXCHANGES_IN_FLIGHT];
 
-  /* Generator: runtime tensors of tp rank `tp_rank`, indexed from
-   * cat->gen_begin[tp_rank]. */
+  /* Generator: runtime storage of tp rank `tp_rank`. Catalog tensor
+   * cat->gen_begin[tp_rank] + i owns stores[store_of[i]] (its weight) and,
+   * when quantized, stores[store_of[i] + 1] (its scale). */
   int tp_rank, engine;
-  uint16_t **runtime;
-  int64_t nruntime;
+  refit_store_t *stores;
+  int64_t nstores;
+  int64_t *store_of;
+  int64_t nruntime; /* catalog tensors of this tp rank */
   unsigned char *staging[REFIT_EXCHANGES_IN_FLIGHT];
 
   uint64_t version; /* last version refitted */
