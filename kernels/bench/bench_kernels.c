@@ -1,0 +1,253 @@
+/*
+ * refit-bench-kernels: speed of the MXFP8 kernels on one Qwen3-30B-A3B expert
+ * layer (E = 128, H = 2048, I = 768: w13 [128, 1536, 2048], w2 [128, 2048,
+ * 768]) against the memory-copy ceiling measured in the same run.
+ *
+ * Bandwidth = (bytes read + bytes written) / time, the same definition for the
+ * copy (2 x size) and for the kernels, so "ratio" is the fraction of copy
+ * speed reached. Time is the best of REFIT_BENCH_REPS runs (default 3).
+ * "wrong" counts output bytes that differ from the reference: for the C
+ * quantizer the single-thread run, for the batched layout the per-expert
+ * oracle, for the GPU kernels the C reference. Exit code 1 if any is nonzero.
+ * Usage: refit-bench-kernels [E H I]
+ */
+#include "kernels/layout.h"
+#include "kernels/mxfp8.h"
+#ifdef REFIT_HAVE_CUDA
+#include "kernels/mxfp8_cuda.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int64_t diff_bytes(const uint8_t *a, const uint8_t *b, int64_t n) {
+  int64_t d = 0;
+  for (int64_t i = 0; i < n; i++)
+    d += a[i] != b[i];
+  return d;
+}
+
+static double ceiling_gbs;
+static int64_t total_wrong;
+
+static void row(const char *name, int64_t bytes, double t, int64_t wrong) {
+  double gbs = (double)bytes / t / 1e9;
+  printf("%-34s %10.1f %10.3f %9.1f %7.2f %8lld\n", name, (double)bytes / 1e6,
+         t * 1e3, gbs, gbs / ceiling_gbs, (long long)wrong);
+  total_wrong += wrong;
+}
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n);
+  if (p == NULL) {
+    fprintf(stderr, "out of memory (%zu bytes)\n", n);
+    exit(2);
+  }
+  memset(p, 0, n); /* fault pages in before timing */
+  return p;
+}
+
+static void check(refit_status_t st, const char *what) {
+  if (st != REFIT_OK) {
+    fprintf(stderr, "%s failed: %s: %s\n", what, refit_status_name(st),
+            refit_last_error());
+    exit(2);
+  }
+}
+
+int main(int argc, char **argv) {
+  refit_kernels_moe_shape_t s = {128, 2048, 768, 1};
+  if (argc == 4) {
+    s.num_experts = atoll(argv[1]);
+    s.hidden = atoll(argv[2]);
+    s.intermediate = atoll(argv[3]);
+  }
+  int reps = getenv("REFIT_BENCH_REPS") ? atoi(getenv("REFIT_BENCH_REPS")) : 3;
+  if (reps < 1)
+    reps = 1;
+  refit_kernels_moe_sizes_t z;
+  check(refit_kernels_moe_check_shape(&s, "bench", &z), "shape");
+  int64_t n13 = z.w13_weight, n2 = z.w2_weight, nel = n13 + n2;
+  printf("# refit-bench-kernels: E=%lld H=%lld I=%lld, %d C threads, best of %d\n",
+         (long long)s.num_experts, (long long)s.hidden, (long long)s.intermediate,
+         refit_kernels_threads_get(), reps);
+
+  /* Inputs: BF16 weights with a realistic spread (deterministic LCG). */
+  uint16_t *bf = xmalloc((size_t)nel * 2);
+  uint64_t x = 12345;
+  for (int64_t i = 0; i < nel; i++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    bf[i] = (uint16_t)(((x >> 33) & 0x8000) | ((120 + (x >> 60)) << 7) | ((x >> 40) & 0x7f));
+  }
+  uint8_t *q = xmalloc((size_t)nel), *q1 = xmalloc((size_t)nel);
+  uint8_t *sc = xmalloc((size_t)nel / 32), *sc1 = xmalloc((size_t)nel / 32);
+  uint8_t *cp = xmalloc((size_t)nel * 2);
+  double t, best;
+
+  printf("%-34s %10s %10s %9s %7s %8s\n", "kernel", "MB moved", "time ms",
+         "GB/s", "ratio", "wrong");
+  /* Ceiling: memcpy of the BF16 layer. */
+  best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    t = now_s();
+    memcpy(cp, bf, (size_t)nel * 2);
+    t = now_s() - t;
+    best = t < best ? t : best;
+  }
+  ceiling_gbs = (double)nel * 4 / best / 1e9;
+  row("memcpy (ceiling)", nel * 4, best, diff_bytes(cp, (uint8_t *)bf, nel * 2));
+
+  /* Quantize the layer (w13 and w2 rows are all K-blocked rows). */
+  int64_t qbytes = nel * 2 + nel + nel / 32;
+  int nthreads = refit_kernels_threads_get();
+  refit_kernels_threads_set(1);
+  best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    t = now_s();
+    check(refit_mxfp8_quantize_rows(bf, n13 / s.hidden, s.hidden, s.hidden, q1,
+                                    s.hidden, sc1, s.hidden / 32), "quantize");
+    check(refit_mxfp8_quantize_rows(bf + n13, n2 / s.intermediate, s.intermediate,
+                                    s.intermediate, q1 + n13, s.intermediate,
+                                    sc1 + n13 / 32, s.intermediate / 32), "quantize");
+    t = now_s() - t;
+    best = t < best ? t : best;
+  }
+  row("C quantize, 1 thread", qbytes, best, 0);
+  refit_kernels_threads_set(nthreads);
+  best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    t = now_s();
+    check(refit_mxfp8_quantize_rows(bf, n13 / s.hidden, s.hidden, s.hidden, q,
+                                    s.hidden, sc, s.hidden / 32), "quantize");
+    check(refit_mxfp8_quantize_rows(bf + n13, n2 / s.intermediate, s.intermediate,
+                                    s.intermediate, q + n13, s.intermediate,
+                                    sc + n13 / 32, s.intermediate / 32), "quantize");
+    t = now_s() - t;
+    best = t < best ? t : best;
+  }
+  char name[64];
+  snprintf(name, sizeof(name), "C quantize, %d threads", nthreads);
+  row(name, qbytes, best,
+      diff_bytes(q, q1, nel) + diff_bytes(sc, sc1, nel / 32));
+
+  /* MoE layout: batched (4 gathers) vs per-expert oracle. */
+  uint8_t *o[4], *w[4];
+  int64_t osz[4] = {z.w13_weight, z.w13_weight_scale, z.w2_weight, z.w2_weight_scale};
+  for (int i = 0; i < 4; i++) {
+    o[i] = xmalloc((size_t)osz[i]);
+    w[i] = xmalloc((size_t)osz[i]);
+  }
+  int64_t lbytes = 2 * (nel + nel / 32); /* approx: padding adds nothing here */
+  best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    t = now_s();
+    check(refit_kernels_moe_transform_oracle(&s, q, sc, q + n13, sc + n13 / 32, w[0],
+                                             w[1], w[2], w[3]), "oracle");
+    t = now_s() - t;
+    best = t < best ? t : best;
+  }
+  row("C MoE layout, per-expert oracle", lbytes, best, 0);
+  best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    t = now_s();
+    check(refit_kernels_moe_transform(&s, q, sc, q + n13, sc + n13 / 32, o[0], o[1],
+                                      o[2], o[3]), "layout");
+    t = now_s() - t;
+    best = t < best ? t : best;
+  }
+  int64_t wrong = 0;
+  for (int i = 0; i < 4; i++)
+    wrong += diff_bytes(o[i], w[i], osz[i]);
+  snprintf(name, sizeof(name), "C MoE layout, batched, %d thr", nthreads);
+  row(name, lbytes, best, wrong);
+
+#ifdef REFIT_HAVE_CUDA
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    printf("# no CUDA device: GPU rows skipped\n");
+  } else {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    uint16_t *dbf;
+    uint8_t *dcp, *dq, *dsc, *dout[4];
+    cudaMalloc((void **)&dbf, (size_t)nel * 2);
+    cudaMalloc((void **)&dcp, (size_t)nel * 2);
+    cudaMalloc((void **)&dq, (size_t)nel);
+    cudaMalloc((void **)&dsc, (size_t)nel / 32);
+    for (int i = 0; i < 4; i++)
+      cudaMalloc((void **)&dout[i], (size_t)osz[i]);
+    cudaMemcpy(dbf, bf, (size_t)nel * 2, cudaMemcpyHostToDevice);
+    float ms, bms;
+    int greps = reps < 10 ? 10 : reps;
+#define GPU_TIME(stmt)                                                         \
+  bms = 1e30f;                                                                 \
+  for (int r = 0; r < greps + 1; r++) {                                        \
+    cudaEventRecord(e0, 0);                                                    \
+    stmt;                                                                      \
+    cudaEventRecord(e1, 0);                                                    \
+    cudaEventSynchronize(e1);                                                  \
+    cudaEventElapsedTime(&ms, e0, e1);                                         \
+    if (r > 0 && ms < bms) /* run 0 is warm-up */                              \
+      bms = ms;                                                                \
+  }
+    GPU_TIME(cudaMemcpyAsync(dcp, dbf, (size_t)nel * 2, cudaMemcpyDeviceToDevice, 0));
+    double cpu_ceiling = ceiling_gbs;
+    ceiling_gbs = (double)nel * 4 / (bms * 1e-3) / 1e9;
+    row("cudaMemcpy D2D (GPU ceiling)", nel * 4, bms * 1e-3, 0);
+    GPU_TIME(check(refit_mxfp8_quantize_rows_cuda(dbf, n13 / s.hidden, s.hidden, s.hidden,
+                                                  dq, s.hidden, dsc, s.hidden / 32, 0),
+                   "quantize cuda");
+             check(refit_mxfp8_quantize_rows_cuda(
+                       dbf + n13, n2 / s.intermediate, s.intermediate, s.intermediate,
+                       dq + n13, s.intermediate, dsc + n13 / 32, s.intermediate / 32, 0),
+                   "quantize cuda"));
+    uint8_t *hq = xmalloc((size_t)nel), *hs = xmalloc((size_t)nel / 32);
+    cudaMemcpy(hq, dq, (size_t)nel, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hs, dsc, (size_t)nel / 32, cudaMemcpyDeviceToHost);
+    row("CUDA quantize", qbytes, bms * 1e-3,
+        diff_bytes(hq, q, nel) + diff_bytes(hs, sc, nel / 32));
+    GPU_TIME(check(refit_kernels_moe_transform_cuda(&s, dq, dsc, dq + n13, dsc + n13 / 32,
+                                                    dout[0], dout[1], dout[2], dout[3], 0),
+                   "layout cuda"));
+    wrong = 0;
+    for (int i = 0; i < 4; i++) {
+      uint8_t *h = xmalloc((size_t)osz[i]);
+      cudaMemcpy(h, dout[i], (size_t)osz[i], cudaMemcpyDeviceToHost);
+      wrong += diff_bytes(h, o[i], osz[i]);
+      free(h);
+    }
+    row("CUDA MoE layout, batched", lbytes, bms * 1e-3, wrong);
+    printf("# GPU ratios are to cudaMemcpy D2D; CPU ratios to memcpy (%.1f GB/s)\n",
+           cpu_ceiling);
+    free(hq);
+    free(hs);
+    cudaFree(dbf);
+    cudaFree(dcp);
+    cudaFree(dq);
+    cudaFree(dsc);
+    for (int i = 0; i < 4; i++)
+      cudaFree(dout[i]);
+  }
+#endif
+  for (int i = 0; i < 4; i++) {
+    free(o[i]);
+    free(w[i]);
+  }
+  free(bf);
+  free(q);
+  free(q1);
+  free(sc);
+  free(sc1);
+  free(cp);
+  printf("# wrong bytes in total: %lld\n", (long long)total_wrong);
+  return total_wrong != 0;
+}
