@@ -17,10 +17,14 @@ jobs=$(nproc)
 
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
           libyaml-dev libhdf5-dev libucx-dev libcmocka-dev)
+# Test-only packages: a one-node Slurm cluster for tests/launch (label slurm).
+# Installed by `test` only; nothing at build or run time needs them.
+test_packages=(slurmctld slurmd slurm-client munge)
 
-install_missing() {
-  local missing=()
-  for p in "${packages[@]}"; do
+install_missing() { # install_missing [PACKAGE...] (default: packages)
+  local missing=() want=("${@:-}")
+  [ -n "${want[0]}" ] || want=("${packages[@]}")
+  for p in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
       missing+=("$p")
   done
@@ -58,6 +62,7 @@ case "$what" in
     ;;
   test)
     install_missing
+    install_missing "${test_packages[@]}"
     build build
     (cd build && ctest --output-on-failure -j "$jobs")
     # The sanitizer build runs the same suite. Open MPI keeps some memory

@@ -80,6 +80,11 @@ typedef struct {
   refit_role_t role;
   int32_t layer;
   int64_t seg_begin, seg_count; /* into catalog->segs, in dst row order */
+  /* Quantized to MXFP8 on the generator. The catalog leaves it 0; the
+   * runtime sets it from the precision and the ignore list before planning,
+   * and the planner reads it to size rows on the wire. Only kinds other than
+   * REFIT_GEN_PLAIN may be set. */
+  int quantized;
 } refit_gen_tensor_t;
 
 typedef struct {

@@ -18,7 +18,7 @@ typedef struct {
 
 int64_t refit_plan_row_bytes(const refit_gen_tensor_t *gen, refit_wire_t wire,
                              int64_t cols) {
-  if (wire == REFIT_WIRE_MXFP8 && gen->kind != REFIT_GEN_PLAIN)
+  if (wire == REFIT_WIRE_MXFP8 && gen->quantized)
     return cols + cols / 32;
   return cols * 2;
 }
@@ -43,14 +43,15 @@ static refit_status_t refit_planner_push(refit_planner_t *p,
  * rows where the current bucket has less room than the whole rectangle. */
 static refit_status_t refit_planner_place(refit_planner_t *p, refit_chunk_t c) {
   const int64_t limit = (int64_t)p->opt->bucket_bytes;
-  if (c.row_bytes > limit)
+  const int64_t trailer = p->opt->chunk_trailer;
+  if (c.row_bytes + trailer > limit)
     return REFIT_ERR(
         REFIT_ERR_INVALID_ARGUMENT,
         "refit.bucket_bytes %lld is smaller than one row of %s (%d bytes)",
         (long long)limit, p->cat->gen[c.dst_tensor].name, c.row_bytes);
   while (c.rows > 0) {
-    int64_t room = (limit - p->bucket_used) / c.row_bytes;
-    if (room == 0) {
+    int64_t room = (limit - p->bucket_used - trailer) / c.row_bytes;
+    if (room <= 0) {
       p->bucket++;
       p->bucket_used = 0;
       continue;
@@ -59,7 +60,7 @@ static refit_status_t refit_planner_place(refit_planner_t *p, refit_chunk_t c) {
     part.rows = c.rows < room ? c.rows : room;
     part.bucket = p->bucket;
     REFIT_CHECK(refit_planner_push(p, &part));
-    p->bucket_used += part.rows * c.row_bytes;
+    p->bucket_used += part.rows * c.row_bytes + trailer;
     c.rows -= part.rows;
     c.src_row += part.rows;
     c.dst_row += part.rows;
@@ -179,7 +180,7 @@ static refit_status_t refit_planner_finish(refit_planner_t *p) {
         plan->bucket_msg_begin[nb++] = plan->nmsgs - 1;
     }
     c->offset = used;
-    int64_t bytes = c->rows * c->row_bytes;
+    int64_t bytes = c->rows * c->row_bytes + p->opt->chunk_trailer;
     used += bytes;
     m->bytes += bytes;
     m->chunk_count++;
@@ -204,6 +205,7 @@ static refit_status_t refit_planner_finish(refit_planner_t *p) {
   }
   h = refit_hash_u64(h, p->opt->bucket_bytes);
   h = refit_hash_u64(h, (uint64_t)p->opt->wire);
+  h = refit_hash_u64(h, (uint64_t)p->opt->chunk_trailer);
   plan->hash = h;
   return REFIT_OK;
 }
@@ -217,10 +219,13 @@ refit_status_t refit_plan_create(const refit_catalog_t *cat,
 
   if (plan == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "plan: allocation failed");
-  if (options->bucket_bytes == 0 || options->bucket_bytes > (UINT64_C(1) << 40)) {
+  if (options->bucket_bytes == 0 || options->bucket_bytes > (UINT64_C(1) << 40) ||
+      options->chunk_trailer < 0 || options->chunk_trailer > 64) {
     st = REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                   "plan: bucket_bytes %llu out of range (1 .. 1TiB)",
-                   (unsigned long long)options->bucket_bytes);
+                   "plan: bucket_bytes %llu (1 .. 1TiB) or chunk_trailer %d "
+                   "(0 .. 64) out of range",
+                   (unsigned long long)options->bucket_bytes,
+                   (int)options->chunk_trailer);
     goto err;
   }
   memset(&p, 0, sizeof(p));

@@ -26,13 +26,16 @@
 /* What crosses the wire for quantizable tensors. */
 typedef enum {
   REFIT_WIRE_BF16 = 0,  /* 2 bytes per element everywhere */
-  REFIT_WIRE_MXFP8 = 1  /* quantizable tensors: per row, K e4m3 bytes then
-                           K/32 E8M0 scale bytes; others stay BF16 */
+  REFIT_WIRE_MXFP8 = 1  /* tensors marked quantized: per row, K e4m3 bytes
+                           then K/32 E8M0 scale bytes; others stay BF16 */
 } refit_wire_t;
 
 typedef struct {
   uint64_t bucket_bytes; /* staging bound per generator rank and bucket */
   refit_wire_t wire;
+  /* Bytes after each chunk's rows (its integrity digest), counted in the
+   * staging bound; 0 for none. */
+  int32_t chunk_trailer;
 } refit_plan_options_t;
 
 typedef struct {
@@ -45,7 +48,8 @@ typedef struct {
   int64_t src_row, src_col; /* in the source shard's local coordinates */
   int64_t rows, cols;
   int64_t dst_row, dst_col; /* in the runtime tensor's matrix */
-  int64_t offset;           /* byte offset in the destination's staging */
+  int64_t offset;           /* byte offset in the destination's staging;
+                               the chunk's trailer follows its rows */
 } refit_chunk_t;
 
 typedef struct {

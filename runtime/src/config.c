@@ -15,12 +15,18 @@
  *      already reported, so one mistake yields one message;
  *   3. refit_config_check_available(): values that the table accepts but
  *      that later work implements (REFIT_ERR_NOT_AVAILABLE).
+ *
+ * Sections nest: a SECTION row ("refit.fault") is an optional mapping inside
+ * its parent, and the walk, the unknown-key suggestions, the required-key
+ * check, the hash and the formatter treat it like a top-level section.
  */
 #include "config.h"
 
 #include "config_table.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "kernels/layout.h"
+#include "kernels/mxfp8.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -46,7 +52,9 @@ typedef enum {
   REFIT_CONFIG_TYPE_DOUBLE,
   REFIT_CONFIG_TYPE_BOOL,
   REFIT_CONFIG_TYPE_ENUM,
-  REFIT_CONFIG_TYPE_STRING
+  REFIT_CONFIG_TYPE_STRING,
+  REFIT_CONFIG_TYPE_STRING_LIST,
+  REFIT_CONFIG_TYPE_SECTION
 } refit_config_type_t;
 
 typedef struct {
@@ -56,6 +64,8 @@ typedef struct {
   refit_config_type_t type;
   size_t offset;
   size_t size;
+  size_t count_offset; /* STRING_LIST: where its item count (an int) lives */
+  size_t item_size;    /* STRING_LIST: bytes of one item, NUL included */
   const char *default_text;
   int64_t min;
   int64_t max;
@@ -63,6 +73,20 @@ typedef struct {
   unsigned flags;
   const char *doc;
 } refit_config_row_t;
+
+/* A list row keeps its item count in MEMBER_count; other rows have none. */
+#define REFIT_CONFIG_LIST_EXTRA_(member)                                       \
+  offsetof(refit_config_t, member##_count),                                    \
+      sizeof(((refit_config_t *)0)->member[0])
+#define REFIT_CONFIG_EXTRA_INT(member) 0, 0
+#define REFIT_CONFIG_EXTRA_U64(member) 0, 0
+#define REFIT_CONFIG_EXTRA_BYTES(member) 0, 0
+#define REFIT_CONFIG_EXTRA_DOUBLE(member) 0, 0
+#define REFIT_CONFIG_EXTRA_BOOL(member) 0, 0
+#define REFIT_CONFIG_EXTRA_ENUM(member) 0, 0
+#define REFIT_CONFIG_EXTRA_STRING(member) 0, 0
+#define REFIT_CONFIG_EXTRA_STRING_LIST(member) REFIT_CONFIG_LIST_EXTRA_(member)
+#define REFIT_CONFIG_EXTRA_SECTION(member) 0, 0
 
 static const refit_config_row_t refit_config_rows[] = {
 #define REFIT_CONFIG_ROW_(id, section, key, type, member, def, min, max,       \
@@ -73,6 +97,7 @@ static const refit_config_row_t refit_config_rows[] = {
    REFIT_CONFIG_TYPE_##type,                                                   \
    offsetof(refit_config_t, member),                                           \
    sizeof(((refit_config_t *)0)->member),                                      \
+   REFIT_CONFIG_EXTRA_##type(member),                                          \
    def,                                                                        \
    min,                                                                        \
    max,                                                                        \
@@ -88,6 +113,25 @@ _Static_assert(sizeof(refit_config_rows) / sizeof(refit_config_rows[0]) ==
                "one row per REFIT_CONFIG_ROW_ id");
 
 #define ROW(id) REFIT_CONFIG_ROW_##id
+
+/* refit.linear_backend's n-th choice is the kernels' n-th dense backend. */
+_Static_assert(REFIT_LINEAR_FLASHINFER_CUTLASS ==
+                       (int)REFIT_KERNELS_DENSE_FLASHINFER_CUTLASS &&
+                   REFIT_LINEAR_FLASHINFER_CUTEDSL ==
+                       (int)REFIT_KERNELS_DENSE_FLASHINFER_CUTEDSL &&
+                   REFIT_LINEAR_FLASHINFER_TRTLLM ==
+                       (int)REFIT_KERNELS_DENSE_FLASHINFER_TRTLLM &&
+                   REFIT_KERNELS_DENSE_COUNT == 3,
+               "refit_linear_backend_t follows refit_kernels_dense_backend_t");
+
+/* Room for any value as YAML text: a quoted path or a quoted list, with every
+ * byte escaped as \xNN in the worst case. */
+#define REFIT_CONFIG_TEXT_MAX 8192
+_Static_assert(4 * REFIT_PATH_MAX + 8 <= REFIT_CONFIG_TEXT_MAX,
+               "a quoted path fits");
+_Static_assert(REFIT_QUANT_IGNORE_MAX *(4 * REFIT_MODULE_NAME_MAX + 4) + 8 <=
+                   REFIT_CONFIG_TEXT_MAX,
+               "a quoted list fits");
 
 /* "model.hidden_size", or "verify" for a top-level key. */
 static const char *refit_config_row_path(const refit_config_row_t *r) {
@@ -186,6 +230,52 @@ static void refit_config_bytes_format(uint64_t bytes, char *buf, size_t n) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Suggestions for unknown keys and values                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Case-insensitive Levenshtein distance; SIZE_MAX for very long names. */
+static size_t refit_config_distance(const char *a, const char *b) {
+  enum { MAXLEN = 63 };
+  size_t la = strlen(a), lb = strlen(b);
+  size_t prev[MAXLEN + 1], cur[MAXLEN + 1];
+  if (la > MAXLEN || lb > MAXLEN)
+    return SIZE_MAX;
+  for (size_t j = 0; j <= lb; j++)
+    prev[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    cur[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t cost =
+          tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+      size_t best = prev[j - 1] + cost;
+      if (prev[j] + 1 < best)
+        best = prev[j] + 1;
+      if (cur[j - 1] + 1 < best)
+        best = cur[j - 1] + 1;
+      cur[j] = best;
+    }
+    memcpy(prev, cur, (lb + 1) * sizeof(size_t));
+  }
+  return prev[lb];
+}
+
+/* The closest candidate, if close enough to be a plausible typo. */
+static const char *refit_config_suggest(const char *name,
+                                        const char *const *cands, size_t n) {
+  const char *best = NULL;
+  size_t best_d = SIZE_MAX;
+  for (size_t i = 0; i < n; i++) {
+    size_t d = refit_config_distance(name, cands[i]);
+    size_t limit = strlen(cands[i]) / 3 > 2 ? strlen(cands[i]) / 3 : 2;
+    if (d <= limit && d < best_d) {
+      best = cands[i];
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+/* ------------------------------------------------------------------------ */
 /* One value: parse, describe, format                                        */
 /* ------------------------------------------------------------------------ */
 
@@ -245,6 +335,126 @@ static void refit_config_choice_name(const char *choices, int64_t index,
   const char *end = strchr(p, '|');
   int len = end ? (int)(end - p) : (int)strlen(p);
   snprintf(buf, n, "%.*s", len, p);
+}
+
+/* The closest choice to a bad enum value, as " (did you mean 'x'?)" in why. */
+static void refit_config_choice_suggest(const char *choices, const char *text,
+                                        char *why, size_t why_len) {
+  enum { MAX_CHOICES = 16 };
+  char names[256];
+  const char *cands[MAX_CHOICES];
+  size_t n = 0;
+  snprintf(names, sizeof(names), "%s", choices);
+  for (char *p = names; p && *p && n < MAX_CHOICES;) {
+    cands[n++] = p;
+    p = strchr(p, '|');
+    if (p)
+      *p++ = '\0';
+  }
+  const char *close = refit_config_suggest(text, cands, n);
+  if (close)
+    snprintf(why, why_len, "did you mean '%s'?", close);
+}
+
+/* ---- Lists of strings --------------------------------------------------- */
+
+static int refit_config_list_count(const refit_config_row_t *r,
+                                   const refit_config_t *cfg) {
+  int n;
+  memcpy(&n, (const char *)cfg + r->count_offset, sizeof(n));
+  return n;
+}
+
+static const char *refit_config_list_item(const refit_config_row_t *r,
+                                          const refit_config_t *cfg, int i) {
+  return (const char *)cfg + r->offset + (size_t)i * r->item_size;
+}
+
+static void refit_config_list_clear(const refit_config_row_t *r,
+                                    refit_config_t *cfg) {
+  const int zero = 0;
+  memset((char *)cfg + r->offset, 0, r->size);
+  memcpy((char *)cfg + r->count_offset, &zero, sizeof(zero));
+}
+
+typedef enum {
+  REFIT_CONFIG_ITEM_OK = 0,
+  REFIT_CONFIG_ITEM_EMPTY,
+  REFIT_CONFIG_ITEM_TOO_LONG,
+  REFIT_CONFIG_ITEM_FULL,
+  REFIT_CONFIG_ITEM_DUPLICATE /* *first is the index of the earlier copy */
+} refit_config_item_status_t;
+
+/* Append `len` bytes of `text` to list row r; the one place items are
+ * checked, for table defaults and files alike. */
+static refit_config_item_status_t
+refit_config_list_add(const refit_config_row_t *r, refit_config_t *cfg,
+                      const char *text, size_t len, int *first) {
+  int n = refit_config_list_count(r, cfg);
+  if (len == 0)
+    return REFIT_CONFIG_ITEM_EMPTY;
+  if (len >= r->item_size)
+    return REFIT_CONFIG_ITEM_TOO_LONG;
+  for (int i = 0; i < n; i++) {
+    const char *item = refit_config_list_item(r, cfg, i);
+    if (strlen(item) == len && memcmp(item, text, len) == 0) {
+      *first = i;
+      return REFIT_CONFIG_ITEM_DUPLICATE;
+    }
+  }
+  if ((size_t)n >= r->size / r->item_size)
+    return REFIT_CONFIG_ITEM_FULL;
+  char *item = (char *)cfg + r->offset + (size_t)n * r->item_size;
+  memcpy(item, text, len);
+  item[len] = '\0';
+  n++;
+  memcpy((char *)cfg + r->count_offset, &n, sizeof(n));
+  return REFIT_CONFIG_ITEM_OK;
+}
+
+/*
+ * What a plain YAML scalar means when it is not a string (the core schema:
+ * null, booleans, numbers), as a phrase; NULL for a string. A list of names
+ * takes strings only, so that "[lm_head, 3]" is a mistake, not module "3".
+ */
+static const char *refit_config_plain_kind(const char *text) {
+  static const char *const bools[] = {"true", "false", "yes",
+                                      "no",   "on",    "off"};
+  if (text[0] == '\0' || strcmp(text, "~") == 0 ||
+      strcasecmp(text, "null") == 0)
+    return "null";
+  for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++)
+    if (strcasecmp(text, bools[i]) == 0)
+      return "a boolean";
+  if (isdigit((unsigned char)text[0]) || text[0] == '-' || text[0] == '+' ||
+      text[0] == '.') {
+    char *end;
+    errno = 0;
+    (void)strtod(text, &end);
+    if (*end == '\0')
+      return "a number";
+  }
+  return NULL;
+}
+
+/* `text` as a YAML double-quoted scalar; returns the bytes written. */
+static size_t refit_config_yaml_quote(const char *text, char *buf, size_t n) {
+  size_t off = 0;
+  if (n < 3)
+    return 0;
+  buf[off++] = '"';
+  for (const char *p = text; *p && off + 6 < n; p++) {
+    unsigned char ch = (unsigned char)*p;
+    if (ch == '"' || ch == '\\')
+      off += (size_t)snprintf(buf + off, n - off, "\\%c", ch);
+    else if (ch < 0x20 || ch == 0x7f)
+      off += (size_t)snprintf(buf + off, n - off, "\\x%02x", ch);
+    else
+      buf[off++] = (char)ch;
+  }
+  buf[off++] = '"';
+  buf[off] = '\0';
+  return off;
 }
 
 typedef enum {
@@ -316,8 +526,13 @@ refit_config_value_parse(const refit_config_row_t *r, const char *text,
       return REFIT_CONFIG_VALUE_INVALID;
     errno = 0;
     double v = strtod(text, &end);
-    if (*end != '\0' || errno == ERANGE || !isfinite(v) || v <= (double)r->min)
+    if (*end != '\0' || errno == ERANGE || !isfinite(v))
       return REFIT_CONFIG_VALUE_INVALID;
+    if ((r->flags & REFIT_CONFIG_MIN_INCLUSIVE) ? v < (double)r->min
+                                                : v <= (double)r->min)
+      return REFIT_CONFIG_VALUE_INVALID;
+    if (r->max > r->min && v > (double)r->max)
+      return REFIT_CONFIG_VALUE_TOO_BIG;
     memcpy(field, &v, sizeof(v));
     return REFIT_CONFIG_VALUE_OK;
   }
@@ -335,8 +550,10 @@ refit_config_value_parse(const refit_config_row_t *r, const char *text,
   }
   case REFIT_CONFIG_TYPE_ENUM: {
     int index = refit_config_choice_index(r->choices, text);
-    if (index < 0)
+    if (index < 0) {
+      refit_config_choice_suggest(r->choices, text, why, why_len);
       return REFIT_CONFIG_VALUE_INVALID;
+    }
     refit_config_store_int(field, r->size, index);
     return REFIT_CONFIG_VALUE_OK;
   }
@@ -349,6 +566,30 @@ refit_config_value_parse(const refit_config_row_t *r, const char *text,
     memcpy(field, text, len + 1);
     return REFIT_CONFIG_VALUE_OK;
   }
+  case REFIT_CONFIG_TYPE_STRING_LIST: {
+    /* Only table defaults come here, written "[a, b]" with plain names; a
+     * file's list is a YAML sequence read by refit_config_read_list(). */
+    size_t len = strlen(text);
+    int first;
+    if (len < 2 || text[0] != '[' || text[len - 1] != ']')
+      return REFIT_CONFIG_VALUE_INVALID;
+    refit_config_list_clear(r, cfg);
+    for (const char *p = text + 1, *end = text + len - 1; p < end;) {
+      const char *comma = memchr(p, ',', (size_t)(end - p));
+      const char *stop = comma ? comma : end, *last = stop;
+      while (p < stop && *p == ' ')
+        p++;
+      while (last > p && last[-1] == ' ')
+        last--;
+      if (refit_config_list_add(r, cfg, p, (size_t)(last - p), &first) !=
+          REFIT_CONFIG_ITEM_OK)
+        return REFIT_CONFIG_VALUE_INVALID;
+      p = stop + 1;
+    }
+    return REFIT_CONFIG_VALUE_OK;
+  }
+  case REFIT_CONFIG_TYPE_SECTION:
+    return REFIT_CONFIG_VALUE_INVALID; /* a mapping, never a scalar */
   }
   return REFIT_CONFIG_VALUE_INVALID;
 }
@@ -379,9 +620,18 @@ static void refit_config_value_expect(const refit_config_row_t *r, bool too_big,
              min);
     return;
   }
-  case REFIT_CONFIG_TYPE_DOUBLE:
-    snprintf(buf, n, "a number greater than %" PRId64, r->min);
+  case REFIT_CONFIG_TYPE_DOUBLE: {
+    const bool inclusive = r->flags & REFIT_CONFIG_MIN_INCLUSIVE;
+    if (r->max > r->min && inclusive)
+      snprintf(buf, n, "a number from %" PRId64 " to %" PRId64, r->min, r->max);
+    else if (r->max > r->min)
+      snprintf(buf, n, "a number greater than %" PRId64 " and at most %" PRId64,
+               r->min, r->max);
+    else
+      snprintf(buf, n, "a number %s %" PRId64,
+               inclusive ? "of at least" : "greater than", r->min);
     return;
+  }
   case REFIT_CONFIG_TYPE_BOOL:
     snprintf(buf, n, "true or false");
     return;
@@ -400,6 +650,15 @@ static void refit_config_value_expect(const refit_config_row_t *r, bool too_big,
   }
   case REFIT_CONFIG_TYPE_STRING:
     snprintf(buf, n, "a string shorter than %zu bytes", r->size);
+    return;
+  case REFIT_CONFIG_TYPE_STRING_LIST:
+    snprintf(buf, n,
+             "a sequence of at most %zu names such as [lm_head, mlp.gate] "
+             "([] for none)",
+             r->size / r->item_size);
+    return;
+  case REFIT_CONFIG_TYPE_SECTION:
+    snprintf(buf, n, "a mapping of %s keys", refit_config_row_path(r));
     return;
   }
 }
@@ -439,27 +698,37 @@ static void refit_config_value_format(const refit_config_row_t *r,
     refit_config_choice_name(r->choices, refit_config_load_int(field, r->size),
                              buf, n);
     return;
-  case REFIT_CONFIG_TYPE_STRING: {
-    if (!quote) {
+  case REFIT_CONFIG_TYPE_STRING:
+    if (quote)
+      refit_config_yaml_quote(field, buf, n);
+    else
       snprintf(buf, n, "%s", field);
-      return;
-    }
-    /* A YAML double-quoted scalar: escape what would end or bend it. */
+    return;
+  case REFIT_CONFIG_TYPE_STRING_LIST: {
+    /* A flow sequence: ["lm_head", "mlp.gate"], or [a, b] unquoted. */
     size_t off = 0;
-    buf[off++] = '"';
-    for (const char *p = field; *p && off + 6 < n; p++) {
-      unsigned char ch = (unsigned char)*p;
-      if (ch == '"' || ch == '\\')
-        off += (size_t)snprintf(buf + off, n - off, "\\%c", ch);
-      else if (ch < 0x20 || ch == 0x7f)
-        off += (size_t)snprintf(buf + off, n - off, "\\x%02x", ch);
+    const int count = refit_config_list_count(r, cfg);
+    buf[0] = '\0';
+    off += (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < count && off + 8 < n; i++) {
+      const char *item = refit_config_list_item(r, cfg, i);
+      if (i > 0)
+        off += (size_t)snprintf(buf + off, n - off, ", ");
+      if (quote)
+        off += refit_config_yaml_quote(item, buf + off, n - off);
       else
-        buf[off++] = (char)ch;
+        off += (size_t)snprintf(buf + off, n - off, "%s", item);
+      if (off >= n)
+        off = n - 1; /* truncated: only messages use so small a buffer */
     }
-    buf[off++] = '"';
-    buf[off] = '\0';
+    if (off + 2 <= n)
+      snprintf(buf + off, n - off, "]");
     return;
   }
+  case REFIT_CONFIG_TYPE_SECTION:
+    snprintf(buf, n, "%s",
+             refit_config_load_int(field, r->size) ? "true" : "false");
+    return;
   }
 }
 
@@ -562,12 +831,59 @@ static refit_config_pos_t refit_config_mark_pos(yaml_mark_t mark) {
   return (refit_config_pos_t){(int)mark.line + 1, (int)mark.column + 1};
 }
 
-static refit_config_pos_t *refit_config_section_pos(refit_config_ctx_t *c,
-                                                    const char *name) {
+/* The section named `name` ("refit", "refit.fault"), or -1. */
+static int refit_config_section_find(const refit_config_ctx_t *c,
+                                     const char *name) {
   for (size_t i = 0; i < c->nsections; i++)
     if (strcmp(c->sections[i].name, name) == 0)
-      return &c->sections[i].pos;
-  return NULL;
+      return (int)i;
+  return -1;
+}
+
+static refit_config_pos_t *refit_config_section_pos(refit_config_ctx_t *c,
+                                                    const char *name) {
+  int i = refit_config_section_find(c, name);
+  return i < 0 ? NULL : &c->sections[i].pos;
+}
+
+/* The last dotted segment of a section name: "fault" for "refit.fault". */
+static const char *refit_config_section_key(const char *name) {
+  const char *dot = strrchr(name, '.');
+  return dot ? dot + 1 : name;
+}
+
+/* Is `name` a section directly inside `parent` ("" = the top level)? */
+static bool refit_config_section_in(const char *name, const char *parent) {
+  size_t n = strlen(parent);
+  if (n == 0)
+    return strchr(name, '.') == NULL;
+  return strncmp(name, parent, n) == 0 && name[n] == '.' &&
+         strchr(name + n + 1, '.') == NULL;
+}
+
+/* The SECTION row that makes `name` an optional nested section, or -1. */
+static int refit_config_section_row(const char *name) {
+  for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++)
+    if (refit_config_rows[i].type == REFIT_CONFIG_TYPE_SECTION &&
+        strcmp(refit_config_row_path(&refit_config_rows[i]), name) == 0)
+      return i;
+  return -1;
+}
+
+/* Does cfg use row r, i.e. is every optional section around it given? */
+static bool refit_config_row_live(const refit_config_t *cfg,
+                                  const refit_config_row_t *r) {
+  for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++) {
+    const refit_config_row_t *s = &refit_config_rows[i];
+    const char *path = refit_config_row_path(s);
+    size_t n = strlen(path);
+    if (s->type == REFIT_CONFIG_TYPE_SECTION &&
+        strncmp(r->section, path, n) == 0 &&
+        (r->section[n] == '\0' || r->section[n] == '.') &&
+        !refit_config_load_int((const char *)cfg + s->offset, s->size))
+      return false;
+  }
+  return true;
 }
 
 /* Where to point at a row: its key, else its section's key, else 1:1. */
@@ -598,52 +914,6 @@ static void refit_config_quote(const char *text, char *buf, size_t n) {
   buf[off] = '\0';
 }
 
-/* ------------------------------------------------------------------------ */
-/* Suggestions for unknown keys                                              */
-/* ------------------------------------------------------------------------ */
-
-/* Case-insensitive Levenshtein distance; SIZE_MAX for very long names. */
-static size_t refit_config_distance(const char *a, const char *b) {
-  enum { MAXLEN = 63 };
-  size_t la = strlen(a), lb = strlen(b);
-  size_t prev[MAXLEN + 1], cur[MAXLEN + 1];
-  if (la > MAXLEN || lb > MAXLEN)
-    return SIZE_MAX;
-  for (size_t j = 0; j <= lb; j++)
-    prev[j] = j;
-  for (size_t i = 1; i <= la; i++) {
-    cur[0] = i;
-    for (size_t j = 1; j <= lb; j++) {
-      size_t cost =
-          tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
-      size_t best = prev[j - 1] + cost;
-      if (prev[j] + 1 < best)
-        best = prev[j] + 1;
-      if (cur[j - 1] + 1 < best)
-        best = cur[j - 1] + 1;
-      cur[j] = best;
-    }
-    memcpy(prev, cur, (lb + 1) * sizeof(size_t));
-  }
-  return prev[lb];
-}
-
-/* The closest candidate, if close enough to be a plausible typo. */
-static const char *refit_config_suggest(const char *name,
-                                        const char *const *cands, size_t n) {
-  const char *best = NULL;
-  size_t best_d = SIZE_MAX;
-  for (size_t i = 0; i < n; i++) {
-    size_t d = refit_config_distance(name, cands[i]);
-    size_t limit = strlen(cands[i]) / 3 > 2 ? strlen(cands[i]) / 3 : 2;
-    if (d <= limit && d < best_d) {
-      best = cands[i];
-      best_d = d;
-    }
-  }
-  return best;
-}
-
 /*
  * Report an unknown key in `section` ("" = top level): suggest the closest
  * key of that level, else the same key in another section, else list the
@@ -654,9 +924,11 @@ static void refit_config_unknown_key(refit_config_ctx_t *c,
                                      const char *name) {
   const char *cands[REFIT_CONFIG_ROW_COUNT + REFIT_CONFIG_MAX_SECTIONS];
   size_t n = 0;
-  if (section[0] == '\0')
-    for (size_t i = 0; i < c->nsections; i++)
-      cands[n++] = c->sections[i].name;
+  /* Sections inside this one that no SECTION row of it already names. */
+  for (size_t i = 0; i < c->nsections; i++)
+    if (refit_config_section_in(c->sections[i].name, section) &&
+        refit_config_section_row(c->sections[i].name) < 0)
+      cands[n++] = refit_config_section_key(c->sections[i].name);
   for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++)
     if (strcmp(refit_config_rows[i].section, section) == 0)
       cands[n++] = refit_config_rows[i].key;
@@ -713,7 +985,87 @@ static const char *refit_config_key_text(const yaml_node_t *key) {
   return text;
 }
 
+/* A STRING_LIST value: a sequence whose items are strings. */
+static void refit_config_read_list(refit_config_ctx_t *c, int id,
+                                   yaml_document_t *doc,
+                                   const yaml_node_t *value) {
+  const refit_config_row_t *r = &refit_config_rows[id];
+  const char *path = refit_config_row_path(r);
+  const size_t cap = r->size / r->item_size;
+  char shown[80];
+  if (value->type != YAML_SEQUENCE_NODE) {
+    char expect[160];
+    shown[0] = '\0';
+    if (value->type == YAML_SCALAR_NODE)
+      refit_config_quote((const char *)value->data.scalar.value, shown,
+                         sizeof(shown));
+    refit_config_value_expect(r, false, expect, sizeof(expect));
+    refit_config_problem(c, refit_config_mark_pos(value->start_mark),
+                         "%s: expected %s, got %s%s%s%s", path, expect,
+                         refit_config_node_kind(value), shown[0] ? " '" : "",
+                         shown, shown[0] ? "'" : "");
+    c->bad[id] = true;
+    return;
+  }
+  refit_config_list_clear(r, &c->cfg);
+  size_t index = 0;
+  for (yaml_node_item_t *it = value->data.sequence.items.start;
+       it < value->data.sequence.items.top; it++, index++) {
+    const yaml_node_t *node = yaml_document_get_node(doc, *it);
+    const refit_config_pos_t at = refit_config_mark_pos(node->start_mark);
+    if (index == cap) {
+      refit_config_problem(c, at, "%s: at most %zu entries, got %zu", path, cap,
+                           (size_t)(value->data.sequence.items.top -
+                                    value->data.sequence.items.start));
+      c->bad[id] = true;
+      return;
+    }
+    if (node->type != YAML_SCALAR_NODE) {
+      refit_config_problem(c, at,
+                           "%s[%zu]: expected a module name (a string), "
+                           "got %s",
+                           path, index, refit_config_node_kind(node));
+      c->bad[id] = true;
+      continue;
+    }
+    const char *text = (const char *)node->data.scalar.value;
+    const char *kind = node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE
+                           ? refit_config_plain_kind(text)
+                           : NULL;
+    int first = 0;
+    refit_config_item_status_t st =
+        kind ? REFIT_CONFIG_ITEM_OK
+             : refit_config_list_add(r, &c->cfg, text, node->data.scalar.length,
+                                     &first);
+    refit_config_quote(text, shown, sizeof(shown));
+    if (kind) {
+      refit_config_problem(c, at,
+                           "%s[%zu]: expected a module name (a string), got "
+                           "%s '%s' (quote it if it is a name)",
+                           path, index, kind, shown);
+    } else if (st == REFIT_CONFIG_ITEM_EMPTY ||
+               strlen(text) != node->data.scalar.length) {
+      refit_config_problem(c, at, "%s[%zu]: expected a module name, got '%s'",
+                           path, index, shown);
+    } else if (st == REFIT_CONFIG_ITEM_TOO_LONG) {
+      refit_config_problem(c, at,
+                           "%s[%zu]: expected a module name shorter than %zu "
+                           "bytes, got '%s'",
+                           path, index, r->item_size, shown);
+    } else if (st == REFIT_CONFIG_ITEM_DUPLICATE) {
+      refit_config_problem(c, at,
+                           "%s[%zu]: '%s' is listed twice (first as "
+                           "%s[%d])",
+                           path, index, shown, path, first);
+    } else {
+      continue; /* REFIT_CONFIG_ITEM_OK; FULL cannot happen below cap */
+    }
+    c->bad[id] = true;
+  }
+}
+
 static void refit_config_read_value(refit_config_ctx_t *c, int id,
+                                    yaml_document_t *doc,
                                     const yaml_node_t *key,
                                     const yaml_node_t *value) {
   const refit_config_row_t *r = &refit_config_rows[id];
@@ -727,6 +1079,10 @@ static void refit_config_read_value(refit_config_ctx_t *c, int id,
     return;
   }
   c->key_pos[id] = refit_config_mark_pos(key->start_mark);
+  if (r->type == REFIT_CONFIG_TYPE_STRING_LIST) {
+    refit_config_read_list(c, id, doc, value);
+    return;
+  }
   if (value->type != YAML_SCALAR_NODE) {
     refit_config_value_expect(r, false, expect, sizeof(expect));
     refit_config_problem(c, at, "%s: expected %s, got %s",
@@ -761,13 +1117,22 @@ static int refit_config_row_find(const char *section, const char *key) {
   return -1;
 }
 
-static void refit_config_walk_section(refit_config_ctx_t *c,
-                                      yaml_document_t *doc, const char *name,
+static void refit_config_walk_keys(refit_config_ctx_t *c, yaml_document_t *doc,
+                                   const char *name, const yaml_node_t *map);
+
+/*
+ * Walk the mapping of section `name` (sections[si]). Returns true when the
+ * file gives it as a mapping; an empty value ("trainer:") means all defaults
+ * and returns false, and so does anything else, which is reported.
+ */
+static bool refit_config_walk_section(refit_config_ctx_t *c,
+                                      yaml_document_t *doc, size_t si,
                                       const yaml_node_t *map) {
+  const char *name = c->sections[si].name;
   if (map->type == YAML_SCALAR_NODE &&
       map->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
       refit_config_is_null((const char *)map->data.scalar.value))
-    return; /* "trainer:" with nothing under it: all defaults */
+    return false; /* "trainer:" with nothing under it: all defaults */
   if (map->type != YAML_MAPPING_NODE) {
     char shown[80] = "";
     if (map->type == YAML_SCALAR_NODE)
@@ -778,29 +1143,57 @@ static void refit_config_walk_section(refit_config_ctx_t *c,
                          name, name, refit_config_node_kind(map),
                          shown[0] ? " '" : "", shown, shown[0] ? "'" : "");
     /* Its keys are unknown now: no rule may use them, none is "missing". */
-    for (size_t i = 0; i < c->nsections; i++)
-      c->sections[i].malformed |= strcmp(c->sections[i].name, name) == 0;
+    c->sections[si].malformed = true;
     for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++)
-      c->bad[i] |= strcmp(refit_config_rows[i].section, name) == 0;
-    return;
+      c->bad[i] |=
+          strcmp(refit_config_rows[i].section, name) == 0 ||
+          strcmp(refit_config_row_path(&refit_config_rows[i]), name) == 0;
+    return false;
   }
+  refit_config_walk_keys(c, doc, name, map);
+  return true;
+}
+
+/* Every key of one mapping: the top level ("") or a section. */
+static void refit_config_walk_keys(refit_config_ctx_t *c, yaml_document_t *doc,
+                                   const char *name, const yaml_node_t *map) {
   for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
        pair < map->data.mapping.pairs.top; pair++) {
     yaml_node_t *key = yaml_document_get_node(doc, pair->key);
     yaml_node_t *value = yaml_document_get_node(doc, pair->value);
+    refit_config_pos_t at = refit_config_mark_pos(key->start_mark);
     const char *k = refit_config_key_text(key);
     if (k == NULL) {
-      refit_config_problem(c, refit_config_mark_pos(key->start_mark),
-                           "%s: keys must be plain names, got %s", name,
-                           refit_config_node_kind(key));
+      refit_config_problem(c, at, "%s%skeys must be plain names, got %s", name,
+                           name[0] ? ": " : "", refit_config_node_kind(key));
       continue;
     }
     int id = refit_config_row_find(name, k);
-    if (id < 0)
-      refit_config_unknown_key(c, refit_config_mark_pos(key->start_mark), name,
-                               k);
-    else
-      refit_config_read_value(c, id, key, value);
+    if (id >= 0 && refit_config_rows[id].type != REFIT_CONFIG_TYPE_SECTION) {
+      refit_config_read_value(c, id, doc, key, value);
+      continue;
+    }
+    char path[160];
+    snprintf(path, sizeof(path), "%s%s%.100s", name, name[0] ? "." : "", k);
+    int si = refit_config_section_find(c, path);
+    if (si < 0) {
+      refit_config_unknown_key(c, at, name, k);
+      continue;
+    }
+    refit_config_pos_t *s = &c->sections[si].pos;
+    if (s->line > 0) {
+      refit_config_problem(c, at,
+                           "duplicate section '%s' (first at line %d column "
+                           "%d)",
+                           path, s->line, s->col);
+      continue;
+    }
+    *s = at;
+    if (id >= 0)
+      c->key_pos[id] = at;
+    if (refit_config_walk_section(c, doc, (size_t)si, value) && id >= 0)
+      refit_config_store_int((char *)&c->cfg + refit_config_rows[id].offset,
+                             refit_config_rows[id].size, 1);
   }
 }
 
@@ -815,41 +1208,21 @@ static void refit_config_walk(refit_config_ctx_t *c, yaml_document_t *doc) {
                          refit_config_node_kind(root));
     return;
   }
-  for (yaml_node_pair_t *pair = root->data.mapping.pairs.start;
-       pair < root->data.mapping.pairs.top; pair++) {
-    yaml_node_t *key = yaml_document_get_node(doc, pair->key);
-    yaml_node_t *value = yaml_document_get_node(doc, pair->value);
-    refit_config_pos_t at = refit_config_mark_pos(key->start_mark);
-    const char *k = refit_config_key_text(key);
-    if (k == NULL) {
-      refit_config_problem(c, at, "keys must be plain names, got %s",
-                           refit_config_node_kind(key));
-      continue;
-    }
-    int id = refit_config_row_find("", k);
-    if (id >= 0) {
-      refit_config_read_value(c, id, key, value);
-      continue;
-    }
-    refit_config_pos_t *s = refit_config_section_pos(c, k);
-    if (s == NULL) {
-      refit_config_unknown_key(c, at, "", k);
-    } else if (s->line > 0) {
-      refit_config_problem(c, at,
-                           "duplicate section '%s' (first at line %d column "
-                           "%d)",
-                           k, s->line, s->col);
-    } else {
-      *s = at;
-      refit_config_walk_section(c, doc, k, value);
-    }
-  }
+  refit_config_walk_keys(c, doc, "", root);
 }
 
 /* Required keys that the file did not give. */
 static void refit_config_check_required(refit_config_ctx_t *c) {
   for (size_t s = 0; s < c->nsections; s++) {
     const char *name = c->sections[s].name;
+    /* An optional section that the file does not give has no keys. */
+    const int optional = refit_config_section_row(name);
+    const bool absent =
+        optional >= 0 &&
+        (c->bad[optional] ||
+         !refit_config_load_int((const char *)&c->cfg +
+                                    refit_config_rows[optional].offset,
+                                refit_config_rows[optional].size));
     char missing[512];
     size_t off = 0;
     missing[0] = '\0';
@@ -859,8 +1232,8 @@ static void refit_config_check_required(refit_config_ctx_t *c) {
           c->key_pos[i].line > 0)
         continue;
       c->bad[i] = true;
-      if (c->sections[s].malformed)
-        continue;
+      if (c->sections[s].malformed || absent)
+        continue; /* reported already, or an optional section not given */
       if (c->sections[s].pos.line > 0)
         refit_config_problem(c, c->sections[s].pos,
                              "%s: missing required key (%s)",
@@ -1224,6 +1597,376 @@ static void refit_config_check_source(refit_config_ctx_t *c) {
                       "remove it or set source.kind: hdf5");
 }
 
+/* ---- MXFP8 shape rules ----------------------------------------------------
+ */
+
+/*
+ * MXFP8 keeps one E8M0 scale per REFIT_MXFP8_BLOCK elements along K (a
+ * weight's input dimension), so every quantized K must be a multiple of the
+ * block, and so must every shard boundary along K: a row-parallel shard that
+ * cut a block would need a scale that neither side owns. On top of that the
+ * generator's kernels have their own rules (kernels/layout.h), which are
+ * asked here rather than restated.
+ */
+typedef enum {
+  REFIT_CONFIG_K_HIDDEN, /* H: never split along K */
+  REFIT_CONFIG_K_ATTN,   /* Q*D of o_proj: row-parallel over tp */
+  REFIT_CONFIG_K_FFN,    /* F of the dense down_proj: row-parallel over tp */
+  REFIT_CONFIG_K_EXPERT, /* I of experts' down_proj: over trainer.etp, and
+                            over generator.tp when generator.ep is 1 */
+  REFIT_CONFIG_K_COUNT
+} refit_config_kdim_t;
+
+/* N of a weight on one generator rank, for the kernels' shape check. */
+typedef enum {
+  REFIT_CONFIG_N_Q,      /* Q*D / tp */
+  REFIT_CONFIG_N_KV,     /* KV*D / tp, or D when tp replicates KV heads */
+  REFIT_CONFIG_N_HIDDEN, /* H */
+  REFIT_CONFIG_N_FFN,    /* F / tp */
+  REFIT_CONFIG_N_ROUTER, /* X */
+  REFIT_CONFIG_N_VOCAB   /* V / tp */
+} refit_config_ndim_t;
+
+#define REFIT_CONFIG_ANY_FAMILY (-1)
+
+/* The quantized linear weights of a Qwen3 layer stack (module names as the
+ * generator sees them; a "*" stands for every layer or expert). */
+static const struct {
+  const char *module;
+  int family; /* refit_family_t or REFIT_CONFIG_ANY_FAMILY */
+  refit_config_kdim_t k;
+  refit_config_ndim_t n;
+  bool expert; /* laid out by refit.moe_backend, not refit.linear_backend */
+} refit_config_mxfp8_weights[] = {
+    {"model.layers.*.self_attn.q_proj", REFIT_CONFIG_ANY_FAMILY,
+     REFIT_CONFIG_K_HIDDEN, REFIT_CONFIG_N_Q, false},
+    {"model.layers.*.self_attn.k_proj", REFIT_CONFIG_ANY_FAMILY,
+     REFIT_CONFIG_K_HIDDEN, REFIT_CONFIG_N_KV, false},
+    {"model.layers.*.self_attn.v_proj", REFIT_CONFIG_ANY_FAMILY,
+     REFIT_CONFIG_K_HIDDEN, REFIT_CONFIG_N_KV, false},
+    {"model.layers.*.self_attn.o_proj", REFIT_CONFIG_ANY_FAMILY,
+     REFIT_CONFIG_K_ATTN, REFIT_CONFIG_N_HIDDEN, false},
+    {"model.layers.*.mlp.gate_proj", REFIT_FAMILY_QWEN3, REFIT_CONFIG_K_HIDDEN,
+     REFIT_CONFIG_N_FFN, false},
+    {"model.layers.*.mlp.up_proj", REFIT_FAMILY_QWEN3, REFIT_CONFIG_K_HIDDEN,
+     REFIT_CONFIG_N_FFN, false},
+    {"model.layers.*.mlp.down_proj", REFIT_FAMILY_QWEN3, REFIT_CONFIG_K_FFN,
+     REFIT_CONFIG_N_HIDDEN, false},
+    {"model.layers.*.mlp.gate", REFIT_FAMILY_QWEN3_MOE, REFIT_CONFIG_K_HIDDEN,
+     REFIT_CONFIG_N_ROUTER, false},
+    {"model.layers.*.mlp.experts.*.gate_proj", REFIT_FAMILY_QWEN3_MOE,
+     REFIT_CONFIG_K_HIDDEN, REFIT_CONFIG_N_HIDDEN, true},
+    {"model.layers.*.mlp.experts.*.up_proj", REFIT_FAMILY_QWEN3_MOE,
+     REFIT_CONFIG_K_HIDDEN, REFIT_CONFIG_N_HIDDEN, true},
+    {"model.layers.*.mlp.experts.*.down_proj", REFIT_FAMILY_QWEN3_MOE,
+     REFIT_CONFIG_K_EXPERT, REFIT_CONFIG_N_HIDDEN, true},
+    {"lm_head", REFIT_CONFIG_ANY_FAMILY, REFIT_CONFIG_K_HIDDEN,
+     REFIT_CONFIG_N_VOCAB, false},
+};
+
+#define REFIT_CONFIG_NWEIGHTS                                                  \
+  (sizeof(refit_config_mxfp8_weights) / sizeof(refit_config_mxfp8_weights[0]))
+
+/* Does an ignore entry name whole dotted segments of `module`? */
+static bool refit_config_module_matches(const char *module, const char *entry) {
+  size_t n = strlen(entry);
+  for (const char *p = module; n > 0 && (p = strstr(p, entry)) != NULL; p++)
+    if ((p == module || p[-1] == '.') && (p[n] == '\0' || p[n] == '.'))
+      return true;
+  return false;
+}
+
+/* Is weight w of this model quantized under refit.quantization_ignore? */
+static bool refit_config_weight_quantized(const refit_config_t *cfg, size_t w) {
+  const int family = refit_config_mxfp8_weights[w].family;
+  const char *module = refit_config_mxfp8_weights[w].module;
+  if (family != REFIT_CONFIG_ANY_FAMILY && family != (int)cfg->model.family)
+    return false;
+  if (strcmp(module, "lm_head") == 0 && cfg->model.tie_word_embeddings)
+    return false; /* a tied lm_head is embed_tokens, which stays bf16 */
+  for (int i = 0; i < cfg->refit.quantization_ignore_count; i++)
+    if (refit_config_module_matches(module, cfg->refit.quantization_ignore[i]))
+      return false;
+  return true;
+}
+
+static int64_t refit_config_weight_n(const refit_config_t *cfg, size_t w) {
+  const refit_model_t *m = &cfg->model;
+  const int64_t tp = cfg->generator.tp;
+  int64_t n = 1;
+  switch (refit_config_mxfp8_weights[w].n) {
+  case REFIT_CONFIG_N_Q:
+    n = m->num_attention_heads / tp * m->head_dim;
+    break;
+  case REFIT_CONFIG_N_KV:
+    n = tp > m->num_kv_heads ? m->head_dim : m->num_kv_heads / tp * m->head_dim;
+    break;
+  case REFIT_CONFIG_N_HIDDEN:
+    n = m->hidden_size;
+    break;
+  case REFIT_CONFIG_N_FFN:
+    n = m->intermediate_size / tp;
+    break;
+  case REFIT_CONFIG_N_ROUTER:
+    n = m->num_experts;
+    break;
+  case REFIT_CONFIG_N_VOCAB:
+    n = m->vocab_size / tp;
+    break;
+  }
+  return n > 0 ? n : 1; /* a bad N is reported by its own rule */
+}
+
+/* One K dimension: its value, the key to blame for it, and its splits. */
+typedef struct {
+  int64_t k;
+  int model_row;
+  char expr[160]; /* how K is made, for messages */
+  int trainer_row, gen_row;
+  int64_t trainer_split, gen_split; /* 1 = not split */
+} refit_config_kdim_info_t;
+
+/* False when an input was already reported (or a split does not divide K,
+ * which its own rule reports). */
+static bool refit_config_kdim_info(refit_config_ctx_t *c, refit_config_kdim_t d,
+                                   refit_config_kdim_info_t *k) {
+  const refit_model_t *m = &c->cfg.model;
+  const refit_trainer_layout_t *t = &c->cfg.trainer;
+  const refit_generator_layout_t *g = &c->cfg.generator;
+  *k = (refit_config_kdim_info_t){0, -1, "", -1, -1, 1, 1};
+  switch (d) {
+  case REFIT_CONFIG_K_HIDDEN:
+    if (!ROWS_OK(ROW(MODEL_HIDDEN_SIZE)))
+      return false;
+    k->k = m->hidden_size;
+    k->model_row = ROW(MODEL_HIDDEN_SIZE);
+    snprintf(k->expr, sizeof(k->expr), "model.hidden_size %" PRId64, k->k);
+    return true;
+  case REFIT_CONFIG_K_ATTN:
+    if (!ROWS_OK(ROW(MODEL_NUM_ATTENTION_HEADS), ROW(MODEL_HEAD_DIM),
+                 ROW(TRAINER_TP), ROW(GENERATOR_TP)) ||
+        m->num_attention_heads > INT64_MAX / m->head_dim ||
+        m->num_attention_heads % t->tp != 0 ||
+        m->num_attention_heads % g->tp != 0)
+      return false;
+    k->k = m->num_attention_heads * m->head_dim;
+    k->model_row = ROW(MODEL_HEAD_DIM);
+    snprintf(k->expr, sizeof(k->expr),
+             "model.num_attention_heads * model.head_dim = %" PRId64
+             " * %" PRId64 " = %" PRId64,
+             m->num_attention_heads, m->head_dim, k->k);
+    k->trainer_row = ROW(TRAINER_TP);
+    k->trainer_split = t->tp;
+    k->gen_row = ROW(GENERATOR_TP);
+    k->gen_split = g->tp;
+    return true;
+  case REFIT_CONFIG_K_FFN:
+    if (!ROWS_OK(ROW(MODEL_INTERMEDIATE_SIZE), ROW(TRAINER_TP),
+                 ROW(GENERATOR_TP)))
+      return false;
+    k->k = m->intermediate_size;
+    k->model_row = ROW(MODEL_INTERMEDIATE_SIZE);
+    snprintf(k->expr, sizeof(k->expr), "model.intermediate_size %" PRId64,
+             k->k);
+    k->trainer_row = ROW(TRAINER_TP);
+    k->trainer_split = t->tp;
+    k->gen_row = ROW(GENERATOR_TP);
+    k->gen_split = g->tp;
+    break;
+  case REFIT_CONFIG_K_EXPERT:
+    if (!ROWS_OK(ROW(MODEL_MOE_INTERMEDIATE_SIZE), ROW(TRAINER_ETP),
+                 ROW(GENERATOR_TP), ROW(GENERATOR_EP)) ||
+        (g->ep != 1 && g->ep != g->tp))
+      return false;
+    k->k = m->moe_intermediate_size;
+    k->model_row = ROW(MODEL_MOE_INTERMEDIATE_SIZE);
+    snprintf(k->expr, sizeof(k->expr), "model.moe_intermediate_size %" PRId64,
+             k->k);
+    k->trainer_row = ROW(TRAINER_ETP);
+    k->trainer_split = t->etp;
+    k->gen_row = ROW(GENERATOR_TP);
+    k->gen_split = g->ep == 1 ? g->tp : 1;
+    break;
+  case REFIT_CONFIG_K_COUNT:
+    return false;
+  }
+  return k->k > 0 && k->k % k->trainer_split == 0 && k->k % k->gen_split == 0;
+}
+
+/*
+ * The rules of one K dimension, reported once for the first quantized weight
+ * that has it. Returns false when K itself breaks a rule (so later checks
+ * that use it stay quiet).
+ */
+static bool refit_config_check_kdim(refit_config_ctx_t *c,
+                                    refit_config_kdim_t d) {
+  const refit_config_t *cfg = &c->cfg;
+  const refit_kernels_dense_backend_t backend =
+      (refit_kernels_dense_backend_t)cfg->refit.linear_backend;
+  refit_config_kdim_info_t k;
+  size_t w = REFIT_CONFIG_NWEIGHTS;
+  bool dense = false;
+  if (!refit_config_kdim_info(c, d, &k))
+    return true;
+  /* Prefer a weight of the dense backend: it has the strictest rules. */
+  for (size_t i = 0; i < REFIT_CONFIG_NWEIGHTS; i++) {
+    if (refit_config_mxfp8_weights[i].k != d ||
+        !refit_config_weight_quantized(cfg, i))
+      continue;
+    if (w == REFIT_CONFIG_NWEIGHTS ||
+        (!dense && !refit_config_mxfp8_weights[i].expert))
+      w = i;
+    dense |= !refit_config_mxfp8_weights[i].expert;
+  }
+  if (w == REFIT_CONFIG_NWEIGHTS)
+    return true; /* nothing with this K is quantized */
+  char tensor[128];
+  snprintf(tensor, sizeof(tensor), "%s.weight",
+           refit_config_mxfp8_weights[w].module);
+  const int64_t n = refit_config_weight_n(cfg, w);
+
+  /* The whole K: the block, and the dense backend's own rule. */
+  if (dense && refit_kernels_check_shape(backend, tensor, n, k.k) != REFIT_OK) {
+    refit_config_rule(
+        c, k.k % REFIT_MXFP8_BLOCK ? k.model_row : ROW(REFIT_LINEAR_BACKEND),
+        "%s (K = %s; refit.precision mxfp8)", refit_last_error(), k.expr);
+    return false;
+  }
+  if (!dense && k.k % REFIT_MXFP8_BLOCK != 0) {
+    refit_config_rule(c, k.model_row,
+                      "%s: K = %s is not a multiple of %d, the MXFP8 block "
+                      "(one scale per %d elements along K; refit.precision "
+                      "mxfp8)",
+                      tensor, k.expr, REFIT_MXFP8_BLOCK, REFIT_MXFP8_BLOCK);
+    return false;
+  }
+
+  /* Trainer shards: a shard boundary may not cut a scale block. */
+  const int64_t kt = k.k / k.trainer_split;
+  if (k.trainer_split > 1 && kt % REFIT_MXFP8_BLOCK != 0)
+    refit_config_rule(c, k.trainer_row,
+                      "%s: K = %s split over %s %" PRId64 " gives %" PRId64
+                      " per rank, not a multiple of %d: a trainer shard "
+                      "boundary would cut an MXFP8 scale block "
+                      "(refit.precision mxfp8)",
+                      tensor, k.expr,
+                      refit_config_row_path(&refit_config_rows[k.trainer_row]),
+                      k.trainer_split, kt, REFIT_MXFP8_BLOCK);
+
+  /* Generator shards: what its dense kernels get (experts: see the MoE
+   * layout check, whose rules include the block). */
+  const int64_t kg = k.k / k.gen_split;
+  if (dense && k.gen_split > 1 &&
+      refit_kernels_check_shape(backend, tensor, n, kg) != REFIT_OK)
+    refit_config_rule(c, k.gen_row,
+                      "%s (K = %s split over generator.tp %" PRId64
+                      " = %" PRId64 " per rank; refit.precision mxfp8)",
+                      refit_last_error(), k.expr, k.gen_split, kg);
+  return true;
+}
+
+/* The generator's experts in the TRTLLM-gen MoE layout (refit.moe_backend). */
+static void refit_config_check_moe_layout(refit_config_ctx_t *c) {
+  const refit_model_t *m = &c->cfg.model;
+  const refit_generator_layout_t *g = &c->cfg.generator;
+  bool quantized = false;
+  for (size_t i = 0; i < REFIT_CONFIG_NWEIGHTS; i++)
+    quantized |= refit_config_mxfp8_weights[i].expert &&
+                 refit_config_weight_quantized(&c->cfg, i);
+  if (!quantized ||
+      !ROWS_OK(ROW(MODEL_HIDDEN_SIZE), ROW(MODEL_MOE_INTERMEDIATE_SIZE),
+               ROW(MODEL_NUM_EXPERTS), ROW(GENERATOR_TP), ROW(GENERATOR_EP),
+               ROW(REFIT_MOE_BACKEND)) ||
+      (g->ep != 1 && g->ep != g->tp))
+    return;
+  const int64_t split = g->ep == 1 ? g->tp : 1;
+  const int64_t experts = g->ep > 1 ? m->num_experts / g->ep : m->num_experts;
+  if (m->moe_intermediate_size % split != 0 || experts < 1 ||
+      m->num_experts % g->ep != 0)
+    return; /* reported by the layout rules */
+  refit_kernels_moe_shape_t shape = {experts, m->hidden_size,
+                                     m->moe_intermediate_size / split, 1};
+  if (refit_kernels_moe_check_shape(&shape, "model.layers.*.mlp.experts",
+                                    NULL) == REFIT_OK)
+    return;
+  char why[512], expr[160];
+  snprintf(why, sizeof(why), "%s", refit_last_error());
+  /* Blame what a person would change: H, else the tp split, else I. */
+  int blame = ROW(MODEL_HIDDEN_SIZE);
+  if (m->hidden_size % 128 == 0) {
+    refit_kernels_moe_shape_t whole = shape;
+    whole.intermediate = m->moe_intermediate_size;
+    blame = split > 1 && refit_kernels_moe_check_shape(&whole, NULL, NULL) ==
+                             REFIT_OK
+                ? ROW(GENERATOR_TP)
+                : ROW(MODEL_MOE_INTERMEDIATE_SIZE);
+  }
+  if (split > 1)
+    snprintf(expr, sizeof(expr),
+             "I per generator rank = model.moe_intermediate_size %" PRId64
+             " / generator.tp %" PRId64 " with generator.ep 1",
+             m->moe_intermediate_size, split);
+  else
+    snprintf(expr, sizeof(expr),
+             "I = model.moe_intermediate_size %" PRId64
+             ", whole experts on each generator rank",
+             m->moe_intermediate_size);
+  refit_config_rule(c, blame,
+                    "%s (%s; refit.moe_backend flashinfer_trtllm, "
+                    "refit.precision mxfp8)",
+                    why, expr);
+}
+
+static void refit_config_check_mxfp8(refit_config_ctx_t *c) {
+  if (!ROWS_OK(ROW(REFIT_PRECISION), ROW(MODEL_FAMILY),
+               ROW(MODEL_TIE_WORD_EMBEDDINGS), ROW(REFIT_LINEAR_BACKEND),
+               ROW(REFIT_QUANTIZATION_IGNORE)) ||
+      c->cfg.refit.precision != REFIT_PRECISION_MXFP8)
+    return;
+  bool whole_ok = true;
+  for (int d = 0; d < REFIT_CONFIG_K_COUNT; d++) {
+    bool ok = refit_config_check_kdim(c, (refit_config_kdim_t)d);
+    if (d == REFIT_CONFIG_K_HIDDEN || d == REFIT_CONFIG_K_EXPERT)
+      whole_ok &= ok;
+  }
+  if (whole_ok && c->cfg.model.family == REFIT_FAMILY_QWEN3_MOE)
+    refit_config_check_moe_layout(c);
+}
+
+/* ---- The refit section ----------------------------------------------------
+ */
+
+static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
+  const refit_config_t *cfg = &c->cfg;
+  char precision[32];
+  refit_config_choice_name(refit_config_rows[ROW(REFIT_PRECISION)].choices,
+                           cfg->refit.precision, precision, sizeof(precision));
+  if (ROWS_OK(ROW(REFIT_PREQUANTIZE), ROW(REFIT_PRECISION)) &&
+      cfg->refit.prequantize && cfg->refit.precision != REFIT_PRECISION_MXFP8)
+    refit_config_rule(c, ROW(REFIT_PREQUANTIZE),
+                      "refit.prequantize: true needs refit.precision mxfp8, "
+                      "got %s (a %s refit has nothing to quantize)",
+                      precision, precision);
+  refit_config_check_mxfp8(c);
+
+  if (!cfg->refit.fault.enabled)
+    return;
+  if (world_size > 0 && ROWS_OK(ROW(REFIT_FAULT_RANK)) &&
+      cfg->refit.fault.rank >= world_size)
+    refit_config_rule(c, ROW(REFIT_FAULT_RANK),
+                      "refit.fault.rank: %d is not a rank of this job "
+                      "(world size %d, ranks 0..%d)",
+                      cfg->refit.fault.rank, world_size, world_size - 1);
+  if (ROWS_OK(ROW(REFIT_FAULT_PHASE), ROW(REFIT_PRECISION)) &&
+      cfg->refit.fault.phase == REFIT_FAULT_PHASE_QUANTIZE &&
+      cfg->refit.precision != REFIT_PRECISION_MXFP8)
+    refit_config_rule(c, ROW(REFIT_FAULT_PHASE),
+                      "refit.fault.phase: a %s refit has no quantize phase, "
+                      "so the fault would never fire; use refit.precision "
+                      "mxfp8 or another phase",
+                      precision);
+}
+
 /* Every rule that relates several keys; each reports independently. */
 static void refit_config_check_layout(refit_config_ctx_t *c, int world_size) {
   refit_config_check_model(c);
@@ -1231,6 +1974,7 @@ static void refit_config_check_layout(refit_config_ctx_t *c, int world_size) {
   refit_config_check_generator(c);
   refit_config_check_world(c, world_size);
   refit_config_check_source(c);
+  refit_config_check_refit(c, world_size);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1247,13 +1991,8 @@ static const struct {
   const char *value;
   const char *lands_with;
 } refit_config_unavailable[] = {
-    {ROW(REFIT_PRECISION), "mxfp8", "the MXFP8 kernels"},
-    {ROW(REFIT_MODE), "async", "asynchronous refit"},
     {ROW(REFIT_TRANSPORT), "nccl", "the NCCL transport"},
     {ROW(REFIT_TRANSPORT), "ipc", "the CUDA IPC transport"},
-    {ROW(REFIT_TRANSPORT), "ucx", "the UCX transport"},
-    {ROW(SOURCE_KIND), "hdf5", "the HDF5 checkpoint source"},
-    {ROW(DUMP), NULL, "tensor dumps"},
 };
 
 static void refit_config_check_available(refit_config_ctx_t *c) {
@@ -1541,10 +2280,12 @@ err_free_text:
 
 uint64_t refit_config_hash(const refit_config_t *cfg) {
   uint64_t h = REFIT_HASH_INIT;
-  char value[4 * REFIT_PATH_MAX + 8];
+  char value[REFIT_CONFIG_TEXT_MAX];
   for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++) {
     const refit_config_row_t *r = &refit_config_rows[i];
     const char *path = refit_config_row_path(r);
+    if (!refit_config_row_live(cfg, r))
+      continue; /* inside an optional section that is not given */
     refit_config_value_format(r, cfg, true, value, sizeof(value));
     /* Include the terminating NULs so "a" "bc" and "ab" "c" differ. */
     h = refit_hash_bytes(h, path, strlen(path) + 1);
@@ -1553,10 +2294,42 @@ uint64_t refit_config_hash(const refit_config_t *cfg) {
   return h;
 }
 
+/*
+ * Open the mappings of `section` that are not open yet (`open` is the one the
+ * previous key was written in): "refit.fault" after "refit" writes
+ * "  fault:", after "generator" it writes "refit:" and "  fault:".
+ */
+static void refit_config_format_open(FILE *f, const char *open,
+                                     const char *section) {
+  size_t same = 0; /* bytes of the common whole-segment prefix */
+  for (size_t i = 0;; i++) {
+    bool end_s = section[i] == '\0' || section[i] == '.';
+    bool end_o = open[i] == '\0' || open[i] == '.';
+    if (end_s && end_o)
+      same = i;
+    if (section[i] == '\0' || open[i] == '\0' || section[i] != open[i])
+      break;
+  }
+  int depth = 0;
+  for (size_t i = 0; i < same; i++)
+    depth += section[i] == '.';
+  depth += same > 0;
+  for (const char *p = section + same + (section[same] == '.'); *p; depth++) {
+    const char *dot = strchr(p, '.');
+    int len = dot ? (int)(dot - p) : (int)strlen(p);
+    int id = refit_config_section_row(section);
+    fprintf(f, "%*s%.*s:", 2 * depth, "", len, p);
+    if (id >= 0 && dot == NULL)
+      fprintf(f, "  # %s", refit_config_rows[id].doc);
+    fputc('\n', f);
+    p += len + (dot != NULL);
+  }
+}
+
 refit_status_t refit_config_format(const refit_config_t *cfg, char **out) {
   char *buf = NULL;
   size_t size = 0;
-  char value[4 * REFIT_PATH_MAX + 8];
+  char value[REFIT_CONFIG_TEXT_MAX];
   if (cfg == NULL || out == NULL)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "refit_config_format: NULL argument");
@@ -1564,17 +2337,22 @@ refit_status_t refit_config_format(const refit_config_t *cfg, char **out) {
   if (f == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "refit_config_format: %s",
                      strerror(errno));
-  const char *section = NULL;
+  const char *open = "";
   for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++) {
     const refit_config_row_t *r = &refit_config_rows[i];
-    if (section == NULL || strcmp(section, r->section) != 0) {
-      section = r->section;
-      if (section[0])
-        fprintf(f, "%s:\n", section);
+    /* A SECTION row is written as the header of its keys. */
+    if (r->type == REFIT_CONFIG_TYPE_SECTION || !refit_config_row_live(cfg, r))
+      continue;
+    if (strcmp(open, r->section) != 0) {
+      refit_config_format_open(f, open, r->section);
+      open = r->section;
     }
+    int depth = 0;
+    for (const char *p = r->section; *p; p++)
+      depth += *p == '.';
+    depth += r->section[0] != '\0';
     refit_config_value_format(r, cfg, true, value, sizeof(value));
-    fprintf(f, "%s%s: %s  # %s\n", section[0] ? "  " : "", r->key, value,
-            r->doc);
+    fprintf(f, "%*s%s: %s  # %s\n", 2 * depth, "", r->key, value, r->doc);
   }
   if (fclose(f) != 0 || buf == NULL) {
     free(buf);

@@ -27,7 +27,50 @@ typedef enum { REFIT_PRECISION_BF16 = 0, REFIT_PRECISION_MXFP8 = 1 } refit_preci
 
 typedef enum { REFIT_SOURCE_SYNTHETIC = 0, REFIT_SOURCE_HDF5 = 1 } refit_source_kind_t;
 
+/* Dense MXFP8 GEMM backend of the generator; the same order as
+ * refit_kernels_dense_backend_t in kernels/layout.h (config.c asserts it). */
+typedef enum {
+  REFIT_LINEAR_FLASHINFER_CUTLASS = 0,
+  REFIT_LINEAR_FLASHINFER_CUTEDSL = 1,
+  REFIT_LINEAR_FLASHINFER_TRTLLM = 2
+} refit_linear_backend_t;
+
+/* MXFP8 MoE backend of the generator (the TRTLLM-gen expert layout). */
+typedef enum { REFIT_MOE_FLASHINFER_TRTLLM = 0 } refit_moe_backend_t;
+
+/* What a generator keeps to roll back a failed refit. */
+typedef enum { REFIT_RESTORE_FULL = 0, REFIT_RESTORE_NONE = 1 } refit_restore_t;
+
+/* How ranks bind to GPUs: node-local rank modulo visible GPUs, or not at all.
+ */
+typedef enum {
+  REFIT_DEVICE_MAP_LOCAL_RANK = 0,
+  REFIT_DEVICE_MAP_NONE = 1
+} refit_device_map_t;
+
+/* Fault injection (tests only): the phase a fault fires in ... */
+typedef enum {
+  REFIT_FAULT_PHASE_TRANSFER = 0,
+  REFIT_FAULT_PHASE_QUANTIZE = 1,
+  REFIT_FAULT_PHASE_COMMIT = 2,
+  REFIT_FAULT_PHASE_VERIFY = 3
+} refit_fault_phase_t;
+
+/* ... and what it does there. */
+typedef enum {
+  REFIT_FAULT_KILL = 0,      /* SIGKILL the rank */
+  REFIT_FAULT_EXIT = 1,      /* the rank exits with a failure status */
+  REFIT_FAULT_STALL = 2,     /* the rank stops making progress */
+  REFIT_FAULT_BITFLIP = 3,   /* flip one bit of the payload */
+  REFIT_FAULT_TRUNCATE = 4,  /* send fewer bytes than announced */
+  REFIT_FAULT_DROP = 5,      /* lose a message */
+  REFIT_FAULT_DUPLICATE = 6, /* deliver a message twice */
+  REFIT_FAULT_ERROR = 7      /* the phase returns an error */
+} refit_fault_action_t;
+
 #define REFIT_PATH_MAX 1024
+#define REFIT_QUANT_IGNORE_MAX 16 /* entries of refit.quantization_ignore */
+#define REFIT_MODULE_NAME_MAX 96  /* bytes of one entry, NUL included */
 
 typedef struct {
   refit_model_t model;
@@ -40,6 +83,28 @@ typedef struct {
     refit_precision_t precision;      /* bf16 (default) | mxfp8 */
     double timeout_s;                 /* default 300; > 0 */
     int steps;                        /* refits refit-run performs, default 3 */
+    refit_linear_backend_t linear_backend; /* flashinfer_cutlass (default) */
+    refit_moe_backend_t moe_backend;       /* flashinfer_trtllm (only) */
+    int prequantize; /* quantize on the trainer before sending; default false */
+    /* Modules left in bf16 under mxfp8: an entry matches a module when it
+     * equals whole dotted segments of its name ("mlp.gate" matches
+     * model.layers.*.mlp.gate, not mlp.gate_proj). Default [lm_head]. */
+    char quantization_ignore[REFIT_QUANT_IGNORE_MAX][REFIT_MODULE_NAME_MAX];
+    int quantization_ignore_count;
+    refit_restore_t restore; /* full (default) | none */
+    int digests;             /* per-tensor integrity digests; default true */
+    int keep_staging;        /* default true */
+    refit_device_map_t device_map; /* local_rank (default) | none */
+    struct {
+      int enabled;        /* the file has a refit.fault mapping */
+      int phase;          /* refit_fault_phase_t */
+      int rank;           /* world rank that injects the fault */
+      int action;         /* refit_fault_action_t */
+      double at;          /* fraction of the phase's bytes, 0..1; default 0.5 */
+      int refit;          /* which refit, 1-based; 0 = every refit; default 1 */
+      double probability; /* 0 < p <= 1, default 1; below 1 each refit draws
+                             with source.seed */
+    } fault;
   } refit;
   struct {
     refit_source_kind_t kind; /* synthetic (default) | hdf5 */

@@ -9,15 +9,24 @@
  *   KEY      the key's name inside its section
  *   TYPE     INT (int or int64_t member), U64, BYTES (size with units),
  *            DOUBLE, BOOL, ENUM (CHOICES gives "name|name|...", the n-th name
- *            is enum value n), STRING (char[REFIT_PATH_MAX])
+ *            is enum value n), STRING (char[N]), STRING_LIST (a YAML sequence
+ *            of strings into char[CAP][LEN], the count in MEMBER_count),
+ *            SECTION (an optional nested mapping: its keys are the rows whose
+ *            SECTION is this row's "SECTION.KEY"; the int MEMBER says whether
+ *            the file has it)
  *   MEMBER   where the value lands in refit_config_t
  *   DEFAULT  the default written as YAML text, NULL when the key is required
- *   MIN, MAX bounds for INT, BYTES and DOUBLE (DOUBLE: MIN 0 means "> 0")
- *   FLAGS    REFIT_CONFIG_REQUIRED or 0
+ *            (STRING_LIST: a flow sequence of plain names, "[a, b]")
+ *   MIN, MAX bounds for INT, BYTES and DOUBLE. DOUBLE: the value must be
+ *            > MIN (>= MIN with REFIT_CONFIG_MIN_INCLUSIVE), and <= MAX when
+ *            MAX > MIN
+ *   FLAGS    REFIT_CONFIG_REQUIRED (inside an optional SECTION: required
+ *            when the section is given), REFIT_CONFIG_MIN_INCLUSIVE, or 0
  *   DOC      what the key means, used in messages
  *
  * Rules that relate several keys (divisibility, world size, stage layers)
- * are not expressible per row; they live in refit_config_check_layout().
+ * are not expressible per row; they live in refit_config_check_layout() and
+ * refit_config_check_mxfp8().
  */
 #ifndef REFIT_CONFIG_TABLE_H
 #define REFIT_CONFIG_TABLE_H
@@ -26,6 +35,7 @@
 #include <stdint.h>
 
 #define REFIT_CONFIG_REQUIRED 1u
+#define REFIT_CONFIG_MIN_INCLUSIVE 2u
 
 /* Bound of every parallel size, so that rank-count products fit in 64 bits. */
 #define REFIT_CONFIG_MAX_RANKS 1048576
@@ -86,13 +96,52 @@
   X(REFIT_TRANSPORT, "refit", "transport", ENUM, refit.transport, "auto", 0,   \
     0, "auto|mpi|nccl|ipc|ucx", 0, "transport between trainer and generator")  \
   X(REFIT_BUCKET_BYTES, "refit", "bucket_bytes", BYTES, refit.bucket_bytes,    \
-    "256MiB", 65536, INT64_MAX, "", 0, "bytes per transfer bucket")          \
+    "256MiB", 65536, INT64_MAX, "", 0, "bytes per transfer bucket")            \
   X(REFIT_PRECISION, "refit", "precision", ENUM, refit.precision, "bf16", 0,   \
     0, "bf16|mxfp8", 0, "precision on the wire")                               \
   X(REFIT_TIMEOUT_S, "refit", "timeout_s", DOUBLE, refit.timeout_s, "300", 0,  \
     0, "", 0, "seconds before a refit is declared stuck")                      \
   X(REFIT_STEPS, "refit", "steps", INT, refit.steps, "3", 1, INT_MAX, "", 0,   \
     "refits that refit-run performs")                                          \
+  X(REFIT_LINEAR_BACKEND, "refit", "linear_backend", ENUM,                     \
+    refit.linear_backend, "flashinfer_cutlass", 0, 0,                          \
+    "flashinfer_cutlass|flashinfer_cutedsl|flashinfer_trtllm", 0,              \
+    "generator GEMM backend for dense MXFP8 weights")                          \
+  X(REFIT_MOE_BACKEND, "refit", "moe_backend", ENUM, refit.moe_backend,        \
+    "flashinfer_trtllm", 0, 0, "flashinfer_trtllm", 0,                         \
+    "generator MoE backend for MXFP8 experts")                                 \
+  X(REFIT_PREQUANTIZE, "refit", "prequantize", BOOL, refit.prequantize,        \
+    "false", 0, 0, "", 0,                                                      \
+    "quantize on the trainer before sending (needs precision mxfp8)")          \
+  X(REFIT_QUANTIZATION_IGNORE, "refit", "quantization_ignore", STRING_LIST,    \
+    refit.quantization_ignore, "[lm_head]", 0, 0, "", 0,                       \
+    "modules kept in bf16 under mxfp8 (whole dotted segments of the name)")    \
+  X(REFIT_RESTORE, "refit", "restore", ENUM, refit.restore, "full", 0, 0,      \
+    "full|none", 0, "what a generator keeps to roll back a failed refit")      \
+  X(REFIT_DIGESTS, "refit", "digests", BOOL, refit.digests, "true", 0, 0, "",  \
+    0, "per-tensor integrity digests")                                         \
+  X(REFIT_KEEP_STAGING, "refit", "keep_staging", BOOL, refit.keep_staging,     \
+    "true", 0, 0, "", 0, "keep staging buffers allocated between refits")      \
+  X(REFIT_DEVICE_MAP, "refit", "device_map", ENUM, refit.device_map,           \
+    "local_rank", 0, 0, "local_rank|none", 0,                                  \
+    "GPU binding: node-local rank modulo visible GPUs, or none")               \
+  X(REFIT_FAULT, "refit", "fault", SECTION, refit.fault.enabled, NULL, 0, 0,   \
+    "", 0, "fault injection seam for tests")                                   \
+  X(REFIT_FAULT_PHASE, "refit.fault", "phase", ENUM, refit.fault.phase, NULL,  \
+    0, 0, "transfer|quantize|commit|verify", REFIT_CONFIG_REQUIRED,            \
+    "phase the fault fires in")                                                \
+  X(REFIT_FAULT_RANK, "refit.fault", "rank", INT, refit.fault.rank, NULL, 0,   \
+    INT_MAX, "", REFIT_CONFIG_REQUIRED, "world rank that injects the fault")   \
+  X(REFIT_FAULT_ACTION, "refit.fault", "action", ENUM, refit.fault.action,     \
+    NULL, 0, 0, "kill|exit|stall|bitflip|truncate|drop|duplicate|error",       \
+    REFIT_CONFIG_REQUIRED, "what the fault does")                              \
+  X(REFIT_FAULT_AT, "refit.fault", "at", DOUBLE, refit.fault.at, "0.5", 0, 1,  \
+    "", REFIT_CONFIG_MIN_INCLUSIVE, "fraction of the phase's bytes")           \
+  X(REFIT_FAULT_REFIT, "refit.fault", "refit", INT, refit.fault.refit, "1", 0, \
+    INT_MAX, "", 0, "which refit, 1-based; 0 = every refit")                   \
+  X(REFIT_FAULT_PROBABILITY, "refit.fault", "probability", DOUBLE,             \
+    refit.fault.probability, "1", 0, 1, "", 0,                                 \
+    "chance per refit, drawn with source.seed when below 1")                   \
   X(SOURCE_KIND, "source", "kind", ENUM, source.kind, "synthetic", 0, 0,       \
     "synthetic|hdf5", 0, "where trainer weights come from")                    \
   X(SOURCE_SEED, "source", "seed", U64, source.seed, "1234", 0, 0, "", 0,      \

@@ -1,12 +1,16 @@
 #include "session.h"
 
+#include "core/digest.h"
 #include "core/hash.h"
 #include "core/log.h"
-#include "reshard/reference.h"
+#include "kernels/mxfp8.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Every rank learns whether any rank failed `phase`; a rank that did not
  * fail itself returns REFIT_ERR_PEER. */
@@ -71,11 +75,15 @@ static refit_status_t refit_session_config(refit_session_t *s, const char *path)
 
 static refit_status_t refit_session_plan(refit_session_t *s) {
   refit_plan_options_t opt = {.bucket_bytes = s->cfg.refit.bucket_bytes,
-                              .wire = REFIT_WIRE_BF16};
+                              .wire = s->cfg.refit.prequantize ? REFIT_WIRE_MXFP8
+                                                               : REFIT_WIRE_BF16,
+                              .chunk_trailer = s->cfg.refit.digests ? 8 : 0};
   refit_status_t st = refit_catalog_create(&s->cfg.model, &s->cfg.trainer,
                                            &s->cfg.generator, &s->cat);
-  if (st == REFIT_OK)
+  if (st == REFIT_OK) {
+    refit_loader_mark_quantized(s->cat, &s->cfg);
     st = refit_plan_create(s->cat, &opt, &s->plan);
+  }
   REFIT_CHECK(refit_session_agree(s->world, st, "planning"));
 
   uint64_t lo = 0, hi = 0, h = s->plan->hash;
@@ -106,148 +114,6 @@ static refit_status_t refit_session_plan(refit_session_t *s) {
   return REFIT_OK;
 }
 
-static refit_status_t refit_session_alloc_trainer(refit_session_t *s) {
-  const refit_catalog_t *cat = s->cat;
-  int64_t send_max = 0;
-  s->shards = calloc((size_t)cat->nsrc, sizeof(*s->shards));
-  s->shard_part = calloc((size_t)cat->nsrc, sizeof(*s->shard_part));
-  if (s->shards == NULL || s->shard_part == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "shard table");
-  for (int64_t i = 0; i < cat->nsrc; i++) {
-    const refit_src_tensor_t *t = &cat->src[i];
-    for (int32_t p = 0; p < t->nparts && s->shards[i] == NULL; p++)
-      for (int32_t r = 0; r < t->nreplicas; r++) {
-        if (refit_src_holder(cat, t, p, r) != s->role_rank)
-          continue;
-        int64_t rows, cols;
-        refit_src_shard_shape(t, &rows, &cols);
-        s->shards[i] = malloc((size_t)(rows * cols) * sizeof(uint16_t));
-        if (s->shards[i] == NULL)
-          return REFIT_ERR(REFIT_ERR_NO_MEMORY,
-                           "trainer rank %d: shard of %s (%lld x %lld)",
-                           s->role_rank, t->name, (long long)rows,
-                           (long long)cols);
-        s->shard_part[i] = p;
-        break;
-      }
-  }
-  for (int32_t b = 0; b < s->plan->nbuckets; b++) {
-    int64_t bytes = 0;
-    for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++)
-      bytes += s->plan->msgs[s->my_msgs[k]].bytes;
-    if (bytes > send_max)
-      send_max = bytes;
-  }
-  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
-    s->sendbuf[i] = malloc((size_t)(send_max ? send_max : 1));
-    if (s->sendbuf[i] == NULL)
-      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "send buffer of %lld bytes",
-                       (long long)send_max);
-  }
-  return REFIT_OK;
-}
-
-static refit_status_t refit_session_alloc_generator(refit_session_t *s) {
-  const refit_catalog_t *cat = s->cat;
-  const int64_t first = cat->gen_begin[s->tp_rank];
-  s->nruntime = cat->gen_begin[s->tp_rank + 1] - first;
-  s->stores = calloc((size_t)(2 * s->nruntime), sizeof(*s->stores));
-  s->store_of = calloc((size_t)s->nruntime, sizeof(*s->store_of));
-  if (s->stores == NULL || s->store_of == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "runtime tensor table");
-  for (int64_t i = 0; i < s->nruntime; i++) {
-    const refit_gen_tensor_t *g = &cat->gen[first + i];
-    refit_store_t *st = &s->stores[s->nstores];
-    s->store_of[i] = s->nstores++;
-    snprintf(st->name, sizeof(st->name), "%s", g->name);
-    st->dtype = REFIT_DTYPE_BF16;
-    st->layout = "linear";
-    st->ndim = g->ndim;
-    memcpy(st->shape, g->shape, sizeof(st->shape));
-    st->gen = first + i;
-    st->bytes = (size_t)(g->rows * g->cols) * sizeof(uint16_t);
-    /* calloc: runtime storage starts defined (zero) before the first refit. */
-    st->data = calloc(st->bytes, 1);
-    if (st->data == NULL)
-      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "generator rank %d: runtime %s",
-                       s->role_rank, g->name);
-  }
-  int64_t staging = s->plan->staging[s->role_rank];
-  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
-    s->staging[i] = malloc((size_t)(staging ? staging : 1));
-    if (s->staging[i] == NULL)
-      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "staging of %lld bytes",
-                       (long long)staging);
-  }
-  return REFIT_OK;
-}
-
-refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
-                                    refit_session_t **out) {
-  refit_status_t st;
-  refit_session_t *s = calloc(1, sizeof(*s));
-  if (s == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "session");
-  s->world = world;
-  MPI_Comm_rank(world, &s->rank);
-  MPI_Comm_size(world, &s->size);
-  refit_log_set_rank(s->rank);
-
-  REFIT_CHECK_GOTO(refit_session_config(s, config_path), st, err);
-  s->ntrainer = refit_trainer_world(&s->cfg.trainer);
-  s->ngenerator = refit_generator_world(&s->cfg.generator);
-  s->is_trainer = s->rank < s->ntrainer;
-  s->role_rank = s->is_trainer ? s->rank : s->rank - s->ntrainer;
-  s->tp_rank = s->is_trainer ? 0 : s->role_rank % s->cfg.generator.tp;
-  s->engine = s->is_trainer ? 0 : s->role_rank / s->cfg.generator.tp;
-  REFIT_CHECK_GOTO(refit_session_plan(s), st, err);
-
-  refit_transport_args_t args = {.world = world,
-                                 .world_rank = s->rank,
-                                 .world_size = s->size,
-                                 .timeout_s = s->cfg.refit.timeout_s};
-  st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
-  REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the transport"), st,
-                   err);
-  st = refit_source_open(&s->cfg, s->cat, &s->source);
-  REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the source"), st, err);
-  st = s->is_trainer ? refit_session_alloc_trainer(s)
-                     : refit_session_alloc_generator(s);
-  REFIT_CHECK_GOTO(refit_session_agree(world, st, "allocating memory"), st, err);
-  *out = s;
-  return REFIT_OK;
-
-err:
-  refit_session_destroy(s);
-  return st;
-}
-
-void refit_session_destroy(refit_session_t *s) {
-  if (s == NULL)
-    return;
-  refit_transport_close(&s->transport);
-  refit_source_close(&s->source);
-  if (s->shards != NULL)
-    for (int64_t i = 0; i < s->cat->nsrc; i++)
-      free(s->shards[i]);
-  free(s->shards);
-  free(s->shard_part);
-  for (int64_t i = 0; i < s->nstores; i++)
-    free(s->stores[i].data);
-  free(s->stores);
-  free(s->store_of);
-  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
-    free(s->sendbuf[i]);
-    free(s->staging[i]);
-  }
-  free(s->my_msgs);
-  free(s->my_begin);
-  refit_plan_destroy(s->plan);
-  refit_catalog_destroy(s->cat);
-  free(s->config_text);
-  free(s);
-}
-
 /* Trainer: new weights of `version` into every shard this rank holds. */
 static refit_status_t refit_trainer_source(refit_session_t *s, uint64_t version) {
   const refit_catalog_t *cat = s->cat;
@@ -266,8 +132,9 @@ static refit_status_t refit_trainer_source(refit_session_t *s, uint64_t version)
 }
 
 /* Trainer: gather the chunks of bucket b into buf, one message per peer. */
-static void refit_trainer_pack(refit_session_t *s, int32_t b, unsigned char *buf,
-                               refit_xfer_t *xfers, int *nxfers) {
+static refit_status_t refit_trainer_pack(refit_session_t *s, int32_t b,
+                                         unsigned char *buf, refit_xfer_t *xfers,
+                                         int *nxfers) {
   const refit_plan_t *p = s->plan;
   size_t used = 0;
   *nxfers = 0;
@@ -283,13 +150,34 @@ static void refit_trainer_pack(refit_session_t *s, int32_t b, unsigned char *buf
       refit_src_shard_shape(&s->cat->src[ch->src_tensor], &shard_rows, &shard_cols);
       const uint16_t *src = s->shards[ch->src_tensor] + ch->src_row * shard_cols +
                             ch->src_col;
-      const size_t row_bytes = (size_t)ch->cols * sizeof(uint16_t);
-      for (int64_t r = 0; r < ch->rows; r++) {
-        memcpy(buf + used, src + r * shard_cols, row_bytes);
-        used += row_bytes;
+      const size_t row_bytes = (size_t)ch->row_bytes;
+      unsigned char *chunk = buf + used;
+      if (p->options.wire == REFIT_WIRE_MXFP8 &&
+          s->cat->gen[ch->dst_tensor].quantized) {
+        /* Prequantize: per row K e4m3 bytes, then K/32 scale bytes. Blocks
+         * never cross rows, so this equals quantizing the whole tensor. */
+        for (int64_t r = 0; r < ch->rows; r++)
+          REFIT_CHECK(refit_mxfp8_quantize_rows(
+              src + r * shard_cols, 1, ch->cols, shard_cols,
+              buf + used + r * row_bytes, ch->cols,
+              buf + used + r * row_bytes + ch->cols, ch->cols / 32));
+        used += (size_t)ch->rows * row_bytes;
+      } else {
+        for (int64_t r = 0; r < ch->rows; r++) {
+          memcpy(buf + used, src + r * shard_cols, row_bytes);
+          used += row_bytes;
+        }
+      }
+      if (p->options.chunk_trailer > 0) {
+        /* The chunk's digest travels behind it; the generator checks it
+         * before landing a byte. */
+        const uint64_t d = refit_digest64(chunk, (size_t)(buf + used - chunk));
+        memcpy(buf + used, &d, sizeof(d));
+        used += (size_t)p->options.chunk_trailer;
       }
     }
   }
+  return REFIT_OK;
 }
 
 /* Generator: receives of bucket b into the staging area `buf`. */
@@ -307,174 +195,770 @@ static void refit_generator_recvs(refit_session_t *s, int32_t b,
   }
 }
 
-/* Generator: scatter bucket b from staging into the runtime tensors. */
-static void refit_generator_unpack(refit_session_t *s, int32_t b,
-                                   const unsigned char *buf) {
-  const refit_plan_t *p = s->plan;
-  const int64_t first = s->cat->gen_begin[s->tp_rank];
-  for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
-    const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
-    for (int64_t c = m->chunk_begin; c < m->chunk_begin + m->chunk_count; c++) {
-      const refit_chunk_t *ch = &p->chunks[c];
-      const refit_gen_tensor_t *g = &s->cat->gen[ch->dst_tensor];
-      uint16_t *dst =
-          (uint16_t *)s->stores[s->store_of[ch->dst_tensor - first]].data +
-          ch->dst_row * g->cols + ch->dst_col;
-      const unsigned char *src = buf + ch->offset;
-      for (int64_t r = 0; r < ch->rows; r++)
-        memcpy(dst + r * g->cols, src + r * ch->row_bytes,
-               (size_t)ch->row_bytes);
+/* Trainer: find the shard of each catalog tensor this rank holds. Memory is
+ * attached later (registered by the caller or allocated at bind time). */
+static refit_status_t refit_session_index_trainer(refit_session_t *s) {
+  const refit_catalog_t *cat = s->cat;
+  s->shards = calloc((size_t)cat->nsrc, sizeof(*s->shards));
+  s->shard_part = malloc((size_t)cat->nsrc * sizeof(*s->shard_part));
+  s->shard_owned = calloc((size_t)cat->nsrc, 1);
+  if (s->shards == NULL || s->shard_part == NULL || s->shard_owned == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "shard table");
+  for (int64_t i = 0; i < cat->nsrc; i++) {
+    const refit_src_tensor_t *t = &cat->src[i];
+    s->shard_part[i] = -1;
+    for (int32_t p = 0; p < t->nparts && s->shard_part[i] < 0; p++)
+      for (int32_t r = 0; r < t->nreplicas; r++)
+        if (refit_src_holder(cat, t, p, r) == s->role_rank) {
+          s->shard_part[i] = p;
+          s->nshards++;
+          break;
+        }
+  }
+  return REFIT_OK;
+}
+
+static refit_status_t refit_session_alloc_buffers(refit_session_t *s) {
+  int64_t need = 0, max_msgs = 1;
+  for (int32_t b = 0; b < s->plan->nbuckets; b++)
+    if (s->my_begin[b + 1] - s->my_begin[b] > max_msgs)
+      max_msgs = s->my_begin[b + 1] - s->my_begin[b];
+  s->xfers = malloc((size_t)max_msgs * sizeof(*s->xfers));
+  if (s->xfers == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "transfer list of %lld", (long long)max_msgs);
+  if (s->is_trainer) {
+    for (int32_t b = 0; b < s->plan->nbuckets; b++) {
+      int64_t bytes = 0;
+      for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++)
+        bytes += s->plan->msgs[s->my_msgs[k]].bytes;
+      if (bytes > need)
+        need = bytes;
+    }
+  } else {
+    need = s->plan->staging[s->role_rank];
+  }
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
+    s->buffer[i] = malloc((size_t)(need ? need : 1));
+    if (s->buffer[i] == NULL)
+      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "%s buffer of %lld bytes",
+                       s->is_trainer ? "send" : "staging", (long long)need);
+  }
+  return REFIT_OK;
+}
+
+/* REFIT_FAULT="phase=transfer,rank=2,action=kill,at=0.5,refit=1,p=1" overrides
+ * refit.fault from the config; tests use either. */
+static refit_status_t refit_session_fault_env(refit_session_t *s) {
+  static const char *const phases[] = {"transfer", "quantize", "commit", "verify"};
+  static const char *const actions[] = {"kill",     "exit",     "stall",
+                                        "bitflip",  "truncate", "drop",
+                                        "duplicate", "error"};
+  const char *env = getenv("REFIT_FAULT");
+  char buf[256], *save = NULL;
+  if (env == NULL || env[0] == '\0')
+    return REFIT_OK;
+  snprintf(buf, sizeof(buf), "%s", env);
+  s->fault.enabled = 1;
+  s->fault.at = 0.5;
+  s->fault.refit = 1;
+  s->fault.probability = 1.0;
+  for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(kv, '=');
+    int found = 0;
+    if (eq == NULL)
+      return REFIT_ERR(REFIT_ERR_CONFIG, "REFIT_FAULT: '%s' is not key=value", kv);
+    *eq++ = '\0';
+    if (strcmp(kv, "phase") == 0) {
+      for (int i = 0; i < 4; i++)
+        if (strcmp(eq, phases[i]) == 0)
+          s->fault.phase = i, found = 1;
+    } else if (strcmp(kv, "action") == 0) {
+      for (int i = 0; i < 8; i++)
+        if (strcmp(eq, actions[i]) == 0)
+          s->fault.action = i, found = 1;
+    } else if (strcmp(kv, "rank") == 0) {
+      s->fault.rank = atoi(eq), found = 1;
+    } else if (strcmp(kv, "at") == 0) {
+      s->fault.at = atof(eq), found = 1;
+    } else if (strcmp(kv, "refit") == 0) {
+      s->fault.refit = atoi(eq), found = 1;
+    } else if (strcmp(kv, "p") == 0 || strcmp(kv, "probability") == 0) {
+      s->fault.probability = atof(eq), found = 1;
+    }
+    if (!found)
+      return REFIT_ERR(REFIT_ERR_CONFIG,
+                       "REFIT_FAULT: unknown %s '%s' (keys: phase, rank, action, "
+                       "at, refit, p)",
+                       kv, eq);
+  }
+  return REFIT_OK;
+}
+
+refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
+                                    refit_session_t **out) {
+  refit_status_t st;
+  refit_session_t *s = calloc(1, sizeof(*s));
+  if (s == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "session");
+  s->world = world;
+  s->ctrl = MPI_COMM_NULL;
+  MPI_Comm_rank(world, &s->rank);
+  MPI_Comm_size(world, &s->size);
+  refit_log_set_rank(s->rank);
+
+  REFIT_CHECK_GOTO(refit_session_config(s, config_path), st, err);
+  s->ntrainer = refit_trainer_world(&s->cfg.trainer);
+  s->ngenerator = refit_generator_world(&s->cfg.generator);
+  s->is_trainer = s->rank < s->ntrainer;
+  s->role_rank = s->is_trainer ? s->rank : s->rank - s->ntrainer;
+  s->tp_rank = s->is_trainer ? 0 : s->role_rank % s->cfg.generator.tp;
+  s->engine = s->is_trainer ? 0 : s->role_rank / s->cfg.generator.tp;
+  REFIT_CHECK_GOTO(refit_session_plan(s), st, err);
+
+  /* Headers and votes travel on their own communicator, with errors
+   * returned rather than fatal, so a dead peer is a deadline, not an abort. */
+  MPI_Comm_dup(world, &s->ctrl);
+  MPI_Comm_set_errhandler(s->ctrl, MPI_ERRORS_RETURN);
+  s->run_id = refit_hash_u64(s->plan->hash, (uint64_t)time(NULL));
+  MPI_Bcast(&s->run_id, 1, MPI_UINT64_T, 0, world);
+  memcpy(&s->fault, &s->cfg.refit.fault, sizeof(s->fault));
+  st = refit_session_fault_env(s);
+  REFIT_CHECK_GOTO(refit_session_agree(world, st, "reading REFIT_FAULT"), st, err);
+
+  refit_transport_args_t args = {.world = world,
+                                 .world_rank = s->rank,
+                                 .world_size = s->size,
+                                 .timeout_s = s->cfg.refit.timeout_s};
+  st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
+  REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the transport"), st,
+                   err);
+  st = refit_source_open(&s->cfg, s->cat, &s->source);
+  REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the source"), st, err);
+  if (s->is_trainer) {
+    st = refit_session_index_trainer(s);
+  } else {
+    st = refit_loader_create(s->cat, &s->cfg, s->tp_rank, s->role_rank, s->plan,
+                             &s->loader);
+    if (st == REFIT_OK) {
+      s->stores = s->loader->stores;
+      s->nstores = s->loader->nstores;
     }
   }
+  if (st == REFIT_OK)
+    st = refit_session_alloc_buffers(s);
+  REFIT_CHECK_GOTO(refit_session_agree(world, st, "allocating memory"), st, err);
+  s->state = REFIT_STATE_IDLE;
+  *out = s;
+  return REFIT_OK;
+
+err:
+  refit_session_destroy(s);
+  return st;
+}
+
+void refit_session_destroy(refit_session_t *s) {
+  if (s == NULL)
+    return;
+  refit_transport_close(&s->transport);
+  refit_source_close(&s->source);
+  if (s->shards != NULL)
+    for (int64_t i = 0; i < s->cat->nsrc; i++)
+      if (s->shard_owned[i])
+        free(s->shards[i]);
+  free(s->shards);
+  free(s->shard_part);
+  free(s->shard_owned);
+  refit_loader_destroy(s->loader);
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
+    free(s->buffer[i]);
+  free(s->xfers);
+  free(s->my_msgs);
+  free(s->my_begin);
+  refit_plan_destroy(s->plan);
+  refit_catalog_destroy(s->cat);
+  free(s->config_text);
+  if (s->ctrl != MPI_COMM_NULL && !s->broken)
+    MPI_Comm_free(&s->ctrl);
+  free(s);
+}
+
+refit_status_t refit_session_register(refit_session_t *s, const char *name,
+                                      void *data, size_t bytes, int dtype) {
+  if (s->bound)
+    return REFIT_ERR(REFIT_ERR_STATE,
+                     "register %s: tensors must be registered before the first "
+                     "refit_begin",
+                     name);
+  if (s->is_trainer) {
+    const int64_t i = refit_catalog_find_src(s->cat, name);
+    if (i < 0 || s->shard_part[i] < 0)
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "register: trainer rank %d holds no tensor '%s' (an "
+                       "unexpected tensor)",
+                       s->role_rank, name);
+    int64_t rows, cols;
+    refit_src_shard_shape(&s->cat->src[i], &rows, &cols);
+    if (s->shards[i] != NULL)
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "register: tensor '%s' registered twice on trainer rank %d",
+                       name, s->role_rank);
+    if (dtype != REFIT_DTYPE_BF16 || bytes != (size_t)(rows * cols) * 2)
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "register: trainer rank %d tensor '%s': expected bfloat16 "
+                       "shard [%lld, %lld] (%lld bytes), got %s of %zu bytes",
+                       s->role_rank, name, (long long)rows, (long long)cols,
+                       (long long)(rows * cols * 2),
+                       refit_dtype_name((refit_dtype_t)dtype), bytes);
+    s->shards[i] = data;
+    s->nregistered++;
+    return REFIT_OK;
+  }
+  for (int64_t i = 0; i < s->nstores; i++) {
+    refit_store_t *st = &s->stores[i];
+    if (strcmp(st->name, name) != 0)
+      continue;
+    if (st->data != NULL)
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "register: tensor '%s' registered twice on generator rank %d",
+                       name, s->role_rank);
+    if (dtype != (int)st->dtype || bytes != st->bytes)
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "register: generator rank %d tensor '%s': expected %s of "
+                       "%zu bytes (layout %s), got %s of %zu bytes",
+                       s->role_rank, name, refit_dtype_name(st->dtype), st->bytes,
+                       st->layout, refit_dtype_name((refit_dtype_t)dtype), bytes);
+    st->data = data;
+    s->nregistered++;
+    return REFIT_OK;
+  }
+  return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                   "register: generator rank %d holds no tensor '%s' (an "
+                   "unexpected tensor)",
+                   s->role_rank, name);
+}
+
+/* First refit: every tensor either registered by the caller or, when the
+ * caller registered none, allocated here. A partial registration is an
+ * error listing what is missing. */
+static refit_status_t refit_session_bind(refit_session_t *s) {
+  char missing[1024] = "";
+  size_t used = 0;
+  int64_t nmissing = 0;
+  if (s->nregistered > 0) {
+    if (s->is_trainer) {
+      for (int64_t i = 0; i < s->cat->nsrc; i++)
+        if (s->shard_part[i] >= 0 && s->shards[i] == NULL && nmissing++ < 8 &&
+            used < sizeof(missing))
+          used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s",
+                                   used ? ", " : "", s->cat->src[i].name);
+    } else {
+      for (int64_t i = 0; i < s->nstores; i++)
+        if (s->stores[i].data == NULL && nmissing++ < 8 && used < sizeof(missing))
+          used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s",
+                                   used ? ", " : "", s->stores[i].name);
+    }
+    if (nmissing > 0)
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "%s rank %d: %lld tensor%s not registered: %s%s",
+                       s->is_trainer ? "trainer" : "generator", s->role_rank,
+                       (long long)nmissing, nmissing == 1 ? "" : "s", missing,
+                       nmissing > 8 ? ", ..." : "");
+  }
+  if (s->is_trainer) {
+    for (int64_t i = 0; i < s->cat->nsrc; i++) {
+      if (s->shard_part[i] < 0 || s->shards[i] != NULL)
+        continue;
+      int64_t rows, cols;
+      refit_src_shard_shape(&s->cat->src[i], &rows, &cols);
+      s->shards[i] = malloc((size_t)(rows * cols) * sizeof(uint16_t));
+      if (s->shards[i] == NULL)
+        return REFIT_ERR(REFIT_ERR_NO_MEMORY,
+                         "trainer rank %d: shard of %s (%lld x %lld)",
+                         s->role_rank, s->cat->src[i].name, (long long)rows,
+                         (long long)cols);
+      s->shard_owned[i] = 1;
+    }
+  } else {
+    REFIT_CHECK(refit_loader_allocate(s->loader));
+  }
+  s->bound = 1;
+  return REFIT_OK;
+}
+
+/* Wait for a request on the control communicator until the deadline. */
+static refit_status_t refit_session_ctrl_wait(refit_session_t *s, MPI_Request *req,
+                                              double deadline, const char *phase) {
+  int done = 0;
+  unsigned spins = 0;
+  while (!done) {
+    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      s->broken = 1;
+      return REFIT_ERR(REFIT_ERR_MPI, "%s: MPI_Test failed on rank %d", phase,
+                       s->rank);
+    }
+    if (done)
+      break;
+    if (MPI_Wtime() > deadline) {
+      /* A rank did not join: the request cannot be completed or freed
+       * safely, and no later collective can succeed. */
+      s->broken = 1;
+      return REFIT_ERR(REFIT_ERR_TIMEOUT,
+                       "%s: not every rank joined within refit.timeout_s = %.1f s "
+                       "(a peer is dead or stalled); this session cannot continue",
+                       phase, s->cfg.refit.timeout_s);
+    }
+    if (++spins > 64) {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return REFIT_OK;
+}
+
+/* Does the fault seam fire on this rank, in this phase, this refit? */
+static int refit_session_fault_here(const refit_session_t *s, int phase) {
+  const refit_fault_t *f = &s->fault;
+  if (!f->enabled || f->phase != phase || f->rank != s->rank)
+    return 0;
+  if (f->refit != 0 && (uint64_t)f->refit != s->attempt)
+    return 0;
+  if (f->probability < 1.0) {
+    uint64_t h = refit_hash_u64(refit_hash_u64(REFIT_HASH_INIT, s->cfg.source.seed),
+                                s->attempt);
+    if ((double)(h >> 11) / (double)(UINT64_C(1) << 53) >= f->probability)
+      return 0;
+  }
+  return 1;
+}
+
+/* Faults that act the same in every phase: die, stall, or fail. Returns the
+ * injected error, or REFIT_OK for the data faults the caller applies. */
+static refit_status_t refit_session_fault_act(refit_session_t *s,
+                                              const char *where) {
+  switch (s->fault.action) {
+  case REFIT_FAULT_KILL:
+    REFIT_WARN("fault seam: killing rank %d at %s", s->rank, where);
+    raise(SIGKILL);
+    break;
+  case REFIT_FAULT_EXIT:
+    REFIT_WARN("fault seam: rank %d exits at %s", s->rank, where);
+    _exit(7);
+  case REFIT_FAULT_STALL: {
+    REFIT_WARN("fault seam: rank %d stalls at %s", s->rank, where);
+    struct timespec ts = {(time_t)(s->cfg.refit.timeout_s * 1.5) + 1, 0};
+    nanosleep(&ts, NULL);
+    return REFIT_ERR(REFIT_ERR_TIMEOUT, "fault seam: rank %d stalled at %s",
+                     s->rank, where);
+  }
+  case REFIT_FAULT_ERROR:
+    return REFIT_ERR(REFIT_ERR_INTERNAL, "fault seam: injected error at %s on rank %d",
+                     where, s->rank);
+  default:
+    break;
+  }
+  return REFIT_OK;
+}
+
+typedef struct {
+  uint64_t run_id, version, plan_hash, committed;
+  int32_t side, poisoned;
+} refit_header_t;
+
+refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
+  refit_status_t st;
+  if (s->broken)
+    return REFIT_ERR(REFIT_ERR_PEER, "begin %llu: an earlier collective timed out; "
+                     "the session cannot continue (restart the job)",
+                     (unsigned long long)version);
+  if (s->state != REFIT_STATE_IDLE && s->state != REFIT_STATE_POISONED)
+    return REFIT_ERR(REFIT_ERR_STATE, "begin %llu: a refit is already in progress "
+                     "(state %d); commit or abort it first",
+                     (unsigned long long)version, (int)s->state);
+  if (!s->bound)
+    st = refit_session_bind(s);
+  else
+    st = REFIT_OK;
+
+  /* Everyone's (run id, version, plan hash, committed version) before a
+   * byte moves. */
+  refit_header_t mine = {s->run_id, version, s->plan->hash, s->committed,
+                         s->is_trainer ? 0 : 1,
+                         s->state == REFIT_STATE_POISONED};
+  if (st != REFIT_OK)
+    mine.version = 0; /* makes every rank refuse */
+  refit_header_t *all = malloc((size_t)s->size * sizeof(*all));
+  if (all == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "begin: headers");
+  MPI_Request req;
+  const double deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
+  MPI_Iallgather(&mine, (int)sizeof(mine), MPI_BYTE, all, (int)sizeof(mine),
+                 MPI_BYTE, s->ctrl, &req);
+  refit_status_t wst = refit_session_ctrl_wait(s, &req, deadline, "begin: header exchange");
+  if (wst != REFIT_OK) {
+    free(all);
+    return wst;
+  }
+  if (st == REFIT_OK)
+    for (int r = 0; r < s->size; r++) {
+      const refit_header_t *h = &all[r];
+      if (h->run_id != s->run_id || h->plan_hash != s->plan->hash) {
+        st = REFIT_ERR(REFIT_ERR_STATE,
+                       "begin %llu: rank %d has run id %016llx / plan hash "
+                       "%016llx, rank %d has %016llx / %016llx",
+                       (unsigned long long)version, r,
+                       (unsigned long long)h->run_id,
+                       (unsigned long long)h->plan_hash, s->rank,
+                       (unsigned long long)s->run_id,
+                       (unsigned long long)s->plan->hash);
+        break;
+      }
+      if (h->version == 0) {
+        st = REFIT_ERR(REFIT_ERR_PEER,
+                       "begin %llu: rank %d could not start (its error is in "
+                       "its log)",
+                       (unsigned long long)version, r);
+        break;
+      }
+      if (h->version != version) {
+        st = REFIT_ERR(REFIT_ERR_STATE,
+                       "begin %llu: rank %d asks for version %llu instead",
+                       (unsigned long long)version, r,
+                       (unsigned long long)h->version);
+        break;
+      }
+      if (h->side == 1 && version <= h->committed) {
+        st = REFIT_ERR(REFIT_ERR_STATE,
+                       "begin %llu: refused: generator rank %d already holds "
+                       "version %llu (versions must increase; a stale or "
+                       "replayed version)",
+                       (unsigned long long)version, r - s->ntrainer,
+                       (unsigned long long)h->committed);
+        break;
+      }
+    }
+  free(all);
+  if (st != REFIT_OK)
+    return st;
+
+  s->attempt++;
+  s->vote_pending = 1;
+  s->peer_lost = 0;
+  s->poisoned_before = s->state == REFIT_STATE_POISONED;
+  s->pending = version;
+  s->next_bucket = 0;
+  s->next_posted = 0;
+  memset(&s->times, 0, sizeof(s->times));
+  s->t_begin = MPI_Wtime();
+  s->deadline = s->t_begin + s->cfg.refit.timeout_s;
+  s->tag_base = (int)((s->attempt & 7u) << 12);
+  s->state = REFIT_STATE_RECEIVING;
+  if (s->is_trainer) {
+    double t = MPI_Wtime();
+    st = refit_trainer_source(s, version);
+    s->times.source = MPI_Wtime() - t;
+  } else {
+    refit_loader_begin(s->loader);
+  }
+  if (st != REFIT_OK) {
+    refit_session_abort(s);
+    return st;
+  }
+  return REFIT_OK;
+}
+
+/* The bucket at which a transfer-phase fault fires. */
+static int32_t refit_session_fault_bucket(const refit_session_t *s) {
+  int32_t b = (int32_t)(s->fault.at * s->plan->nbuckets);
+  if (b >= s->plan->nbuckets)
+    b = s->plan->nbuckets - 1;
+  return b < 0 ? 0 : b;
+}
+
+static refit_status_t refit_session_wait_slot(refit_session_t *s, int slot,
+                                              const char *what, int32_t bucket) {
+  char phase[128];
+  if (s->inflight[slot] == NULL)
+    return REFIT_OK;
+  snprintf(phase, sizeof(phase), "version %llu bucket %d %s on %s rank %d",
+           (unsigned long long)s->pending, bucket, what,
+           s->is_trainer ? "trainer" : "generator", s->role_rank);
+  double t = MPI_Wtime();
+  refit_status_t st = s->transport.ops->wait(s->transport.ctx, s->inflight[slot],
+                                             s->deadline, phase);
+  s->inflight[slot] = NULL;
+  s->times.transfer += MPI_Wtime() - t;
+  if (st == REFIT_ERR_TIMEOUT)
+    s->peer_lost = 1;
+  return st;
+}
+
+/* Trainer: one bucket (pack and send), or the final drain. */
+static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) {
+  const refit_plan_t *p = s->plan;
+  const int32_t b = s->next_bucket;
+  refit_status_t st;
+  if (b >= p->nbuckets) {
+    for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
+      REFIT_CHECK(refit_session_wait_slot(s, i, "send", b));
+    *done = 1;
+    return REFIT_OK;
+  }
+  const int slot = b % REFIT_EXCHANGES_IN_FLIGHT;
+  REFIT_CHECK(refit_session_wait_slot(s, slot, "send", b - REFIT_EXCHANGES_IN_FLIGHT));
+  int nx = 0;
+  double t = MPI_Wtime();
+  st = refit_trainer_pack(s, b, s->buffer[slot], s->xfers, &nx);
+  s->times.pack += MPI_Wtime() - t;
+  REFIT_CHECK(st);
+  if (nx > 0 && refit_session_fault_here(s, REFIT_FAULT_PHASE_TRANSFER) &&
+      b == refit_session_fault_bucket(s)) {
+    REFIT_CHECK(refit_session_fault_act(s, "transfer"));
+    if (s->fault.action == REFIT_FAULT_BITFLIP) {
+      ((unsigned char *)s->xfers[0].buf)[s->xfers[0].bytes / 2] ^= 0x04;
+      REFIT_WARN("fault seam: flipped a bit of bucket %d to rank %d", b,
+                 s->xfers[0].peer);
+    } else if (s->fault.action == REFIT_FAULT_TRUNCATE) {
+      s->xfers[0].bytes -= 1;
+      REFIT_WARN("fault seam: truncated bucket %d to rank %d", b, s->xfers[0].peer);
+    } else if (s->fault.action == REFIT_FAULT_DROP) {
+      REFIT_WARN("fault seam: dropped bucket %d to rank %d", b, s->xfers[0].peer);
+      s->xfers[0] = s->xfers[--nx];
+    }
+  }
+  REFIT_CHECK(s->transport.ops->start(s->transport.ctx, s->xfers, nx, NULL, 0,
+                                      s->tag_base | (b & 0xfff), &s->inflight[slot]));
+  s->next_posted = b + 1;
+  s->next_bucket++;
+  *done = 0;
+  return REFIT_OK;
+}
+
+/* Generator: post bucket b+1, wait for bucket b, land it. */
+static refit_status_t refit_session_step_generator(refit_session_t *s, int *done) {
+  const refit_plan_t *p = s->plan;
+  const int32_t b = s->next_bucket;
+  int nx = 0;
+  if (b == 0 && p->nbuckets > 0) {
+    refit_generator_recvs(s, 0, s->buffer[0], s->xfers, &nx);
+    REFIT_CHECK(s->transport.ops->start(s->transport.ctx, NULL, 0, s->xfers, nx,
+                                        s->tag_base, &s->inflight[0]));
+    s->next_posted = 1;
+  }
+  if (b >= p->nbuckets) {
+    double t = MPI_Wtime();
+    refit_status_t st = refit_loader_end(s->loader);
+    s->times.unpack += MPI_Wtime() - t;
+    REFIT_CHECK(st);
+    *done = 1;
+    return REFIT_OK;
+  }
+  if (b + 1 < p->nbuckets) {
+    const int next = (b + 1) % REFIT_EXCHANGES_IN_FLIGHT;
+    refit_generator_recvs(s, b + 1, s->buffer[next], s->xfers, &nx);
+    REFIT_CHECK(s->transport.ops->start(s->transport.ctx, NULL, 0, s->xfers, nx,
+                                        s->tag_base | ((b + 1) & 0xfff),
+                                        &s->inflight[next]));
+    s->next_posted = b + 2;
+  }
+  const int slot = b % REFIT_EXCHANGES_IN_FLIGHT;
+  if (refit_session_fault_here(s, REFIT_FAULT_PHASE_TRANSFER) &&
+      b == refit_session_fault_bucket(s))
+    REFIT_CHECK(refit_session_fault_act(s, "transfer"));
+  REFIT_CHECK(refit_session_wait_slot(s, slot, "receive", b));
+  refit_land_fault_t lf = REFIT_LAND_NORMAL;
+  if (refit_session_fault_here(s, REFIT_FAULT_PHASE_QUANTIZE) &&
+      b == refit_session_fault_bucket(s)) {
+    REFIT_CHECK(refit_session_fault_act(s, "quantize"));
+    lf = s->fault.action == REFIT_FAULT_DROP        ? REFIT_LAND_DROP_ONE
+         : s->fault.action == REFIT_FAULT_DUPLICATE ? REFIT_LAND_DUPLICATE_ONE
+         : s->fault.action == REFIT_FAULT_BITFLIP   ? REFIT_LAND_FLIP_ONE
+                                                    : REFIT_LAND_NORMAL;
+  }
+  double t = MPI_Wtime();
+  for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
+    refit_status_t st = refit_loader_land(s->loader, p, &p->msgs[s->my_msgs[k]],
+                                          s->buffer[slot],
+                                          k == s->my_begin[b] ? lf : REFIT_LAND_NORMAL);
+    if (st != REFIT_OK) {
+      s->times.unpack += MPI_Wtime() - t;
+      return st;
+    }
+  }
+  s->times.unpack += MPI_Wtime() - t;
+  s->next_bucket++;
+  *done = 0;
+  return REFIT_OK;
+}
+
+refit_status_t refit_session_progress(refit_session_t *s, int *done) {
+  *done = 0;
+  if (s->state == REFIT_STATE_READY) {
+    *done = 1;
+    return REFIT_OK;
+  }
+  if (s->state != REFIT_STATE_RECEIVING)
+    return REFIT_ERR(REFIT_ERR_STATE, "progress: no refit in progress (state %d)",
+                     (int)s->state);
+  refit_status_t st = s->is_trainer ? refit_session_step_trainer(s, done)
+                                    : refit_session_step_generator(s, done);
+  if (st != REFIT_OK) {
+    /* Keep the first failure's message: abort does not overwrite it. */
+    refit_session_abort(s);
+    return st;
+  }
+  if (*done)
+    s->state = REFIT_STATE_READY;
+  return REFIT_OK;
+}
+
+refit_status_t refit_session_commit(refit_session_t *s) {
+  refit_status_t st = REFIT_OK;
+  int ok = s->state == REFIT_STATE_READY, *votes = NULL;
+  if (s->broken)
+    return REFIT_ERR(REFIT_ERR_PEER, "commit: the session cannot continue after "
+                     "an earlier timeout (restart the job)");
+  if (!s->vote_pending)
+    return REFIT_ERR(REFIT_ERR_STATE, "commit: no refit to commit (none begun, "
+                     "or its vote already happened)");
+  if (refit_session_fault_here(s, REFIT_FAULT_PHASE_COMMIT)) {
+    st = refit_session_fault_act(s, "commit");
+    ok = ok && st == REFIT_OK;
+  }
+  /* A rank that failed earlier still votes (no), so that nobody waits for
+   * it and nobody commits. */
+  votes = malloc((size_t)s->size * sizeof(int));
+  if (votes == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "commit: votes");
+  if (ok)
+    s->state = REFIT_STATE_COMMITTING;
+  MPI_Request req;
+  const double t = MPI_Wtime();
+  MPI_Iallgather(&ok, 1, MPI_INT, votes, 1, MPI_INT, s->ctrl, &req);
+  refit_status_t wst = refit_session_ctrl_wait(
+      s, &req, MPI_Wtime() + s->cfg.refit.timeout_s, "commit: vote");
+  s->vote_pending = 0;
+  if (wst != REFIT_OK) {
+    if (st == REFIT_OK)
+      st = wst;
+  } else if (ok) {
+    int first_no = -1, nno = 0;
+    for (int r = 0; r < s->size; r++)
+      if (!votes[r]) {
+        if (first_no < 0)
+          first_no = r;
+        nno++;
+      }
+    if (nno > 0)
+      st = REFIT_ERR(REFIT_ERR_PEER,
+                     "commit of version %llu refused: %d rank%s did not complete "
+                     "(first: world rank %d); version %llu stays",
+                     (unsigned long long)s->pending, nno, nno == 1 ? "" : "s",
+                     first_no, (unsigned long long)s->committed);
+  } else if (st == REFIT_OK) {
+    /* This rank failed earlier: keep that failure's message. */
+    char why[512];
+    snprintf(why, sizeof(why), "%s", refit_last_error());
+    st = REFIT_ERR(REFIT_ERR_STATE,
+                   "commit of version %llu refused: this rank failed: %s; "
+                   "version %llu stays",
+                   (unsigned long long)s->pending, why,
+                   (unsigned long long)s->committed);
+  }
+  free(votes);
+  if (st != REFIT_OK) {
+    if (s->state == REFIT_STATE_COMMITTING)
+      s->state = REFIT_STATE_READY;
+    refit_session_abort(s);
+    return st;
+  }
+  if (!s->is_trainer)
+    refit_loader_commit(s->loader);
+  s->times.commit = MPI_Wtime() - t;
+  s->committed = s->pending;
+  s->version = s->pending;
+  s->poisoned_before = 0;
+  s->state = REFIT_STATE_IDLE;
+  s->times.total = MPI_Wtime() - s->t_begin;
+  return REFIT_OK;
+}
+
+/* After a local failure mid-refit, finish this rank's part of the bucket
+ * schedule without landing anything (generators receive and discard, trainers
+ * keep sending), so that healthy peers reach the vote instead of waiting for
+ * the deadline. Skipped when a peer is already known lost. */
+static void refit_session_drain(refit_session_t *s) {
+  const refit_plan_t *p = s->plan;
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
+    if (refit_session_wait_slot(s, i, "drain", -1) != REFIT_OK)
+      return;
+  for (int32_t b = s->next_posted; b < p->nbuckets && !s->peer_lost; b++) {
+    int nx = 0;
+    refit_exchange_t *ex = NULL;
+    if (s->is_trainer) {
+      if (refit_trainer_pack(s, b, s->buffer[0], s->xfers, &nx) != REFIT_OK)
+        return;
+      if (s->transport.ops->start(s->transport.ctx, s->xfers, nx, NULL, 0,
+                                  s->tag_base | (b & 0xfff), &ex) != REFIT_OK)
+        return;
+    } else {
+      refit_generator_recvs(s, b, s->buffer[0], s->xfers, &nx);
+      if (s->transport.ops->start(s->transport.ctx, NULL, 0, s->xfers, nx,
+                                  s->tag_base | (b & 0xfff), &ex) != REFIT_OK)
+        return;
+    }
+    s->inflight[0] = ex;
+    if (refit_session_wait_slot(s, 0, "drain", b) != REFIT_OK)
+      return;
+  }
+}
+
+refit_status_t refit_session_abort(refit_session_t *s) {
+  if (s->state == REFIT_STATE_IDLE || s->state == REFIT_STATE_POISONED)
+    return REFIT_OK;
+  if (s->state == REFIT_STATE_RECEIVING && !s->peer_lost && !s->broken)
+    refit_session_drain(s);
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
+    if (s->inflight[i] != NULL) {
+      if (s->transport.ops->abandon != NULL)
+        s->transport.ops->abandon(s->transport.ctx, s->inflight[i]);
+      else /* no way to cancel: wait out what is left, ignoring failures */
+        (void)s->transport.ops->wait(s->transport.ctx, s->inflight[i],
+                                     MPI_Wtime(), "abort");
+      s->inflight[i] = NULL;
+    }
+  if (!s->is_trainer && !refit_loader_rollback(s->loader)) {
+    REFIT_WARN("generator rank %d: refit of version %llu failed after runtime "
+               "storage was written and refit.restore is none: POISONED until "
+               "a full successful refit",
+               s->role_rank, (unsigned long long)s->pending);
+    s->state = REFIT_STATE_POISONED;
+    return REFIT_OK;
+  }
+  s->state = s->poisoned_before ? REFIT_STATE_POISONED : REFIT_STATE_IDLE;
+  return REFIT_OK;
 }
 
 refit_status_t refit_session_refit(refit_session_t *s, uint64_t version,
                                    refit_phase_times_t *times) {
-  const refit_transport_ops_t *ops = s->transport.ops;
-  const refit_plan_t *p = s->plan;
-  refit_exchange_t *inflight[REFIT_EXCHANGES_IN_FLIGHT] = {NULL};
-  refit_xfer_t *xfers = NULL;
-  refit_status_t st = REFIT_OK;
-  int nx = 0;
-  char phase[96];
-
-  memset(times, 0, sizeof(*times));
-  MPI_Barrier(s->world);
-  const double t0 = MPI_Wtime();
-  const double deadline = t0 + s->cfg.refit.timeout_s;
-  int64_t max_msgs = 1;
-  for (int32_t b = 0; b < p->nbuckets; b++)
-    if (s->my_begin[b + 1] - s->my_begin[b] > max_msgs)
-      max_msgs = s->my_begin[b + 1] - s->my_begin[b];
-  xfers = malloc((size_t)max_msgs * sizeof(*xfers));
-  if (xfers == NULL) {
-    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "transfer list");
-    goto out;
-  }
-
-  if (s->is_trainer) {
-    double t = MPI_Wtime();
-    st = refit_trainer_source(s, version);
-    times->source = MPI_Wtime() - t;
-    if (st != REFIT_OK)
-      goto out;
-    for (int32_t b = 0; b < p->nbuckets; b++) {
-      const int slot = b % REFIT_EXCHANGES_IN_FLIGHT;
-      if (inflight[slot] != NULL) {
-        snprintf(phase, sizeof(phase), "version %llu bucket %d send",
-                 (unsigned long long)version, b - REFIT_EXCHANGES_IN_FLIGHT);
-        t = MPI_Wtime();
-        st = ops->wait(s->transport.ctx, inflight[slot], deadline, phase);
-        inflight[slot] = NULL;
-        times->transfer += MPI_Wtime() - t;
-        if (st != REFIT_OK)
-          goto out;
-      }
-      t = MPI_Wtime();
-      refit_trainer_pack(s, b, s->sendbuf[slot], xfers, &nx);
-      times->pack += MPI_Wtime() - t;
-      REFIT_CHECK_GOTO(ops->start(s->transport.ctx, xfers, nx, NULL, 0,
-                                  b % 32768, &inflight[slot]),
-                       st, out);
-    }
-  } else {
-    double t;
-    for (int32_t b = 0; b < p->nbuckets + 1; b++) {
-      /* Post bucket b while bucket b - 1 is unpacked. */
-      if (b < p->nbuckets) {
-        const int slot = b % REFIT_EXCHANGES_IN_FLIGHT;
-        refit_generator_recvs(s, b, s->staging[slot], xfers, &nx);
-        REFIT_CHECK_GOTO(ops->start(s->transport.ctx, NULL, 0, xfers, nx,
-                                    b % 32768, &inflight[slot]),
-                         st, out);
-      }
-      if (b == 0)
-        continue;
-      const int prev = (b - 1) % REFIT_EXCHANGES_IN_FLIGHT;
-      snprintf(phase, sizeof(phase), "version %llu bucket %d receive",
-               (unsigned long long)version, b - 1);
-      t = MPI_Wtime();
-      st = ops->wait(s->transport.ctx, inflight[prev], deadline, phase);
-      inflight[prev] = NULL;
-      times->transfer += MPI_Wtime() - t;
-      if (st != REFIT_OK)
-        goto out;
-      t = MPI_Wtime();
-      refit_generator_unpack(s, b - 1, s->staging[prev]);
-      times->unpack += MPI_Wtime() - t;
-    }
-  }
-
-out:
-  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
-    if (inflight[i] != NULL) {
-      snprintf(phase, sizeof(phase), "version %llu final drain",
-               (unsigned long long)version);
-      double t = MPI_Wtime();
-      refit_status_t w = ops->wait(s->transport.ctx, inflight[i], deadline, phase);
-      times->transfer += MPI_Wtime() - t;
-      if (st == REFIT_OK)
-        st = w;
-    }
-  free(xfers);
-  if (st == REFIT_OK) {
-    MPI_Barrier(s->world);
-    s->version = version;
-  }
-  times->total = MPI_Wtime() - t0;
-  return st;
+  int done = 0;
+  REFIT_CHECK(refit_session_begin(s, version));
+  while (!done)
+    REFIT_CHECK(refit_session_progress(s, &done));
+  REFIT_CHECK(refit_session_commit(s));
+  *times = s->times;
+  return REFIT_OK;
 }
 
 refit_status_t refit_session_verify(refit_session_t *s, uint64_t version,
                                     int64_t *mismatches) {
-  const refit_catalog_t *cat = s->cat;
-  const int64_t first = s->is_trainer ? 0 : cat->gen_begin[s->tp_rank];
-  int64_t bad = 0, max_cols = 1;
-  refit_status_t st = REFIT_OK;
-
-  for (int64_t i = 0; i < s->nruntime; i++)
-    if (cat->gen[first + i].cols > max_cols)
-      max_cols = cat->gen[first + i].cols;
-  uint16_t *want = malloc((size_t)max_cols * sizeof(uint16_t));
-  if (want == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: row of %lld", (long long)max_cols);
-  for (int64_t i = 0; i < s->nruntime && st == REFIT_OK; i++) {
-    const refit_gen_tensor_t *g = &cat->gen[first + i];
-    for (int64_t row = 0; row < g->rows; row++) {
-      char name[REFIT_NAME_MAX];
-      int64_t src_row, col_off;
-      REFIT_CHECK_GOTO(refit_reference_source_row(&cat->model, &cat->generator,
-                                                  s->tp_rank, g->name, row, name,
-                                                  &src_row, &col_off),
-                       st, out);
-      int64_t si = refit_catalog_find_src(cat, name);
-      if (si < 0) {
-        st = REFIT_ERR(REFIT_ERR_INTERNAL,
-                       "verify: %s row %lld names unknown source %s", g->name,
-                       (long long)row, name);
-        goto out;
-      }
-      REFIT_CHECK_GOTO(s->source.ops->read(s->source.ctx, &cat->src[si], version,
-                                           src_row, col_off, 1, g->cols, want),
-                       st, out);
-      const uint16_t *got =
-          (const uint16_t *)s->stores[s->store_of[i]].data + row * g->cols;
-      for (int64_t c = 0; c < g->cols; c++) {
-        if (got[c] == want[c])
-          continue;
-        if (bad == 0)
-          REFIT_WARN("verify: version %llu, generator rank %d (engine %d, tp "
-                     "rank %d), tensor %s: first mismatch at [%lld, %lld]: "
-                     "expected 0x%04x (%s row %lld col %lld), actual 0x%04x",
-                     (unsigned long long)version, s->role_rank, s->engine,
-                     s->tp_rank, g->name, (long long)row, (long long)c, want[c],
-                     name, (long long)src_row, (long long)(c + col_off), got[c]);
-        bad++;
-      }
-    }
+  *mismatches = 0;
+  if (s->is_trainer)
+    return REFIT_OK;
+  if (refit_session_fault_here(s, REFIT_FAULT_PHASE_VERIFY) && s->nstores > 0 &&
+      s->fault.action == REFIT_FAULT_BITFLIP) {
+    ((unsigned char *)s->stores[0].data)[s->stores[0].bytes / 2] ^= 0x01;
+    REFIT_WARN("fault seam: flipped a bit of runtime %s before verification",
+               s->stores[0].name);
   }
-out:
-  free(want);
-  *mismatches = bad;
-  return st;
+  return refit_loader_verify(s->loader, &s->source, version, mismatches);
 }

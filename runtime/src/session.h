@@ -9,46 +9,34 @@
 #define REFIT_SESSION_H
 
 #include "config.h"
+#include "refit/refit.h"
 #include "reshard/catalog.h"
 #include "reshard/plan.h"
+#include "loader.h"
 #include "source.h"
 #include "transport.h"
 
 #include <mpi.h>
 #include <stdint.h>
 
-typedef enum {
-  REFIT_DTYPE_BF16 = 0, /* uint16 bit patterns */
-  REFIT_DTYPE_E4M3 = 1, /* float8_e4m3fn bytes */
-  REFIT_DTYPE_E8M0 = 2  /* block scale exponent bytes */
-} refit_dtype_t;
-
-/*
- * One piece of generator runtime storage, named as vLLM names it
- * ("model.layers.0.self_attn.qkv_proj.weight", "...weight_scale"). Allocated
- * once at start-up; every refit writes into the same bytes.
- */
-typedef struct {
-  char name[REFIT_NAME_MAX + 8];
-  refit_dtype_t dtype;
-  const char *layout; /* "linear", "swizzle_128x4", "trtllm_moe_w13",
-                         "trtllm_moe_w2", "trtllm_dense" */
-  int ndim;
-  int64_t shape[3];
-  void *data;
-  size_t bytes;
-  int64_t gen;  /* index into catalog->gen */
-  int is_scale; /* the _scale beside a quantized weight */
-} refit_store_t;
-
 /* Seconds per phase of one refit, as seen by one rank. */
 typedef struct {
   double source;   /* trainer: produce the new weights */
   double pack;     /* trainer: gather chunks into send buffers */
   double transfer; /* waiting on the transport */
-  double unpack;   /* generator: scatter staging into runtime tensors */
-  double total;    /* the whole refit, barrier to barrier */
+  double unpack;   /* generator: land staging in runtime storage (copy, or
+                      quantize and lay out) */
+  double commit;   /* the vote, and the shadow copy in async mode */
+  double total;    /* begin to the end of commit */
 } refit_phase_times_t;
+
+/* The fault seam (tests): refit.fault from the config, or REFIT_FAULT. */
+typedef struct {
+  int enabled, phase, rank, action;
+  double at;
+  int refit;
+  double probability;
+} refit_fault_t;
 
 typedef struct refit_session {
   refit_config_t cfg;
@@ -70,22 +58,47 @@ typedef struct refit_session {
   int64_t *my_msgs;
   int64_t *my_begin;
 
-  /* Trainer: shard of each catalog src tensor this rank holds, else NULL. */
+  /* Trainer: shard of each catalog src tensor this rank holds (part index
+   * in shard_part, -1 when not held); memory registered or allocated at the
+   * first begin. */
   uint16_t **shards;
   int32_t *shard_part;
-  unsigned char *sendbuf[REFIT_EXCHANGES_IN_FLIGHT];
+  unsigned char *shard_owned;
+  int64_t nshards;
 
-  /* Generator: runtime storage of tp rank `tp_rank`. Catalog tensor
-   * cat->gen_begin[tp_rank] + i owns stores[store_of[i]] (its weight) and,
-   * when quantized, stores[store_of[i] + 1] (its scale). */
+  /* Generator: the loader owns the runtime storage of tp rank `tp_rank`;
+   * stores / nstores are its stores, for readers such as the dump. */
   int tp_rank, engine;
+  refit_loader_t *loader;
   refit_store_t *stores;
   int64_t nstores;
-  int64_t *store_of;
-  int64_t nruntime; /* catalog tensors of this tp rank */
-  unsigned char *staging[REFIT_EXCHANGES_IN_FLIGHT];
 
-  uint64_t version; /* last version refitted */
+  /* Send buffers (trainer) or staging areas (generator), one per exchange
+   * in flight, each as large as this rank's largest bucket. */
+  unsigned char *buffer[REFIT_EXCHANGES_IN_FLIGHT];
+  refit_xfer_t *xfers;
+
+  /* Lifecycle. */
+  MPI_Comm ctrl;      /* headers and votes, errors returned */
+  uint64_t run_id;
+  refit_state_t state;
+  int broken;         /* a collective timed out: no further refits */
+  int bound;          /* memory attached (first begin) */
+  int64_t nregistered;
+  int poisoned_before;
+  int vote_pending;   /* begun: this attempt still owes the commit vote */
+  int peer_lost;      /* a wait of this attempt timed out */
+  uint64_t committed; /* version in runtime storage (0: none yet) */
+  uint64_t pending;   /* version being refitted */
+  uint64_t version;   /* last version committed (same as committed) */
+  uint32_t attempt;   /* refits begun, 1-based */
+  int tag_base;
+  int32_t next_bucket; /* next bucket to complete */
+  int32_t next_posted; /* first bucket whose exchange is not started */
+  refit_exchange_t *inflight[REFIT_EXCHANGES_IN_FLIGHT];
+  double t_begin, deadline;
+  refit_phase_times_t times;
+  refit_fault_t fault;
 } refit_session_t;
 
 /*
@@ -97,7 +110,18 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
                                     refit_session_t **out);
 void refit_session_destroy(refit_session_t *s);
 
-/* Collective: move version `version` from trainers to generators. */
+/* Attach caller memory to a tensor this rank holds (before the first
+ * begin). dtype is a refit_dtype_t. */
+refit_status_t refit_session_register(refit_session_t *s, const char *name,
+                                      void *data, size_t bytes, int dtype);
+
+/* The lifecycle: see runtime/include/refit/refit.h for the contract. */
+refit_status_t refit_session_begin(refit_session_t *s, uint64_t version);
+refit_status_t refit_session_progress(refit_session_t *s, int *done);
+refit_status_t refit_session_commit(refit_session_t *s);
+refit_status_t refit_session_abort(refit_session_t *s);
+
+/* Collective: begin, progress until done, commit. */
 refit_status_t refit_session_refit(refit_session_t *s, uint64_t version,
                                    refit_phase_times_t *times);
 

@@ -5,9 +5,12 @@
 
 #include <stdlib.h>
 
+extern const refit_source_ops_t refit_source_hdf5; /* source_hdf5.c */
+
 /* Compiled-in sources, by refit_source_kind_t. */
 static const refit_source_ops_t *const refit_sources[] = {
     &refit_source_synthetic,
+    &refit_source_hdf5,
 };
 
 refit_status_t refit_source_open(const refit_config_t *cfg,

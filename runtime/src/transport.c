@@ -2,10 +2,24 @@
 
 #include "core/log.h"
 
-/* Compiled-in transports in order of preference for refit.transport: auto. */
+extern const refit_transport_ops_t refit_transport_ucx; /* transport_ucx.c */
+
+/* Compiled-in transports in order of preference for refit.transport: auto.
+ * For device memory the GPU transports come first: IPC when every rank shares
+ * one node, else NCCL when no two ranks share a GPU (each query() says which
+ * holds). Host memory skips them and reaches MPI. */
 static const refit_transport_ops_t *const refit_transports[] = {
+#ifdef REFIT_HAVE_CUDA
+    &refit_transport_ipc,
+    &refit_transport_nccl,
+#endif
     &refit_transport_mpi,
+    &refit_transport_ucx, /* host memory too, but only when named */
 };
+
+static const char *refit_memory_name(refit_memory_t m) {
+  return m == REFIT_MEMORY_DEVICE ? "device" : "host";
+}
 
 refit_status_t refit_transport_open(refit_transport_kind_t kind,
                                     const refit_transport_args_t *args,
@@ -15,6 +29,18 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
     const refit_transport_ops_t *ops = refit_transports[i];
     if (kind != REFIT_TRANSPORT_AUTO && kind != ops->kind)
       continue;
+    if (ops->memory != args->memory) {
+      if (kind != REFIT_TRANSPORT_AUTO)
+        return REFIT_ERR(REFIT_ERR_CONFIG,
+                         "refit.transport %s moves %s memory, but the buffers "
+                         "are in %s memory",
+                         ops->name, refit_memory_name(ops->memory),
+                         refit_memory_name(args->memory));
+      REFIT_INFO("transport %s skipped: it moves %s memory, not %s", ops->name,
+                 refit_memory_name(ops->memory),
+                 refit_memory_name(args->memory));
+      continue;
+    }
     refit_status_t st = ops->query(args);
     if (st != REFIT_OK) {
       if (kind != REFIT_TRANSPORT_AUTO)
@@ -27,9 +53,23 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
     REFIT_INFO("transport %s selected", ops->name);
     return REFIT_OK;
   }
+  if (kind != REFIT_TRANSPORT_AUTO)
+    return REFIT_ERR(REFIT_ERR_NOT_AVAILABLE,
+                     "refit.transport %d is not compiled into this build "
+                     "(GPU transports need REFIT_CUDA=ON)",
+                     (int)kind);
   return REFIT_ERR(REFIT_ERR_NOT_AVAILABLE,
-                   "no compiled-in transport can serve refit.transport %d",
-                   (int)kind);
+                   "no compiled-in transport can move %s memory for this job",
+                   refit_memory_name(args->memory));
+}
+
+refit_status_t refit_transport_register(refit_transport_t *t, void *ptr,
+                                        size_t bytes) {
+  if (t->ops == NULL)
+    return REFIT_ERR(REFIT_ERR_STATE, "register_buffer: transport not open");
+  if (t->ops->register_buffer == NULL)
+    return REFIT_OK;
+  return t->ops->register_buffer(t->ctx, ptr, bytes);
 }
 
 void refit_transport_close(refit_transport_t *t) {

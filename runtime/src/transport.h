@@ -11,6 +11,26 @@
  * REFIT_ERR_TIMEOUT naming the peers still outstanding when the deadline
  * passes, never hangs. At most REFIT_EXCHANGES_IN_FLIGHT exchanges per rank
  * are open at once (double buffering).
+ *
+ * Memory: every transport moves one kind of memory (ops->memory). The MPI
+ * transport moves host memory; NCCL and IPC (compiled in with
+ * REFIT_HAVE_CUDA) move device memory allocated with cudaMalloc on the GPU
+ * the rank is bound to (device.h: refit_device_bind, before opening). The
+ * caller says which memory its buffers live in (args->memory); transports
+ * of the other kind are skipped by auto and refused when named. GPU
+ * transports work on their own non-blocking streams: send buffers must be
+ * complete when start() is called (synchronize the stream that wrote them),
+ * and receive buffers are complete for every stream once wait() succeeds.
+ *
+ * Registered buffers: a transport that writes into its peers' memory (IPC)
+ * needs the receive buffers known before the first exchange. The caller
+ * registers them once, collectively, right after opening the transport:
+ * every rank calls refit_transport_register() the same number of times, in
+ * the same order, passing NULL/0 when it has nothing to register in that
+ * round (trainers, typically). Afterwards every receive buffer given to
+ * start() must lie inside a buffer this rank registered; send buffers need no
+ * registration. Transports that do not need it leave register_buffer NULL
+ * and the call is a no-op. Registrations live until destroy().
  */
 #ifndef REFIT_TRANSPORT_H
 #define REFIT_TRANSPORT_H
@@ -22,9 +42,14 @@
 
 #define REFIT_EXCHANGES_IN_FLIGHT 2
 
+typedef enum {
+  REFIT_MEMORY_HOST = 0,  /* malloc'd or pinned host memory */
+  REFIT_MEMORY_DEVICE = 1 /* cudaMalloc'd memory of the rank's GPU */
+} refit_memory_t;
+
 typedef struct {
   int peer;    /* rank in the world communicator */
-  void *buf;   /* host memory for the MPI transport */
+  void *buf;   /* memory of the kind given in args->memory */
   size_t bytes;
 } refit_xfer_t;
 
@@ -32,6 +57,9 @@ typedef struct {
   MPI_Comm world;
   int world_rank, world_size;
   double timeout_s;
+  /* Where the buffers of start() live. Zero (host) keeps the MPI transport;
+   * device memory selects among the GPU transports. */
+  refit_memory_t memory;
 } refit_transport_args_t;
 
 typedef struct refit_exchange refit_exchange_t;
@@ -39,7 +67,11 @@ typedef struct refit_exchange refit_exchange_t;
 typedef struct {
   const char *name;
   refit_transport_kind_t kind;
-  /* REFIT_OK when this transport can serve the job; otherwise the reason. */
+  /* The memory its buffers must be in (zero-initialized: host). */
+  refit_memory_t memory;
+  /* REFIT_OK when this transport can serve the job; otherwise the reason
+   * (REFIT_ERR_CONFIG for a job it can never serve). Collective over
+   * args->world: every rank gets the same answer. */
   refit_status_t (*query)(const refit_transport_args_t *args);
   refit_status_t (*create)(const refit_transport_args_t *args, void **ctx);
   /* Post every send and receive of one bucket; `tag` tells buckets apart. */
@@ -49,7 +81,14 @@ typedef struct {
   /* Complete an exchange by `deadline` (MPI_Wtime seconds); frees it. */
   refit_status_t (*wait)(void *ctx, refit_exchange_t *ex, double deadline,
                          const char *phase);
+  /* Give up an exchange after a failure: receives are cancelled, sends are
+   * left to finish or fail on their own; frees the exchange. The buffers
+   * must stay valid until destroy(): a late peer may still touch them. */
+  void (*abandon)(void *ctx, refit_exchange_t *ex);
   void (*destroy)(void *ctx);
+  /* Optional (NULL: not needed). Collective over the world: see "Registered
+   * buffers" above. `ptr` may be NULL with `bytes` 0. */
+  refit_status_t (*register_buffer)(void *ctx, void *ptr, size_t bytes);
 } refit_transport_ops_t;
 
 typedef struct {
@@ -64,6 +103,16 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
                                     refit_transport_t *out);
 void refit_transport_close(refit_transport_t *t);
 
+/* Register a receive buffer with the open transport, collectively (every
+ * rank, same number of calls; NULL/0 where a rank has none). No-op for
+ * transports without register_buffer. */
+refit_status_t refit_transport_register(refit_transport_t *t, void *ptr,
+                                        size_t bytes);
+
 extern const refit_transport_ops_t refit_transport_mpi;
+#ifdef REFIT_HAVE_CUDA
+extern const refit_transport_ops_t refit_transport_ipc;
+extern const refit_transport_ops_t refit_transport_nccl;
+#endif
 
 #endif /* REFIT_TRANSPORT_H */

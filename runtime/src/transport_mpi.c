@@ -18,6 +18,8 @@ struct refit_exchange {
   MPI_Request *req;
   int *peer;
   int *indices;
+  size_t *bytes;       /* expected size of each message */
+  MPI_Status *status;
 };
 
 typedef struct {
@@ -62,6 +64,8 @@ static void refit_mpi_exchange_free(refit_exchange_t *ex) {
   free(ex->req);
   free(ex->peer);
   free(ex->indices);
+  free(ex->bytes);
+  free(ex->status);
   free(ex);
 }
 
@@ -79,7 +83,10 @@ static refit_status_t refit_mpi_start(void *ctx, const refit_xfer_t *sends,
   ex->req = malloc((size_t)(n ? n : 1) * sizeof(*ex->req));
   ex->peer = malloc((size_t)(n ? n : 1) * sizeof(*ex->peer));
   ex->indices = malloc((size_t)(n ? n : 1) * sizeof(*ex->indices));
-  if (ex->req == NULL || ex->peer == NULL || ex->indices == NULL) {
+  ex->bytes = malloc((size_t)(n ? n : 1) * sizeof(*ex->bytes));
+  ex->status = malloc((size_t)(n ? n : 1) * sizeof(*ex->status));
+  if (ex->req == NULL || ex->peer == NULL || ex->indices == NULL ||
+      ex->bytes == NULL || ex->status == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "mpi transport: %d requests", n);
     goto err;
   }
@@ -93,6 +100,7 @@ static refit_status_t refit_mpi_start(void *ctx, const refit_xfer_t *sends,
       goto err;
     }
     ex->peer[ex->n] = recvs[i].peer;
+    ex->bytes[ex->n] = recvs[i].bytes;
     REFIT_CHECK_GOTO(refit_mpi_check(MPI_Irecv(recvs[i].buf, (int)recvs[i].bytes,
                                                MPI_BYTE, recvs[i].peer, tag,
                                                c->comm, &ex->req[ex->n]),
@@ -109,6 +117,7 @@ static refit_status_t refit_mpi_start(void *ctx, const refit_xfer_t *sends,
       goto err;
     }
     ex->peer[ex->n] = sends[i].peer;
+    ex->bytes[ex->n] = sends[i].bytes;
     REFIT_CHECK_GOTO(refit_mpi_check(MPI_Isend(sends[i].buf, (int)sends[i].bytes,
                                                MPI_BYTE, sends[i].peer, tag,
                                                c->comm, &ex->req[ex->n]),
@@ -130,22 +139,39 @@ err:
   return st;
 }
 
+static void refit_mpi_abandon(void *ctx, refit_exchange_t *ex);
+
 static refit_status_t refit_mpi_wait(void *ctx, refit_exchange_t *ex,
                                      double deadline, const char *phase) {
   int left = ex->n, outcount = 0;
   unsigned spins = 0;
   refit_status_t st = REFIT_OK;
-  (void)ctx;
 
   while (left > 0) {
-    int rc = MPI_Testsome(ex->n, ex->req, &outcount, ex->indices,
-                          MPI_STATUSES_IGNORE);
+    int rc = MPI_Testsome(ex->n, ex->req, &outcount, ex->indices, ex->status);
     if (rc != MPI_SUCCESS) {
       st = refit_mpi_check(rc, phase, -1);
-      break;
+      refit_mpi_abandon(ctx, ex);
+      return st;
     }
     if (outcount == MPI_UNDEFINED)
       break;
+    /* A receive that got fewer bytes than the plan says is a truncated
+     * message, not a short bucket. */
+    for (int k = 0; k < outcount; k++) {
+      const int i = ex->indices[k];
+      int count = 0;
+      if (i >= ex->n - ex->nsends || st != REFIT_OK)
+        continue;
+      MPI_Get_count(&ex->status[k], MPI_BYTE, &count);
+      if ((size_t)count != ex->bytes[i])
+        st = REFIT_ERR(REFIT_ERR_INTEGRITY,
+                       "%s: truncated message from rank %d: expected %zu bytes, "
+                       "got %d",
+                       phase, ex->peer[i], ex->bytes[i], count);
+    }
+    /* After a bad message keep completing the others, so that no request
+     * outlives the exchange; the first error is returned at the end. */
     left -= outcount;
     if (left == 0)
       break;
@@ -162,7 +188,9 @@ static refit_status_t refit_mpi_wait(void *ctx, refit_exchange_t *ex,
                      "%s: %d of %d messages still outstanding at the deadline "
                      "(peer ranks: %s)",
                      phase, left, ex->n, peers);
-      break;
+      /* Outstanding requests are cancelled or released, never waited on. */
+      refit_mpi_abandon(ctx, ex);
+      return st;
     }
     /* Spin briefly for latency, then yield the core: 2-core machines run
      * several ranks per core. */
@@ -173,6 +201,25 @@ static refit_status_t refit_mpi_wait(void *ctx, refit_exchange_t *ex,
   }
   refit_mpi_exchange_free(ex);
   return st;
+}
+
+static void refit_mpi_abandon(void *ctx, refit_exchange_t *ex) {
+  (void)ctx;
+  for (int i = 0; i < ex->n; i++) {
+    if (ex->req[i] == MPI_REQUEST_NULL)
+      continue;
+    if (i < ex->n - ex->nsends) {
+      /* Receives: cancel and complete the cancellation, so no late message
+       * lands in a staging area that is reused. */
+      MPI_Cancel(&ex->req[i]);
+      MPI_Wait(&ex->req[i], MPI_STATUS_IGNORE);
+    } else {
+      /* Sends to a dead peer may never complete: let MPI finish or drop
+       * them in the background. */
+      MPI_Request_free(&ex->req[i]);
+    }
+  }
+  refit_mpi_exchange_free(ex);
 }
 
 static void refit_mpi_destroy(void *ctx) {
@@ -190,5 +237,6 @@ const refit_transport_ops_t refit_transport_mpi = {
     .create = refit_mpi_create,
     .start = refit_mpi_start,
     .wait = refit_mpi_wait,
+    .abandon = refit_mpi_abandon,
     .destroy = refit_mpi_destroy,
 };

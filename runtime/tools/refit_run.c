@@ -1,58 +1,96 @@
 /*
  * refit-run CONFIG: run refits as the config says, under mpirun or srun.
  * The first trainer.tp*pp*dp ranks are trainers, the next generator.tp*engines
- * generators. Prints a per-phase timing table and the verification result;
- * exits 0 only when every refit verified (or, with verify off, completed).
+ * generators. It drives the public API (refit/refit.h) the way a trainer and
+ * an inference engine would, simulating the serving side: generators keep
+ * reading their runtime weights between progress calls in async mode, and the
+ * longest pause between two serving steps is reported as the stall.
+ *
+ * Prints a per-phase timing table and the verification result; exits 0 only
+ * when every refit committed and verified (or, with verify off, committed).
  */
-#include "core/log.h"
+#include "refit/refit.h"
+#include "dump.h"
 #include "session.h"
 
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-static const char *refit_run_human(double bytes, char *buf, size_t len) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    u++;
+/* One serving step: read a little of every runtime tensor, as an inference
+ * step reads its weights. Returns a value so the reads are not optimized
+ * away. */
+static uint64_t refit_run_serve(refit_session_h s) {
+  uint64_t acc = 0;
+  const int64_t n = refit_tensor_count(s);
+  for (int64_t i = 0; i < n; i++) {
+    refit_tensor_t t;
+    if (refit_tensor_get(s, i, &t) != REFIT_OK || t.data == NULL)
+      continue;
+    const unsigned char *p = t.data;
+    for (size_t k = 0; k < t.bytes; k += 4096)
+      acc += p[k];
   }
-  snprintf(buf, len, "%.2f %s", bytes, units[u]);
-  return buf;
+  return acc;
 }
 
-static void refit_run_header(const refit_session_t *s, const char *path) {
-  const refit_config_t *c = &s->cfg;
-  refit_plan_stats_t st;
-  char b1[32], b2[32];
-  refit_plan_stats(s->plan, 0, &st);
-  printf("refit-run %s: %s, %d ranks = %d trainer (tp %d, pp %d, dp %d, ep %d, "
-         "etp %d) + %d generator (%d engine%s x tp %d, ep %d)\n",
-         path, c->model.family == REFIT_FAMILY_QWEN3_MOE ? "qwen3_moe" : "qwen3",
-         s->size, s->ntrainer, c->trainer.tp, c->trainer.pp, c->trainer.dp,
-         c->trainer.ep, c->trainer.etp, s->ngenerator, c->generator.engines,
-         c->generator.engines == 1 ? "" : "s", c->generator.tp, c->generator.ep);
-  printf("plan: %lld tensors -> %lld runtime tensors per tp rank, %d buckets, "
-         "%lld messages, %s per refit, egress max/mean %.3f, staging max %s, "
-         "hash %016llx, transport %s\n",
-         (long long)s->cat->nsrc,
-         (long long)(s->cat->gen_begin[1] - s->cat->gen_begin[0]),
-         s->plan->nbuckets, (long long)s->plan->nmsgs,
-         refit_run_human((double)st.total_bytes, b1, sizeof(b1)),
-         st.egress_mean > 0 ? st.egress_max / st.egress_mean : 0.0,
-         refit_run_human((double)st.staging_max, b2, sizeof(b2)),
-         (unsigned long long)s->plan->hash, s->transport.ops->name);
-  printf("\n%6s %8s %10s %10s %10s %10s %10s %10s %9s  %s\n", "refit",
-         "version", "source_s", "pack_s", "transfer_s", "unpack_s", "verify_s",
-         "total_s", "GB/s", "result");
+static volatile uint64_t refit_run_sink;
+
+typedef struct {
+  double stall; /* longest pause between serving steps during the refit */
+  refit_status_t st;
+} refit_run_outcome_t;
+
+/* One refit through the lifecycle. Generators in async mode serve between
+ * progress calls; in sync mode serving pauses for the whole refit. */
+static refit_run_outcome_t refit_run_one(refit_session_h s, uint64_t version,
+                                         int async, uint64_t *sink) {
+  refit_run_outcome_t o = {0, REFIT_OK};
+  const int serving = async && refit_session_side(s) == REFIT_SIDE_GENERATOR;
+  double last = MPI_Wtime();
+  int done = 0;
+#define REFIT_RUN_SERVED()                                                     \
+  do {                                                                         \
+    double now_ = MPI_Wtime();                                                 \
+    if (now_ - last > o.stall)                                                 \
+      o.stall = now_ - last;                                                   \
+    last = now_;                                                               \
+  } while (0)
+
+  o.st = refit_begin(s, version);
+  if (o.st != REFIT_OK)
+    return o;
+  while (!done && o.st == REFIT_OK) {
+    if (serving) {
+      *sink += refit_run_serve(s);
+      REFIT_RUN_SERVED();
+    }
+    o.st = refit_progress(s, &done);
+  }
+  if (serving) {
+    *sink += refit_run_serve(s);
+    REFIT_RUN_SERVED();
+  }
+  /* Every rank votes, also one whose part failed: nobody waits for it.
+   * The commit's message then carries the earlier failure. */
+  refit_status_t cst = refit_commit(s);
+  if (o.st == REFIT_OK || cst != REFIT_ERR_STATE)
+    o.st = cst == REFIT_OK ? o.st : cst;
+  REFIT_RUN_SERVED();
+  if (!serving) /* sync: nothing was served from begin to here */
+    o.stall = s->times.total > 0 ? s->times.total : o.stall;
+#undef REFIT_RUN_SERVED
+  return o;
 }
 
 int main(int argc, char **argv) {
-  refit_session_t *s = NULL;
+  refit_session_h s = NULL;
   int rank = 0, failed = 0;
   int64_t total_bad = 0;
+  uint64_t sink = 0;
+  char desc[2048];
 
   if (argc != 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     fprintf(stderr, "usage: refit-run CONFIG.yaml   (under mpirun/srun, or "
@@ -61,7 +99,7 @@ int main(int argc, char **argv) {
   }
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  refit_status_t st = refit_session_create(MPI_COMM_WORLD, argv[1], &s);
+  refit_status_t st = refit_session_open(MPI_COMM_WORLD, argv[1], &s);
   if (st != REFIT_OK) {
     if (st != REFIT_ERR_PEER)
       fprintf(stderr, "refit-run: rank %d: %s: %s\n", rank, refit_status_str(st),
@@ -69,65 +107,121 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 2;
   }
-  if (rank == 0)
-    refit_run_header(s, argv[1]);
+  const refit_config_t *cfg = &s->cfg;
+  const int async = cfg->refit.mode == REFIT_MODE_ASYNC;
+  if (rank == 0) {
+    refit_session_describe(s, desc, sizeof(desc));
+    printf("refit-run %s: %s\n", argv[1], desc);
+    printf("\n%6s %8s %9s %9s %10s %9s %9s %9s %9s %8s  %s\n", "refit",
+           "version", "source_s", "pack_s", "transfer_s", "land_s", "commit_s",
+           "total_s", "stall_s", "GB/s", "result");
+    fflush(stdout);
+  }
 
   refit_plan_stats_t pst;
   refit_plan_stats(s->plan, 0, &pst);
-  for (int step = 1; step <= s->cfg.refit.steps; step++) {
-    refit_phase_times_t t, tmax;
+  for (int step = 1; step <= cfg->refit.steps; step++) {
     const uint64_t version = (uint64_t)step;
-    st = refit_session_refit(s, version, &t);
-    if (st != REFIT_OK) {
-      /* A failed transfer can leave peers blocked in MPI: end the job rather
-       * than hang in MPI_Finalize. */
+    refit_run_outcome_t o = refit_run_one(s, version, async, &sink);
+    if (o.st != REFIT_OK) {
+      failed = 1;
       fprintf(stderr, "refit-run: rank %d: refit of version %llu failed: %s: %s\n",
-              rank, (unsigned long long)version, refit_status_str(st),
+              rank, (unsigned long long)version, refit_status_str(o.st),
               refit_last_error());
+      /* What the generator serves now must be the last committed version. */
+      const uint64_t kept = refit_committed_version(s);
+      if (refit_session_side(s) == REFIT_SIDE_GENERATOR) {
+        int64_t bad = 0;
+        if (refit_state(s) == REFIT_STATE_POISONED)
+          fprintf(stderr, "refit-run: rank %d: POISONED: runtime storage may mix "
+                          "versions; refusing to serve until a full refit\n",
+                  rank);
+        else if (kept > 0 && refit_verify(s, kept, &bad) == REFIT_OK)
+          fprintf(stderr, "refit-run: rank %d: runtime storage holds version "
+                          "%llu: %s\n",
+                  rank, (unsigned long long)kept,
+                  bad == 0 ? "verified bit for bit" : "MISMATCH");
+        if (bad != 0)
+          total_bad += bad;
+      }
       fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
+      if (s->broken) {
+        /* A peer is dead or stalled: no collective can complete, including
+         * MPI_Finalize. Leave without it. */
+        fprintf(stderr, "refit-run: rank %d: a peer is lost; exiting without "
+                        "MPI_Finalize\n", rank);
+        fflush(stderr);
+        fflush(stdout);
+        _exit(3);
+      }
+      if (rank == 0)
+        printf("%6d %8llu %9s %9s %10s %9s %9s %9s %9s %8s  aborted: kept version "
+               "%llu\n",
+               step, (unsigned long long)version, "-", "-", "-", "-", "-", "-",
+               "-", "-", (unsigned long long)kept);
+      continue;
     }
+    refit_times_t t;
+    refit_last_times(s, &t);
     int64_t bad = 0, bad_all = 0;
-    double verify_s = 0, v0 = MPI_Wtime();
-    if (s->cfg.verify) {
-      st = refit_session_verify(s, version, &bad);
+    double v0 = MPI_Wtime(), verify_s;
+    if (cfg->verify) {
+      st = refit_verify(s, version, &bad);
       if (st != REFIT_OK) {
-        fprintf(stderr, "refit-run: rank %d: verify: %s\n", rank,
-                refit_last_error());
+        fprintf(stderr, "refit-run: rank %d: verify: %s\n", rank, refit_last_error());
         bad = bad ? bad : 1;
       }
     }
     verify_s = MPI_Wtime() - v0;
-    double local[6] = {t.source, t.pack, t.transfer, t.unpack, verify_s, t.total};
-    double maxes[6];
-    MPI_Reduce(local, maxes, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    (void)verify_s;
+    double local[8] = {t.source, t.pack, t.transfer, t.land, t.commit, t.total,
+                       o.stall, 0};
+    double maxes[8];
+    MPI_Reduce(local, maxes, 8, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     MPI_Allreduce(&bad, &bad_all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
     total_bad += bad_all;
-    tmax.total = maxes[5];
-    if (rank == 0)
-      printf("%6d %8llu %10.4f %10.4f %10.4f %10.4f %10.4f %10.4f %9.3f  %s\n",
+    if (rank == 0) {
+      printf("%6d %8llu %9.4f %9.4f %10.4f %9.4f %9.4f %9.4f %9.4f %8.3f  %s\n",
              step, (unsigned long long)version, maxes[0], maxes[1], maxes[2],
-             maxes[3], maxes[4], maxes[5],
-             tmax.total > 0 ? (double)pst.total_bytes / tmax.total / 1e9 : 0.0,
-             !s->cfg.verify ? "completed"
-                            : (bad_all == 0 ? "verified" : "MISMATCH"));
+             maxes[3], maxes[4], maxes[5], maxes[6],
+             maxes[5] > 0 ? (double)pst.total_bytes / maxes[5] / 1e9 : 0.0,
+             !cfg->verify ? "committed" : (bad_all == 0 ? "verified" : "MISMATCH"));
+      fflush(stdout);
+    }
   }
+
+  /* dump: the generator stores as they stand after the last refit. */
+  if (cfg->dump[0] != '\0') {
+    st = refit_dump_write(s, cfg->dump);
+    if (st != REFIT_OK && st != REFIT_ERR_PEER)
+      fprintf(stderr, "refit-run: rank %d: %s: %s\n", rank, refit_status_str(st),
+              refit_last_error());
+    else if (st == REFIT_OK && rank == 0)
+      printf("\nrefit-run: dumped the generator tensors of version %llu to %s\n",
+             (unsigned long long)refit_committed_version(s), cfg->dump);
+    failed |= st != REFIT_OK;
+  }
+  int any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0) {
-    if (!s->cfg.verify)
-      printf("\nrefit-run: %d refits completed (verification off)\n",
-             s->cfg.refit.steps);
-    else if (total_bad == 0)
-      printf("\nrefit-run: verified: %d refits, every generator byte matches "
-             "the reference bit for bit\n",
-             s->cfg.refit.steps);
-    else
+    if (total_bad != 0)
       printf("\nrefit-run: FAILED: %lld elements differ from the reference "
              "(first mismatches logged above)\n",
              (long long)total_bad);
+    else if (any_failed)
+      printf("\nrefit-run: FAILED: not every refit committed (errors above); "
+             "committed versions verified\n");
+    else if (!cfg->verify)
+      printf("\nrefit-run: %d refits committed (verification off)\n",
+             cfg->refit.steps);
+    else
+      printf("\nrefit-run: verified: %d refits, every generator byte matches "
+             "the reference bit for bit\n",
+             cfg->refit.steps);
     fflush(stdout);
   }
-  failed = total_bad != 0;
-  refit_session_destroy(s);
+  refit_run_sink = sink; /* keeps the serving reads observable */
+  refit_session_close(s);
   MPI_Finalize();
-  return failed ? 1 : 0;
+  return (any_failed || total_bad != 0) ? 1 : 0;
 }

@@ -160,7 +160,7 @@ static void check_plan(const refit_catalog_t *cat, const refit_plan_t *plan,
       assert_int_equal(c->src_rank, m->src_rank);
       assert_int_equal(c->dst_rank, m->dst_rank);
       assert_int_equal(c->bucket, m->bucket);
-      off += c->rows * c->row_bytes;
+      off += c->rows * c->row_bytes + plan->options.chunk_trailer;
     }
     assert_int_equal(off - m->offset, m->bytes);
     expect_off += m->bytes;
@@ -178,7 +178,9 @@ static void plan_and_check(const refit_model_t *m, const refit_trainer_layout_t 
                            grid_tally_t *tally) {
   refit_catalog_t *cat = NULL;
   refit_plan_t *plan = NULL;
-  refit_plan_options_t opt = {.bucket_bytes = bucket, .wire = REFIT_WIRE_BF16};
+  /* Alternate plans with and without an 8-byte digest trailer per chunk. */
+  refit_plan_options_t opt = {.bucket_bytes = bucket, .wire = REFIT_WIRE_BF16,
+                              .chunk_trailer = (tally->layouts & 1) ? 8 : 0};
 
   if (refit_catalog_create(m, tl, gl, &cat) != REFIT_OK)
     return; /* a layout the rules reject; the config tests cover those */
@@ -338,6 +340,41 @@ static void test_bucket_too_small(void **state) {
   refit_catalog_destroy(cat);
 }
 
+/* Prequantized wire: quantized tensors travel as K e4m3 + K/32 scale bytes
+ * per row, the rest as BF16; buckets still bound staging. */
+static void test_wire_mxfp8(void **state) {
+  (void)state;
+  refit_model_t m = grid_moe();
+  refit_catalog_t *cat;
+  refit_plan_t *plan;
+  refit_trainer_layout_t tl = {.tp = 2, .pp = 1, .ep = 2, .etp = 1, .dp = 1};
+  refit_generator_layout_t gl = {.tp = 2, .ep = 1, .engines = 2};
+  refit_plan_options_t opt = {.bucket_bytes = 1024, .wire = REFIT_WIRE_MXFP8,
+                              .chunk_trailer = 8};
+  assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat), REFIT_OK);
+  int64_t expect = 0;
+  for (int t = 0; t < gl.tp; t++)
+    for (int64_t i = cat->gen_begin[t]; i < cat->gen_begin[t + 1]; i++) {
+      refit_gen_tensor_t *g = &cat->gen[i];
+      g->quantized = g->kind != REFIT_GEN_PLAIN;
+      expect += gl.engines * g->rows *
+                (g->quantized ? g->cols + g->cols / 32 : 2 * g->cols);
+    }
+  assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
+  int64_t got = 0;
+  for (int64_t i = 0; i < plan->nchunks; i++) {
+    const refit_chunk_t *c = &plan->chunks[i];
+    const refit_gen_tensor_t *g = &cat->gen[c->dst_tensor];
+    assert_int_equal(c->row_bytes, g->quantized ? c->cols + c->cols / 32 : 2 * c->cols);
+    got += c->rows * c->row_bytes;
+  }
+  assert_int_equal(got, expect);
+  for (int32_t g = 0; g < plan->ngenerator; g++)
+    assert_true(plan->staging[g] <= 1024);
+  refit_plan_destroy(plan);
+  refit_catalog_destroy(cat);
+}
+
 static void test_layout_rules(void **state) {
   (void)state;
   refit_model_t m = grid_moe();
@@ -361,6 +398,7 @@ int main(void) {
       cmocka_unit_test(test_catalog_qwen3_30b),
       cmocka_unit_test(test_layout_rules),
       cmocka_unit_test(test_bucket_too_small),
+      cmocka_unit_test(test_wire_mxfp8),
       cmocka_unit_test(test_balance),
       cmocka_unit_test(test_uneven_stages),
       cmocka_unit_test(test_kv_replication),

@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "core/error.h"
+#include "kernels/layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +152,16 @@ static const char dense[] = "model:\n"                   /* 1 */
                             "  engines: 1\n";            /* 16 */
 
 #define GEN_TP "generator:\n  tp: 2\n"
+
+/* A snippet appended to a config, and a message it must produce. */
+typedef struct {
+  const char *yaml;
+  const char *message;
+} yaml_case_t;
+
+static const char *const presets[] = {
+    "demo.yaml", "qwen3-8b.yaml", "qwen3-30b-a3b.yaml", "qwen3-235b-a22b.yaml"};
+#define NPRESETS (sizeof(presets) / sizeof(presets[0]))
 #define GEN_EP "  ep: 2\n  engines"
 
 /* ------------------------------------------------------------------------ */
@@ -230,6 +241,19 @@ static void test_defaults_applied(void **state) {
   assert_int_equal(d.generator.tp, 1);
   assert_int_equal(d.generator.ep, 1);
   assert_int_equal(d.generator.engines, 1);
+  assert_int_equal(d.refit.linear_backend, REFIT_LINEAR_FLASHINFER_CUTLASS);
+  assert_int_equal(d.refit.moe_backend, REFIT_MOE_FLASHINFER_TRTLLM);
+  assert_int_equal(d.refit.prequantize, 0);
+  assert_int_equal(d.refit.quantization_ignore_count, 1);
+  assert_string_equal(d.refit.quantization_ignore[0], "lm_head");
+  assert_int_equal(d.refit.restore, REFIT_RESTORE_FULL);
+  assert_int_equal(d.refit.digests, 1);
+  assert_int_equal(d.refit.keep_staging, 1);
+  assert_int_equal(d.refit.device_map, REFIT_DEVICE_MAP_LOCAL_RANK);
+  assert_int_equal(d.refit.fault.enabled, 0);
+  assert_true(d.refit.fault.at == 0.5);
+  assert_int_equal(d.refit.fault.refit, 1);
+  assert_true(d.refit.fault.probability == 1.0);
 
   /* Only the model: everything else comes from the defaults. */
   refit_config_t cfg;
@@ -280,6 +304,306 @@ static void test_values_parsed(void **state) {
   assert_int_equal(cfg.refit.transport, REFIT_TRANSPORT_MPI);
   assert_true(cfg.source.seed == UINT64_MAX);
   assert_int_equal(cfg.verify, 0);
+}
+
+static void test_refit_keys_parsed(void **state) {
+  (void)state;
+  refit_config_t cfg;
+  EXPECT_OK(cat(moe, "refit:\n"
+                     "  precision: mxfp8\n"
+                     "  linear_backend: flashinfer_cutedsl\n"
+                     "  moe_backend: flashinfer_trtllm\n"
+                     "  prequantize: true\n"
+                     "  restore: none\n"
+                     "  digests: false\n"
+                     "  keep_staging: off\n"
+                     "  device_map: none\n"),
+            4, &cfg);
+  assert_int_equal(cfg.refit.precision, REFIT_PRECISION_MXFP8);
+  assert_int_equal(cfg.refit.linear_backend, REFIT_LINEAR_FLASHINFER_CUTEDSL);
+  assert_int_equal(cfg.refit.moe_backend, REFIT_MOE_FLASHINFER_TRTLLM);
+  assert_int_equal(cfg.refit.prequantize, 1);
+  assert_int_equal(cfg.refit.restore, REFIT_RESTORE_NONE);
+  assert_int_equal(cfg.refit.digests, 0);
+  assert_int_equal(cfg.refit.keep_staging, 0);
+  assert_int_equal(cfg.refit.device_map, REFIT_DEVICE_MAP_NONE);
+  assert_int_equal(cfg.refit.fault.enabled, 0);
+}
+
+/* The config spells each dense backend as the kernels do, in their order. */
+static void test_linear_backend_names_match_kernels(void **state) {
+  (void)state;
+  for (int b = 0; b < REFIT_KERNELS_DENSE_COUNT; b++) {
+    refit_config_t cfg;
+    char line[96];
+    snprintf(
+        line, sizeof(line), "refit:\n  linear_backend: %s\n",
+        refit_kernels_dense_backend_name((refit_kernels_dense_backend_t)b));
+    EXPECT_OK(cat(moe, line), 0, &cfg);
+    assert_int_equal(cfg.refit.linear_backend, b);
+  }
+}
+
+static void test_enum_bad_value_suggests(void **state) {
+  (void)state;
+  static const yaml_case_t cases[] = {
+      {"refit:\n  linear_backend: flashinfer_cutlas\n",
+       "demo.yaml:22:19: refit.linear_backend: expected one of "
+       "flashinfer_cutlass, flashinfer_cutedsl, flashinfer_trtllm, got "
+       "'flashinfer_cutlas' (did you mean 'flashinfer_cutlass'?)"},
+      {"refit:\n  linear_backend: cublas\n",
+       "demo.yaml:22:19: refit.linear_backend: expected one of "
+       "flashinfer_cutlass, flashinfer_cutedsl, flashinfer_trtllm, got "
+       "'cublas'\n"},
+      {"refit:\n  moe_backend: flashinfer_cutlass\n",
+       "demo.yaml:22:16: refit.moe_backend: expected one of flashinfer_trtllm, "
+       "got 'flashinfer_cutlass'"},
+      {"refit:\n  restore: ful\n",
+       "demo.yaml:22:12: refit.restore: expected one of full, none, got 'ful' "
+       "(did you mean 'full'?)"},
+      {"refit:\n  device_map: local-rank\n",
+       "demo.yaml:22:15: refit.device_map: expected one of local_rank, none, "
+       "got 'local-rank' (did you mean 'local_rank'?)"},
+      {"refit:\n  fault:\n    phase: transfr\n    rank: 0\n"
+       "    action: kill\n",
+       "demo.yaml:23:12: refit.fault.phase: expected one of transfer, "
+       "quantize, commit, verify, got 'transfr' (did you mean 'transfer'?)"},
+      {"refit:\n  fault:\n    phase: commit\n    rank: 0\n"
+       "    action: bitflp\n",
+       "demo.yaml:25:13: refit.fault.action: expected one of kill, exit, "
+       "stall, bitflip, truncate, drop, duplicate, error, got 'bitflp' (did "
+       "you mean 'bitflip'?)"},
+      {"refit:\n  prequantize: sometimes\n",
+       "demo.yaml:22:16: refit.prequantize: expected true or false, got "
+       "'sometimes'"},
+      {"refit:\n  digests: 2\n",
+       "demo.yaml:22:12: refit.digests: expected true or false, got '2'"},
+      {"refit:\n  keep_staging: []\n",
+       "demo.yaml:22:17: refit.keep_staging: expected true or false, got a "
+       "sequence"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    const char *errors = EXPECT_ERR(cat(moe, cases[i].yaml), 0,
+                                    REFIT_ERR_CONFIG, cases[i].message);
+    assert_int_equal(count_lines(errors), 1);
+  }
+}
+
+static void test_quantization_ignore_list(void **state) {
+  (void)state;
+  refit_config_t cfg;
+  /* Default [lm_head]; a flow list, a block list and [] replace it. */
+  EXPECT_OK(moe, 0, &cfg);
+  assert_int_equal(cfg.refit.quantization_ignore_count, 1);
+  assert_string_equal(cfg.refit.quantization_ignore[0], "lm_head");
+  EXPECT_OK(cat(moe, "refit:\n  quantization_ignore: [lm_head, mlp.gate]\n"), 0,
+            &cfg);
+  assert_int_equal(cfg.refit.quantization_ignore_count, 2);
+  assert_string_equal(cfg.refit.quantization_ignore[0], "lm_head");
+  assert_string_equal(cfg.refit.quantization_ignore[1], "mlp.gate");
+  EXPECT_OK(cat(moe, "refit:\n  quantization_ignore:\n    - mlp.gate\n"
+                     "    - \"7\"\n"),
+            0, &cfg);
+  assert_int_equal(cfg.refit.quantization_ignore_count, 2);
+  assert_string_equal(cfg.refit.quantization_ignore[0], "mlp.gate");
+  assert_string_equal(cfg.refit.quantization_ignore[1], "7");
+  EXPECT_OK(cat(moe, "refit:\n  quantization_ignore: []\n"), 0, &cfg);
+  assert_int_equal(cfg.refit.quantization_ignore_count, 0);
+
+  /* A scalar where the list is expected. */
+  const char *errors = EXPECT_ERR(
+      cat(moe, "refit:\n  quantization_ignore: lm_head\n"), 0, REFIT_ERR_CONFIG,
+      "demo.yaml:22:24: refit.quantization_ignore: expected a "
+      "sequence of at most 16 names such as [lm_head, mlp.gate] "
+      "([] for none), got a scalar 'lm_head'");
+  assert_int_equal(count_lines(errors), 1);
+  EXPECT_ERR(cat(moe, "refit:\n  quantization_ignore:\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:22:23: refit.quantization_ignore: expected a sequence",
+             "got a scalar");
+  EXPECT_ERR(cat(moe, "refit:\n  quantization_ignore: {lm_head: 1}\n"), 0,
+             REFIT_ERR_CONFIG,
+             "demo.yaml:22:24: refit.quantization_ignore: expected a sequence",
+             "got a mapping");
+
+  /* Items that are not strings, each at its own position. */
+  errors = EXPECT_ERR(
+      cat(moe, "refit:\n  quantization_ignore: [lm_head, 3, [a], {b: c}, "
+               "true, ~]\n"),
+      0, REFIT_ERR_CONFIG,
+      "demo.yaml:22:34: refit.quantization_ignore[1]: expected a module name "
+      "(a string), got a number '3' (quote it if it is a name)",
+      "demo.yaml:22:37: refit.quantization_ignore[2]: expected a module name "
+      "(a string), got a sequence",
+      "demo.yaml:22:42: refit.quantization_ignore[3]: expected a module name "
+      "(a string), got a mapping",
+      "demo.yaml:22:50: refit.quantization_ignore[4]: expected a module name "
+      "(a string), got a boolean 'true'",
+      "demo.yaml:22:56: refit.quantization_ignore[5]: expected a module name "
+      "(a string), got null '~'");
+  assert_int_equal(count_lines(errors), 5);
+  EXPECT_ERR(cat(moe, "refit:\n  quantization_ignore:\n    - lm_head\n"
+                      "    - ''\n    - lm_head\n"),
+             0, REFIT_ERR_CONFIG,
+             "demo.yaml:24:7: refit.quantization_ignore[1]: expected a module "
+             "name, got ''",
+             "demo.yaml:25:7: refit.quantization_ignore[2]: 'lm_head' is "
+             "listed twice (first as refit.quantization_ignore[0])");
+
+  /* Too long an entry, too many entries. */
+  char *item = keep(malloc(REFIT_MODULE_NAME_MAX + 64));
+  strcpy(item, "refit:\n  quantization_ignore: [");
+  size_t off = strlen(item);
+  memset(item + off, 'm', REFIT_MODULE_NAME_MAX);
+  strcpy(item + off + REFIT_MODULE_NAME_MAX, "]\n");
+  EXPECT_ERR(cat(moe, item), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:22:25: refit.quantization_ignore[0]: expected a "
+             "module name shorter than 96 bytes, got 'mmmm");
+  char many[512] = "refit:\n  quantization_ignore:\n";
+  for (int i = 0; i < REFIT_QUANT_IGNORE_MAX + 2; i++)
+    snprintf(many + strlen(many), sizeof(many) - strlen(many),
+             "    - layer%d\n", i);
+  errors = EXPECT_ERR(cat(moe, many), 0, REFIT_ERR_CONFIG,
+                      "demo.yaml:39:7: refit.quantization_ignore: at most 16 "
+                      "entries, got 18");
+  assert_int_equal(count_lines(errors), 1);
+  EXPECT_OK(cat(moe, edit(many, "    - layer16\n    - layer17\n", "")), 0,
+            &cfg);
+  assert_int_equal(cfg.refit.quantization_ignore_count, 16);
+  assert_string_equal(cfg.refit.quantization_ignore[15], "layer15");
+
+  /* In the hash and the formatted config, which parses back. */
+  refit_config_t a, b;
+  EXPECT_OK(cat(moe, "refit:\n  quantization_ignore: [lm_head, \"a\\\"b\"]\n"),
+            0, &a);
+  assert_string_equal(a.refit.quantization_ignore[1], "a\"b");
+  char *text = NULL;
+  assert_int_equal(refit_config_format(&a, &text), REFIT_OK);
+  keep(text);
+  assert_non_null(strstr(text, "  quantization_ignore: [\"lm_head\", "
+                               "\"a\\\"b\"]  # "));
+  EXPECT_OK(text, 0, &b);
+  assert_int_equal(b.refit.quantization_ignore_count, 2);
+  assert_string_equal(b.refit.quantization_ignore[1], "a\"b");
+  assert_true(refit_config_hash(&a) == refit_config_hash(&b));
+  EXPECT_OK(cat(moe, "refit:\n  quantization_ignore: [lm_head]\n"), 0, &b);
+  assert_true(refit_config_hash(&a) != refit_config_hash(&b));
+  EXPECT_OK(moe, 0, &a); /* the default list is the same value */
+  assert_true(refit_config_hash(&a) == refit_config_hash(&b));
+}
+
+static const char fault[] = "refit:\n"               /* 21 */
+                            "  fault:\n"             /* 22 */
+                            "    phase: transfer\n"  /* 23 */
+                            "    rank: 3\n"          /* 24 */
+                            "    action: bitflip\n"; /* 25 */
+
+static void test_fault_mapping(void **state) {
+  (void)state;
+  refit_config_t cfg;
+  EXPECT_OK(cat(moe, fault), 4, &cfg);
+  assert_int_equal(cfg.refit.fault.enabled, 1);
+  assert_int_equal(cfg.refit.fault.phase, REFIT_FAULT_PHASE_TRANSFER);
+  assert_int_equal(cfg.refit.fault.rank, 3);
+  assert_int_equal(cfg.refit.fault.action, REFIT_FAULT_BITFLIP);
+  assert_true(cfg.refit.fault.at == 0.5);
+  assert_int_equal(cfg.refit.fault.refit, 1);
+  assert_true(cfg.refit.fault.probability == 1.0);
+  EXPECT_OK(cat(moe, "refit: {fault: {phase: verify, rank: 0, action: error, "
+                     "at: 1, refit: 0, probability: 0.25}}\n"),
+            4, &cfg);
+  assert_int_equal(cfg.refit.fault.phase, REFIT_FAULT_PHASE_VERIFY);
+  assert_int_equal(cfg.refit.fault.action, REFIT_FAULT_ERROR);
+  assert_true(cfg.refit.fault.at == 1.0);
+  assert_int_equal(cfg.refit.fault.refit, 0);
+  assert_true(cfg.refit.fault.probability == 0.25);
+  /* An empty fault mapping means no fault. */
+  EXPECT_OK(cat(moe, "refit:\n  fault:\n"), 4, &cfg);
+  assert_int_equal(cfg.refit.fault.enabled, 0);
+
+  /* Unknown keys inside it get suggestions like any other. */
+  EXPECT_ERR(cat(moe, cat(fault, "    probabilty: 0.5\n")), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:26:5: unknown key 'refit.fault.probabilty' (did you "
+             "mean 'probability'?)");
+  EXPECT_ERR(cat(moe, cat(fault, "    colour: red\n")), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:26:5: unknown key 'refit.fault.colour'; valid "
+             "refit.fault keys are: phase, rank, action, at, refit, "
+             "probability");
+  EXPECT_ERR(cat(moe, "refit:\n  falt:\n    rank: 1\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:22:3: unknown key 'refit.falt' (did you mean "
+             "'fault'?)");
+  EXPECT_ERR(cat(moe, "fault:\n  rank: 1\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:21:1: unknown key 'fault' (did you mean "
+             "'refit.fault'?)");
+  EXPECT_ERR(cat(moe, "refit:\n  phase: commit\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:22:3: unknown key 'refit.phase' (did you mean "
+             "'refit.fault.phase'?)");
+
+  /* Bounds. */
+  EXPECT_ERR(cat(moe, cat(fault, "    at: 1.5\n")), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:26:9: refit.fault.at: expected a number from 0 to 1, "
+             "got '1.5'");
+  EXPECT_ERR(cat(moe, cat(fault, "    at: -0.1\n")), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:26:9: refit.fault.at: expected a number from 0 to 1, "
+             "got '-0.1'");
+  EXPECT_OK(cat(moe, cat(fault, "    at: 0\n")), 0, &cfg);
+  assert_true(cfg.refit.fault.at == 0.0);
+  EXPECT_ERR(cat(moe, cat(fault, "    probability: 0\n")), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:26:18: refit.fault.probability: expected a number "
+             "greater than 0 and at most 1, got '0'");
+  EXPECT_ERR(cat(moe, cat(fault, "    refit: -1\n")), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:26:12: refit.fault.refit: expected a non-negative "
+             "integer, got '-1'");
+  EXPECT_ERR(edit(cat(moe, fault), "rank: 3", "rank: -3"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:24:11: refit.fault.rank: expected a non-negative "
+             "integer, got '-3'");
+
+  /* phase, rank and action have no default: a fault names all three. */
+  const char *errors = EXPECT_ERR(
+      cat(moe, "refit:\n  fault:\n    at: 0.1\n"), 0, REFIT_ERR_CONFIG,
+      "demo.yaml:22:3: refit.fault.phase: missing required key",
+      "demo.yaml:22:3: refit.fault.rank: missing required key",
+      "demo.yaml:22:3: refit.fault.action: missing required key");
+  assert_int_equal(count_lines(errors), 3);
+  EXPECT_ERR(cat(moe, "refit:\n  fault: kill\n"), 0, REFIT_ERR_CONFIG,
+             "demo.yaml:22:10: refit.fault: expected a mapping of refit.fault "
+             "keys, got a scalar 'kill'");
+  EXPECT_ERR(cat(moe, cat(fault, "  fault:\n    rank: 1\n")), 0,
+             REFIT_ERR_CONFIG,
+             "demo.yaml:26:3: duplicate section 'refit.fault' (first at line "
+             "22 column 3)");
+
+  /* Rules: the rank exists; the phase runs. */
+  EXPECT_ERR(cat(moe, fault), 3, REFIT_ERR_CONFIG,
+             "demo.yaml:24:5: refit.fault.rank: 3 is not a rank of this job "
+             "(world size 3, ranks 0..2)");
+  EXPECT_ERR(edit(cat(moe, fault), "transfer", "quantize"), 4, REFIT_ERR_CONFIG,
+             "demo.yaml:23:5: refit.fault.phase: a bf16 refit has no quantize "
+             "phase");
+  EXPECT_OK(edit(edit(cat(moe, fault), "transfer", "quantize"), "refit:\n",
+                 "refit:\n  precision: mxfp8\n"),
+            4, NULL);
+
+  /* In the formatted config and the hash only when given. */
+  refit_config_t a, b;
+  char *text = NULL;
+  EXPECT_OK(cat(moe, cat(fault, "    at: 0.25\n  digests: false\n")), 4, &a);
+  assert_int_equal(refit_config_format(&a, &text), REFIT_OK);
+  keep(text);
+  assert_non_null(strstr(text, "\n  fault:  # "));
+  assert_non_null(strstr(text, "\n    at: 0.25  # "));
+  EXPECT_OK(text, 4, &b);
+  assert_int_equal(b.refit.fault.enabled, 1);
+  assert_true(b.refit.fault.at == 0.25);
+  assert_int_equal(b.refit.digests, 0);
+  assert_true(refit_config_hash(&a) == refit_config_hash(&b));
+  EXPECT_OK(moe, 4, &b);
+  assert_int_equal(refit_config_format(&b, &text), REFIT_OK);
+  keep(text);
+  assert_null(strstr(text, "fault"));
+  assert_true(refit_config_hash(&a) != refit_config_hash(&b));
+  a = b;
+  a.refit.fault.at = 0.75; /* unused while no fault is given */
+  assert_true(refit_config_hash(&a) == refit_config_hash(&b));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -766,29 +1090,213 @@ static void test_bad_values_do_not_cascade(void **state) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* MXFP8 shape rules                                                         */
+/* ------------------------------------------------------------------------ */
+
+#define MXFP8 "refit:\n  precision: mxfp8\n"
+
+/* `yaml` with refit.precision mxfp8 must fail with exactly `message`. */
+static void expect_mxfp8_error(const char *yaml, const char *message) {
+  const char *errors =
+      EXPECT_ERR(cat(yaml, MXFP8), 0, REFIT_ERR_CONFIG, message);
+  if (count_lines(errors) != 1)
+    fail_msg("expected one problem, got:\n%s", errors);
+  EXPECT_OK(yaml, 0, NULL); /* and pass in bf16 */
+}
+
+static void test_mxfp8_hidden_size(void **state) {
+  (void)state;
+  expect_mxfp8_error(
+      edit(dense, "  hidden_size: 256\n", "  hidden_size: 240\n"),
+      "demo.yaml:3:3: model.layers.*.self_attn.q_proj.weight: weight "
+      "[N=128, K=240] cannot use MXFP8 backend flashinfer_cutlass: needs K % "
+      "32 == 0 (one scale per 32-element block along K) (K = "
+      "model.hidden_size 240; refit.precision mxfp8)");
+}
+
+static void test_mxfp8_o_proj(void **state) {
+  (void)state;
+  /* The whole K = Q*D. */
+  expect_mxfp8_error(
+      edit(dense, "  head_dim: 32\n", "  head_dim: 30\n"),
+      "demo.yaml:7:3: model.layers.*.self_attn.o_proj.weight: weight "
+      "[N=256, K=240] cannot use MXFP8 backend flashinfer_cutlass: needs K % "
+      "32 == 0 (one scale per 32-element block along K) (K = "
+      "model.num_attention_heads * model.head_dim = 8 * 30 = 240; "
+      "refit.precision mxfp8)");
+  /* Q*D = 192 is fine whole and over tp 2 (96), not over tp 4 (48). */
+  const char *d24 = edit(dense, "  head_dim: 32\n", "  head_dim: 24\n");
+  expect_mxfp8_error(
+      edit(d24, "  tp: 2\n", "  tp: 4\n"),
+      "demo.yaml:11:3: model.layers.*.self_attn.o_proj.weight: K = "
+      "model.num_attention_heads * model.head_dim = 8 * 24 = 192 split over "
+      "trainer.tp 4 gives 48 per rank, not a multiple of 32: a trainer shard "
+      "boundary would cut an MXFP8 scale block (refit.precision mxfp8)");
+  const char *g4 = edit(d24, GEN_TP, "generator:\n  tp: 4\n");
+  expect_mxfp8_error(
+      g4, "demo.yaml:15:3: model.layers.*.self_attn.o_proj.weight: weight "
+          "[N=256, K=48] cannot use MXFP8 backend flashinfer_cutlass: needs K "
+          "% 32 == 0 (one scale per 32-element block along K) (K = "
+          "model.num_attention_heads * model.head_dim = 8 * 24 = 192 split "
+          "over generator.tp 4 = 48 per rank; refit.precision mxfp8)");
+  /* A module kept in bf16 has no MXFP8 rule. */
+  EXPECT_OK(cat(g4, MXFP8 "  quantization_ignore: [lm_head, "
+                          "self_attn.o_proj]\n"),
+            0, NULL);
+  EXPECT_ERR(cat(g4, MXFP8 "  quantization_ignore: [o_pro]\n"), 0,
+             REFIT_ERR_CONFIG, "self_attn.o_proj.weight: weight [N=256, K=48]");
+}
+
+static void test_mxfp8_dense_down_proj(void **state) {
+  (void)state;
+  expect_mxfp8_error(
+      edit(dense, "  intermediate_size: 512\n", "  intermediate_size: 200\n"),
+      "demo.yaml:9:3: model.layers.*.mlp.down_proj.weight: weight [N=256, "
+      "K=200] cannot use MXFP8 backend flashinfer_cutlass: needs K % 32 == 0 "
+      "(one scale per 32-element block along K) (K = model.intermediate_size "
+      "200; refit.precision mxfp8)");
+  const char *f192 =
+      edit(dense, "  intermediate_size: 512\n", "  intermediate_size: 192\n");
+  expect_mxfp8_error(
+      edit(f192, "  tp: 2\n", "  tp: 4\n"),
+      "demo.yaml:11:3: model.layers.*.mlp.down_proj.weight: K = "
+      "model.intermediate_size 192 split over trainer.tp 4 gives 48 per rank, "
+      "not a multiple of 32: a trainer shard boundary would cut an MXFP8 "
+      "scale block (refit.precision mxfp8)");
+  expect_mxfp8_error(
+      edit(f192, GEN_TP, "generator:\n  tp: 4\n"),
+      "demo.yaml:15:3: model.layers.*.mlp.down_proj.weight: weight [N=256, "
+      "K=48] cannot use MXFP8 backend flashinfer_cutlass: needs K % 32 == 0 "
+      "(one scale per 32-element block along K) (K = model.intermediate_size "
+      "192 split over generator.tp 4 = 48 per rank; refit.precision mxfp8)");
+}
+
+static void test_mxfp8_experts(void **state) {
+  (void)state;
+  const char *i192 = edit(moe, "  moe_intermediate_size: 128\n",
+                          "  moe_intermediate_size: 192\n");
+  /* w2's K = I over trainer.etp 4: 48. */
+  expect_mxfp8_error(
+      edit(i192, "  ep: 2\n  etp: 1\n  dp: 1\n",
+           "  ep: 1\n  etp: 4\n  dp: 2\n"),
+      "demo.yaml:15:3: model.layers.*.mlp.experts.*.down_proj.weight: K = "
+      "model.moe_intermediate_size 192 split over trainer.etp 4 gives 48 per "
+      "rank, not a multiple of 32: a trainer shard boundary would cut an "
+      "MXFP8 scale block (refit.precision mxfp8)");
+  /* ... over generator.tp 4 with ep 1: 48, the MoE layout's I rule. */
+  expect_mxfp8_error(
+      edit(edit(i192, GEN_TP, "generator:\n  tp: 4\n"), GEN_EP,
+           "  ep: 1\n  engines"),
+      "demo.yaml:18:3: moe model.layers.*.mlp.experts: shape E=8 H=256 I=48 "
+      "(gated) breaks the flashinfer_trtllm MoE rule I % 32 == 0 (w2 scale "
+      "blocks run along I) (I per generator rank = "
+      "model.moe_intermediate_size 192 / generator.tp 4 with generator.ep 1; "
+      "refit.moe_backend flashinfer_trtllm, refit.precision mxfp8)");
+  /* With whole experts per rank I itself must keep 2I % 128. */
+  expect_mxfp8_error(
+      edit(moe, "  moe_intermediate_size: 128\n",
+           "  moe_intermediate_size: 96\n"),
+      "demo.yaml:10:3: moe model.layers.*.mlp.experts: shape E=4 H=256 I=96 "
+      "(gated) breaks the flashinfer_trtllm MoE rule 2I % 128 == 0 (w13 rows "
+      "are shuffled in 128-row tiles) (I = model.moe_intermediate_size 96, "
+      "whole experts on each generator rank; refit.moe_backend "
+      "flashinfer_trtllm, refit.precision mxfp8)");
+  /* I 320 is fine whole, but 160 per rank breaks 2I % 128. */
+  expect_mxfp8_error(
+      edit(edit(moe, "  moe_intermediate_size: 128\n",
+                "  moe_intermediate_size: 320\n"),
+           GEN_EP, "  ep: 1\n  engines"),
+      "demo.yaml:18:3: moe model.layers.*.mlp.experts: shape E=8 H=256 I=160 "
+      "(gated) breaks the flashinfer_trtllm MoE rule 2I % 128 == 0");
+  /* H 224 is a multiple of 32 but not of 128. */
+  expect_mxfp8_error(
+      edit(moe, "  hidden_size: 256\n", "  hidden_size: 224\n"),
+      "demo.yaml:3:3: moe model.layers.*.mlp.experts: shape E=4 H=224 I=128 "
+      "(gated) breaks the flashinfer_trtllm MoE rule H % 128 == 0");
+}
+
+static void test_mxfp8_trtllm_linear(void **state) {
+  (void)state;
+  /* H 384 suits cutlass, not trtllm: the backend is what to change. */
+  const char *h384 =
+      edit(edit(dense, "  hidden_size: 256\n", "  hidden_size: 384\n"), GEN_TP,
+           "generator:\n  tp: 1\n");
+  EXPECT_OK(cat(h384, MXFP8), 0, NULL);
+  const char *errors = EXPECT_ERR(
+      cat(h384, MXFP8 "  linear_backend: flashinfer_trtllm\n"), 0,
+      REFIT_ERR_CONFIG,
+      "demo.yaml:19:3: model.layers.*.self_attn.q_proj.weight: weight "
+      "[N=256, K=384] cannot use MXFP8 backend flashinfer_trtllm: needs K % "
+      "256 == 0 (flashinfer_trtllm dense GEMM) (K = model.hidden_size 384; "
+      "refit.precision mxfp8)");
+  assert_int_equal(count_lines(errors), 1);
+  /* Q*D and F per generator rank: 256/4 and 512/4. */
+  errors = EXPECT_ERR(
+      cat(edit(dense, GEN_TP, "generator:\n  tp: 4\n"),
+          MXFP8 "  linear_backend: flashinfer_trtllm\n"),
+      0, REFIT_ERR_CONFIG,
+      "demo.yaml:15:3: model.layers.*.self_attn.o_proj.weight: weight "
+      "[N=256, K=64] cannot use MXFP8 backend flashinfer_trtllm: needs K % 256 "
+      "== 0",
+      "demo.yaml:15:3: model.layers.*.mlp.down_proj.weight: weight [N=256, "
+      "K=128] cannot use MXFP8 backend flashinfer_trtllm: needs K % 256 == 0");
+  assert_int_equal(count_lines(errors), 2);
+}
+
+static char *preset_text(const char *name) {
+  char path[512], *errors = NULL, *text = NULL;
+  refit_config_t cfg;
+  snprintf(path, sizeof(path), "%s/%s", REFIT_CONFIGS_DIR, name);
+  refit_status_t st = refit_config_load(path, 0, &cfg, &errors, &text, NULL);
+  if (st != REFIT_OK)
+    fail_msg("%s: %s\n%s", path, refit_status_name(st), errors);
+  return keep(text);
+}
+
+static void test_mxfp8_presets_pass(void **state) {
+  (void)state;
+  for (size_t i = 0; i < NPRESETS; i++) {
+    refit_config_t cfg;
+    const char *yaml =
+        edit(preset_text(presets[i]), "precision: bf16", "precision: mxfp8");
+    EXPECT_OK(yaml, 0, &cfg);
+    assert_int_equal(cfg.refit.precision, REFIT_PRECISION_MXFP8);
+    EXPECT_OK(
+        edit(yaml, "precision: mxfp8", "precision: mxfp8\n  prequantize: true"),
+        0, NULL);
+  }
+  /* demo.yaml with trtllm GEMMs: o_proj's K is 256 / generator.tp 2. */
+  const char *demo = edit(preset_text("demo.yaml"), "precision: bf16",
+                          "precision: mxfp8\n  linear_backend: "
+                          "flashinfer_trtllm");
+  EXPECT_ERR(demo, 4, REFIT_ERR_CONFIG,
+             "demo.yaml:25:3: model.layers.*.self_attn.o_proj.weight: weight "
+             "[N=256, K=128] cannot use MXFP8 backend flashinfer_trtllm: needs "
+             "K % 256 == 0");
+}
+
+static void test_prequantize_needs_mxfp8(void **state) {
+  (void)state;
+  const char *errors =
+      EXPECT_ERR(cat(moe, "refit:\n  prequantize: true\n"), 0, REFIT_ERR_CONFIG,
+                 "demo.yaml:22:3: refit.prequantize: true needs "
+                 "refit.precision mxfp8, got bf16");
+  assert_int_equal(count_lines(errors), 1);
+  EXPECT_OK(cat(moe, "refit:\n  prequantize: false\n"), 0, NULL);
+  EXPECT_OK(cat(moe, MXFP8 "  prequantize: true\n"), 0, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Not available yet                                                         */
 /* ------------------------------------------------------------------------ */
 
 static void test_not_available_yet(void **state) {
   (void)state;
-  static const struct {
-    const char *yaml;
-    const char *message;
-  } cases[] = {
-      {"refit:\n  precision: mxfp8\n",
-       "demo.yaml:22:3: refit.precision: 'mxfp8' is not available yet"},
-      {"refit:\n  mode: async\n",
-       "demo.yaml:22:3: refit.mode: 'async' is not available yet"},
+  static const yaml_case_t cases[] = {
       {"refit:\n  transport: nccl\n",
        "demo.yaml:22:3: refit.transport: 'nccl' is not available yet"},
       {"refit:\n  transport: ipc\n", "refit.transport: 'ipc' is not "
                                      "available yet"},
-      {"refit:\n  transport: ucx\n", "refit.transport: 'ucx' is not "
-                                     "available yet"},
-      {"source:\n  kind: hdf5\n  path: w.h5\n",
-       "demo.yaml:22:3: source.kind: 'hdf5' is not available yet"},
-      {"dump: out.h5\n", "demo.yaml:21:1: dump: 'out.h5' is not available "
-                         "yet"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     EXPECT_ERR(cat(moe, cases[i].yaml), 4, REFIT_ERR_NOT_AVAILABLE,
@@ -797,11 +1305,18 @@ static void test_not_available_yet(void **state) {
   EXPECT_OK(cat(moe, "refit:\n  transport: mpi\n  mode: sync\n"
                      "  precision: bf16\ndump: ''\n"),
             4, NULL);
+  refit_config_t cfg;
+  EXPECT_OK(cat(moe, "refit:\n  mode: async\n  precision: mxfp8\n"
+                     "  restore: none\n"),
+            4, &cfg);
+  assert_int_equal(cfg.refit.mode, REFIT_MODE_ASYNC);
+  assert_int_equal(cfg.refit.precision, REFIT_PRECISION_MXFP8);
+  assert_int_equal(cfg.refit.restore, REFIT_RESTORE_NONE);
   /* Mixed with a real mistake, the status is the real mistake's. */
   EXPECT_ERR(
-      cat(edit(moe, "  tp: 2\n", "  tp: 0\n"), "refit:\n  precision: mxfp8\n"),
+      cat(edit(moe, "  tp: 2\n", "  tp: 0\n"), "refit:\n  transport: nccl\n"),
       4, REFIT_ERR_CONFIG, "trainer.tp: expected a positive integer",
-      "refit.precision: 'mxfp8' is not available yet");
+      "refit.transport: 'nccl' is not available yet");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -810,10 +1325,7 @@ static void test_not_available_yet(void **state) {
 
 static void test_presets_parse(void **state) {
   (void)state;
-  static const char *const presets[] = {"demo.yaml", "qwen3-8b.yaml",
-                                        "qwen3-30b-a3b.yaml",
-                                        "qwen3-235b-a22b.yaml"};
-  for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
+  for (size_t i = 0; i < NPRESETS; i++) {
     char path[512];
     refit_config_t cfg;
     char *errors = NULL, *text = NULL;
@@ -916,6 +1428,12 @@ int main(void) {
       cmocka_unit_test_teardown(test_parse_bytes_units, teardown),
       cmocka_unit_test_teardown(test_defaults_applied, teardown),
       cmocka_unit_test_teardown(test_values_parsed, teardown),
+      cmocka_unit_test_teardown(test_refit_keys_parsed, teardown),
+      cmocka_unit_test_teardown(test_linear_backend_names_match_kernels,
+                                teardown),
+      cmocka_unit_test_teardown(test_enum_bad_value_suggests, teardown),
+      cmocka_unit_test_teardown(test_quantization_ignore_list, teardown),
+      cmocka_unit_test_teardown(test_fault_mapping, teardown),
       cmocka_unit_test_teardown(test_syntax_error_line_col, teardown),
       cmocka_unit_test_teardown(test_unknown_key_nested, teardown),
       cmocka_unit_test_teardown(test_unknown_key_top_level, teardown),
@@ -944,6 +1462,13 @@ int main(void) {
       cmocka_unit_test_teardown(test_source_path, teardown),
       cmocka_unit_test_teardown(test_many_cross_field_errors_at_once, teardown),
       cmocka_unit_test_teardown(test_bad_values_do_not_cascade, teardown),
+      cmocka_unit_test_teardown(test_mxfp8_hidden_size, teardown),
+      cmocka_unit_test_teardown(test_mxfp8_o_proj, teardown),
+      cmocka_unit_test_teardown(test_mxfp8_dense_down_proj, teardown),
+      cmocka_unit_test_teardown(test_mxfp8_experts, teardown),
+      cmocka_unit_test_teardown(test_mxfp8_trtllm_linear, teardown),
+      cmocka_unit_test_teardown(test_mxfp8_presets_pass, teardown),
+      cmocka_unit_test_teardown(test_prequantize_needs_mxfp8, teardown),
       cmocka_unit_test_teardown(test_not_available_yet, teardown),
       cmocka_unit_test_teardown(test_presets_parse, teardown),
       cmocka_unit_test_teardown(test_load_errors, teardown),

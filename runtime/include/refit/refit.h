@@ -1,0 +1,192 @@
+/*
+ * refit: move freshly trained weights from trainer ranks to generator ranks,
+ * re-sharded, optionally quantized to MXFP8 and laid out for the inference
+ * kernels, written in place into storage whose addresses never change.
+ *
+ * This header is the whole public API. A trainer process and an inference
+ * engine process each open a session over the same MPI communicator (the
+ * first trainer.tp*pp*dp ranks are trainers, the rest generators), then for
+ * each new version:
+ *
+ *   trainer                          generator (inference engine)
+ *   -------                          ----------------------------
+ *   refit_begin(s, v)                refit_begin(s, v)
+ *   while (!done)                    while (!done) {
+ *     refit_progress(s, &done);        serve a step;      (async mode)
+ *                                      refit_progress(s, &done);
+ *                                    }
+ *   refit_commit(s)                  refit_commit(s)      at a safe point
+ *
+ * Every call that involves other ranks is collective over the session's
+ * communicator and bounded by refit.timeout_s: a dead or stalled peer gives a
+ * typed error naming the phase and the peer, never a hang. Any failure on any
+ * rank makes every generator keep (sync, restore: full) or restore version V;
+ * commit happens at most once per version and only when every rank voted
+ * success.
+ *
+ * Thread safety: a session is used by one thread at a time. Different
+ * sessions are independent. Errors: every function returns a refit_status_t;
+ * refit_last_error() gives the message of the last failure on the thread.
+ */
+#ifndef REFIT_REFIT_H
+#define REFIT_REFIT_H
+
+#include "refit/status.h"
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define REFIT_VERSION_STRING "0.1.0"
+
+/* Opaque session handle. */
+typedef struct refit_session *refit_session_h;
+
+/* X(name, text) */
+#define REFIT_STATE_MAP(X)                                                     \
+  X(IDLE, "idle: serving the committed version")                               \
+  X(RECEIVING, "receiving a new version")                                      \
+  X(READY, "new version complete, waiting for commit")                         \
+  X(COMMITTING, "committing")                                                  \
+  X(POISONED, "poisoned: a failed refit left runtime storage inconsistent")
+
+typedef enum {
+#define REFIT_STATE_ENUM_(name, text) REFIT_STATE_##name,
+  REFIT_STATE_MAP(REFIT_STATE_ENUM_)
+#undef REFIT_STATE_ENUM_
+} refit_state_t;
+
+typedef enum { REFIT_SIDE_TRAINER = 0, REFIT_SIDE_GENERATOR = 1 } refit_side_t;
+
+typedef enum {
+  REFIT_TENSOR_BF16 = 0, /* uint16 bit patterns */
+  REFIT_TENSOR_E4M3 = 1, /* float8_e4m3fn */
+  REFIT_TENSOR_E8M0 = 2  /* block scale exponents */
+} refit_tensor_dtype_t;
+
+/* A tensor a side holds: trainer shards under their Hugging Face names,
+ * generator runtime storage under vLLM names. */
+typedef struct {
+  const char *name;
+  void *data;        /* host memory (device memory with the GPU path) */
+  size_t bytes;
+  int ndim;
+  int64_t shape[3];
+  refit_tensor_dtype_t dtype;
+} refit_tensor_t;
+
+/*
+ * Open a session: collective over `comm`. Rank 0 reads and validates the
+ * config at `config_path` (every problem is printed with file:line:col and
+ * nothing starts); the config is broadcast and its hash, then the plan's
+ * hash, compared on every rank. The session allocates, once, the storage its
+ * side needs: trainer shards, generator runtime tensors (see
+ * refit_tensor_get), staging. On success *out owns it all until
+ * refit_session_close. Blocking.
+ */
+refit_status_t refit_session_open(MPI_Comm comm, const char *config_path,
+                                  refit_session_h *out);
+
+/* Release everything; not collective; NULL is ignored. */
+void refit_session_close(refit_session_h s);
+
+refit_side_t refit_session_side(refit_session_h s);
+
+/*
+ * The tensors this rank holds: trainer shards (the trainer writes new weights
+ * there before refit_begin, unless the source is synthetic or a checkpoint)
+ * or generator runtime storage (the inference engine reads it; addresses are
+ * fixed for the life of the session, so CUDA graphs may capture them).
+ * `index` runs from 0 to refit_tensor_count() - 1; pointers stay owned by
+ * the session. Before the first refit_begin `data` is NULL unless the
+ * caller registered the tensor (refit_tensor_register): the description is
+ * what to allocate. Not collective.
+ */
+int64_t refit_tensor_count(refit_session_h s);
+refit_status_t refit_tensor_get(refit_session_h s, int64_t index,
+                                refit_tensor_t *out);
+/* Look a tensor up by name; REFIT_ERR_INVALID_ARGUMENT names it if absent. */
+refit_status_t refit_tensor_find(refit_session_h s, const char *name,
+                                 refit_tensor_t *out);
+
+/*
+ * Start refitting `version`: collective. Every rank checks that all agree on
+ * (run id, version, plan hash) and generators refuse a version that does not
+ * increase, before a byte moves. On the trainer side the session's source
+ * (synthetic, checkpoint) fills the shards. Allowed in IDLE.
+ */
+refit_status_t refit_begin(refit_session_h s, uint64_t version);
+
+/*
+ * Advance the refit by one bucket; *done becomes 1 once this rank's part is
+ * complete (READY). Non-blocking except for the bucket it completes; call it
+ * between serving steps in async mode. On failure the refit is aborted on
+ * this rank (see refit_abort) and the error returned.
+ */
+refit_status_t refit_progress(refit_session_h s, int *done);
+
+/*
+ * Commit the new version: collective vote over all ranks. Only when every
+ * rank voted success does anything change: sync mode keeps what was written
+ * in place and drops the saved copy; async mode copies the shadow into
+ * runtime storage (same addresses) — the pause the engine sees. Otherwise
+ * every generator keeps or restores version V and REFIT_ERR_PEER (or the
+ * local error) is returned. Allowed in READY.
+ */
+refit_status_t refit_commit(refit_session_h s);
+
+/*
+ * Abandon the refit in progress: generators keep or restore version V (sync
+ * with restore: none cannot restore: the generator becomes POISONED and
+ * refuses to serve until a full successful refit). Idempotent: a second call,
+ * or a call in IDLE, does nothing and returns REFIT_OK. Not collective.
+ */
+refit_status_t refit_abort(refit_session_h s);
+
+refit_state_t refit_state(refit_session_h s);
+const char *refit_state_str(refit_state_t state);
+
+/* The last committed version (0 before the first commit). */
+uint64_t refit_committed_version(refit_session_h s);
+
+/* Seconds per phase of the last committed refit on this rank. */
+typedef struct {
+  double source;   /* trainer: produce the new weights */
+  double pack;     /* trainer: gather (and prequantize) chunks */
+  double transfer; /* waiting on the transport */
+  double land;     /* generator: copy, or quantize and lay out, into storage */
+  double commit;   /* vote, plus the shadow copy in async mode */
+  double total;    /* refit_begin to the end of refit_commit */
+} refit_times_t;
+
+refit_status_t refit_last_times(refit_session_h s, refit_times_t *out);
+
+/* Attach caller-owned memory to a tensor this rank holds, instead of the
+ * session allocating it: name and size must be one of refit_tensor_get's
+ * (call before the first refit_begin; the memory must outlive the session).
+ * Either register every tensor of the rank or none: refit_begin lists the
+ * missing ones. Duplicate or unknown names are errors naming the tensor. */
+refit_status_t refit_tensor_register(refit_session_h s, const refit_tensor_t *t);
+
+/* One paragraph about the job and its plan (ranks, bytes, buckets, balance,
+ * plan hash, transport), for logs. Not collective. */
+void refit_session_describe(refit_session_h s, char *buf, size_t len);
+
+/*
+ * Generators: compare runtime storage with what `version` must be, from the
+ * config's source and the published sharding rules (no gather). *mismatches
+ * counts differing elements; the first is logged with tensor, rank, index,
+ * expected and actual. Trainers: *mismatches = 0. Not collective.
+ */
+refit_status_t refit_verify(refit_session_h s, uint64_t version,
+                            int64_t *mismatches);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFIT_REFIT_H */

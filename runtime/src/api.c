@@ -1,0 +1,180 @@
+/*
+ * The public API (refit/refit.h) over the internal session: argument checks,
+ * handle conversions, and nothing else.
+ */
+#include "refit/refit.h"
+
+#include "core/error.h"
+#include "session.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define REFIT_API_HANDLE(s)                                                    \
+  do {                                                                         \
+    if ((s) == NULL)                                                           \
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s: NULL session", __func__); \
+  } while (0)
+
+refit_status_t refit_session_open(MPI_Comm comm, const char *config_path,
+                                  refit_session_h *out) {
+  if (config_path == NULL || out == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_session_open: NULL config path or output");
+  return refit_session_create(comm, config_path, out);
+}
+
+void refit_session_close(refit_session_h s) { refit_session_destroy(s); }
+
+refit_side_t refit_session_side(refit_session_h s) {
+  return s->is_trainer ? REFIT_SIDE_TRAINER : REFIT_SIDE_GENERATOR;
+}
+
+int64_t refit_tensor_count(refit_session_h s) {
+  return s->is_trainer ? s->nshards : s->nstores;
+}
+
+static refit_status_t refit_api_tensor(refit_session_h s, int64_t index,
+                                       refit_tensor_t *out) {
+  memset(out, 0, sizeof(*out));
+  if (!s->is_trainer) {
+    const refit_store_t *st = &s->stores[index];
+    out->name = st->name;
+    out->data = st->data;
+    out->bytes = st->bytes;
+    out->ndim = st->ndim;
+    memcpy(out->shape, st->shape, sizeof(out->shape));
+    out->dtype = (refit_tensor_dtype_t)st->dtype;
+    return REFIT_OK;
+  }
+  for (int64_t i = 0, k = 0; i < s->cat->nsrc; i++) {
+    if (s->shard_part[i] < 0 || k++ != index)
+      continue;
+    const refit_src_tensor_t *t = &s->cat->src[i];
+    int64_t rows, cols;
+    refit_src_shard_shape(t, &rows, &cols);
+    out->name = t->name;
+    out->data = s->shards[i];
+    out->bytes = (size_t)(rows * cols) * 2;
+    out->ndim = 2;
+    out->shape[0] = rows;
+    out->shape[1] = cols;
+    out->dtype = REFIT_TENSOR_BF16;
+    return REFIT_OK;
+  }
+  return REFIT_ERR(REFIT_ERR_INTERNAL, "tensor index %lld not found",
+                   (long long)index);
+}
+
+refit_status_t refit_tensor_get(refit_session_h s, int64_t index,
+                                refit_tensor_t *out) {
+  REFIT_API_HANDLE(s);
+  if (out == NULL || index < 0 || index >= refit_tensor_count(s))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_tensor_get: index %lld out of range 0..%lld",
+                     (long long)index, (long long)refit_tensor_count(s) - 1);
+  return refit_api_tensor(s, index, out);
+}
+
+refit_status_t refit_tensor_find(refit_session_h s, const char *name,
+                                 refit_tensor_t *out) {
+  REFIT_API_HANDLE(s);
+  const int64_t n = refit_tensor_count(s);
+  for (int64_t i = 0; i < n; i++) {
+    REFIT_CHECK(refit_api_tensor(s, i, out));
+    if (strcmp(out->name, name) == 0)
+      return REFIT_OK;
+  }
+  return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s rank %d holds no tensor '%s'",
+                   s->is_trainer ? "trainer" : "generator", s->role_rank, name);
+}
+
+refit_status_t refit_tensor_register(refit_session_h s, const refit_tensor_t *t) {
+  REFIT_API_HANDLE(s);
+  if (t == NULL || t->name == NULL || t->data == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_tensor_register: NULL tensor, name or data");
+  return refit_session_register(s, t->name, t->data, t->bytes, (int)t->dtype);
+}
+
+refit_status_t refit_begin(refit_session_h s, uint64_t version) {
+  REFIT_API_HANDLE(s);
+  return refit_session_begin(s, version);
+}
+
+refit_status_t refit_progress(refit_session_h s, int *done) {
+  REFIT_API_HANDLE(s);
+  if (done == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit_progress: NULL done");
+  return refit_session_progress(s, done);
+}
+
+refit_status_t refit_commit(refit_session_h s) {
+  REFIT_API_HANDLE(s);
+  return refit_session_commit(s);
+}
+
+refit_status_t refit_abort(refit_session_h s) {
+  REFIT_API_HANDLE(s);
+  return refit_session_abort(s);
+}
+
+refit_state_t refit_state(refit_session_h s) { return s->state; }
+
+const char *refit_state_str(refit_state_t state) {
+  static const char *const texts[] = {
+#define REFIT_STATE_TEXT_(name, text) text,
+      REFIT_STATE_MAP(REFIT_STATE_TEXT_)
+#undef REFIT_STATE_TEXT_
+  };
+  if ((unsigned)state >= sizeof(texts) / sizeof(texts[0]))
+    return "unknown state";
+  return texts[state];
+}
+
+uint64_t refit_committed_version(refit_session_h s) { return s->committed; }
+
+refit_status_t refit_last_times(refit_session_h s, refit_times_t *out) {
+  REFIT_API_HANDLE(s);
+  out->source = s->times.source;
+  out->pack = s->times.pack;
+  out->transfer = s->times.transfer;
+  out->land = s->times.unpack;
+  out->commit = s->times.commit;
+  out->total = s->times.total;
+  return REFIT_OK;
+}
+
+refit_status_t refit_verify(refit_session_h s, uint64_t version,
+                            int64_t *mismatches) {
+  REFIT_API_HANDLE(s);
+  return refit_session_verify(s, version, mismatches);
+}
+
+void refit_session_describe(refit_session_h s, char *buf, size_t len) {
+  const refit_config_t *c = &s->cfg;
+  refit_plan_stats_t st;
+  refit_plan_stats(s->plan, 0, &st);
+  snprintf(buf, len,
+           "%s, %d ranks = %d trainer (tp %d, pp %d, dp %d, ep %d, etp %d) + %d "
+           "generator (%d engine%s x tp %d, ep %d); %s %s, mode %s, restore %s, "
+           "digests %s\n"
+           "plan: %lld trainer tensors -> %lld runtime tensors per tp rank, %d "
+           "buckets, %lld messages, %.2f MiB per refit, egress max/mean %.3f, "
+           "staging max %.2f MiB, hash %016llx, transport %s",
+           c->model.family == REFIT_FAMILY_QWEN3_MOE ? "qwen3_moe" : "qwen3",
+           s->size, s->ntrainer, c->trainer.tp, c->trainer.pp, c->trainer.dp,
+           c->trainer.ep, c->trainer.etp, s->ngenerator, c->generator.engines,
+           c->generator.engines == 1 ? "" : "s", c->generator.tp, c->generator.ep,
+           c->refit.precision == REFIT_PRECISION_MXFP8 ? "mxfp8" : "bf16",
+           c->refit.prequantize ? "(prequantized on the trainer)" : "",
+           c->refit.mode == REFIT_MODE_ASYNC ? "async" : "sync",
+           c->refit.restore == REFIT_RESTORE_FULL ? "full" : "none",
+           c->refit.digests ? "on" : "off", (long long)s->cat->nsrc,
+           (long long)(s->cat->gen_begin[1] - s->cat->gen_begin[0]),
+           s->plan->nbuckets, (long long)s->plan->nmsgs,
+           (double)st.total_bytes / 1048576.0,
+           st.egress_mean > 0 ? st.egress_max / st.egress_mean : 0.0,
+           (double)st.staging_max / 1048576.0, (unsigned long long)s->plan->hash,
+           s->transport.ops->name);
+}

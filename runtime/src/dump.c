@@ -1,0 +1,337 @@
+/*
+ * The generator dump (schema in dump.h) and the HDF5 plumbing shared with
+ * the checkpoint source and the tools. Serial HDF5: one writer at a time, so
+ * generator ranks take turns, passing a token over MPI; each opens the file,
+ * writes its group and closes it before passing the token on.
+ */
+#include "dump.h"
+
+#include "core/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---------------------------------------------------------------------- */
+/* HDF5 plumbing                                                           */
+/* ---------------------------------------------------------------------- */
+
+void refit_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+/* Keep the innermost (most specific) message of the HDF5 error stack. */
+static herr_t refit_h5_walk(unsigned n, const H5E_error2_t *e, void *data) {
+  char *out = data;
+  if (n == 0 && e->desc != NULL)
+    snprintf(out, 256, "%s (in %s)", e->desc, e->func_name ? e->func_name : "?");
+  return 0;
+}
+
+refit_status_t refit_h5_error(const char *call, const char *fmt, ...) {
+  char context[512], detail[256] = "no HDF5 error message";
+  va_list ap;
+  /* Read HDF5's stack before anything else can clear it. */
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, refit_h5_walk, detail);
+  H5Eclear2(H5E_DEFAULT);
+  va_start(ap, fmt);
+  vsnprintf(context, sizeof(context), fmt, ap);
+  va_end(ap);
+  /* "fid = H5Fopen(...)": name the function, not the assignment. */
+  const char *eq = strstr(call, "= H5");
+  const char *fn = eq ? eq + 2 : call;
+  int fn_len = (int)strcspn(fn, "(");
+  return REFIT_ERR(REFIT_ERR_HDF5, "%s: %.*s failed: %s", context, fn_len, fn,
+                   detail);
+}
+
+refit_status_t refit_h5_attr_write_str(hid_t obj, const char *name,
+                                       const char *value) {
+  refit_status_t st = REFIT_OK;
+  hid_t type = -1, space = -1, attr = -1;
+  const size_t len = strlen(value);
+  REFIT_H5_CHECK_GOTO(type = H5Tcopy(H5T_C_S1), st, out, "attribute %s", name);
+  REFIT_H5_CHECK_GOTO(H5Tset_size(type, len ? len : 1), st, out, "attribute %s",
+                      name);
+  REFIT_H5_CHECK_GOTO(H5Tset_strpad(type, H5T_STR_NULLPAD), st, out,
+                      "attribute %s", name);
+  REFIT_H5_CHECK_GOTO(space = H5Screate(H5S_SCALAR), st, out, "attribute %s",
+                      name);
+  REFIT_H5_CHECK_GOTO(attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT,
+                                        H5P_DEFAULT),
+                      st, out, "attribute %s", name);
+  REFIT_H5_CHECK_GOTO(H5Awrite(attr, type, len ? value : ""), st, out,
+                      "attribute %s", name);
+out:
+  if (attr >= 0)
+    H5Aclose(attr);
+  if (space >= 0)
+    H5Sclose(space);
+  if (type >= 0)
+    H5Tclose(type);
+  return st;
+}
+
+refit_status_t refit_h5_attr_write_i64(hid_t obj, const char *name,
+                                       const int64_t *values, size_t n) {
+  refit_status_t st = REFIT_OK;
+  hid_t space = -1, attr = -1;
+  hsize_t dim = n;
+  REFIT_H5_CHECK_GOTO(space = n ? H5Screate_simple(1, &dim, NULL)
+                                : H5Screate(H5S_SCALAR),
+                      st, out, "attribute %s", name);
+  REFIT_H5_CHECK_GOTO(attr = H5Acreate2(obj, name, H5T_STD_I64LE, space,
+                                        H5P_DEFAULT, H5P_DEFAULT),
+                      st, out, "attribute %s", name);
+  REFIT_H5_CHECK_GOTO(H5Awrite(attr, H5T_NATIVE_INT64, values), st, out,
+                      "attribute %s", name);
+out:
+  if (attr >= 0)
+    H5Aclose(attr);
+  if (space >= 0)
+    H5Sclose(space);
+  return st;
+}
+
+refit_status_t refit_h5_attr_read_str(hid_t obj, const char *name, char *buf,
+                                      size_t len, int *found) {
+  refit_status_t st = REFIT_OK;
+  hid_t attr = -1, ftype = -1, mtype = -1;
+  htri_t exists;
+  buf[0] = '\0';
+  *found = 0;
+  REFIT_H5_CHECK_GOTO(exists = H5Aexists(obj, name), st, out, "attribute %s",
+                      name);
+  if (!exists)
+    return REFIT_OK;
+  REFIT_H5_CHECK_GOTO(attr = H5Aopen(obj, name, H5P_DEFAULT), st, out,
+                      "attribute %s", name);
+  REFIT_H5_CHECK_GOTO(ftype = H5Aget_type(attr), st, out, "attribute %s", name);
+  if (H5Tget_class(ftype) != H5T_STRING) {
+    st = REFIT_ERR(REFIT_ERR_HDF5, "attribute %s is not a string", name);
+    goto out;
+  }
+  if (H5Tis_variable_str(ftype) > 0) {
+    char *v = NULL;
+    REFIT_H5_CHECK_GOTO(mtype = H5Tcopy(H5T_C_S1), st, out, "attribute %s", name);
+    REFIT_H5_CHECK_GOTO(H5Tset_size(mtype, H5T_VARIABLE), st, out,
+                        "attribute %s", name);
+    REFIT_H5_CHECK_GOTO(H5Aread(attr, mtype, &v), st, out, "attribute %s", name);
+    snprintf(buf, len, "%s", v ? v : "");
+    H5free_memory(v);
+  } else {
+    size_t n = H5Tget_size(ftype);
+    char *tmp = calloc(n + 1, 1);
+    if (tmp == NULL) {
+      st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "attribute %s of %zu bytes", name, n);
+      goto out;
+    }
+    REFIT_H5_CHECK_GOTO(mtype = H5Tcopy(ftype), st, free_tmp, "attribute %s",
+                        name);
+    REFIT_H5_CHECK_GOTO(H5Aread(attr, mtype, tmp), st, free_tmp, "attribute %s",
+                        name);
+    snprintf(buf, len, "%s", tmp);
+  free_tmp:
+    free(tmp);
+  }
+  if (st == REFIT_OK)
+    *found = 1;
+out:
+  if (mtype >= 0)
+    H5Tclose(mtype);
+  if (ftype >= 0)
+    H5Tclose(ftype);
+  if (attr >= 0)
+    H5Aclose(attr);
+  return st;
+}
+
+refit_status_t refit_h5_attr_read_i64(hid_t obj, const char *name,
+                                      int64_t *value) {
+  refit_status_t st = REFIT_OK;
+  hid_t attr = -1;
+  int64_t v = 0;
+  REFIT_H5_CHECK_GOTO(attr = H5Aopen(obj, name, H5P_DEFAULT), st, out,
+                      "attribute %s", name);
+  REFIT_H5_CHECK_GOTO(H5Aread(attr, H5T_NATIVE_INT64, &v), st, out,
+                      "attribute %s", name);
+  *value = v;
+out:
+  if (attr >= 0)
+    H5Aclose(attr);
+  return st;
+}
+
+hid_t refit_h5_type_f16(void) {
+  hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  if (t < 0)
+    return t;
+  /* sign at bit 15, 5 exponent bits at 10, 10 mantissa bits at 0, bias 15 */
+  if (H5Tset_fields(t, 15, 10, 5, 0, 10) < 0 || H5Tset_precision(t, 16) < 0 ||
+      H5Tset_size(t, 2) < 0 || H5Tset_ebias(t, 15) < 0) {
+    H5Tclose(t);
+    return -1;
+  }
+  return t;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The dump                                                                */
+/* ---------------------------------------------------------------------- */
+
+/* Root attributes: the config and the generator layout. */
+static refit_status_t refit_dump_write_root(const refit_session_t *s, hid_t file) {
+  const refit_generator_layout_t *g = &s->cfg.generator;
+  const int64_t ver = (int64_t)s->version, tp = g->tp, ep = g->ep,
+                engines = g->engines, ngen = s->ngenerator, ntr = s->ntrainer;
+  refit_status_t st = REFIT_OK;
+  int64_t *engine = malloc((size_t)ngen * sizeof(int64_t));
+  int64_t *tp_rank = malloc((size_t)ngen * sizeof(int64_t));
+  if (engine == NULL || tp_rank == NULL) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "dump: rank table of %lld", (long long)ngen);
+    goto out;
+  }
+  /* The same split as refit_session_create: rank r is tp rank r % tp of
+   * engine r / tp. */
+  for (int64_t r = 0; r < ngen; r++) {
+    engine[r] = r / tp;
+    tp_rank[r] = r % tp;
+  }
+  REFIT_CHECK_GOTO(refit_h5_attr_write_str(file, "format", REFIT_DUMP_FORMAT), st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_str(file, "config", s->config_text), st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "version", &ver, 0), st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "generator_tp", &tp, 0), st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "generator_ep", &ep, 0), st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "generator_engines", &engines, 0),
+                   st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "generator_ranks", &ngen, 0), st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "trainer_ranks", &ntr, 0), st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "rank_engine", engine, (size_t)ngen),
+                   st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "rank_tp", tp_rank, (size_t)ngen),
+                   st, out);
+out:
+  free(engine);
+  free(tp_rank);
+  return st;
+}
+
+static refit_status_t refit_dump_write_store(const refit_session_t *s,
+                                             const char *path, hid_t group,
+                                             const refit_store_t *store) {
+  refit_status_t st = REFIT_OK;
+  hid_t space = -1, dset = -1;
+  const size_t elem = store->dtype == REFIT_DTYPE_BF16 ? 2 : 1;
+  hid_t ftype = elem == 2 ? H5T_STD_U16LE : H5T_STD_U8LE;
+  hid_t mtype = elem == 2 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT8;
+  hsize_t dims[3];
+  int ndim = store->ndim;
+  size_t count = 1;
+  const int64_t ver = (int64_t)s->version;
+
+  for (int d = 0; d < ndim; d++) {
+    dims[d] = (hsize_t)store->shape[d];
+    count *= (size_t)store->shape[d];
+  }
+  if (ndim < 1 || ndim > 3 || count * elem != store->bytes) {
+    /* Padded storage (swizzled scales): keep every byte, flat. */
+    ndim = 1;
+    dims[0] = store->bytes / elem;
+  }
+  REFIT_H5_CHECK_GOTO(space = H5Screate_simple(ndim, dims, NULL), st, out,
+                      "dump %s: generator rank %d: %s", path, s->role_rank,
+                      store->name);
+  REFIT_H5_CHECK_GOTO(dset = H5Dcreate2(group, store->name, ftype, space,
+                                        H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                      st, out, "dump %s: generator rank %d: %s", path,
+                      s->role_rank, store->name);
+  REFIT_H5_CHECK_GOTO(H5Dwrite(dset, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                               store->data),
+                      st, out, "dump %s: generator rank %d: %s (%zu bytes)",
+                      path, s->role_rank, store->name, store->bytes);
+  REFIT_CHECK_GOTO(
+      refit_h5_attr_write_str(dset, "dtype", refit_dtype_name(store->dtype)),
+      st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_str(dset, "layout", store->layout), st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(dset, "version", &ver, 0), st, out);
+out:
+  if (dset >= 0)
+    H5Dclose(dset);
+  if (space >= 0)
+    H5Sclose(space);
+  return st;
+}
+
+/* One generator rank's turn: create (rank 0) or reopen the file, add
+ * /rank<g>, close. */
+static refit_status_t refit_dump_write_rank(const refit_session_t *s,
+                                            const char *path) {
+  refit_status_t st = REFIT_OK;
+  hid_t file = -1, group = -1;
+  char gname[32];
+  const int64_t engine = s->engine, tp_rank = s->tp_rank, world_rank = s->rank;
+
+  refit_h5_quiet();
+  if (s->role_rank == 0)
+    REFIT_H5_CHECK_GOTO(file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT,
+                                         H5P_DEFAULT),
+                        st, out, "dump %s: generator rank 0 (check that the "
+                        "directory exists and is writable)", path);
+  else
+    REFIT_H5_CHECK_GOTO(file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), st,
+                        out, "dump %s: generator rank %d reopening the file "
+                        "(is the path on a file system all generator nodes "
+                        "share?)", path, s->role_rank);
+  if (s->role_rank == 0)
+    REFIT_CHECK_GOTO(refit_dump_write_root(s, file), st, out);
+  snprintf(gname, sizeof(gname), "rank%d", s->role_rank);
+  REFIT_H5_CHECK_GOTO(group = H5Gcreate2(file, gname, H5P_DEFAULT, H5P_DEFAULT,
+                                         H5P_DEFAULT),
+                      st, out, "dump %s: group /%s", path, gname);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(group, "engine", &engine, 0), st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(group, "tp_rank", &tp_rank, 0), st, out);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(group, "world_rank", &world_rank, 0),
+                   st, out);
+  for (int64_t i = 0; i < s->nstores; i++)
+    REFIT_CHECK_GOTO(refit_dump_write_store(s, path, group, &s->stores[i]), st, out);
+out:
+  if (group >= 0)
+    H5Gclose(group);
+  if (file >= 0 && H5Fclose(file) < 0 && st == REFIT_OK)
+    st = refit_h5_error("H5Fclose", "dump %s: generator rank %d", path,
+                        s->role_rank);
+  return st;
+}
+
+refit_status_t refit_dump_write(const refit_session_t *s, const char *path) {
+  refit_status_t st = REFIT_OK;
+  MPI_Comm comm;
+  int failed_before = 0, mine, any = 0;
+
+  /* A private communicator keeps the token away from the caller's tags. */
+  if (MPI_Comm_dup(s->world, &comm) != MPI_SUCCESS)
+    return REFIT_ERR(REFIT_ERR_MPI, "dump %s: MPI_Comm_dup failed", path);
+  if (!s->is_trainer) {
+    const int g = s->role_rank;
+    if (g > 0)
+      MPI_Recv(&failed_before, 1, MPI_INT, s->ntrainer + g - 1, 0, comm,
+               MPI_STATUS_IGNORE);
+    if (failed_before)
+      st = REFIT_ERR(REFIT_ERR_PEER,
+                     "dump %s: an earlier generator rank failed; rank %d did "
+                     "not write",
+                     path, g);
+    else
+      st = refit_dump_write_rank(s, path);
+    int pass = failed_before || st != REFIT_OK;
+    if (g + 1 < s->ngenerator)
+      MPI_Send(&pass, 1, MPI_INT, s->ntrainer + g + 1, 0, comm);
+    if (st == REFIT_OK)
+      REFIT_INFO("dump %s: generator rank %d wrote %lld stores", path, g,
+                 (long long)s->nstores);
+  }
+  mine = st != REFIT_OK;
+  MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm);
+  MPI_Comm_free(&comm);
+  if (st == REFIT_OK && any)
+    st = REFIT_ERR(REFIT_ERR_PEER, "dump %s failed on another rank", path);
+  return st;
+}

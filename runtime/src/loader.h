@@ -1,0 +1,143 @@
+/*
+ * The generator loader: lands received chunks in runtime storage.
+ *
+ * It owns the generator's runtime stores (allocated once, written in place
+ * every refit) and, for tensors quantized to MXFP8, a canonical assembly area
+ * per tensor that exists only while the tensor is incomplete:
+ *
+ *   staging chunk --(BF16 wire: quantize rows | MXFP8 wire: copy rows)-->
+ *   canonical q [rows, K] + linear scales [rows, K/32]
+ *   --(all pieces present: layout transform)--> runtime weight + scale
+ *
+ * Chunks are copied out of the staging area as they are landed, so a staging
+ * buffer can be reused for the next bucket while a fused tensor (qkv, gate_up,
+ * w13) still waits for pieces that travel in later buckets. BF16 tensors are
+ * written straight into their target.
+ *
+ * The target of a refit is either the runtime storage itself (sync mode) or a
+ * shadow copy of it (async mode); see refit_loader_set_target().
+ */
+#ifndef REFIT_LOADER_H
+#define REFIT_LOADER_H
+
+#include "config.h"
+#include "reshard/catalog.h"
+#include "reshard/plan.h"
+#include "source.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+  REFIT_DTYPE_BF16 = 0, /* uint16 bit patterns */
+  REFIT_DTYPE_E4M3 = 1, /* float8_e4m3fn bytes */
+  REFIT_DTYPE_E8M0 = 2  /* block scale exponent bytes */
+} refit_dtype_t;
+
+const char *refit_dtype_name(refit_dtype_t dtype);
+
+/*
+ * One piece of generator runtime storage, named as vLLM names it
+ * ("model.layers.0.self_attn.qkv_proj.weight", "...weight_scale"). Allocated
+ * once at start-up; every refit writes into the same bytes.
+ */
+typedef struct {
+  char name[REFIT_NAME_MAX + 8];
+  refit_dtype_t dtype;
+  const char *layout; /* "linear", "linear_kn", "swizzle_128x4",
+                         "trtllm_dense", "trtllm_moe_w13", "trtllm_moe_w2" */
+  int ndim;
+  int64_t shape[3];
+  void *data;    /* runtime storage: its address never changes */
+  void *target;  /* where the refit in progress writes (data or saved) */
+  void *saved;   /* sync + restore full: the previous version, copied just
+                    before the first write; async: the shadow; else NULL */
+  int saved_valid; /* sync: saved holds data's previous bytes this refit */
+  size_t bytes;
+  int64_t gen;   /* index into catalog->gen */
+  int is_scale;  /* the _scale beside a quantized weight */
+  int owned;     /* data allocated by the loader (not registered) */
+} refit_store_t;
+
+typedef struct {
+  uint8_t *q;     /* canonical e4m3 [rows, cols] */
+  uint8_t *scale; /* canonical linear scales [rows, cols / 32] */
+  int64_t filled; /* elements landed this refit */
+} refit_assembly_t;
+
+typedef struct {
+  const refit_catalog_t *cat;
+  const refit_config_t *cfg;
+  int tp_rank;
+  int64_t first;    /* cat->gen_begin[tp_rank] */
+  int64_t ntensors; /* catalog tensors of this tp rank */
+  refit_store_t *stores;
+  int64_t nstores;
+  int64_t *store_of; /* tensor i -> its weight store; the scale follows */
+  refit_assembly_t *assembly;
+  refit_wire_t wire;
+  int32_t trailer;    /* digest bytes after each chunk (0: none) */
+  int generator_rank; /* for messages */
+  int touched;        /* sync: runtime storage written this refit */
+} refit_loader_t;
+
+/* True when generator tensor `g` is quantized under `cfg` (precision mxfp8,
+ * a quantizable kind, not matched by refit.quantization_ignore). */
+int refit_loader_quantizes(const refit_config_t *cfg, const refit_gen_tensor_t *g);
+
+/* Allocate the stores of tp rank `tp_rank`. The catalog's `quantized` flags
+ * must already be set (refit_loader_mark_quantized). */
+refit_status_t refit_loader_create(const refit_catalog_t *cat,
+                                   const refit_config_t *cfg, int tp_rank,
+                                   int generator_rank, const refit_plan_t *plan,
+                                   refit_loader_t **out);
+
+/* Allocate runtime storage for every store not registered by the caller,
+ * and the saved copies the mode needs. Once, before the first refit. */
+refit_status_t refit_loader_allocate(refit_loader_t *l);
+void refit_loader_destroy(refit_loader_t *l);
+
+/* Set every catalog tensor's `quantized` flag from the config. */
+void refit_loader_mark_quantized(refit_catalog_t *cat, const refit_config_t *cfg);
+
+/* Start a refit: forget partial assemblies, count from zero, point every
+ * store's target at runtime storage (sync) or its shadow (async). */
+void refit_loader_begin(refit_loader_t *l);
+
+/* Test seam: what landing does to one chunk of the next message. */
+typedef enum {
+  REFIT_LAND_NORMAL = 0,
+  REFIT_LAND_DROP_ONE,      /* skip the message's first chunk */
+  REFIT_LAND_DUPLICATE_ONE, /* land the message's first chunk twice */
+  REFIT_LAND_FLIP_ONE       /* flip a bit of the first chunk before landing */
+} refit_land_fault_t;
+
+/* Land every chunk of message `m` from `staging` (the bucket's area),
+ * checking each chunk's digest first when the plan carries digests. */
+refit_status_t refit_loader_land(refit_loader_t *l, const refit_plan_t *plan,
+                                 const refit_msg_t *m, unsigned char *staging,
+                                 refit_land_fault_t fault);
+
+/* Give up the refit in progress. Returns 1 when runtime storage holds the
+ * previous version (restored from saved copies, or never touched), 0 when it
+ * may hold a mix (sync with restore: none after a write). */
+int refit_loader_rollback(refit_loader_t *l);
+
+/* Make the new version the runtime one: async copies each shadow into
+ * runtime storage (same addresses); sync has nothing left to do. */
+void refit_loader_commit(refit_loader_t *l);
+
+/* Every tensor complete? Names the first incomplete one. */
+refit_status_t refit_loader_end(refit_loader_t *l);
+
+/*
+ * Compare runtime storage with what version `version` must produce, computed
+ * from the source and the reference rules alone (BF16 element by element;
+ * quantized tensors by quantizing and laying out the expected BF16 tensor
+ * with the C reference). *mismatches counts differing elements or bytes; the
+ * first is logged with store, rank, index, expected and actual.
+ */
+refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
+                                   uint64_t version, int64_t *mismatches);
+
+#endif /* REFIT_LOADER_H */

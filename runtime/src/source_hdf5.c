@@ -1,0 +1,420 @@
+/*
+ * The HDF5 checkpoint source (source.kind: hdf5, schema in dump.h): one file
+ * of full tensors under their Hugging Face names. Every rank opens the file;
+ * a trainer reads only its own shard and verification only the rows it
+ * checks, each as a hyperslab, never a whole tensor. The checkpoint holds one
+ * version, so `version` is ignored.
+ *
+ * open() checks every tensor of the catalog (presence, shape, element type,
+ * dtype attribute, data actually in the file) so that a bad checkpoint is
+ * rejected before any transfer, with the file, the dataset and expected vs
+ * actual in the message.
+ */
+#include "dump.h"
+#include "source.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef enum {
+  REFIT_H5_ELEM_BF16 = 0, /* uint16 + dtype = "bfloat16" */
+  REFIT_H5_ELEM_F32 = 1,
+  REFIT_H5_ELEM_F16 = 2
+} refit_h5_elem_t;
+
+static const char *const refit_h5_elem_names[] = {"bfloat16", "float32",
+                                                  "float16"};
+
+typedef struct {
+  char path[REFIT_PATH_MAX];
+  const refit_catalog_t *cat;
+  hid_t file;
+  hid_t f16; /* memory type for float16 */
+  unsigned char *elem; /* per src tensor: refit_h5_elem_t */
+  unsigned char *rank; /* per src tensor: dataset rank in the file, 1 or 2 */
+  int64_t open_index;  /* src tensor whose dataset is open, -1 none */
+  hid_t dset;
+  float *tmp; /* float32 rows before rounding */
+  size_t tmp_elems;
+} refit_h5_source_t;
+
+/* Rows read per hyperslab when converting float32: bounds the temporary. */
+#define REFIT_H5_BLOCK_ELEMS ((int64_t)1 << 20)
+
+static void refit_h5_shape_str(int rank, const hsize_t *d, char *buf, size_t len) {
+  if (rank == 1)
+    snprintf(buf, len, "[%llu]", (unsigned long long)d[0]);
+  else if (rank == 2)
+    snprintf(buf, len, "[%llu, %llu]", (unsigned long long)d[0],
+             (unsigned long long)d[1]);
+  else
+    snprintf(buf, len, "rank %d", rank);
+}
+
+static void refit_h5_expected_str(const refit_src_tensor_t *t, char *buf,
+                                  size_t len) {
+  if (t->rows == 1)
+    snprintf(buf, len, "[%lld]", (long long)t->cols);
+  else
+    snprintf(buf, len, "[%lld, %lld]", (long long)t->rows, (long long)t->cols);
+}
+
+/* What the dataset's type is, in words, for messages. */
+static void refit_h5_type_str(hid_t type, char *buf, size_t len) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const size_t size = H5Tget_size(type);
+  const char *what = cls == H5T_INTEGER ? (H5Tget_sign(type) == H5T_SGN_NONE
+                                               ? "unsigned integer"
+                                               : "signed integer")
+                     : cls == H5T_FLOAT  ? "float"
+                     : cls == H5T_STRING ? "string"
+                     : cls == H5T_COMPOUND ? "compound"
+                                           : "non-numeric";
+  snprintf(buf, len, "%zu-bit %s", size * 8, what);
+}
+
+/* Decide the element format of dataset `name` from its type and its dtype
+ * attribute; anything else is an unsupported schema. */
+static refit_status_t refit_h5_check_type(refit_h5_source_t *c, hid_t dset,
+                                          const char *name,
+                                          refit_h5_elem_t *elem) {
+  refit_status_t st = REFIT_OK;
+  char attr[64], tstr[64];
+  int has_attr = 0;
+  hid_t type = -1;
+  REFIT_H5_CHECK_GOTO(type = H5Dget_type(dset), st, out,
+                      "checkpoint %s: dataset '%s'", c->path, name);
+  REFIT_CHECK_GOTO(refit_h5_attr_read_str(dset, "dtype", attr, sizeof(attr),
+                                          &has_attr),
+                   st, out);
+  refit_h5_type_str(type, tstr, sizeof(tstr));
+  const H5T_class_t cls = H5Tget_class(type);
+  const size_t size = H5Tget_size(type);
+  if (cls == H5T_INTEGER && size == 2 && H5Tget_sign(type) == H5T_SGN_NONE) {
+    if (!has_attr || strcmp(attr, "bfloat16") != 0) {
+      st = REFIT_ERR(REFIT_ERR_HDF5,
+                     "checkpoint %s: dataset '%s': 16-bit unsigned integers "
+                     "with dtype attribute %s%s%s; expected dtype = "
+                     "\"bfloat16\" (the only 16-bit integer schema refit "
+                     "reads)",
+                     c->path, name, has_attr ? "\"" : "(none)",
+                     has_attr ? attr : "", has_attr ? "\"" : "");
+      goto out;
+    }
+    *elem = REFIT_H5_ELEM_BF16;
+  } else if (cls == H5T_FLOAT && (size == 4 || size == 2)) {
+    size_t spos, epos, esize, mpos, msize;
+    H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize);
+    const int ieee32 = size == 4 && esize == 8 && msize == 23 &&
+                       H5Tget_ebias(type) == 127;
+    const int ieee16 = size == 2 && esize == 5 && msize == 10 &&
+                       H5Tget_ebias(type) == 15;
+    if (!ieee32 && !ieee16) {
+      st = REFIT_ERR(REFIT_ERR_HDF5,
+                     "checkpoint %s: dataset '%s': %s with %zu exponent and "
+                     "%zu mantissa bits is not IEEE float32 or float16; "
+                     "store bfloat16 as uint16 with dtype = \"bfloat16\"",
+                     c->path, name, tstr, esize, msize);
+      goto out;
+    }
+    *elem = ieee32 ? REFIT_H5_ELEM_F32 : REFIT_H5_ELEM_F16;
+    if (has_attr && strcmp(attr, refit_h5_elem_names[*elem]) != 0) {
+      st = REFIT_ERR(REFIT_ERR_HDF5,
+                     "checkpoint %s: dataset '%s': element type %s but dtype "
+                     "attribute \"%s\"; expected \"%s\" or no attribute",
+                     c->path, name, refit_h5_elem_names[*elem], attr,
+                     refit_h5_elem_names[*elem]);
+      goto out;
+    }
+  } else {
+    st = REFIT_ERR(REFIT_ERR_HDF5,
+                   "checkpoint %s: dataset '%s': unsupported element type "
+                   "(%s%s%s%s); expected bfloat16 (uint16 with dtype = "
+                   "\"bfloat16\"), float32 or float16",
+                   c->path, name, tstr, has_attr ? ", dtype \"" : "",
+                   has_attr ? attr : "", has_attr ? "\"" : "");
+    goto out;
+  }
+out:
+  if (type >= 0)
+    H5Tclose(type);
+  return st;
+}
+
+/* Shape, element type and data of the dataset of src tensor i. */
+static refit_status_t refit_h5_check_tensor(refit_h5_source_t *c, int64_t i,
+                                            off_t file_size) {
+  const refit_src_tensor_t *t = &c->cat->src[i];
+  refit_status_t st = REFIT_OK;
+  hid_t dset = -1, space = -1, dcpl = -1;
+  hsize_t dims[H5S_MAX_RANK];
+  char want[64], got[64];
+  H5O_info_t info;
+  htri_t exists;
+  refit_h5_elem_t elem = REFIT_H5_ELEM_BF16;
+
+  refit_h5_expected_str(t, want, sizeof(want));
+  REFIT_H5_CHECK_GOTO(exists = H5Lexists(c->file, t->name, H5P_DEFAULT), st, out,
+                      "checkpoint %s: dataset '%s'", c->path, t->name);
+  if (!exists) {
+    st = REFIT_ERR(REFIT_ERR_HDF5,
+                   "checkpoint %s: dataset '%s' is missing (expected %s "
+                   "bfloat16, float32 or float16 for this model; was the "
+                   "checkpoint written for another config?)",
+                   c->path, t->name, want);
+    goto out;
+  }
+  REFIT_H5_CHECK_GOTO(H5Oget_info_by_name(c->file, t->name, &info, H5P_DEFAULT),
+                      st, out, "checkpoint %s: dataset '%s'", c->path, t->name);
+  if (info.type != H5O_TYPE_DATASET) {
+    st = REFIT_ERR(REFIT_ERR_HDF5,
+                   "checkpoint %s: '%s' is a %s, expected a dataset of shape %s",
+                   c->path, t->name,
+                   info.type == H5O_TYPE_GROUP ? "group" : "named datatype",
+                   want);
+    goto out;
+  }
+  REFIT_H5_CHECK_GOTO(dset = H5Dopen2(c->file, t->name, H5P_DEFAULT), st, out,
+                      "checkpoint %s: dataset '%s'", c->path, t->name);
+  REFIT_H5_CHECK_GOTO(space = H5Dget_space(dset), st, out,
+                      "checkpoint %s: dataset '%s'", c->path, t->name);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (rank < 0 || rank > H5S_MAX_RANK) {
+    st = refit_h5_error("H5Sget_simple_extent_ndims",
+                        "checkpoint %s: dataset '%s'", c->path, t->name);
+    goto out;
+  }
+  H5Sget_simple_extent_dims(space, dims, NULL);
+  /* [n] is the schema for 1-D tensors; [1, n] is the same bytes. */
+  const int ok = (rank == 2 && dims[0] == (hsize_t)t->rows &&
+                  dims[1] == (hsize_t)t->cols) ||
+                 (rank == 1 && t->rows == 1 && dims[0] == (hsize_t)t->cols);
+  if (!ok) {
+    refit_h5_shape_str(rank, dims, got, sizeof(got));
+    st = REFIT_ERR(REFIT_ERR_HDF5,
+                   "checkpoint %s: dataset '%s' has shape %s, expected %s",
+                   c->path, t->name, got, want);
+    goto out;
+  }
+  REFIT_CHECK_GOTO(refit_h5_check_type(c, dset, t->name, &elem), st, out);
+
+  /* The data must be in the file: a contiguous dataset whose bytes end past
+   * the end of the file was cut off (HDF5 itself only notices when read). */
+  REFIT_H5_CHECK_GOTO(dcpl = H5Dget_create_plist(dset), st, out,
+                      "checkpoint %s: dataset '%s'", c->path, t->name);
+  if (H5Pget_layout(dcpl) == H5D_CONTIGUOUS) {
+    const unsigned long long need =
+        (unsigned long long)(t->rows * t->cols) *
+        (elem == REFIT_H5_ELEM_F32 ? 4u : 2u);
+    const haddr_t off = H5Dget_offset(dset);
+    const unsigned long long have = H5Dget_storage_size(dset);
+    if (off == HADDR_UNDEF || have < need ||
+        (unsigned long long)off + need > (unsigned long long)file_size) {
+      st = REFIT_ERR(REFIT_ERR_HDF5,
+                     "checkpoint %s: dataset '%s': %s of data expected at "
+                     "offset %s, but the file has %lld bytes (truncated or "
+                     "never written; rewrite the checkpoint)",
+                     c->path, t->name,
+                     (snprintf(want, sizeof(want), "%llu bytes", need), want),
+                     off == HADDR_UNDEF
+                         ? "(none allocated)"
+                         : (snprintf(got, sizeof(got), "%llu",
+                                     (unsigned long long)off),
+                            got),
+                     (long long)file_size);
+      goto out;
+    }
+  }
+  c->elem[i] = (unsigned char)elem;
+  c->rank[i] = (unsigned char)rank;
+out:
+  if (dcpl >= 0)
+    H5Pclose(dcpl);
+  if (space >= 0)
+    H5Sclose(space);
+  if (dset >= 0)
+    H5Dclose(dset);
+  return st;
+}
+
+static void refit_h5_source_close(void *ctx) {
+  refit_h5_source_t *c = ctx;
+  if (c == NULL)
+    return;
+  if (c->dset >= 0)
+    H5Dclose(c->dset);
+  if (c->f16 >= 0)
+    H5Tclose(c->f16);
+  if (c->file >= 0)
+    H5Fclose(c->file);
+  free(c->elem);
+  free(c->rank);
+  free(c->tmp);
+  free(c);
+}
+
+static refit_status_t refit_h5_source_open(const refit_config_t *cfg,
+                                           const refit_catalog_t *cat,
+                                           void **ctx) {
+  refit_status_t st = REFIT_OK;
+  struct stat sb;
+  htri_t is_h5;
+  refit_h5_source_t *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "hdf5 source");
+  c->file = c->dset = c->f16 = -1;
+  c->open_index = -1;
+  c->cat = cat;
+  snprintf(c->path, sizeof(c->path), "%s", cfg->source.path);
+  refit_h5_quiet();
+
+  if (stat(c->path, &sb) != 0) {
+    st = REFIT_ERR(REFIT_ERR_HDF5,
+                   "checkpoint %s: %s (source.path; write one with refit-ckpt "
+                   "CONFIG FILE)",
+                   c->path, strerror(errno));
+    goto err_free;
+  }
+  REFIT_H5_CHECK_GOTO(is_h5 = H5Fis_hdf5(c->path), st, err_free,
+                      "checkpoint %s", c->path);
+  if (!is_h5) {
+    st = REFIT_ERR(REFIT_ERR_HDF5,
+                   "checkpoint %s: not an HDF5 file (no HDF5 signature in its "
+                   "%lld bytes)",
+                   c->path, (long long)sb.st_size);
+    goto err_free;
+  }
+  REFIT_H5_CHECK_GOTO(c->file = H5Fopen(c->path, H5F_ACC_RDONLY, H5P_DEFAULT),
+                      st, err_free,
+                      "checkpoint %s (%lld bytes): cannot open it as HDF5; "
+                      "the file is damaged or truncated",
+                      c->path, (long long)sb.st_size);
+  REFIT_H5_CHECK_GOTO(c->f16 = refit_h5_type_f16(), st, err_free,
+                      "checkpoint %s: float16 type", c->path);
+  c->elem = calloc((size_t)cat->nsrc, 1);
+  c->rank = calloc((size_t)cat->nsrc, 1);
+  if (c->elem == NULL || c->rank == NULL) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "hdf5 source: %lld tensors",
+                   (long long)cat->nsrc);
+    goto err_free;
+  }
+  for (int64_t i = 0; i < cat->nsrc; i++)
+    REFIT_CHECK_GOTO(refit_h5_check_tensor(c, i, sb.st_size), st, err_free);
+  *ctx = c;
+  return REFIT_OK;
+
+err_free:
+  refit_h5_source_close(c);
+  return st;
+}
+
+static refit_status_t refit_h5_source_read(void *ctx, const refit_src_tensor_t *t,
+                                           uint64_t version, int64_t row0,
+                                           int64_t col0, int64_t rows,
+                                           int64_t cols, uint16_t *dst) {
+  refit_h5_source_t *c = ctx;
+  refit_status_t st = REFIT_OK;
+  hid_t fspace = -1, mspace = -1;
+  (void)version; /* a checkpoint holds one version */
+
+  int64_t i = t - c->cat->src;
+  if (i < 0 || i >= c->cat->nsrc)
+    i = refit_catalog_find_src(c->cat, t->name);
+  if (i < 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "checkpoint %s: tensor '%s' is not in the catalog", c->path,
+                     t->name);
+  if (row0 < 0 || col0 < 0 || rows < 0 || cols < 0 || row0 + rows > t->rows ||
+      col0 + cols > t->cols)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "checkpoint %s: '%s' rows [%lld, %lld) cols [%lld, %lld) "
+                     "outside its shape [%lld, %lld]",
+                     c->path, t->name, (long long)row0, (long long)(row0 + rows),
+                     (long long)col0, (long long)(col0 + cols),
+                     (long long)t->rows, (long long)t->cols);
+  if (rows == 0 || cols == 0)
+    return REFIT_OK;
+  /* Verification reads one row at a time from the same tensor: keep the
+   * last dataset open. */
+  if (c->open_index != i) {
+    if (c->dset >= 0)
+      H5Dclose(c->dset);
+    c->open_index = -1;
+    REFIT_H5_CHECK_GOTO(c->dset = H5Dopen2(c->file, t->name, H5P_DEFAULT), st,
+                        out, "checkpoint %s: dataset '%s'", c->path, t->name);
+    c->open_index = i;
+  }
+  const refit_h5_elem_t elem = (refit_h5_elem_t)c->elem[i];
+  int64_t block = rows;
+  if (elem == REFIT_H5_ELEM_F32) {
+    block = REFIT_H5_BLOCK_ELEMS / cols > 0 ? REFIT_H5_BLOCK_ELEMS / cols : 1;
+    if (block > rows)
+      block = rows;
+    if (c->tmp_elems < (size_t)(block * cols)) {
+      free(c->tmp);
+      c->tmp_elems = 0;
+      c->tmp = malloc((size_t)(block * cols) * sizeof(float));
+      if (c->tmp == NULL)
+        return REFIT_ERR(REFIT_ERR_NO_MEMORY, "checkpoint %s: %lld floats",
+                         c->path, (long long)(block * cols));
+      c->tmp_elems = (size_t)(block * cols);
+    }
+  }
+  REFIT_H5_CHECK_GOTO(fspace = H5Dget_space(c->dset), st, out,
+                      "checkpoint %s: dataset '%s'", c->path, t->name);
+  for (int64_t r = 0; r < rows; r += block) {
+    const int64_t n = rows - r < block ? rows - r : block;
+    hsize_t start[2], count[2], elems = (hsize_t)(n * cols);
+    uint16_t *out16 = dst + r * cols;
+    if (c->rank[i] == 1) {
+      start[0] = (hsize_t)col0;
+      count[0] = (hsize_t)cols;
+    } else {
+      start[0] = (hsize_t)(row0 + r);
+      start[1] = (hsize_t)col0;
+      count[0] = (hsize_t)n;
+      count[1] = (hsize_t)cols;
+    }
+    REFIT_H5_CHECK_GOTO(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL,
+                                            count, NULL),
+                        st, out, "checkpoint %s: dataset '%s'", c->path, t->name);
+    if (mspace >= 0)
+      H5Sclose(mspace);
+    REFIT_H5_CHECK_GOTO(mspace = H5Screate_simple(1, &elems, NULL), st, out,
+                        "checkpoint %s: dataset '%s'", c->path, t->name);
+    const hid_t mtype = elem == REFIT_H5_ELEM_BF16  ? H5T_NATIVE_UINT16
+                        : elem == REFIT_H5_ELEM_F16 ? c->f16
+                                                    : H5T_NATIVE_FLOAT;
+    void *buf = elem == REFIT_H5_ELEM_F32 ? (void *)c->tmp : (void *)out16;
+    REFIT_H5_CHECK_GOTO(H5Dread(c->dset, mtype, mspace, fspace, H5P_DEFAULT, buf),
+                        st, out,
+                        "checkpoint %s: dataset '%s' rows [%lld, %lld) cols "
+                        "[%lld, %lld)",
+                        c->path, t->name, (long long)(row0 + r),
+                        (long long)(row0 + r + n), (long long)col0,
+                        (long long)(col0 + cols));
+    if (elem == REFIT_H5_ELEM_F32)
+      for (hsize_t k = 0; k < elems; k++)
+        out16[k] = refit_bf16_from_f32(refit_f32_bits(c->tmp[k]));
+    else if (elem == REFIT_H5_ELEM_F16)
+      for (hsize_t k = 0; k < elems; k++)
+        out16[k] = refit_bf16_from_f16(out16[k]);
+  }
+out:
+  if (mspace >= 0)
+    H5Sclose(mspace);
+  if (fspace >= 0)
+    H5Sclose(fspace);
+  return st;
+}
+
+const refit_source_ops_t refit_source_hdf5 = {
+    .name = "hdf5",
+    .kind = REFIT_SOURCE_HDF5,
+    .open = refit_h5_source_open,
+    .read = refit_h5_source_read,
+    .close = refit_h5_source_close,
+};

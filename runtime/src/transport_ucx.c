@@ -1,0 +1,408 @@
+/*
+ * UCX transport over host memory (refit.transport: ucx; never picked by auto,
+ * which keeps MPI first for host memory).
+ *
+ * One UCP context and one worker per rank; the worker addresses are
+ * exchanged once over MPI (allgather) and endpoints are created on first use,
+ * in peer error-handling mode so that a lost peer fails its operations
+ * instead of hanging them. Every message is one tagged send/receive: the
+ * 64-bit tag holds the bucket tag (high half) and the sender's world rank
+ * (low half), matched exactly. wait() progresses the worker until every
+ * request of the exchange completes or the deadline passes; then the
+ * remaining requests are cancelled and REFIT_ERR_TIMEOUT names their peers.
+ */
+#include "transport.h"
+
+#include "core/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+
+/* Translate a UCX status into refit's, naming the call and the peer. */
+static refit_status_t refit_ucx_error(ucs_status_t status, const char *call,
+                                      int peer, const char *file, int line) {
+  REFIT_WARN("%s:%d: %s (peer rank %d): %s", file, line, call, peer,
+             ucs_status_string(status));
+  return REFIT_ERR(REFIT_ERR_UCX, "ucx transport: %s with peer rank %d failed: %s",
+                   call, peer, ucs_status_string(status));
+}
+
+#define REFIT_UCX_CHECK_GOTO(call, peer, status_var, label)                    \
+  do {                                                                         \
+    ucs_status_t ucx_status_ = (call);                                         \
+    if (ucx_status_ != UCS_OK) {                                               \
+      (status_var) =                                                           \
+          refit_ucx_error(ucx_status_, #call, (peer), __FILE__, __LINE__);     \
+      goto label;                                                              \
+    }                                                                          \
+  } while (0)
+
+typedef struct refit_ucx_ctx refit_ucx_ctx_t;
+
+typedef struct {
+  refit_ucx_ctx_t *ctx;
+  int rank;
+  ucp_ep_h ep;
+  ucs_status_t failed; /* set by the error handler: peer lost */
+} refit_ucx_peer_t;
+
+struct refit_ucx_ctx {
+  int rank, size;
+  ucp_context_h context;
+  ucp_worker_h worker;
+  unsigned char *addrs; /* every rank's worker address, concatenated */
+  int *addr_off, *addr_len;
+  refit_ucx_peer_t *peers;
+};
+
+typedef struct {
+  void *req;  /* NULL once complete */
+  int peer;
+  int is_send;
+  size_t bytes;
+} refit_ucx_op_t;
+
+struct refit_exchange {
+  int n, left;
+  refit_ucx_op_t *ops;
+};
+
+static uint64_t refit_ucx_tag(int tag, int sender) {
+  return ((uint64_t)(uint32_t)tag << 32) | (uint32_t)sender;
+}
+
+static void refit_ucx_peer_failed(void *arg, ucp_ep_h ep, ucs_status_t status) {
+  refit_ucx_peer_t *p = arg;
+  (void)ep;
+  p->failed = status;
+  REFIT_WARN("ucx transport: lost peer rank %d: %s", p->rank,
+             ucs_status_string(status));
+}
+
+static refit_status_t refit_ucx_query(const refit_transport_args_t *args) {
+  (void)args;
+  return REFIT_OK;
+}
+
+static void refit_ucx_destroy(void *vctx);
+
+static refit_status_t refit_ucx_create(const refit_transport_args_t *args,
+                                       void **out) {
+  refit_status_t st = REFIT_OK;
+  ucp_config_t *config = NULL;
+  ucp_address_t *addr = NULL;
+  size_t addr_len = 0;
+  refit_ucx_ctx_t *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: context");
+  c->rank = args->world_rank;
+  c->size = args->world_size;
+
+  ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                         .features = UCP_FEATURE_TAG};
+  REFIT_UCX_CHECK_GOTO(ucp_config_read(NULL, NULL, &config), -1, st, err_free);
+  REFIT_UCX_CHECK_GOTO(ucp_init(&params, config, &c->context), -1, st,
+                       err_config);
+  ucp_config_release(config);
+  config = NULL;
+  ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                                 .thread_mode = UCS_THREAD_MODE_SINGLE};
+  REFIT_UCX_CHECK_GOTO(ucp_worker_create(c->context, &wparams, &c->worker), -1, st,
+                       err_free);
+  REFIT_UCX_CHECK_GOTO(ucp_worker_get_address(c->worker, &addr, &addr_len), -1, st,
+                       err_free);
+
+  /* Every rank's address, once: lengths, then the bytes. */
+  c->addr_len = malloc((size_t)c->size * sizeof(int));
+  c->addr_off = malloc((size_t)c->size * sizeof(int));
+  c->peers = calloc((size_t)c->size, sizeof(*c->peers));
+  if (c->addr_len == NULL || c->addr_off == NULL || c->peers == NULL) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: %d peers", c->size);
+    goto err_free;
+  }
+  int mine = (int)addr_len, total = 0;
+  if (MPI_Allgather(&mine, 1, MPI_INT, c->addr_len, 1, MPI_INT, args->world) !=
+      MPI_SUCCESS) {
+    st = REFIT_ERR(REFIT_ERR_MPI, "ucx transport: allgather of address lengths");
+    goto err_free;
+  }
+  for (int r = 0; r < c->size; r++) {
+    c->addr_off[r] = total;
+    total += c->addr_len[r];
+    c->peers[r].ctx = c;
+    c->peers[r].rank = r;
+    c->peers[r].failed = UCS_OK;
+  }
+  c->addrs = malloc((size_t)(total ? total : 1));
+  if (c->addrs == NULL) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: %d address bytes", total);
+    goto err_free;
+  }
+  if (MPI_Allgatherv(addr, mine, MPI_BYTE, c->addrs, c->addr_len, c->addr_off,
+                     MPI_BYTE, args->world) != MPI_SUCCESS) {
+    st = REFIT_ERR(REFIT_ERR_MPI, "ucx transport: allgather of worker addresses");
+    goto err_free;
+  }
+  ucp_worker_release_address(c->worker, addr);
+  addr = NULL;
+  *out = c;
+  return REFIT_OK;
+
+err_config:
+  ucp_config_release(config);
+err_free:
+  if (addr != NULL)
+    ucp_worker_release_address(c->worker, addr);
+  refit_ucx_destroy(c);
+  return st;
+}
+
+static refit_status_t refit_ucx_ep(refit_ucx_ctx_t *c, int peer, ucp_ep_h *ep) {
+  refit_status_t st = REFIT_OK;
+  if (peer < 0 || peer >= c->size)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "ucx transport: peer rank %d outside the world of %d", peer,
+                     c->size);
+  refit_ucx_peer_t *p = &c->peers[peer];
+  if (p->failed != UCS_OK)
+    return REFIT_ERR(REFIT_ERR_UCX, "ucx transport: peer rank %d was lost: %s",
+                     peer, ucs_status_string(p->failed));
+  if (p->ep == NULL) {
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)(c->addrs + c->addr_off[peer]),
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = refit_ucx_peer_failed, .arg = p}};
+    REFIT_UCX_CHECK_GOTO(ucp_ep_create(c->worker, &ep, &p->ep), peer, st, out);
+  }
+  *ep = p->ep;
+out:
+  return st;
+}
+
+static void refit_ucx_exchange_free(refit_ucx_ctx_t *c, refit_exchange_t *ex) {
+  if (ex == NULL)
+    return;
+  /* Cancel what is still pending and let UCX finish it before freeing. */
+  for (int i = 0; i < ex->n; i++)
+    if (ex->ops[i].req != NULL)
+      ucp_request_cancel(c->worker, ex->ops[i].req);
+  for (int spins = 0; spins < 100000; spins++) {
+    int pending = 0;
+    ucp_worker_progress(c->worker);
+    for (int i = 0; i < ex->n; i++) {
+      if (ex->ops[i].req == NULL)
+        continue;
+      if (ucp_request_check_status(ex->ops[i].req) == UCS_INPROGRESS) {
+        pending++;
+        continue;
+      }
+      ucp_request_free(ex->ops[i].req);
+      ex->ops[i].req = NULL;
+    }
+    if (pending == 0)
+      break;
+  }
+  free(ex->ops);
+  free(ex);
+}
+
+static refit_status_t refit_ucx_start(void *vctx, const refit_xfer_t *sends,
+                                      int nsends, const refit_xfer_t *recvs,
+                                      int nrecvs, int tag,
+                                      refit_exchange_t **out) {
+  refit_ucx_ctx_t *c = vctx;
+  refit_status_t st = REFIT_OK;
+  refit_exchange_t *ex = calloc(1, sizeof(*ex));
+  const int n = nsends + nrecvs;
+  ucp_request_param_t rp = {.op_attr_mask = 0};
+
+  if (ex == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: exchange");
+  ex->ops = calloc((size_t)(n ? n : 1), sizeof(*ex->ops));
+  if (ex->ops == NULL) {
+    free(ex);
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: %d requests", n);
+  }
+  /* Receives first so that sends to this rank find them posted. */
+  for (int i = 0; i < nrecvs; i++) {
+    refit_ucx_op_t *op = &ex->ops[ex->n];
+    ucp_ep_h ep;
+    /* An endpoint to the sender too, so that its loss is noticed. */
+    REFIT_CHECK_GOTO(refit_ucx_ep(c, recvs[i].peer, &ep), st, err);
+    /* Always a request, so that every receive's length is checked in one
+     * place (refit_ucx_poll). */
+    ucp_request_param_t rrp = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(c->worker, recvs[i].buf, recvs[i].bytes,
+                                          refit_ucx_tag(tag, recvs[i].peer),
+                                          UINT64_MAX, &rrp);
+    if (UCS_PTR_IS_ERR(r)) {
+      st = refit_ucx_error(UCS_PTR_STATUS(r), "ucp_tag_recv_nbx", recvs[i].peer,
+                           __FILE__, __LINE__);
+      goto err;
+    }
+    op->req = r;
+    op->peer = recvs[i].peer;
+    op->bytes = recvs[i].bytes;
+    ex->n++;
+    ex->left += r != NULL;
+  }
+  for (int i = 0; i < nsends; i++) {
+    refit_ucx_op_t *op = &ex->ops[ex->n];
+    ucp_ep_h ep;
+    REFIT_CHECK_GOTO(refit_ucx_ep(c, sends[i].peer, &ep), st, err);
+    ucs_status_ptr_t r = ucp_tag_send_nbx(ep, sends[i].buf, sends[i].bytes,
+                                          refit_ucx_tag(tag, c->rank), &rp);
+    if (UCS_PTR_IS_ERR(r)) {
+      st = refit_ucx_error(UCS_PTR_STATUS(r), "ucp_tag_send_nbx", sends[i].peer,
+                           __FILE__, __LINE__);
+      goto err;
+    }
+    op->req = r;
+    op->peer = sends[i].peer;
+    op->is_send = 1;
+    op->bytes = sends[i].bytes;
+    ex->n++;
+    ex->left += r != NULL;
+  }
+  *out = ex;
+  return REFIT_OK;
+
+err:
+  refit_ucx_exchange_free(c, ex);
+  return st;
+}
+
+/* Check one pending request; completes it (frees the request) when done. */
+static refit_status_t refit_ucx_poll(refit_ucx_ctx_t *c, refit_exchange_t *ex,
+                                     refit_ucx_op_t *op, const char *phase) {
+  ucs_status_t s;
+  ucp_tag_recv_info_t info = {0};
+  if (op->is_send)
+    s = ucp_request_check_status(op->req);
+  else
+    s = ucp_tag_recv_request_test(op->req, &info);
+  if (s == UCS_INPROGRESS) {
+    if (c->peers[op->peer].failed != UCS_OK)
+      return REFIT_ERR(REFIT_ERR_UCX, "%s: peer rank %d was lost: %s", phase,
+                       op->peer, ucs_status_string(c->peers[op->peer].failed));
+    return REFIT_OK;
+  }
+  ucp_request_free(op->req);
+  op->req = NULL;
+  ex->left--;
+  if (s != UCS_OK)
+    return REFIT_ERR(REFIT_ERR_UCX, "%s: %s %s rank %d failed: %s", phase,
+                     op->is_send ? "send" : "receive",
+                     op->is_send ? "to" : "from", op->peer, ucs_status_string(s));
+  if (!op->is_send && info.length != op->bytes)
+    return REFIT_ERR(REFIT_ERR_UCX,
+                     "%s: message from rank %d has %zu bytes, expected %zu "
+                     "(do all ranks run the same plan?)",
+                     phase, op->peer, info.length, op->bytes);
+  return REFIT_OK;
+}
+
+static refit_status_t refit_ucx_wait(void *vctx, refit_exchange_t *ex,
+                                     double deadline, const char *phase) {
+  refit_ucx_ctx_t *c = vctx;
+  refit_status_t st = REFIT_OK;
+  unsigned idle = 0;
+
+  while (ex->left > 0 && st == REFIT_OK) {
+    const unsigned progressed = ucp_worker_progress(c->worker);
+    const int before = ex->left;
+    for (int i = 0; i < ex->n && st == REFIT_OK; i++)
+      if (ex->ops[i].req != NULL)
+        st = refit_ucx_poll(c, ex, &ex->ops[i], phase);
+    if (st != REFIT_OK || ex->left == 0)
+      break;
+    if (progressed == 0 && ex->left == before) {
+      if (MPI_Wtime() > deadline) {
+        char peers[256] = "";
+        size_t used = 0;
+        for (int i = 0; i < ex->n && used + 16 < sizeof(peers); i++)
+          if (ex->ops[i].req != NULL)
+            used += (size_t)snprintf(peers + used, sizeof(peers) - used, "%s%s %d",
+                                     used ? ", " : "",
+                                     ex->ops[i].is_send ? "to" : "from",
+                                     ex->ops[i].peer);
+        st = REFIT_ERR(REFIT_ERR_TIMEOUT,
+                       "%s: %d of %d messages still outstanding at the deadline "
+                       "(peer ranks: %s)",
+                       phase, ex->left, ex->n, peers);
+        break;
+      }
+      /* Spin briefly for latency, then yield the core: small machines run
+       * several ranks per core. */
+      if (++idle > 64) {
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+      }
+    } else {
+      idle = 0;
+    }
+  }
+  refit_ucx_exchange_free(c, ex);
+  return st;
+}
+
+static void refit_ucx_destroy(void *vctx) {
+  refit_ucx_ctx_t *c = vctx;
+  if (c == NULL)
+    return;
+  if (c->peers != NULL && c->worker != NULL) {
+    /* Flush-close every endpoint together, bounded: a peer that is gone
+     * must not hold up the exit. */
+    void **reqs = calloc((size_t)c->size, sizeof(void *));
+    ucp_request_param_t rp = {.op_attr_mask = 0};
+    for (int r = 0; r < c->size; r++) {
+      if (c->peers[r].ep == NULL)
+        continue;
+      ucs_status_ptr_t q = ucp_ep_close_nbx(c->peers[r].ep, &rp);
+      if (reqs != NULL && UCS_PTR_IS_PTR(q))
+        reqs[r] = q;
+      c->peers[r].ep = NULL;
+    }
+    const double until = MPI_Wtime() + 10.0;
+    for (int left = 1; reqs != NULL && left && MPI_Wtime() < until;) {
+      ucp_worker_progress(c->worker);
+      left = 0;
+      for (int r = 0; r < c->size; r++) {
+        if (reqs[r] == NULL)
+          continue;
+        if (ucp_request_check_status(reqs[r]) == UCS_INPROGRESS) {
+          left++;
+          continue;
+        }
+        ucp_request_free(reqs[r]);
+        reqs[r] = NULL;
+      }
+    }
+    free(reqs);
+  }
+  if (c->worker != NULL)
+    ucp_worker_destroy(c->worker);
+  if (c->context != NULL)
+    ucp_cleanup(c->context);
+  free(c->addrs);
+  free(c->addr_off);
+  free(c->addr_len);
+  free(c->peers);
+  free(c);
+}
+
+const refit_transport_ops_t refit_transport_ucx = {
+    .name = "ucx",
+    .kind = REFIT_TRANSPORT_UCX,
+    .query = refit_ucx_query,
+    .create = refit_ucx_create,
+    .start = refit_ucx_start,
+    .wait = refit_ucx_wait,
+    .destroy = refit_ucx_destroy,
+};

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# I/O tests through the project's launcher (each mode is one ctest):
+#   run_io.sh BUILD ckpt bf16|f32|f16  checkpoint written by refit-ckpt refits
+#                                      and verifies against the file
+#   run_io.sh BUILD dump               dump after the last refit matches the
+#                                      reference bit for bit (refit-dump-check)
+#   run_io.sh BUILD dump-ckpt          f16 checkpoint of synthetic version 7,
+#                                      refit, dump: the dump must equal the
+#                                      synthetic values of version 7
+#   run_io.sh BUILD bad                broken checkpoints are rejected before
+#                                      any transfer, with the asserted message
+#   run_io.sh BUILD ucx                refit.transport ucx verifies bit for bit
+set -uo pipefail
+build=$1 mode=$2 arg=${3:-}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ckpt_bin=$build/runtime/refit-ckpt
+check_bin=$build/tests/io/refit-dump-check
+bad_bin=$build/tests/io/make_bad_ckpt
+
+fail() { echo "run_io: FAIL: $*"; exit 1; }
+
+# config NAME GENERATOR_YAML [EXTRA_YAML]: the base model plus the sections.
+config() {
+  local out=$tmp/$1.yaml
+  { cat "$here/io_base.yaml"; printf '%s\n' "$2" "${3:-}"; } >"$out"
+  echo "$out"
+}
+gen1='generator:
+  tp: 2
+  ep: 2
+refit:
+  transport: auto
+  bucket_bytes: 128KiB
+  timeout_s: 60
+  steps: 3'
+
+# refit CONFIG EXPECTED: through run_refit.sh (exit 0 and the line).
+refit() { "$root/tests/mpi/run_refit.sh" "$build" "$1" "$2" || fail "refit of $1"; }
+
+case "$mode" in
+  ckpt)
+    cfg=$(config ckpt "$gen1" "source:
+  kind: hdf5
+  path: $tmp/ckpt.h5")
+    "$ckpt_bin" "$cfg" "$tmp/ckpt.h5" --dtype "$arg" || fail "refit-ckpt --dtype $arg"
+    refit "$cfg" "refit-run: verified: 3 refits"
+    ;;
+  dump)
+    # 2 engines of tp2: dump groups /rank0../rank3 with tp ranks 0,1,0,1.
+    cfg=$(config dump "${gen1/ep: 2/ep: 2
+  engines: 2}" "dump: $tmp/dump.h5")
+    refit "$cfg" "refit-run: verified: 3 refits"
+    [ -s "$tmp/dump.h5" ] || fail "no dump written"
+    "$check_bin" "$tmp/dump.h5" --version 3 || fail "dump does not match"
+    # The checker must notice a dump of another version.
+    if "$check_bin" "$tmp/dump.h5" --synthetic-version 2 >"$tmp/neg" 2>&1; then
+      cat "$tmp/neg"; fail "refit-dump-check accepted version 2 values for version 3"
+    fi
+    grep -q "expected 0x" "$tmp/neg" || { cat "$tmp/neg"; fail "no mismatch reported"; }
+    ;;
+  dump-ckpt)
+    cfg=$(config dumpckpt "$gen1" "source:
+  kind: hdf5
+  path: $tmp/ckpt.h5
+dump: $tmp/dump.h5")
+    "$ckpt_bin" "$cfg" "$tmp/ckpt.h5" --dtype f16 --version 7 || fail "refit-ckpt"
+    refit "$cfg" "refit-run: verified: 3 refits"
+    "$check_bin" "$tmp/dump.h5" --version 3 --synthetic-version 7 ||
+      fail "dump of a version-7 checkpoint differs from synthetic version 7"
+    ;;
+  bad)
+    cfg=$(config bad "$gen1" "source:
+  kind: hdf5
+  path: $tmp/bad.h5")
+    "$ckpt_bin" "$cfg" "$tmp/good.h5" || fail "refit-ckpt"
+    t=model.layers.1.self_attn.o_proj.weight
+    n=model.layers.0.input_layernorm.weight
+    # expect KIND MESSAGE: refit-run must exit 2 before any refit, saying MESSAGE.
+    expect() {
+      local out=$tmp/out.$1
+      "$root/launch/refit-launch" --build-dir "$build" "$cfg" >"$out" 2>&1
+      local rc=$?
+      cat "$out"
+      [ $rc -eq 2 ] || fail "$1: exit status $rc, expected 2"
+      grep -qF -- "$2" "$out" || fail "$1: output lacks '$2'"
+      grep -qF "$tmp/bad.h5" "$out" || fail "$1: message does not name the file"
+      if grep -qE '^ +1 +1 ' "$out"; then fail "$1: a refit ran"; fi
+      grep -qi "segmentation\|sanitizer\|HDF5-DIAG" "$out" && fail "$1: crashed or HDF5 printed its stack"
+      echo "run_io: $1 rejected: ok"
+    }
+    "$bad_bin" "$tmp/good.h5" missing "$t" "$tmp/bad.h5" || fail make_bad_ckpt
+    expect missing "dataset '$t' is missing (expected [128, 128]"
+    "$bad_bin" "$tmp/good.h5" shape "$t" "$tmp/bad.h5" || fail make_bad_ckpt
+    expect shape "dataset '$t' has shape [256, 128], expected [128, 128]"
+    "$bad_bin" "$tmp/good.h5" shape "$n" "$tmp/bad.h5" || fail make_bad_ckpt
+    expect shape-1d "dataset '$n' has shape [256], expected [128]"
+    "$bad_bin" "$tmp/good.h5" dtype "$t" "$tmp/bad.h5" || fail make_bad_ckpt
+    expect dtype "dataset '$t': unsupported element type (32-bit signed integer)"
+    "$bad_bin" "$tmp/good.h5" attr "$t" "$tmp/bad.h5" || fail make_bad_ckpt
+    expect attr "dataset '$t': 16-bit unsigned integers with dtype attribute \"float16\"; expected dtype = \"bfloat16\""
+    size=$(stat -c %s "$tmp/good.h5")
+    head -c $((size / 2)) "$tmp/good.h5" >"$tmp/bad.h5"
+    expect truncated "cannot open it as HDF5; the file is damaged or truncated"
+    printf 'model.layers.0 = not a checkpoint\n' >"$tmp/bad.h5"
+    expect not-hdf5 "not an HDF5 file"
+    rm -f "$tmp/bad.h5"
+    expect absent "No such file or directory"
+    ;;
+  ucx)
+    cfg=$(config ucx "${gen1/transport: auto/transport: ucx}")
+    out=$tmp/ucx.out
+    "$root/tests/mpi/run_refit.sh" "$build" "$cfg" "refit-run: verified: 3 refits" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    [ $rc -eq 0 ] || fail "ucx refit"
+    grep -q "transport ucx" "$out" || fail "the header does not say transport ucx"
+    ;;
+  *) echo "usage: run_io.sh BUILD ckpt bf16|f32|f16 | dump | dump-ckpt | bad | ucx" >&2; exit 2 ;;
+esac
+echo "run_io: $mode ${arg} ok"
