@@ -71,12 +71,26 @@ typedef struct {
   int32_t digest;
 } refit_land_desc_t;
 
+/*
+ * Check a descriptor table once, when it is built (the CUDA twins read their
+ * tables from device memory and cannot report a bad descriptor; they skip
+ * what they cannot execute safely). Rules: non-negative shape and offsets;
+ * digest 0 or 1; QUANTIZE and SPLIT need cols % 32 == 0; row_bytes is
+ * cols + cols/32 for pack QUANTIZE and land SPLIT and 2 * cols for land
+ * QUANTIZE; pitches hold a row (when rows > 1); no NULL buffer that would be
+ * touched. REFIT_ERR_INVALID_ARGUMENT names the descriptor index and the rule.
+ */
+refit_status_t refit_pack_descs_check(const refit_pack_desc_t *descs, int64_t n);
+refit_status_t refit_land_descs_check(const refit_land_desc_t *descs, int64_t n);
+
 /* Host reference of pack: all `n` descriptors into `buf`. */
 refit_status_t refit_pack_rows(const refit_pack_desc_t *descs, int64_t n,
                                void *buf);
 
 /* Host reference of land. *bad_chunk = index of the first descriptor whose
- * digest did not match (those chunks are not landed), or -1. */
+ * digest did not match (those chunks are not landed), or -1; the call still
+ * returns REFIT_OK then (the caller knows the chunk's tensor and reports it as
+ * REFIT_ERR_INTEGRITY). Errors: a bad table (refit_land_descs_check). */
 refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n,
                                const void *staging, int64_t *bad_chunk);
 
@@ -88,6 +102,27 @@ refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n,
  */
 void refit_synth_rect(uint64_t key, int norm, int64_t tensor_cols, int64_t row0,
                       int64_t col0, int64_t rows, int64_t cols, uint16_t *dst);
+
+/*
+ * Synthetic rows of different tensors (the expected values of a verification):
+ * row r of dst (cols values) = refit_synth_value(keys[r], norms[r],
+ * bases[r] + c) for c < cols.
+ */
+void refit_synth_rows(const uint64_t *keys, const int32_t *norms,
+                      const int64_t *bases, int64_t rows, int64_t cols,
+                      uint16_t *dst);
+
+/*
+ * Compare two buffers element by element (elem = 1 or 2 bytes, bytes % elem
+ * == 0): *count = number of differing elements, *first = index of the first
+ * one or INT64_MAX when they are equal. The CUDA twin accumulates into
+ * caller-initialized device values instead (see datapath_cuda.h).
+ */
+refit_status_t refit_compare(const void *a, const void *b, size_t bytes,
+                             size_t elem, int64_t *count, int64_t *first);
+
+/* The argument rule of refit_compare and its twin. */
+refit_status_t refit_compare_check(size_t bytes, size_t elem);
 
 #ifdef __cplusplus
 }

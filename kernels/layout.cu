@@ -4,8 +4,11 @@
  * Kernel refit_kernels_gather_rows_kernel
  *   computes  out[e][j][:] = in[e][perm(j)][:] or zeros when perm(j) >= rows_in
  *   layout    in [num, rows_in, k] bytes, out [num, rows_out, k] bytes
- *   mapping   one thread block per output row; 16-byte copies when k % 16 == 0
- *             and both bases are 16-byte aligned, byte copies otherwise.
+ *   mapping   one thread per 16-byte unit (or byte when k % 16 != 0 or a base
+ *             is unaligned), grid-stride over all num * rows_out * k/16 units
+ *             of the output in address order. A thread block per row (the
+ *             earlier mapping) left most threads idle on 768-byte rows and
+ *             paid a block launch per 2 KiB.
  *
  * Kernel refit_kernels_gather_swizzle_kernel
  *   computes  the 128x4 swizzle of scale rows gathered by perm(j), with rows
@@ -19,10 +22,7 @@
  * -1 meaning identity.
  */
 #include "kernels/mxfp8_cuda.h"
-
-extern "C" {
-#include "core/error.h"
-}
+#include "kernels/cuda_launch.cuh"
 
 namespace {
 
@@ -35,24 +35,20 @@ __device__ inline int64_t perm_at(int kind, int64_t rows, int64_t j) {
              : refit_kernels_perm_index(static_cast<refit_kernels_perm_kind_t>(kind), rows, j);
 }
 
-template <bool kVec>
-__global__ void refit_kernels_gather_rows_kernel(const uint8_t *__restrict__ in,
-                                                 int64_t rows_in, int64_t k,
-                                                 int kind, int64_t rows_out,
-                                                 uint8_t *__restrict__ out) {
-  const int64_t it = blockIdx.x; /* e * rows_out + j */
-  const int64_t e = it / rows_out, j = it % rows_out;
-  const int64_t r = perm_at(kind, rows_out, j);
-  uint8_t *d = out + it * k;
-  const uint8_t *s = in + (e * rows_in + r) * k;
-  const bool zero = r >= rows_in;
-  if (kVec) {
-    for (int64_t i = threadIdx.x; i < k / 16; i += blockDim.x)
-      reinterpret_cast<uint4 *>(d)[i] =
-          zero ? make_uint4(0, 0, 0, 0) : reinterpret_cast<const uint4 *>(s)[i];
-  } else {
-    for (int64_t i = threadIdx.x; i < k; i += blockDim.x)
-      d[i] = zero ? 0 : s[i];
+/* V: the copy unit (uint4 or uint8_t); I: index type (32-bit when it fits). */
+template <typename V, typename I>
+__global__ void __launch_bounds__(kThreads)
+    refit_kernels_gather_rows_kernel(const V *__restrict__ in, I rows_in, I units, int kind,
+                                     I rows_out, I total, V *__restrict__ out) {
+  const I step = static_cast<I>(gridDim.x) * kThreads;
+  for (I u = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x; u < total; u += step) {
+    const I it = u / units, i = u - it * units; /* it = e * rows_out + j */
+    const I e = it / rows_out, j = it - e * rows_out;
+    const I r = static_cast<I>(perm_at(kind, rows_out, j));
+    V v{};
+    if (r < rows_in)
+      v = in[(static_cast<int64_t>(e) * rows_in + r) * units + i];
+    out[u] = v;
   }
 }
 
@@ -80,30 +76,39 @@ __global__ void refit_kernels_gather_swizzle_kernel(const uint8_t *__restrict__ 
   out[w] = v;
 }
 
-refit_status_t launch_check(const char *what) {
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    return REFIT_ERR(REFIT_ERR_CUDA, "%s (cuda): kernel launch failed: %s", what,
-                     cudaGetErrorString(err));
-  return REFIT_OK;
+template <typename V, typename I>
+void launch_gather_as(const uint8_t *in, int64_t num, int64_t rows_in, int64_t units,
+                      int kind, int64_t rows_out, uint8_t *out, cudaStream_t stream) {
+  const int64_t total = num * rows_out * units;
+  int64_t blocks = (total + kThreads - 1) / kThreads;
+  const int64_t fill = refit_cuda_filling_grid(refit_kernels_gather_rows_kernel<V, I>, kThreads);
+  blocks = blocks < fill ? blocks : fill;
+  refit_kernels_gather_rows_kernel<V, I><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      reinterpret_cast<const V *>(in), static_cast<I>(rows_in), static_cast<I>(units), kind,
+      static_cast<I>(rows_out), static_cast<I>(total), reinterpret_cast<V *>(out));
+}
+
+template <typename V>
+void launch_gather(const uint8_t *in, int64_t num, int64_t rows_in, int64_t units, int kind,
+                   int64_t rows_out, uint8_t *out, cudaStream_t stream) {
+  if (num * rows_out * units == 0)
+    return;
+  if (num * (rows_out > rows_in ? rows_out : rows_in) * units < INT32_MAX)
+    launch_gather_as<V, uint32_t>(in, num, rows_in, units, kind, rows_out, out, stream);
+  else
+    launch_gather_as<V, uint64_t>(in, num, rows_in, units, kind, rows_out, out, stream);
 }
 
 refit_status_t gather_rows(const uint8_t *in, int64_t num, int64_t rows_in,
                            int64_t k, int kind, int64_t rows_out, uint8_t *out,
                            cudaStream_t stream, const char *what) {
-  const int64_t blocks = num * rows_out;
-  if (blocks == 0)
-    return REFIT_OK;
   const bool vec = k % 16 == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  const int threads = k >= 4096 ? 256 : 128;
   if (vec)
-    refit_kernels_gather_rows_kernel<true><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-        in, rows_in, k, kind, rows_out, out);
+    launch_gather<uint4>(in, num, rows_in, k / 16, kind, rows_out, out, stream);
   else
-    refit_kernels_gather_rows_kernel<false><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-        in, rows_in, k, kind, rows_out, out);
-  return launch_check(what);
+    launch_gather<uint8_t>(in, num, rows_in, k, kind, rows_out, out, stream);
+  return refit_cuda_launch_check(what);
 }
 
 refit_status_t gather_swizzle(const uint8_t *in, int64_t num, int64_t rows_in,
@@ -120,7 +125,7 @@ refit_status_t gather_swizzle(const uint8_t *in, int64_t num, int64_t rows_in,
     return REFIT_OK;
   refit_kernels_gather_swizzle_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       in, rows_in, cols, kind, rows_pad, kp, words, reinterpret_cast<uint32_t *>(out));
-  return launch_check(what);
+  return refit_cuda_launch_check(what);
 }
 
 }  // namespace

@@ -9,11 +9,18 @@
  * "wrong" counts output bytes that differ from the reference: for the C
  * quantizer the single-thread run, for the batched layout the per-expert
  * oracle, for the GPU kernels the C reference. Exit code 1 if any is nonzero.
+ * GPU data path (kernels/datapath_cuda.h): pack and land of one 256 MiB
+ * bucket of 85 chunks of 3 MiB (an MXFP8 w13 expert of that layer is
+ * 1536 x 2048 e4m3 = 3 MiB), COPY with and without digests, with 16-byte
+ * aligned and 8-byte-off wire offsets; pack QUANTIZE of 40 BF16 w13 experts
+ * and land SPLIT of the result. Bytes = source read + destination written
+ * (digest reads and trailers not counted: the rate the refit sees).
  * Usage: refit-bench-kernels [E H I]
  */
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
 #ifdef REFIT_HAVE_CUDA
+#include "kernels/datapath_cuda.h"
 #include "kernels/mxfp8_cuda.h"
 #endif
 
@@ -62,6 +69,137 @@ static void check(refit_status_t st, const char *what) {
     exit(2);
   }
 }
+
+#ifdef REFIT_HAVE_CUDA
+/* Times `stmt` on the GPU: best of greps runs after one warm-up, in bms (ms). */
+#define GPU_TIME(stmt)                                                         \
+  bms = 1e30f;                                                                 \
+  for (int r = 0; r < greps + 1; r++) {                                        \
+    cudaEventRecord(e0, 0);                                                    \
+    stmt;                                                                      \
+    cudaEventRecord(e1, 0);                                                    \
+    cudaEventSynchronize(e1);                                                  \
+    cudaEventElapsedTime(&ms, e0, e1);                                         \
+    if (r > 0 && ms < bms) /* run 0 is warm-up */                              \
+      bms = ms;                                                                \
+  }
+
+static void *dmalloc(size_t n) {
+  void *p = NULL;
+  if (cudaMalloc(&p, n) != cudaSuccess) {
+    fprintf(stderr, "cudaMalloc of %zu bytes failed\n", n);
+    exit(2);
+  }
+  return p;
+}
+
+static int64_t ddiff(const void *dev, const uint8_t *want, int64_t n) {
+  uint8_t *h = xmalloc((size_t)n);
+  cudaMemcpy(h, dev, (size_t)n, cudaMemcpyDeviceToHost);
+  int64_t d = diff_bytes(h, want, n);
+  free(h);
+  return d;
+}
+
+/* The data-path rows (see the header comment). */
+static void bench_datapath(cudaEvent_t e0, cudaEvent_t e1, int greps) {
+  enum { N = 85, NQ = 40 };
+  const int64_t rows = 1536, rb = 2048, chunk = rows * rb, bytes = N * chunk;
+  const int64_t wire_bytes = N * (chunk + 24);
+  float ms, bms;
+  uint8_t *src = xmalloc((size_t)bytes), *hwire = xmalloc((size_t)wire_bytes);
+  uint8_t *hdst = xmalloc((size_t)bytes);
+  uint64_t x = 99;
+  for (int64_t i = 0; i < bytes; i++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    src[i] = (uint8_t)(x >> 56);
+  }
+  uint8_t *dsrc = dmalloc((size_t)bytes), *dwire = dmalloc((size_t)wire_bytes);
+  uint8_t *ddst = dmalloc((size_t)bytes);
+  cudaMemcpy(dsrc, src, (size_t)bytes, cudaMemcpyHostToDevice);
+  refit_pack_desc_t hp[N], dp[N];
+  refit_land_desc_t hl[N], dl[N];
+  refit_pack_desc_t *dpd = dmalloc(sizeof(dp));
+  refit_land_desc_t *dld = dmalloc(sizeof(dl));
+  int64_t *dbad = dmalloc(sizeof(int64_t)), bad;
+  for (int variant = 0; variant < 3; variant++) {
+    /* 0: aligned; 1: aligned + digest; 2: wire offsets 8 bytes off 16 */
+    const int digest = variant == 1, skew = variant == 2 ? 8 : 0;
+    for (int64_t i = 0; i < N; i++) {
+      const int64_t off = i * (chunk + 16) + skew;
+      hp[i] = (refit_pack_desc_t){.src = src + i * chunk, .src_pitch = rb, .dst_offset = off,
+                                  .rows = rows, .cols = 0, .row_bytes = rb,
+                                  .op = REFIT_CHUNK_COPY, .digest = digest};
+      dp[i] = hp[i];
+      dp[i].src = dsrc + i * chunk;
+      hl[i] = (refit_land_desc_t){.src_offset = off, .rows = rows, .cols = 0, .row_bytes = rb,
+                                  .dst = hdst + i * chunk, .dst_pitch = rb,
+                                  .op = REFIT_CHUNK_COPY, .digest = digest};
+      dl[i] = hl[i];
+      dl[i].dst = ddst + i * chunk;
+    }
+    cudaMemcpy(dpd, dp, sizeof(dp), cudaMemcpyHostToDevice);
+    cudaMemcpy(dld, dl, sizeof(dl), cudaMemcpyHostToDevice);
+    check(refit_pack_rows(hp, N, hwire), "pack");
+    check(refit_land_rows(hl, N, hwire, &bad), "land");
+    GPU_TIME(check(refit_pack_rows_cuda(dpd, N, dwire, 0), "pack cuda"));
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < N; i++)
+      wrong += ddiff(dwire + hp[i].dst_offset, hwire + hp[i].dst_offset, chunk + 8 * digest);
+    const char *names[3][2] = {{"CUDA pack, 85 x 3 MiB", "CUDA land, 85 x 3 MiB"},
+                               {"CUDA pack + digest", "CUDA land + digest check"},
+                               {"CUDA pack, wire 8 B off 16", "CUDA land, wire 8 B off 16"}};
+    row(names[variant][0], 2 * bytes, bms * 1e-3, wrong);
+    bad = -1;
+    cudaMemcpy(dbad, &bad, sizeof(bad), cudaMemcpyHostToDevice);
+    GPU_TIME(check(refit_land_rows_cuda(dld, N, dwire, dbad, 0), "land cuda"));
+    cudaMemcpy(&bad, dbad, sizeof(bad), cudaMemcpyDeviceToHost);
+    row(names[variant][1], 2 * bytes, bms * 1e-3, ddiff(ddst, hdst, bytes) + (bad != -1));
+  }
+
+  /* QUANTIZE on pack, SPLIT on land: 40 BF16 w13 experts [1536, 2048]. */
+  const int64_t qrows = 1536, cols = 2048, qrb = cols + cols / 32;
+  const int64_t in_bytes = NQ * qrows * cols * 2, wbytes = NQ * qrows * qrb;
+  uint16_t *bf = xmalloc((size_t)in_bytes);
+  for (int64_t i = 0; i < in_bytes / 2; i++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    bf[i] = (uint16_t)(((x >> 33) & 0x8000) | ((120 + (x >> 60)) << 7) | ((x >> 40) & 0x7f));
+  }
+  uint8_t *dbf = dmalloc((size_t)in_bytes), *qw = xmalloc((size_t)wbytes);
+  uint8_t *dqw = dmalloc((size_t)wbytes), *dq = dmalloc((size_t)(NQ * qrows * cols));
+  uint8_t *dsc = dmalloc((size_t)(NQ * qrows * cols / 32));
+  uint8_t *hq = xmalloc((size_t)(NQ * qrows * cols)), *hsc = xmalloc((size_t)(NQ * qrows * cols / 32));
+  cudaMemcpy(dbf, bf, (size_t)in_bytes, cudaMemcpyHostToDevice);
+  for (int64_t i = 0; i < NQ; i++) {
+    hp[i] = (refit_pack_desc_t){.src = bf + i * qrows * cols, .src_pitch = cols * 2,
+                                .dst_offset = i * qrows * qrb, .rows = qrows, .cols = cols,
+                                .row_bytes = qrb, .op = REFIT_CHUNK_QUANTIZE, .digest = 0};
+    dp[i] = hp[i];
+    dp[i].src = dbf + i * qrows * cols * 2;
+    hl[i] = (refit_land_desc_t){.src_offset = i * qrows * qrb, .rows = qrows, .cols = cols,
+                                .row_bytes = qrb, .dst = hq + i * qrows * cols,
+                                .dst_pitch = cols, .scale = hsc + i * qrows * cols / 32,
+                                .scale_pitch = cols / 32, .op = REFIT_CHUNK_SPLIT};
+    dl[i] = hl[i];
+    dl[i].dst = dq + i * qrows * cols;
+    dl[i].scale = dsc + i * qrows * cols / 32;
+  }
+  cudaMemcpy(dpd, dp, sizeof(dp), cudaMemcpyHostToDevice);
+  cudaMemcpy(dld, dl, sizeof(dl), cudaMemcpyHostToDevice);
+  check(refit_pack_rows(hp, NQ, qw), "pack quantize");
+  check(refit_land_rows(hl, NQ, qw, &bad), "land split");
+  GPU_TIME(check(refit_pack_rows_cuda(dpd, NQ, dqw, 0), "pack quantize cuda"));
+  row("CUDA pack QUANTIZE, 40 w13 experts", in_bytes + wbytes, bms * 1e-3,
+      ddiff(dqw, qw, wbytes));
+  GPU_TIME(check(refit_land_rows_cuda(dld, NQ, dqw, dbad, 0), "land split cuda"));
+  row("CUDA land SPLIT, 40 w13 experts", 2 * wbytes, bms * 1e-3,
+      ddiff(dq, hq, NQ * qrows * cols) + ddiff(dsc, hsc, NQ * qrows * cols / 32));
+
+  free(src); free(hwire); free(hdst); free(bf); free(qw); free(hq); free(hsc);
+  cudaFree(dsrc); cudaFree(dwire); cudaFree(ddst); cudaFree(dpd); cudaFree(dld);
+  cudaFree(dbad); cudaFree(dbf); cudaFree(dqw); cudaFree(dq); cudaFree(dsc);
+}
+#endif
 
 int main(int argc, char **argv) {
   refit_kernels_moe_shape_t s = {128, 2048, 768, 1};
@@ -188,17 +326,6 @@ int main(int argc, char **argv) {
     cudaMemcpy(dbf, bf, (size_t)nel * 2, cudaMemcpyHostToDevice);
     float ms, bms;
     int greps = reps < 10 ? 10 : reps;
-#define GPU_TIME(stmt)                                                         \
-  bms = 1e30f;                                                                 \
-  for (int r = 0; r < greps + 1; r++) {                                        \
-    cudaEventRecord(e0, 0);                                                    \
-    stmt;                                                                      \
-    cudaEventRecord(e1, 0);                                                    \
-    cudaEventSynchronize(e1);                                                  \
-    cudaEventElapsedTime(&ms, e0, e1);                                         \
-    if (r > 0 && ms < bms) /* run 0 is warm-up */                              \
-      bms = ms;                                                                \
-  }
     GPU_TIME(cudaMemcpyAsync(dcp, dbf, (size_t)nel * 2, cudaMemcpyDeviceToDevice, 0));
     double cpu_ceiling = ceiling_gbs;
     ceiling_gbs = (double)nel * 4 / (bms * 1e-3) / 1e9;
@@ -226,6 +353,7 @@ int main(int argc, char **argv) {
       free(h);
     }
     row("CUDA MoE layout, batched", lbytes, bms * 1e-3, wrong);
+    bench_datapath(e0, e1, greps);
     printf("# GPU ratios are to cudaMemcpy D2D; CPU ratios to memcpy (%.1f GB/s)\n",
            cpu_ceiling);
     free(hq);

@@ -561,7 +561,7 @@ static refit_status_t refit_session_fault_act(refit_session_t *s,
 
 typedef struct {
   uint64_t run_id, version, plan_hash, committed;
-  int32_t side, poisoned;
+  int32_t side, ok; /* ok: this rank could start (memory bound) */
 } refit_header_t;
 
 refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
@@ -582,10 +582,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
   /* Everyone's (run id, version, plan hash, committed version) before a
    * byte moves. */
   refit_header_t mine = {s->run_id, version, s->plan->hash, s->committed,
-                         s->is_trainer ? 0 : 1,
-                         s->state == REFIT_STATE_POISONED};
-  if (st != REFIT_OK)
-    mine.version = 0; /* makes every rank refuse */
+                         s->is_trainer ? 0 : 1, st == REFIT_OK};
   refit_header_t *all = malloc((size_t)s->size * sizeof(*all));
   if (all == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "begin: headers");
@@ -612,7 +609,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
                        (unsigned long long)s->plan->hash);
         break;
       }
-      if (h->version == 0) {
+      if (!h->ok) {
         st = REFIT_ERR(REFIT_ERR_PEER,
                        "begin %llu: rank %d could not start (its error is in "
                        "its log)",

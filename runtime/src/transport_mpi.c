@@ -209,10 +209,22 @@ static void refit_mpi_abandon(void *ctx, refit_exchange_t *ex) {
     if (ex->req[i] == MPI_REQUEST_NULL)
       continue;
     if (i < ex->n - ex->nsends) {
-      /* Receives: cancel and complete the cancellation, so no late message
-       * lands in a staging area that is reused. */
+      /* Receives: cancel, and complete the cancellation when MPI can. A
+       * receive already matched to a message of a dead peer can neither
+       * finish nor be cancelled: waiting on it would hang, so after a short
+       * grace it is released; the staging it points into lives until the
+       * session is destroyed. */
+      int done = 0;
       MPI_Cancel(&ex->req[i]);
-      MPI_Wait(&ex->req[i], MPI_STATUS_IGNORE);
+      for (int k = 0; k < 2000 && !done; k++) {
+        MPI_Test(&ex->req[i], &done, MPI_STATUS_IGNORE);
+        if (!done) {
+          struct timespec ts = {0, 50000};
+          nanosleep(&ts, NULL);
+        }
+      }
+      if (!done)
+        MPI_Request_free(&ex->req[i]);
     } else {
       /* Sends to a dead peer may never complete: let MPI finish or drop
        * them in the background. */

@@ -1,0 +1,870 @@
+/*
+ * Data-path kernels, CUDA twins of kernels/datapath.c (contract in
+ * kernels/datapath.h and kernels/datapath_cuda.h).
+ *
+ * Kernel refit_dp_tile_kernel<Plan>  (pack, land, and their digest passes)
+ *   computes  every descriptor's work, cut into equal warp tiles: a copy tile
+ *             is up to 8 KiB of one row (or several narrow rows, each taken by
+ *             a group of lanes), a quantize tile is 32 consecutive 32-element
+ *             blocks (one per lane, kernels/mxfp8_device.cuh), a digest tile
+ *             is 1024 words of a chunk.
+ *   mapping   a machine-filling grid; each block reads the descriptor table
+ *             in batches of 256, counts tiles per descriptor, prefix-sums the
+ *             counts in shared memory, and its warps take the batch's tiles
+ *             T with T % (warps in grid) == global warp id (binary search in
+ *             the prefix for the descriptor). Large and small chunks thus
+ *             spread evenly, whatever n is, in one launch.
+ *   digest    chunk-relative words (runtime/src/core/digest.h): each warp
+ *             sums its terms and adds them to the chunk's 64-bit accumulator
+ *             with one atomicAdd (addition mod 2^64 commutes, so the order of
+ *             the warps does not matter). Pack: terms come from the copied
+ *             registers when the chunk is 16-byte aligned, else from a second
+ *             pass over the wire bytes; a finalize kernel writes len*P1 + sum
+ *             after the rows. Land: pass 1 sums every digest, pass 2 lands
+ *             only chunks whose sum matches and reports the others.
+ *
+ * Kernel refit_dp_synth_kernel, refit_dp_compare_kernel: grid-stride loops,
+ * 8 synthetic values (one 16-byte store) per thread; 16-byte compares.
+ */
+#include "kernels/cuda_launch.cuh"
+#include "kernels/datapath_cuda.h"
+#include "kernels/mxfp8_device.cuh"
+#include "kernels/synth_rules.h"
+
+#include "core/digest.h"
+
+#include <pthread.h>
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kCopyTile = 8192;    /* bytes of copy per warp tile */
+constexpr int64_t kDigestWords = 1024; /* words per digest tile */
+constexpr int64_t kQuantTile = 32;     /* 32-element blocks per warp tile */
+constexpr unsigned kFull = 0xffffffffu;
+
+enum { kNone = 0, kCopy = 1, kQuant = 2 };
+
+/* One piece of work of a descriptor: copy rows, or quantize BF16 rows. */
+struct Job {
+  int kind;
+  const uint8_t *src;
+  int64_t src_pitch;
+  uint8_t *dst;
+  int64_t dst_pitch;
+  uint8_t *scale;
+  int64_t scale_pitch;
+  int64_t rows, width; /* copy: width = bytes per row; quantize: cols */
+};
+
+__device__ inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+/* Contiguous rows of a copy become one long row (more 16-byte work, fewer
+ * tiles). */
+__device__ inline Job collapse(Job j) {
+  if (j.kind == kCopy && j.rows > 1 && j.src_pitch == j.width &&
+      j.dst_pitch == j.width) {
+    j.width *= j.rows;
+    j.rows = 1;
+  }
+  return j;
+}
+
+/* Copy jobs: rows per tile (narrow rows share a tile) and tiles per row. */
+__device__ inline int64_t copy_rows_per_tile(const Job &j) {
+  return j.width >= kCopyTile ? 1 : kCopyTile / (j.width > 0 ? j.width : 1);
+}
+
+__device__ inline int64_t job_tiles(const Job &j) {
+  if (j.rows <= 0 || j.width <= 0)
+    return 0;
+  if (j.kind == kCopy)
+    return j.width > kCopyTile ? j.rows * ceil_div(j.width, kCopyTile)
+                               : ceil_div(j.rows, copy_rows_per_tile(j));
+  if (j.kind == kQuant)
+    return ceil_div(j.rows * (j.width / 32), kQuantTile);
+  return 0;
+}
+
+__device__ inline uint64_t warp_sum(uint64_t v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+/*
+ * Copy n bytes s -> d with `lanes` lanes (lane = 0 .. lanes-1) in units of V:
+ * bytes up to V's alignment of s first, then V units, then the tail. The
+ * caller picked V so that s and d are equally aligned modulo sizeof(V).
+ */
+template <typename V>
+__device__ inline void copy_units(const uint8_t *__restrict__ s,
+                                  uint8_t *__restrict__ d, int64_t n, int lane,
+                                  int lanes) {
+  constexpr int64_t kV = sizeof(V);
+  int64_t head =
+      static_cast<int64_t>((kV - reinterpret_cast<uintptr_t>(s) % kV) % kV);
+  head = head < n ? head : n;
+  for (int64_t i = lane; i < head; i += lanes)
+    d[i] = s[i];
+  const V *sv = reinterpret_cast<const V *>(s + head);
+  V *dv = reinterpret_cast<V *>(d + head);
+  const int64_t nv = (n - head) / kV;
+  int64_t i = lane;
+  /* Four loads in flight before their stores. */
+  for (; i + 3 * lanes < nv; i += 4 * lanes) {
+    const V a = sv[i], b = sv[i + lanes], c = sv[i + 2 * lanes],
+            e = sv[i + 3 * lanes];
+    dv[i] = a;
+    dv[i + lanes] = b;
+    dv[i + 2 * lanes] = c;
+    dv[i + 3 * lanes] = e;
+  }
+  for (; i < nv; i += lanes)
+    dv[i] = sv[i];
+  for (int64_t t = head + nv * kV + lane; t < n; t += lanes)
+    d[t] = s[t];
+}
+
+__device__ inline void copy_span(const uint8_t *s, uint8_t *d, int64_t n,
+                                 int lane, int lanes) {
+  const uintptr_t x =
+      reinterpret_cast<uintptr_t>(s) ^ reinterpret_cast<uintptr_t>(d);
+  if (x % 16 == 0)
+    copy_units<uint4>(s, d, n, lane, lanes);
+  else if (x % 8 == 0)
+    copy_units<uint2>(s, d, n, lane, lanes);
+  else if (x % 4 == 0)
+    copy_units<uint32_t>(s, d, n, lane, lanes);
+  else if (x % 2 == 0)
+    copy_units<uint16_t>(s, d, n, lane, lanes);
+  else
+    copy_units<uint8_t>(s, d, n, lane, lanes);
+}
+
+/* Little-endian word of up to 8 bytes at p (zero-padded), read bytewise. */
+__device__ inline uint64_t gather_word(const uint8_t *p, int64_t avail) {
+  uint64_t w = 0;
+  for (int64_t b = 0; b < 8 && b < avail; b++)
+    w |= static_cast<uint64_t>(p[b]) << (8 * b);
+  return w;
+}
+
+/*
+ * Copy n bytes s -> d (both 16-byte aligned) and return this lane's digest
+ * terms for them: d starts at word `word0` of its chunk. Bytes after the last
+ * full 16-byte unit exist only at the end of a chunk; lane 0 adds their
+ * zero-padded words.
+ */
+__device__ inline uint64_t copy_span_digest(const uint8_t *__restrict__ s,
+                                            uint8_t *__restrict__ d, int64_t n,
+                                            int64_t word0, int lane,
+                                            int lanes) {
+  const uint4 *sv = reinterpret_cast<const uint4 *>(s);
+  uint4 *dv = reinterpret_cast<uint4 *>(d);
+  const int64_t nv = n / 16;
+  uint64_t sum = 0;
+  for (int64_t i = lane; i < nv; i += lanes) {
+    const uint4 v = sv[i];
+    dv[i] = v;
+    sum += refit_digest_term(static_cast<uint64_t>(v.x) |
+                                 static_cast<uint64_t>(v.y) << 32,
+                             static_cast<uint64_t>(word0 + 2 * i));
+    sum += refit_digest_term(static_cast<uint64_t>(v.z) |
+                                 static_cast<uint64_t>(v.w) << 32,
+                             static_cast<uint64_t>(word0 + 2 * i + 1));
+  }
+  const int64_t t0 = nv * 16;
+  for (int64_t t = t0 + lane; t < n; t += lanes)
+    d[t] = s[t];
+  if (lane == 0)
+    for (int64_t t = t0; t < n; t += 8)
+      sum += refit_digest_term(gather_word(s + t, n - t),
+                               static_cast<uint64_t>(word0 + t / 8));
+  return sum;
+}
+
+/* The lane's group for rows narrower than a warp's 512 bytes per step. */
+__device__ inline int group_lanes(int64_t width) {
+  int l = 1;
+  while (l < 32 && 16 * l < width)
+    l *= 2;
+  return l;
+}
+
+/*
+ * Tile t of a copy job. With `wire` set (fused pack digest: the job's dst is
+ * the wire chunk, 16-byte aligned like the source) returns the lane's terms.
+ */
+__device__ inline uint64_t copy_tile(const Job &j, int64_t t, int lane,
+                                     bool digest) {
+  uint64_t sum = 0;
+  if (j.width > kCopyTile) {
+    const int64_t segs = ceil_div(j.width, kCopyTile);
+    const int64_t r = t / segs, lo = (t % segs) * kCopyTile;
+    const int64_t n = j.width - lo < kCopyTile ? j.width - lo : kCopyTile;
+    const uint8_t *s = j.src + r * j.src_pitch + lo;
+    uint8_t *d = j.dst + r * j.dst_pitch + lo;
+    if (digest)
+      sum = copy_span_digest(s, d, n, (r * j.width + lo) / 8, lane, 32);
+    else
+      copy_span(s, d, n, lane, 32);
+    return sum;
+  }
+  const int64_t rpt = copy_rows_per_tile(j);
+  const int lanes = group_lanes(j.width), groups = 32 / lanes;
+  const int64_t r0 = t * rpt, r1 = r0 + rpt < j.rows ? r0 + rpt : j.rows;
+  for (int64_t r = r0 + lane / lanes; r < r1; r += groups) {
+    const uint8_t *s = j.src + r * j.src_pitch;
+    uint8_t *d = j.dst + r * j.dst_pitch;
+    if (digest)
+      sum +=
+          copy_span_digest(s, d, j.width, r * j.width / 8, lane % lanes, lanes);
+    else
+      copy_span(s, d, j.width, lane % lanes, lanes);
+  }
+  return sum;
+}
+
+/* Tile t of a quantize job: lane l quantizes block 32 t + l (row-major). */
+__device__ inline void quant_tile(const Job &j, int64_t t, int lane) {
+  const int64_t nb = j.width / 32;
+  const int64_t g = t * kQuantTile + lane;
+  if (g >= j.rows * nb)
+    return;
+  const int64_t r = g / nb, b = g - r * nb;
+  j.scale[r * j.scale_pitch + b] = refit_mxfp8_dev_block(
+      j.src + r * j.src_pitch + 64 * b, j.dst + r * j.dst_pitch + 32 * b);
+}
+
+__device__ inline void run_job(const Job &j, int64_t t, int lane) {
+  if (j.kind == kCopy)
+    copy_tile(j, t, lane, false);
+  else if (j.kind == kQuant)
+    quant_tile(j, t, lane);
+}
+
+/*
+ * Word i of the chunk [w, w + len): aligned 8-byte load when w is 8-byte
+ * aligned, two aligned loads and a funnel shift when both lie inside the
+ * chunk, bytes otherwise (chunk ends).
+ */
+__device__ inline uint64_t chunk_word(const uint8_t *w, int64_t len,
+                                      int64_t i) {
+  const uint8_t *a = w + 8 * i;
+  const int64_t sh = static_cast<int64_t>(reinterpret_cast<uintptr_t>(a) & 7);
+  const uint8_t *p = a - sh;
+  if (8 * i + 8 <= len) {
+    if (sh == 0)
+      return *reinterpret_cast<const uint64_t *>(a);
+    if (p >= w && p + 16 <= w + len) {
+      const uint64_t lo = reinterpret_cast<const uint64_t *>(p)[0];
+      const uint64_t hi = reinterpret_cast<const uint64_t *>(p)[1];
+      return (lo >> (8 * sh)) | (hi << (64 - 8 * sh));
+    }
+  }
+  return gather_word(a, len - 8 * i);
+}
+
+/* This lane's terms of digest tile t of the chunk [w, w + len). */
+__device__ inline uint64_t digest_tile(const uint8_t *w, int64_t len, int64_t t,
+                                       int lane) {
+  const int64_t words = ceil_div(len, 8);
+  const int64_t i1 =
+      (t + 1) * kDigestWords < words ? (t + 1) * kDigestWords : words;
+  uint64_t sum = 0;
+  for (int64_t i = t * kDigestWords + lane; i < i1; i += 32)
+    sum += refit_digest_term(chunk_word(w, len, i), static_cast<uint64_t>(i));
+  return sum;
+}
+
+__device__ inline uint64_t load_le64(const uint8_t *p) {
+  return gather_word(p, 8);
+}
+
+/* ---- Descriptors as jobs ------------------------------------------------- */
+
+__device__ inline bool quant_shape_ok(int64_t cols, int64_t row_bytes,
+                                      int64_t expected) {
+  return cols >= 0 && cols % 32 == 0 && row_bytes == expected;
+}
+
+__device__ inline Job pack_job(const refit_pack_desc_t &d, uint8_t *buf) {
+  Job j{};
+  if (d.rows < 0 || d.row_bytes < 0 || d.dst_offset < 0)
+    return j;
+  uint8_t *wire = buf + d.dst_offset;
+  j.src = static_cast<const uint8_t *>(d.src);
+  j.src_pitch = d.src_pitch;
+  j.dst = wire;
+  j.dst_pitch = d.row_bytes;
+  j.rows = d.rows;
+  if (d.op == REFIT_CHUNK_COPY) {
+    j.kind = kCopy;
+    j.width = d.row_bytes;
+  } else if (d.op == REFIT_CHUNK_QUANTIZE &&
+             quant_shape_ok(d.cols, d.row_bytes, d.cols + d.cols / 32)) {
+    j.kind = kQuant;
+    j.width = d.cols;
+    j.scale = wire + d.cols;
+    j.scale_pitch = d.row_bytes;
+  }
+  return collapse(j);
+}
+
+/* Whether the pack digest of a (collapsed) job can be summed while copying. */
+__device__ inline bool pack_digest_fused(const Job &j) {
+  const uintptr_t s = reinterpret_cast<uintptr_t>(j.src),
+                  d = reinterpret_cast<uintptr_t>(j.dst);
+  return j.kind == kCopy && s % 16 == 0 && d % 16 == 0 &&
+         (j.rows <= 1 || (j.width % 16 == 0 && j.src_pitch % 16 == 0));
+}
+
+/* Land: up to two jobs (SPLIT copies values and scales). */
+__device__ inline int land_jobs(const refit_land_desc_t &d,
+                                const uint8_t *staging, Job jobs[2]) {
+  jobs[0] = Job{};
+  jobs[1] = Job{};
+  if (d.rows < 0 || d.row_bytes < 0 || d.src_offset < 0)
+    return 0;
+  const uint8_t *wire = staging + d.src_offset;
+  Job j{};
+  j.src = wire;
+  j.src_pitch = d.row_bytes;
+  j.dst = static_cast<uint8_t *>(d.dst);
+  j.dst_pitch = d.dst_pitch;
+  j.rows = d.rows;
+  if (d.op == REFIT_CHUNK_COPY) {
+    j.kind = kCopy;
+    j.width = d.row_bytes;
+    jobs[0] = collapse(j);
+    return 1;
+  }
+  if (d.op == REFIT_CHUNK_QUANTIZE &&
+      quant_shape_ok(d.cols, d.row_bytes, 2 * d.cols)) {
+    j.kind = kQuant;
+    j.width = d.cols;
+    j.scale = static_cast<uint8_t *>(d.scale);
+    j.scale_pitch = d.scale_pitch;
+    jobs[0] = j;
+    return 1;
+  }
+  if (d.op == REFIT_CHUNK_SPLIT &&
+      quant_shape_ok(d.cols, d.row_bytes, d.cols + d.cols / 32)) {
+    j.kind = kCopy;
+    j.width = d.cols;
+    jobs[0] = collapse(j);
+    j.src = wire + d.cols;
+    j.dst = static_cast<uint8_t *>(d.scale);
+    j.dst_pitch = d.scale_pitch;
+    j.width = d.cols / 32;
+    jobs[1] = collapse(j);
+    return 2;
+  }
+  return 0;
+}
+
+/* ---- Plans: what the tile kernel does per descriptor ----------------------
+ */
+
+struct PackPlan {
+  const refit_pack_desc_t *descs;
+  uint8_t *buf;
+  unsigned long long *acc;
+  __device__ int64_t tiles(int64_t i) const {
+    return job_tiles(pack_job(descs[i], buf));
+  }
+  __device__ void run(int64_t i, int64_t t, int lane) const {
+    const Job j = pack_job(descs[i], buf);
+    if (descs[i].digest && pack_digest_fused(j)) {
+      const uint64_t s = warp_sum(copy_tile(j, t, lane, true));
+      if (lane == 0)
+        atomicAdd(&acc[i], static_cast<unsigned long long>(s));
+    } else {
+      run_job(j, t, lane);
+    }
+  }
+};
+
+/* Pack digests not fused into the copy: read back the wire bytes. */
+struct PackDigestPlan {
+  const refit_pack_desc_t *descs;
+  uint8_t *buf;
+  unsigned long long *acc;
+  __device__ int64_t tiles(int64_t i) const {
+    const refit_pack_desc_t &d = descs[i];
+    const Job j = pack_job(d, buf);
+    if (!d.digest || j.kind == kNone || pack_digest_fused(j))
+      return 0;
+    return ceil_div(ceil_div(d.rows * d.row_bytes, 8), kDigestWords);
+  }
+  __device__ void run(int64_t i, int64_t t, int lane) const {
+    const refit_pack_desc_t &d = descs[i];
+    const uint64_t s = warp_sum(
+        digest_tile(buf + d.dst_offset, d.rows * d.row_bytes, t, lane));
+    if (lane == 0)
+      atomicAdd(&acc[i], static_cast<unsigned long long>(s));
+  }
+};
+
+struct LandDigestPlan {
+  const refit_land_desc_t *descs;
+  const uint8_t *staging;
+  unsigned long long *acc;
+  __device__ int64_t tiles(int64_t i) const {
+    const refit_land_desc_t &d = descs[i];
+    Job jobs[2];
+    if (!d.digest || land_jobs(d, staging, jobs) == 0)
+      return 0;
+    return ceil_div(ceil_div(d.rows * d.row_bytes, 8), kDigestWords);
+  }
+  __device__ void run(int64_t i, int64_t t, int lane) const {
+    const refit_land_desc_t &d = descs[i];
+    const uint64_t s = warp_sum(
+        digest_tile(staging + d.src_offset, d.rows * d.row_bytes, t, lane));
+    if (lane == 0)
+      atomicAdd(&acc[i], static_cast<unsigned long long>(s));
+  }
+};
+
+/* *bad = min(*bad, i) where -1 means "none yet". */
+__device__ inline void report_bad(int64_t *bad, int64_t i) {
+  unsigned long long *p = reinterpret_cast<unsigned long long *>(bad);
+  unsigned long long old = atomicAdd(p, 0ull), seen;
+  do {
+    seen = old;
+    const long long cur = static_cast<long long>(seen);
+    if (cur != -1 && cur <= i)
+      return;
+    old = atomicCAS(p, seen, static_cast<unsigned long long>(i));
+  } while (old != seen);
+}
+
+struct LandPlan {
+  const refit_land_desc_t *descs;
+  const uint8_t *staging;
+  const unsigned long long *acc;
+  int64_t *bad;
+  __device__ int64_t tiles(int64_t i) const {
+    Job jobs[2];
+    const int nj = land_jobs(descs[i], staging, jobs);
+    if (nj == 0)
+      return 0;
+    const int64_t n = job_tiles(jobs[0]) + job_tiles(jobs[1]);
+    /* A digest chunk has at least one tile, which checks it. */
+    return n == 0 && descs[i].digest ? 1 : n;
+  }
+  __device__ void run(int64_t i, int64_t t, int lane) const {
+    const refit_land_desc_t &d = descs[i];
+    if (d.digest) {
+      const int64_t len = d.rows * d.row_bytes;
+      const uint8_t *wire = staging + d.src_offset;
+      const uint64_t want = load_le64(wire + len);
+      if (static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i] != want) {
+        if (t == 0 && lane == 0)
+          report_bad(bad, i);
+        return;
+      }
+    }
+    Job jobs[2];
+    land_jobs(d, staging, jobs);
+    const int64_t t0 = job_tiles(jobs[0]);
+    if (t < t0)
+      run_job(jobs[0], t, lane);
+    else
+      run_job(jobs[1], t - t0, lane);
+  }
+};
+
+/* ---- The tile kernel ------------------------------------------------------
+ */
+
+template <typename Plan>
+__global__ void __launch_bounds__(kThreads)
+    refit_dp_tile_kernel(Plan plan, int64_t n) {
+  __shared__ int64_t prefix[kThreads];
+  __shared__ int64_t warp_total[kWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int64_t nw = static_cast<int64_t>(gridDim.x) * kWarps;
+  int64_t base = 0; /* number of the batch's first tile */
+  for (int64_t d0 = 0; d0 < n; d0 += kThreads) {
+    const int64_t d = d0 + threadIdx.x;
+    int64_t c = d < n ? plan.tiles(d) : 0;
+    /* Inclusive prefix sum over the block: warps, then warp totals. */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int64_t y = __shfl_up_sync(kFull, c, o);
+      if (lane >= o)
+        c += y;
+    }
+    if (lane == 31)
+      warp_total[warp] = c;
+    __syncthreads();
+    if (warp == 0) {
+      int64_t v = lane < kWarps ? warp_total[lane] : 0;
+#pragma unroll
+      for (int o = 1; o < kWarps; o <<= 1) {
+        const int64_t y = __shfl_up_sync(kFull, v, o);
+        if (lane >= o)
+          v += y;
+      }
+      if (lane < kWarps)
+        warp_total[lane] = v;
+    }
+    __syncthreads();
+    if (warp > 0)
+      c += warp_total[warp - 1];
+    prefix[threadIdx.x] = c;
+    __syncthreads();
+    const int64_t total = prefix[kThreads - 1];
+    const int64_t batch = n - d0 < kThreads ? n - d0 : kThreads;
+    /* This warp's first tile number >= base, then every nw-th. */
+    for (int64_t T = base + ((gw - base) % nw + nw) % nw; T < base + total;
+         T += nw) {
+      const int64_t local = T - base;
+      int lo = 0,
+          hi = static_cast<int>(batch) - 1; /* smallest j: prefix[j] > local */
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (prefix[mid] > local)
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      plan.run(d0 + lo, local - (lo > 0 ? prefix[lo - 1] : 0), lane);
+    }
+    base += total;
+    __syncthreads();
+  }
+}
+
+__global__ void refit_dp_pack_finalize_kernel(const refit_pack_desc_t *descs,
+                                              int64_t n, uint8_t *buf,
+                                              const unsigned long long *acc) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const refit_pack_desc_t &d = descs[i];
+    if (!d.digest || pack_job(d, buf).kind == kNone)
+      continue;
+    const int64_t len = d.rows * d.row_bytes;
+    const uint64_t v = static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i];
+    uint8_t *p = buf + d.dst_offset + len;
+    for (int b = 0; b < 8; b++)
+      p[b] = static_cast<uint8_t>(v >> (8 * b));
+  }
+}
+
+template <typename Plan>
+refit_status_t launch_tiles(const Plan &plan, int64_t n, cudaStream_t stream,
+                            const char *what) {
+  static const int64_t grid =
+      refit_cuda_filling_grid(refit_dp_tile_kernel<Plan>, kThreads);
+  refit_dp_tile_kernel<Plan>
+      <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(plan, n);
+  return refit_cuda_launch_check(what);
+}
+
+/* ---- Scratch: per-descriptor accumulators from a private pool -------------
+ */
+
+constexpr int kMaxDevices = 64;
+pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+cudaMemPool_t g_pool[kMaxDevices];
+bool g_pool_made[kMaxDevices];
+
+/*
+ * n zeroed 8-byte accumulators, stream-ordered. The pool keeps freed memory
+ * (release threshold: unlimited), so after the first refit an allocation
+ * costs no driver call into the OS; it is private so that our threshold does
+ * not change the process's default pool.
+ */
+refit_status_t scratch_get(int64_t n, cudaStream_t stream,
+                           unsigned long long **out, const char *what) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess && (dev < 0 || dev >= kMaxDevices))
+    return REFIT_ERR(REFIT_ERR_CUDA,
+                     "%s (cuda): device %d beyond the %d supported", what, dev,
+                     kMaxDevices);
+  if (err == cudaSuccess) {
+    pthread_mutex_lock(&g_pool_lock);
+    if (!g_pool_made[dev]) {
+      cudaMemPoolProps props = {};
+      props.allocType = cudaMemAllocationTypePinned;
+      props.location.type = cudaMemLocationTypeDevice;
+      props.location.id = dev;
+      err = cudaMemPoolCreate(&g_pool[dev], &props);
+      if (err == cudaSuccess) {
+        uint64_t keep = UINT64_MAX;
+        err = cudaMemPoolSetAttribute(g_pool[dev],
+                                      cudaMemPoolAttrReleaseThreshold, &keep);
+        g_pool_made[dev] = err == cudaSuccess;
+      }
+    }
+    pthread_mutex_unlock(&g_pool_lock);
+  }
+  void *p = NULL;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(unsigned long long);
+  if (err == cudaSuccess)
+    err = cudaMallocFromPoolAsync(&p, bytes, g_pool[dev], stream);
+  if (err == cudaSuccess) {
+    err = cudaMemsetAsync(p, 0, bytes, stream);
+    if (err != cudaSuccess)
+      cudaFreeAsync(p, stream);
+  }
+  if (err != cudaSuccess)
+    return REFIT_ERR(REFIT_ERR_CUDA,
+                     "%s (cuda): scratch of %lld accumulators: %s", what,
+                     (long long)n, cudaGetErrorString(err));
+  *out = static_cast<unsigned long long *>(p);
+  return REFIT_OK;
+}
+
+refit_status_t scratch_put(unsigned long long *p, cudaStream_t stream,
+                           const char *what) {
+  const cudaError_t err = cudaFreeAsync(p, stream);
+  if (err != cudaSuccess)
+    return REFIT_ERR(REFIT_ERR_CUDA, "%s (cuda): freeing scratch: %s", what,
+                     cudaGetErrorString(err));
+  return REFIT_OK;
+}
+
+refit_status_t check_table(const char *what, const void *descs, int64_t n,
+                           const void *buf) {
+  if (n < 0 || (n > 0 && (descs == NULL || buf == NULL)))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s (cuda): bad arguments (table %p, n = %lld, buffer %p)",
+                     what, descs, (long long)n, buf);
+  return REFIT_OK;
+}
+
+/* ---- Synthetic values and comparison --------------------------------------
+ */
+
+template <bool kRows>
+__global__ void __launch_bounds__(kThreads)
+    refit_dp_synth_kernel(uint64_t key, int norm, int64_t tensor_cols,
+                          int64_t row0, int64_t col0, const uint64_t *keys,
+                          const int32_t *norms, const int64_t *bases,
+                          int64_t cols, int64_t total, uint16_t *dst) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kThreads * 8;
+  for (int64_t e0 =
+           (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 8;
+       e0 < total; e0 += step) {
+    int64_t r = e0 / cols, c = e0 - r * cols;
+    uint16_t v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      if (e0 + k < total)
+        v[k] = kRows ? refit_synth_value(keys[r], norms[r], bases[r] + c)
+                     : refit_synth_value(key, norm,
+                                         (row0 + r) * tensor_cols + col0 + c);
+      if (++c == cols) {
+        c = 0;
+        r++;
+      }
+    }
+    uint16_t *d = dst + e0;
+    if (e0 + 8 <= total && reinterpret_cast<uintptr_t>(d) % 16 == 0) {
+      uint4 u;
+      memcpy(&u, v, sizeof(u));
+      *reinterpret_cast<uint4 *>(d) = u;
+    } else {
+      for (int k = 0; k < 8 && e0 + k < total; k++)
+        d[k] = v[k];
+    }
+  }
+}
+
+refit_status_t launch_synth(bool by_rows, uint64_t key, int norm,
+                            int64_t tensor_cols, int64_t row0, int64_t col0,
+                            const uint64_t *keys, const int32_t *norms,
+                            const int64_t *bases, int64_t rows, int64_t cols,
+                            uint16_t *dst, cudaStream_t stream) {
+  const char *what = by_rows ? "synth rows" : "synth rect";
+  if (rows < 0 || cols < 0 || (rows * cols > 0 && dst == NULL) ||
+      (by_rows && rows * cols > 0 &&
+       (keys == NULL || norms == NULL || bases == NULL)))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s (cuda): bad arguments ([%lld, %lld], dst %p)", what,
+                     (long long)rows, (long long)cols,
+                     static_cast<void *>(dst));
+  const int64_t total = rows * cols;
+  if (total == 0)
+    return REFIT_OK;
+  int64_t blocks = (total + 8 * kThreads - 1) / (8 * kThreads);
+  if (by_rows) {
+    static const int64_t fill =
+        refit_cuda_filling_grid(refit_dp_synth_kernel<true>, kThreads);
+    blocks = blocks < fill ? blocks : fill;
+    refit_dp_synth_kernel<true>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+            key, norm, tensor_cols, row0, col0, keys, norms, bases, cols, total,
+            dst);
+  } else {
+    static const int64_t fill =
+        refit_cuda_filling_grid(refit_dp_synth_kernel<false>, kThreads);
+    blocks = blocks < fill ? blocks : fill;
+    refit_dp_synth_kernel<false>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+            key, norm, tensor_cols, row0, col0, keys, norms, bases, cols, total,
+            dst);
+  }
+  return refit_cuda_launch_check(what);
+}
+
+/* Differences of one 16-byte unit at element index i0 (elements of `elem`). */
+__device__ inline void compare_unit(uint4 x, uint4 y, int elem, int64_t i0,
+                                    int64_t &count, int64_t &first) {
+  const uint32_t a[4] = {x.x, x.y, x.z, x.w}, b[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+  for (int w = 0; w < 4; w++) {
+    const uint32_t diff = a[w] ^ b[w];
+    if (diff == 0)
+      continue;
+    const int per = 4 / elem;
+    for (int k = 0; k < per; k++) {
+      const uint32_t mask = elem == 1 ? 0xffu : 0xffffu;
+      if ((diff >> (8 * elem * k)) & mask) {
+        const int64_t idx = i0 + w * per + k;
+        first = idx < first ? idx : first;
+        count++;
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    refit_dp_compare_kernel(const uint8_t *a, const uint8_t *b, int64_t bytes,
+                            int elem, int64_t *count_out, int64_t *first_out) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kThreads;
+  int64_t count = 0, first = INT64_MAX, done = 0;
+  if (reinterpret_cast<uintptr_t>(a) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(b) % 16 == 0) {
+    const uint4 *va = reinterpret_cast<const uint4 *>(a),
+                *vb = reinterpret_cast<const uint4 *>(b);
+    const int64_t nv = bytes / 16;
+    for (int64_t v = tid; v < nv; v += step)
+      compare_unit(va[v], vb[v], elem, v * (16 / elem), count, first);
+    done = nv * 16;
+  }
+  for (int64_t i = done / elem + tid; i < bytes / elem; i += step) {
+    bool differ = a[i * elem] != b[i * elem];
+    if (elem == 2)
+      differ = differ || a[i * elem + 1] != b[i * elem + 1];
+    if (differ) {
+      count++;
+      first = i < first ? i : first;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    count += __shfl_xor_sync(kFull, count, o);
+    const int64_t f = __shfl_xor_sync(kFull, first, o);
+    first = f < first ? f : first;
+  }
+  if (threadIdx.x % 32 == 0 && count > 0) {
+    atomicAdd(reinterpret_cast<unsigned long long *>(count_out),
+              static_cast<unsigned long long>(count));
+    atomicMin(reinterpret_cast<long long *>(first_out),
+              static_cast<long long>(first));
+  }
+}
+
+} // namespace
+
+extern "C" refit_status_t
+refit_pack_rows_cuda(const refit_pack_desc_t *descs_device, int64_t n,
+                     void *buf, cudaStream_t stream) {
+  const char *what = "pack";
+  REFIT_CHECK(check_table(what, descs_device, n, buf));
+  if (n == 0)
+    return REFIT_OK;
+  unsigned long long *acc = NULL;
+  REFIT_CHECK(scratch_get(n, stream, &acc, what));
+  uint8_t *wire = static_cast<uint8_t *>(buf);
+  refit_status_t st =
+      launch_tiles(PackPlan{descs_device, wire, acc}, n, stream, what);
+  if (st == REFIT_OK)
+    st = launch_tiles(PackDigestPlan{descs_device, wire, acc}, n, stream,
+                      "pack digest");
+  if (st == REFIT_OK) {
+    const int64_t blocks = (n + kThreads - 1) / kThreads < 1024
+                               ? (n + kThreads - 1) / kThreads
+                               : 1024;
+    refit_dp_pack_finalize_kernel<<<static_cast<unsigned>(blocks), kThreads, 0,
+                                    stream>>>(descs_device, n, wire, acc);
+    st = refit_cuda_launch_check("pack digest finalize");
+  }
+  const refit_status_t put = scratch_put(acc, stream, what);
+  return st != REFIT_OK ? st : put;
+}
+
+extern "C" refit_status_t
+refit_land_rows_cuda(const refit_land_desc_t *descs_device, int64_t n,
+                     const void *staging, int64_t *bad_chunk_device,
+                     cudaStream_t stream) {
+  const char *what = "land";
+  REFIT_CHECK(check_table(what, descs_device, n, staging));
+  if (n > 0 && bad_chunk_device == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "land (cuda): NULL bad_chunk_device");
+  if (n == 0)
+    return REFIT_OK;
+  unsigned long long *acc = NULL;
+  REFIT_CHECK(scratch_get(n, stream, &acc, what));
+  const uint8_t *wire = static_cast<const uint8_t *>(staging);
+  refit_status_t st = launch_tiles(LandDigestPlan{descs_device, wire, acc}, n,
+                                   stream, "land digest");
+  if (st == REFIT_OK)
+    st = launch_tiles(LandPlan{descs_device, wire, acc, bad_chunk_device}, n,
+                      stream, what);
+  const refit_status_t put = scratch_put(acc, stream, what);
+  return st != REFIT_OK ? st : put;
+}
+
+extern "C" refit_status_t
+refit_synth_rect_cuda(uint64_t key, int norm, int64_t tensor_cols, int64_t row0,
+                      int64_t col0, int64_t rows, int64_t cols, uint16_t *dst,
+                      cudaStream_t stream) {
+  return launch_synth(false, key, norm, tensor_cols, row0, col0, NULL, NULL,
+                      NULL, rows, cols, dst, stream);
+}
+
+extern "C" refit_status_t
+refit_synth_rows_cuda(const uint64_t *keys, const int32_t *norms,
+                      const int64_t *bases, int64_t rows, int64_t cols,
+                      uint16_t *dst, cudaStream_t stream) {
+  return launch_synth(true, 0, 0, 0, 0, 0, keys, norms, bases, rows, cols, dst,
+                      stream);
+}
+
+extern "C" refit_status_t refit_compare_cuda(const void *a, const void *b,
+                                             size_t bytes, size_t elem,
+                                             int64_t *count_device,
+                                             int64_t *first_device,
+                                             cudaStream_t stream) {
+  REFIT_CHECK(refit_compare_check(bytes, elem));
+  if (bytes == 0)
+    return REFIT_OK;
+  if (a == NULL || b == NULL || count_device == NULL || first_device == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "compare (cuda): NULL pointer");
+  static const int64_t fill =
+      refit_cuda_filling_grid(refit_dp_compare_kernel, kThreads);
+  const int64_t units = static_cast<int64_t>(bytes / 16) + 1;
+  int64_t blocks = (units + kThreads - 1) / kThreads;
+  blocks = blocks < fill ? blocks : fill;
+  refit_dp_compare_kernel<<<static_cast<unsigned>(blocks), kThreads, 0,
+                            stream>>>(
+      static_cast<const uint8_t *>(a), static_cast<const uint8_t *>(b),
+      static_cast<int64_t>(bytes), static_cast<int>(elem), count_device,
+      first_device);
+  return refit_cuda_launch_check("compare");
+}

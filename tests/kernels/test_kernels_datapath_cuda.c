@@ -1,0 +1,245 @@
+/*
+ * Data-path CUDA twins == host references, byte for byte: random descriptor
+ * tables (misaligned offsets everywhere, odd row_bytes, rows = 1 and 0,
+ * chunks over the 8 KiB tile, up to 700 descriptors so the kernels' 256-entry
+ * batches roll over, digests off, on and mixed), a corrupted chunk (reported
+ * as the smallest bad index, nothing of it landed), synthetic values and the
+ * compare kernel. Exits 77 (skipped) without a GPU.
+ */
+#include "datapath_scenario.h"
+#include "kernels/datapath_cuda.h"
+#include "kernels/synth_rules.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h> /* after setjmp.h, stdarg.h, stddef.h */
+
+#define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
+
+static void *dev_copy(const void *host, size_t n) {
+  void *d = NULL;
+  CK(cudaMalloc(&d, n + 16));
+  if (host != NULL)
+    CK(cudaMemcpy(d, host, n, cudaMemcpyHostToDevice));
+  return d;
+}
+
+static void expect_same(const uint8_t *want, const void *dev, size_t n,
+                        const char *what) {
+  uint8_t *got = malloc(n);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(got, dev, n, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; i++)
+    if (got[i] != want[i]) {
+      printf(
+          "%s: first difference at byte %zu of %zu: host 0x%02x, gpu 0x%02x\n",
+          what, i, n, want[i], got[i]);
+      break;
+    }
+  assert_memory_equal(got, want, n);
+  free(got);
+}
+
+/*
+ * One scenario on both sides. corrupt >= 0: after packing, flip a bit in the
+ * wire rows of the first chunks with digests and data at or after `corrupt`,
+ * and of one chunk further on, so the smallest index must win.
+ */
+static void twin(int64_t n, int digest_mode, int corrupt) {
+  dps_t s;
+  dps_create(&s, n, digest_mode);
+  refit_pack_desc_t *hp = malloc((size_t)n * sizeof(*hp)),
+                    *dp = malloc((size_t)n * sizeof(*dp));
+  refit_land_desc_t *hl = malloc((size_t)n * sizeof(*hl)),
+                    *dl = malloc((size_t)n * sizeof(*dl));
+  uint8_t *hwire = malloc((size_t)s.wire_bytes),
+          *hdst = malloc((size_t)s.dst_bytes);
+  memset(hwire, 0xA5, (size_t)s.wire_bytes);
+  memset(hdst, 0x5A, (size_t)s.dst_bytes);
+  uint8_t *dsrc = dev_copy(s.src, (size_t)s.src_bytes);
+  uint8_t *dwire = dev_copy(hwire, (size_t)s.wire_bytes);
+  uint8_t *ddst = dev_copy(hdst, (size_t)s.dst_bytes);
+  dps_bind(&s, s.src, hdst, hp, hl);
+  dps_bind(&s, dsrc, ddst, dp, dl);
+  refit_pack_desc_t *dpd = dev_copy(dp, (size_t)n * sizeof(*dp));
+  refit_land_desc_t *dld = dev_copy(dl, (size_t)n * sizeof(*dl));
+
+  assert_int_equal(refit_pack_rows(hp, n, hwire), REFIT_OK);
+  assert_int_equal(refit_pack_rows_cuda(dpd, n, dwire, 0), REFIT_OK);
+  expect_same(hwire, dwire, (size_t)s.wire_bytes, "pack wire");
+
+  int64_t flipped[2] = {-1, -1};
+  if (corrupt >= 0) {
+    int k = 0;
+    for (int64_t i = corrupt; i < n && k < 2; i++)
+      if (hp[i].digest && hp[i].rows * hp[i].row_bytes > 0 &&
+          (k == 0 || i > flipped[0] + 3)) {
+        const int64_t at = hp[i].dst_offset +
+                           kt_rand_range(0, hp[i].rows * hp[i].row_bytes - 1);
+        hwire[at] ^= (uint8_t)(1u << kt_rand_range(0, 7));
+        flipped[k++] = i;
+      }
+    CK(cudaMemcpy(dwire, hwire, (size_t)s.wire_bytes, cudaMemcpyHostToDevice));
+  }
+  int64_t hbad = 0, dbad = -1, *dbad_dev = dev_copy(&dbad, sizeof(dbad));
+  assert_int_equal(refit_land_rows(hl, n, hwire, &hbad), REFIT_OK);
+  assert_int_equal(refit_land_rows_cuda(dld, n, dwire, dbad_dev, 0), REFIT_OK);
+  expect_same(hdst, ddst, (size_t)s.dst_bytes, "land dst");
+  CK(cudaMemcpy(&dbad, dbad_dev, sizeof(dbad), cudaMemcpyDeviceToHost));
+  assert_int_equal(hbad, flipped[0]);
+  assert_int_equal(dbad, hbad);
+
+  CK(cudaFree(dsrc));
+  CK(cudaFree(dwire));
+  CK(cudaFree(ddst));
+  CK(cudaFree(dpd));
+  CK(cudaFree(dld));
+  CK(cudaFree(dbad_dev));
+  free(hp);
+  free(dp);
+  free(hl);
+  free(dl);
+  free(hwire);
+  free(hdst);
+  dps_destroy(&s);
+}
+
+static void test_cuda_datapath_twins(void **state) {
+  (void)state;
+  kt_seed("test_cuda_datapath_twins");
+  for (int iter = 0; iter < 24; iter++)
+    twin(kt_rand_range(1, 40), iter % 3, -1);
+  twin(1, 0, -1);
+  twin(700, 2, -1);
+  twin(700, 1, -1);
+}
+
+static void test_cuda_datapath_corrupt(void **state) {
+  (void)state;
+  kt_seed("test_cuda_datapath_corrupt");
+  for (int iter = 0; iter < 10; iter++)
+    twin(kt_rand_range(4, 60), 1 + iter % 2, (int)kt_rand_range(0, 3));
+  twin(600, 1, 300); /* past the first 256-descriptor batch */
+}
+
+/* Large aligned chunks: the fused pack digest and the 16-byte paths. */
+static void test_cuda_datapath_large(void **state) {
+  (void)state;
+  kt_seed("test_cuda_datapath_large");
+  const int64_t n = 5, bytes = 3 << 20;
+  uint8_t *src = malloc((size_t)(n * bytes));
+  kt_fill_bytes(src, (size_t)(n * bytes));
+  uint8_t *dsrc = dev_copy(src, (size_t)(n * bytes));
+  const int64_t wire_bytes = n * (bytes + 16);
+  uint8_t *hwire = calloc((size_t)wire_bytes, 1),
+          *dwire = dev_copy(hwire, (size_t)wire_bytes);
+  refit_pack_desc_t hp[5], dp[5];
+  for (int64_t i = 0; i < n; i++) {
+    /* i = 3: 1536 pitched rows of 2 KiB (of 2 KiB + 16 B); others contiguous.
+     */
+    const int64_t rows = i == 3 ? 1024 : 1, rb = i == 3 ? 2048 : bytes - 16 * i;
+    hp[i] = (refit_pack_desc_t){.src = src + i * bytes,
+                                .src_pitch = i == 3 ? 2064 : rb,
+                                .dst_offset = i * (bytes + 16),
+                                .rows = rows,
+                                .row_bytes = rb,
+                                .op = REFIT_CHUNK_COPY,
+                                .digest = 1};
+    dp[i] = hp[i];
+    dp[i].src = dsrc + i * bytes;
+  }
+  refit_pack_desc_t *dpd = dev_copy(dp, sizeof(dp));
+  assert_int_equal(refit_pack_rows(hp, n, hwire), REFIT_OK);
+  assert_int_equal(refit_pack_rows_cuda(dpd, n, dwire, 0), REFIT_OK);
+  expect_same(hwire, dwire, (size_t)wire_bytes, "large pack wire");
+  CK(cudaFree(dsrc));
+  CK(cudaFree(dwire));
+  CK(cudaFree(dpd));
+  free(src);
+  free(hwire);
+}
+
+static void test_cuda_synth_compare(void **state) {
+  (void)state;
+  kt_seed("test_cuda_synth_compare");
+  for (int iter = 0; iter < 8; iter++) {
+    const int64_t rows = kt_rand_range(1, 50), cols = kt_rand_range(1, 3000);
+    const int64_t tc = cols + kt_rand_range(0, 100), r0 = kt_rand_range(0, 9),
+                  c0 = tc - cols;
+    const uint64_t key = kt_rand();
+    const int norm = iter % 2;
+    const size_t n = (size_t)(rows * cols);
+    uint16_t *h = malloc(n * 2);
+    refit_synth_rect(key, norm, tc, r0, c0, rows, cols, h);
+    uint16_t *d = dev_copy(NULL, n * 2 + 2);
+    const int shift = iter % 3 == 2; /* unaligned destination */
+    assert_int_equal(
+        refit_synth_rect_cuda(key, norm, tc, r0, c0, rows, cols, d + shift, 0),
+        REFIT_OK);
+    expect_same((const uint8_t *)h, d + shift, n * 2, "synth rect");
+    uint64_t *keys = malloc((size_t)rows * 8);
+    int32_t *norms = malloc((size_t)rows * 4);
+    int64_t *bases = malloc((size_t)rows * 8);
+    for (int64_t r = 0; r < rows; r++) {
+      keys[r] = kt_rand();
+      norms[r] = (int32_t)(kt_rand() & 1);
+      bases[r] = kt_rand_range(0, 1LL << 40);
+    }
+    refit_synth_rows(keys, norms, bases, rows, cols, h);
+    uint64_t *dk = dev_copy(keys, (size_t)rows * 8);
+    int32_t *dn = dev_copy(norms, (size_t)rows * 4);
+    int64_t *db = dev_copy(bases, (size_t)rows * 8);
+    assert_int_equal(refit_synth_rows_cuda(dk, dn, db, rows, cols, d, 0),
+                     REFIT_OK);
+    expect_same((const uint8_t *)h, d, n * 2, "synth rows");
+    /* compare: flip a few bytes of the device copy, both element sizes */
+    uint8_t *hb = malloc(n * 2);
+    memcpy(hb, h, n * 2);
+    const int flips = (int)kt_rand_range(0, 5);
+    for (int f = 0; f < flips; f++)
+      hb[kt_rand_range(0, (int64_t)n * 2 - 1)] ^= 0x10;
+    uint8_t *da = dev_copy(h, n * 2 + 1), *dbb = dev_copy(NULL, n * 2 + 1);
+    CK(cudaMemcpy(dbb + shift, hb, n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(da + shift, h, n * 2, cudaMemcpyHostToDevice));
+    for (size_t elem = 1; elem <= 2; elem++) {
+      int64_t hc, hf, dv[2] = {0, INT64_MAX}, *dd = dev_copy(dv, sizeof(dv));
+      assert_int_equal(refit_compare(h, hb, n * 2, elem, &hc, &hf), REFIT_OK);
+      assert_int_equal(refit_compare_cuda(da + shift, dbb + shift, n * 2, elem,
+                                          dd, dd + 1, 0),
+                       REFIT_OK);
+      CK(cudaMemcpy(dv, dd, sizeof(dv), cudaMemcpyDeviceToHost));
+      assert_int_equal(dv[0], hc);
+      assert_int_equal(dv[1], hf);
+      CK(cudaFree(dd));
+    }
+    free(h);
+    free(keys);
+    free(norms);
+    free(bases);
+    free(hb);
+    CK(cudaFree(d));
+    CK(cudaFree(dk));
+    CK(cudaFree(dn));
+    CK(cudaFree(db));
+    CK(cudaFree(da));
+    CK(cudaFree(dbb));
+  }
+}
+
+int main(void) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    printf("test_kernels_datapath_cuda: no CUDA device, skipped\n");
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cuda_datapath_twins),
+      cmocka_unit_test(test_cuda_datapath_corrupt),
+      cmocka_unit_test(test_cuda_datapath_large),
+      cmocka_unit_test(test_cuda_synth_compare),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

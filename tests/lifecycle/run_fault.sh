@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One fault-injection job through the project's launcher, then assertions on
+# what every rank reported.
+#   run_fault.sh BUILD CONFIG MAX_SECONDS [--rows N] [--exit zero|nonzero]
+#                [--expect TEXT]... [--reject TEXT]...
+# --rows N: exactly N refit rows, each "verified" or "aborted: kept version",
+#           and never a mismatch (no mix of versions anywhere).
+set -uo pipefail
+build=$1 config=$2 max_s=$3
+shift 3
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+expects=() rejects=() rows="" want_exit=nonzero
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --expect) expects+=("$2"); shift 2 ;;
+    --reject) rejects+=("$2"); shift 2 ;;
+    --rows) rows=$2; shift 2 ;;
+    --exit) want_exit=$2; shift 2 ;;
+    *) echo "run_fault: unknown argument $1"; exit 2 ;;
+  esac
+done
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+start=$(date +%s)
+"$root/launch/refit-launch" --build-dir "$build" "$config" >"$out" 2>&1
+rc=$?
+elapsed=$(($(date +%s) - start))
+grep -v "PMIX ERROR" "$out"
+fail() { echo "run_fault: FAIL: $*"; exit 1; }
+case "$want_exit" in
+  zero) [ $rc -eq 0 ] || fail "exit status $rc, expected 0" ;;
+  nonzero) [ $rc -ne 0 ] || fail "exit status 0, expected a failure status" ;;
+esac
+[ "$elapsed" -le "$max_s" ] || fail "took ${elapsed}s, more than ${max_s}s"
+for e in "${expects[@]}"; do
+  grep -qF -- "$e" "$out" || fail "output lacks '$e'"
+done
+for r in "${rejects[@]}"; do
+  if grep -qF -- "$r" "$out"; then fail "output has '$r'"; fi
+done
+# Sanitizer builds: memory errors fail the test; leaks fail it when any frame
+# of the leaking allocation is refit's own code (Open MPI keeps memory until
+# exit by design and is not ours to judge).
+if grep -qE "ERROR: AddressSanitizer|runtime error:" "$out"; then
+  fail "a sanitizer reported a memory error or undefined behaviour"
+fi
+if grep -q "ERROR: LeakSanitizer" "$out"; then
+  ours=$(awk '/^(Direct|Indirect) leak/ {blk=1; mine=0; next}
+              blk && /in refit_|\/(runtime|reshard|kernels)\// {mine=1}
+              blk && /^$/ {if (mine) n++; blk=0}
+              END {print n+0}' "$out")
+  [ "$ours" -eq 0 ] || fail "$ours leaks allocated by refit code"
+  echo "run_fault: leak check: no leak allocated by refit code"
+fi
+if [ -n "$rows" ]; then
+  ok=$(grep -cE '^ +[0-9]+ +[0-9]+ .*(verified|aborted: kept version [0-9]+)$' "$out")
+  [ "$ok" -eq "$rows" ] || fail "$ok good refit rows, expected $rows"
+  if grep -q MISMATCH "$out"; then fail "a mismatch: mixed versions"; fi
+fi
+echo "run_fault: ok (${elapsed}s, exit $rc)"

@@ -1,0 +1,223 @@
+/*
+ * The lifecycle through the public API, on every rank of a small job:
+ *   test-lifecycle CONFIG basic   registration errors (missing, duplicate,
+ *                                 unexpected, wrong size), begin/progress/
+ *                                 commit, abort twice, stale and replayed
+ *                                 versions refused, state and version queries
+ *   test-lifecycle CONFIG async   (mode: async) runtime storage keeps version
+ *                                 V while V+1 streams in, serving goes on,
+ *                                 commit switches to V+1 in place
+ *   test-lifecycle CONFIG poison  (restore: none, a digest fault on a
+ *                                 generator late in refit 2) nothing is
+ *                                 committed anywhere, generators that wrote in
+ *                                 place are POISONED, and a later full refit
+ *                                 clears it
+ * Each check prints both sides on failure; any failure aborts the job.
+ */
+#include "refit/refit.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank_;
+
+#define EXPECT(cond, ...)                                                      \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "test-lifecycle: rank %d: %s:%d: expected %s: ", rank_,  \
+              __FILE__, __LINE__, #cond);                                      \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fprintf(stderr, "\n");                                                   \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
+    }                                                                          \
+  } while (0)
+
+#define EXPECT_STATUS(call, want, text)                                        \
+  do {                                                                         \
+    refit_status_t st_ = (call);                                               \
+    EXPECT(st_ == (want) && strstr(refit_last_error(), (text)) != NULL,        \
+           "%s returned %s (wanted %s) with message \"%s\" (wanted \"%s\")",   \
+           #call, refit_status_name(st_), refit_status_name(want),             \
+           refit_last_error(), text);                                          \
+  } while (0)
+
+#define EXPECT_OK(call) EXPECT_STATUS(call, REFIT_OK, "")
+
+static void run_refit(refit_session_h s, uint64_t version) {
+  int done = 0;
+  EXPECT_OK(refit_begin(s, version));
+  EXPECT(refit_state(s) == REFIT_STATE_RECEIVING, "state %s",
+         refit_state_str(refit_state(s)));
+  while (!done)
+    EXPECT_OK(refit_progress(s, &done));
+  EXPECT(refit_state(s) == REFIT_STATE_READY, "state %s",
+         refit_state_str(refit_state(s)));
+  EXPECT_OK(refit_commit(s));
+}
+
+static void expect_holds(refit_session_h s, uint64_t version) {
+  int64_t bad = -1;
+  EXPECT_OK(refit_verify(s, version, &bad));
+  EXPECT(bad == 0, "%lld elements differ from version %llu", (long long)bad,
+         (unsigned long long)version);
+}
+
+static void scenario_basic(refit_session_h s) {
+  const int64_t n = refit_tensor_count(s);
+  void **mem = calloc((size_t)n, sizeof(void *));
+  refit_tensor_t t, bogus;
+
+  EXPECT(n > 1, "%lld tensors", (long long)n);
+  EXPECT(refit_state(s) == REFIT_STATE_IDLE, "state %s",
+         refit_state_str(refit_state(s)));
+  EXPECT(refit_committed_version(s) == 0, "committed %llu",
+         (unsigned long long)refit_committed_version(s));
+
+  /* Unexpected name, wrong size, duplicate. */
+  EXPECT_OK(refit_tensor_get(s, 0, &t));
+  mem[0] = calloc(1, t.bytes);
+  bogus = t;
+  bogus.name = "model.layers.99.self_attn.q_proj.weight";
+  bogus.data = mem[0];
+  EXPECT_STATUS(refit_tensor_register(s, &bogus), REFIT_ERR_INVALID_ARGUMENT,
+                "unexpected tensor");
+  bogus = t;
+  bogus.data = mem[0];
+  bogus.bytes = t.bytes - 2;
+  EXPECT_STATUS(refit_tensor_register(s, &bogus), REFIT_ERR_INVALID_ARGUMENT,
+                "bytes");
+  t.data = mem[0];
+  EXPECT_OK(refit_tensor_register(s, &t));
+  EXPECT_STATUS(refit_tensor_register(s, &t), REFIT_ERR_INVALID_ARGUMENT,
+                "registered twice");
+
+  /* Missing: only tensor 0 is registered. */
+  EXPECT_OK(refit_tensor_get(s, 1, &t));
+  EXPECT_STATUS(refit_begin(s, 1), REFIT_ERR_INVALID_ARGUMENT, "not registered");
+  EXPECT(strstr(refit_last_error(), t.name) != NULL, "missing list \"%s\" lacks %s",
+         refit_last_error(), t.name);
+  EXPECT(refit_state(s) == REFIT_STATE_IDLE, "state %s",
+         refit_state_str(refit_state(s)));
+  for (int64_t i = 1; i < n; i++) {
+    EXPECT_OK(refit_tensor_get(s, i, &t));
+    t.data = mem[i] = calloc(1, t.bytes);
+    EXPECT_OK(refit_tensor_register(s, &t));
+  }
+
+  run_refit(s, 1);
+  EXPECT(refit_committed_version(s) == 1, "committed %llu",
+         (unsigned long long)refit_committed_version(s));
+  expect_holds(s, 1);
+  /* The registered memory is the runtime storage. */
+  EXPECT_OK(refit_tensor_get(s, 0, &t));
+  EXPECT(t.data == mem[0], "tensor 0 at %p, registered %p", t.data, mem[0]);
+
+  /* Abort is idempotent, also in IDLE; nothing changes. */
+  EXPECT_OK(refit_abort(s));
+  EXPECT_OK(refit_begin(s, 2));
+  EXPECT_OK(refit_abort(s));
+  EXPECT_OK(refit_abort(s));
+  EXPECT(refit_state(s) == REFIT_STATE_IDLE, "state %s",
+         refit_state_str(refit_state(s)));
+  EXPECT(refit_committed_version(s) == 1, "committed %llu",
+         (unsigned long long)refit_committed_version(s));
+  /* The aborted attempt still owes its vote: every rank votes no. */
+  EXPECT_STATUS(refit_commit(s), REFIT_ERR_STATE, "this rank failed");
+  expect_holds(s, 1);
+
+  /* Stale and replayed versions are refused before a byte moves. */
+  EXPECT_STATUS(refit_begin(s, 1), REFIT_ERR_STATE, "versions must increase");
+  EXPECT_STATUS(refit_begin(s, 0), REFIT_ERR_STATE, "versions must increase");
+  run_refit(s, 5);
+  EXPECT_STATUS(refit_begin(s, 5), REFIT_ERR_STATE, "versions must increase");
+  EXPECT_STATUS(refit_commit(s), REFIT_ERR_STATE, "no refit to commit");
+  expect_holds(s, 5);
+  EXPECT(refit_committed_version(s) == 5, "committed %llu",
+         (unsigned long long)refit_committed_version(s));
+
+  refit_session_close(s);
+  for (int64_t i = 0; i < n; i++)
+    free(mem[i]);
+  free(mem);
+}
+
+static void scenario_async(refit_session_h s) {
+  const int gen = refit_session_side(s) == REFIT_SIDE_GENERATOR;
+  run_refit(s, 1);
+  expect_holds(s, 1);
+  int done = 0, steps = 0, checked = 0;
+  EXPECT_OK(refit_begin(s, 2));
+  while (!done) {
+    EXPECT_OK(refit_progress(s, &done));
+    steps++;
+    /* Mid-refit the engine still serves version 1, bit for bit. */
+    if (gen && steps == 2) {
+      expect_holds(s, 1);
+      checked = 1;
+    }
+  }
+  if (gen)
+    expect_holds(s, 1); /* READY, not yet committed */
+  EXPECT_OK(refit_commit(s));
+  expect_holds(s, 2);
+  EXPECT(!gen || checked, "the refit finished before a mid-refit check (%d steps)",
+         steps);
+  refit_session_close(s);
+}
+
+static void scenario_poison(refit_session_h s, int world_rank) {
+  run_refit(s, 1);
+  expect_holds(s, 1);
+  /* The config injects a flipped bit on world rank 2 late in refit 2. */
+  int done = 0;
+  refit_status_t st = refit_begin(s, 2);
+  while (st == REFIT_OK && !done)
+    st = refit_progress(s, &done);
+  refit_status_t cst = refit_commit(s);
+  EXPECT(cst != REFIT_OK, "refit 2 committed despite the fault (%s)",
+         refit_status_name(cst));
+  EXPECT(refit_committed_version(s) == 1, "committed %llu",
+         (unsigned long long)refit_committed_version(s));
+  if (world_rank == 2)
+    EXPECT(st == REFIT_ERR_INTEGRITY, "rank 2 progress gave %s: %s",
+           refit_status_name(st), refit_last_error());
+  /* Generators had written part (rank 2) or all (the others) of version 2
+   * in place with nothing saved: they cannot serve either version. */
+  if (refit_session_side(s) == REFIT_SIDE_GENERATOR)
+    EXPECT(refit_state(s) == REFIT_STATE_POISONED, "state %s",
+           refit_state_str(refit_state(s)));
+  else
+    EXPECT(refit_state(s) == REFIT_STATE_IDLE, "state %s",
+           refit_state_str(refit_state(s)));
+  run_refit(s, 3);
+  EXPECT(refit_state(s) == REFIT_STATE_IDLE, "state %s after a full refit",
+         refit_state_str(refit_state(s)));
+  expect_holds(s, 3);
+  refit_session_close(s);
+}
+
+int main(int argc, char **argv) {
+  refit_session_h s;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  if (argc != 3) {
+    fprintf(stderr, "usage: test-lifecycle CONFIG basic|async|poison\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  EXPECT_OK(refit_session_open(MPI_COMM_WORLD, argv[1], &s));
+  if (strcmp(argv[2], "basic") == 0)
+    scenario_basic(s);
+  else if (strcmp(argv[2], "async") == 0)
+    scenario_async(s);
+  else if (strcmp(argv[2], "poison") == 0)
+    scenario_poison(s, rank_);
+  else
+    EXPECT(0, "unknown scenario %s", argv[2]);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank_ == 0)
+    printf("test-lifecycle %s: passed on every rank\n", argv[2]);
+  MPI_Finalize();
+  return 0;
+}
