@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
+#include "reshard/plan.h"
 #include "reshard/reference.h"
 
 #include <stdio.h>
@@ -137,8 +138,9 @@ static refit_status_t refit_loader_describe(refit_loader_t *l, int64_t gen) {
 }
 
 refit_status_t refit_loader_create(const refit_catalog_t *cat,
-                                   const refit_config_t *cfg, int tp_rank,
-                                   int generator_rank, const refit_plan_t *plan,
+                                   const refit_config_t *cfg, refit_mem_t *mem,
+                                   int tp_rank, int generator_rank,
+                                   const refit_plan_t *plan,
                                    refit_loader_t **out) {
   refit_status_t st = REFIT_OK;
   refit_loader_t *l = calloc(1, sizeof(*l));
@@ -146,6 +148,8 @@ refit_status_t refit_loader_create(const refit_catalog_t *cat,
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "loader");
   l->cat = cat;
   l->cfg = cfg;
+  l->mem = mem;
+  l->plan = plan;
   l->tp_rank = tp_rank;
   l->generator_rank = generator_rank;
   l->wire = plan->options.wire;
@@ -154,13 +158,16 @@ refit_status_t refit_loader_create(const refit_catalog_t *cat,
   l->ntensors = cat->gen_begin[tp_rank + 1] - l->first;
   l->stores = calloc((size_t)(2 * l->ntensors), sizeof(*l->stores));
   l->store_of = calloc((size_t)l->ntensors, sizeof(*l->store_of));
-  l->assembly = calloc((size_t)l->ntensors, sizeof(*l->assembly));
-  if (l->stores == NULL || l->store_of == NULL || l->assembly == NULL) {
+  l->filled = calloc((size_t)l->ntensors, sizeof(*l->filled));
+  l->arena_off = malloc((size_t)l->ntensors * sizeof(*l->arena_off));
+  if (l->stores == NULL || l->store_of == NULL || l->filled == NULL ||
+      l->arena_off == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "loader tables");
     goto err;
   }
   for (int64_t i = 0; i < l->ntensors; i++) {
     l->store_of[i] = l->nstores;
+    l->arena_off[i] = -1;
     REFIT_CHECK_GOTO(refit_loader_describe(l, l->first + i), st, err);
   }
   *out = l;
@@ -171,33 +178,181 @@ err:
   return st;
 }
 
+/* Bytes of tensor i's canonical assembly: q then linear scales. */
+static int64_t refit_loader_assembly_bytes(const refit_gen_tensor_t *g) {
+  return g->rows * g->cols + g->rows * (g->cols / 32);
+}
+
+typedef struct {
+  int64_t off, len;
+} refit_range_t;
+
+/* First fit in a sorted free list; grows the high-water mark when nothing
+ * fits. 256-byte aligned, as the kernels prefer. */
+static int64_t refit_arena_take(refit_range_t *free_list, int64_t *nfree,
+                                int64_t *top, int64_t len) {
+  len = (len + 255) & ~(int64_t)255;
+  for (int64_t k = 0; k < *nfree; k++)
+    if (free_list[k].len >= len) {
+      int64_t off = free_list[k].off;
+      free_list[k].off += len;
+      free_list[k].len -= len;
+      return off;
+    }
+  int64_t off = *top;
+  *top += len;
+  return off;
+}
+
+static void refit_arena_give(refit_range_t *free_list, int64_t *nfree, int64_t off,
+                             int64_t len) {
+  len = (len + 255) & ~(int64_t)255;
+  int64_t k = 0;
+  while (k < *nfree && free_list[k].off < off)
+    k++;
+  memmove(&free_list[k + 1], &free_list[k], (size_t)(*nfree - k) * sizeof(*free_list));
+  free_list[k].off = off;
+  free_list[k].len = len;
+  (*nfree)++;
+  /* Merge with the neighbours. */
+  if (k + 1 < *nfree && free_list[k].off + free_list[k].len == free_list[k + 1].off) {
+    free_list[k].len += free_list[k + 1].len;
+    memmove(&free_list[k + 1], &free_list[k + 2],
+            (size_t)(*nfree - k - 2) * sizeof(*free_list));
+    (*nfree)--;
+  }
+  if (k > 0 && free_list[k - 1].off + free_list[k - 1].len == free_list[k].off) {
+    free_list[k - 1].len += free_list[k].len;
+    memmove(&free_list[k], &free_list[k + 1],
+            (size_t)(*nfree - k - 1) * sizeof(*free_list));
+    (*nfree)--;
+  }
+}
+
+/* One land descriptor per chunk this rank receives, in plan order, and the
+ * arena place of every quantized tensor, from a dry run of the plan. */
+static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
+  const refit_plan_t *p = l->plan;
+  const refit_gen_tensor_t *gens = l->cat->gen + l->first;
+  int64_t n = 0, nfree = 0, top = 0;
+  refit_status_t st = REFIT_OK;
+  refit_range_t *free_list = NULL;
+  int64_t *seen = NULL, *pending = NULL;
+  refit_land_desc_t *descs = NULL;
+
+  for (int64_t c = 0; c < p->nchunks; c++)
+    n += p->chunks[c].dst_rank == l->generator_rank;
+  descs = calloc((size_t)(n ? n : 1), sizeof(*descs));
+  l->desc_tensor = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+  l->desc_chunk = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+  l->land_begin = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
+  free_list = malloc((size_t)(l->ntensors + 1) * sizeof(*free_list));
+  seen = calloc((size_t)l->ntensors, sizeof(*seen));
+  pending = malloc((size_t)(l->ntensors + 1) * sizeof(*pending));
+  if (descs == NULL || l->desc_tensor == NULL || l->desc_chunk == NULL ||
+      l->land_begin == NULL || free_list == NULL || seen == NULL ||
+      pending == NULL) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "land tables of %lld chunks", (long long)n);
+    goto out;
+  }
+
+  /* Pass 1: the arena, by simulating which tensors are open when. A bucket
+   * lands all its chunks before any transform runs, so an area freed in
+   * bucket b is reused only from bucket b + 1 on. */
+  int64_t npending = 0;
+  int32_t bucket = -1;
+  for (int64_t c = 0; c < p->nchunks; c++) {
+    const refit_chunk_t *ch = &p->chunks[c];
+    if (ch->dst_rank != l->generator_rank)
+      continue;
+    if (ch->bucket != bucket) {
+      for (int64_t k = 0; k < npending; k++)
+        refit_arena_give(free_list, &nfree, l->arena_off[pending[k]],
+                         refit_loader_assembly_bytes(&gens[pending[k]]));
+      npending = 0;
+      bucket = ch->bucket;
+    }
+    const int64_t i = ch->dst_tensor - l->first;
+    const refit_gen_tensor_t *g = &gens[i];
+    if (!g->quantized)
+      continue;
+    if (seen[i] == 0)
+      l->arena_off[i] = refit_arena_take(free_list, &nfree, &top,
+                                         refit_loader_assembly_bytes(g));
+    seen[i] += ch->rows * ch->cols;
+    if (seen[i] == g->rows * g->cols)
+      pending[npending++] = i;
+  }
+  l->arena_bytes = top;
+  REFIT_CHECK_GOTO(refit_mem_alloc(l->mem, (size_t)top, (void **)&l->arena), st, out);
+
+  /* Pass 2: the descriptors, now that every address is known. */
+  int64_t k = 0;
+  for (int64_t c = 0; c < p->nchunks; c++) {
+    const refit_chunk_t *ch = &p->chunks[c];
+    if (ch->dst_rank != l->generator_rank)
+      continue;
+    const int64_t i = ch->dst_tensor - l->first;
+    const refit_gen_tensor_t *g = &gens[i];
+    refit_land_desc_t *d = &descs[k];
+    d->src_offset = ch->offset;
+    d->rows = ch->rows;
+    d->cols = ch->cols;
+    d->row_bytes = ch->row_bytes;
+    d->digest = l->trailer > 0;
+    if (g->quantized) {
+      const int64_t kb = g->cols / 32;
+      uint8_t *q = l->arena + l->arena_off[i];
+      d->op = l->wire == REFIT_WIRE_MXFP8 ? REFIT_CHUNK_SPLIT : REFIT_CHUNK_QUANTIZE;
+      d->dst = q + ch->dst_row * g->cols + ch->dst_col;
+      d->dst_pitch = g->cols;
+      d->scale = q + g->rows * g->cols + ch->dst_row * kb + ch->dst_col / 32;
+      d->scale_pitch = kb;
+    } else {
+      d->op = REFIT_CHUNK_COPY;
+      d->dst = (uint8_t *)l->stores[l->store_of[i]].target +
+               (ch->dst_row * g->cols + ch->dst_col) * 2;
+      d->dst_pitch = g->cols * 2;
+    }
+    l->desc_tensor[k] = i;
+    l->desc_chunk[k] = c;
+    l->land_begin[ch->bucket + 1] = k + 1;
+    k++;
+  }
+  /* Buckets this rank receives nothing in keep an empty range. */
+  for (int32_t b = 1; b <= p->nbuckets; b++)
+    if (l->land_begin[b] < l->land_begin[b - 1])
+      l->land_begin[b] = l->land_begin[b - 1];
+  REFIT_CHECK_GOTO(refit_land_descs_check(descs, n), st, out);
+  l->land.host = descs;
+  l->land.count = n;
+  descs = NULL;
+  REFIT_CHECK_GOTO(refit_mem_table_upload(l->mem, &l->land, sizeof(refit_land_desc_t)),
+                   st, out);
+out:
+  free(descs);
+  free(free_list);
+  free(seen);
+  free(pending);
+  return st;
+}
+
 refit_status_t refit_loader_allocate(refit_loader_t *l) {
   const int keep = l->cfg->refit.mode == REFIT_MODE_ASYNC ||
                    l->cfg->refit.restore == REFIT_RESTORE_FULL;
+  const int async = l->cfg->refit.mode == REFIT_MODE_ASYNC;
   for (int64_t i = 0; i < l->nstores; i++) {
     refit_store_t *s = &l->stores[i];
     if (s->data == NULL) {
-      /* Zeroed: storage is defined before the first refit. */
-      s->data = calloc(s->bytes ? s->bytes : 1, 1);
+      REFIT_CHECK(refit_mem_alloc(l->mem, s->bytes, &s->data));
       s->owned = 1;
     }
     if (keep && s->saved == NULL)
-      s->saved = calloc(s->bytes ? s->bytes : 1, 1);
-    if (s->data == NULL || (keep && s->saved == NULL))
-      return REFIT_ERR(REFIT_ERR_NO_MEMORY,
-                       "generator rank %d: runtime storage %s (%zu bytes%s)",
-                       l->generator_rank, s->name, s->bytes,
-                       keep ? ", twice: a saved copy is kept" : "");
-    s->target = s->data;
+      REFIT_CHECK(refit_mem_alloc(l->mem, s->bytes, &s->saved));
+    /* Targets are fixed for the session: the land tables hold them. */
+    s->target = async ? s->saved : s->data;
   }
-  return REFIT_OK;
-}
-
-static void refit_assembly_free(refit_assembly_t *a) {
-  free(a->q);
-  free(a->scale);
-  a->q = NULL;
-  a->scale = NULL;
+  return refit_loader_build_tables(l);
 }
 
 void refit_loader_destroy(refit_loader_t *l) {
@@ -206,46 +361,44 @@ void refit_loader_destroy(refit_loader_t *l) {
   if (l->stores != NULL)
     for (int64_t i = 0; i < l->nstores; i++) {
       if (l->stores[i].owned)
-        free(l->stores[i].data);
-      free(l->stores[i].saved);
+        refit_mem_free(l->mem, l->stores[i].data);
+      if (l->stores[i].saved != NULL)
+        refit_mem_free(l->mem, l->stores[i].saved);
     }
-  if (l->assembly != NULL)
-    for (int64_t i = 0; i < l->ntensors; i++)
-      refit_assembly_free(&l->assembly[i]);
+  if (l->arena != NULL)
+    refit_mem_free(l->mem, l->arena);
+  refit_mem_table_free(l->mem, &l->land);
+  free(l->land_begin);
+  free(l->desc_tensor);
+  free(l->desc_chunk);
   free(l->stores);
   free(l->store_of);
-  free(l->assembly);
+  free(l->filled);
+  free(l->arena_off);
   free(l);
 }
 
 void refit_loader_begin(refit_loader_t *l) {
-  const int async = l->cfg->refit.mode == REFIT_MODE_ASYNC;
-  for (int64_t i = 0; i < l->ntensors; i++) {
-    refit_assembly_free(&l->assembly[i]);
-    l->assembly[i].filled = 0;
-  }
-  for (int64_t i = 0; i < l->nstores; i++) {
-    l->stores[i].target = async ? l->stores[i].saved : l->stores[i].data;
+  memset(l->filled, 0, (size_t)l->ntensors * sizeof(*l->filled));
+  for (int64_t i = 0; i < l->nstores; i++)
     l->stores[i].saved_valid = 0;
-  }
   l->touched = 0;
 }
 
 /* Sync mode writes runtime storage in place: keep the previous bytes of a
  * store (restore: full) before its first byte is overwritten. */
-static void refit_loader_touch(refit_loader_t *l, refit_store_t *s) {
+static refit_status_t refit_loader_touch(refit_loader_t *l, refit_store_t *s) {
   if (l->cfg->refit.mode == REFIT_MODE_ASYNC)
-    return;
+    return REFIT_OK;
   l->touched = 1;
   if (s->saved != NULL && !s->saved_valid) {
-    memcpy(s->saved, s->data, s->bytes);
+    REFIT_CHECK(refit_mem_copy(l->mem, s->saved, s->data, s->bytes));
     s->saved_valid = 1;
   }
+  return REFIT_OK;
 }
 
 int refit_loader_rollback(refit_loader_t *l) {
-  for (int64_t i = 0; i < l->ntensors; i++)
-    refit_assembly_free(&l->assembly[i]);
   if (l->cfg->refit.mode == REFIT_MODE_ASYNC)
     return 1; /* runtime storage was never written */
   if (!l->touched)
@@ -254,253 +407,260 @@ int refit_loader_rollback(refit_loader_t *l) {
     return 0;
   for (int64_t i = 0; i < l->nstores; i++) {
     refit_store_t *s = &l->stores[i];
-    if (s->saved_valid)
-      memcpy(s->data, s->saved, s->bytes);
+    if (s->saved_valid && refit_mem_copy(l->mem, s->data, s->saved, s->bytes) != REFIT_OK)
+      return 0;
     s->saved_valid = 0;
   }
+  if (refit_mem_sync(l->mem) != REFIT_OK)
+    return 0;
   l->touched = 0;
   return 1;
 }
 
-void refit_loader_commit(refit_loader_t *l) {
+refit_status_t refit_loader_commit(refit_loader_t *l) {
   if (l->cfg->refit.mode == REFIT_MODE_ASYNC)
     for (int64_t i = 0; i < l->nstores; i++)
-      memcpy(l->stores[i].data, l->stores[i].saved, l->stores[i].bytes);
-  for (int64_t i = 0; i < l->nstores; i++) {
-    l->stores[i].target = l->stores[i].data;
+      REFIT_CHECK(refit_mem_copy(l->mem, l->stores[i].data, l->stores[i].saved,
+                                 l->stores[i].bytes));
+  for (int64_t i = 0; i < l->nstores; i++)
     l->stores[i].saved_valid = 0;
-  }
   l->touched = 0;
+  return refit_mem_sync(l->mem);
 }
 
-/* Canonical q + linear scales -> the runtime layout of tensor i, written to
- * the targets of its weight and scale stores. */
+/* Canonical q + linear scales -> the runtime layout of tensor i. */
 static refit_status_t refit_loader_transform(const refit_loader_t *l, int64_t i,
                                              const uint8_t *q,
                                              const uint8_t *scale, void *w_out,
                                              void *s_out) {
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
   if (g->kind == REFIT_GEN_LINEAR)
-    return refit_kernels_dense_transform(refit_loader_backend(l), g->rows,
-                                         g->cols, q, scale, w_out, s_out);
+    return refit_mem_dense_transform(l->mem, refit_loader_backend(l), g->rows,
+                                     g->cols, q, scale, w_out, s_out);
   const refit_kernels_moe_shape_t m = refit_loader_moe_shape(g);
-  return refit_kernels_moe_transform_tensor(
-      &m, g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_MOE_W13 : REFIT_KERNELS_MOE_W2,
-      q, scale, w_out, s_out);
+  return refit_mem_moe_transform(
+      l->mem, &m,
+      g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_MOE_W13 : REFIT_KERNELS_MOE_W2, q,
+      scale, w_out, s_out);
 }
 
-static refit_status_t refit_loader_land_quantized(refit_loader_t *l, int64_t i,
-                                                  const refit_chunk_t *ch,
-                                                  const unsigned char *src) {
+/* Count what descriptor k landed; a tensor that is complete gets its layout
+ * transform (quantized) now. */
+static refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
+  const int64_t i = l->desc_tensor[k];
+  const refit_chunk_t *ch = &l->plan->chunks[l->desc_chunk[k]];
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
-  refit_assembly_t *a = &l->assembly[i];
-  const int64_t kb = g->cols / 32;
-  if (a->q == NULL) {
-    a->q = malloc((size_t)(g->rows * g->cols));
-    a->scale = malloc((size_t)(g->rows * kb));
-    if (a->q == NULL || a->scale == NULL) {
-      refit_assembly_free(a);
-      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "assembly of %s (%lld x %lld)",
-                       g->name, (long long)g->rows, (long long)g->cols);
-    }
-  }
-  uint8_t *q = a->q + ch->dst_row * g->cols + ch->dst_col;
-  uint8_t *scale = a->scale + ch->dst_row * kb + ch->dst_col / 32;
-  if (l->wire == REFIT_WIRE_BF16) {
-    REFIT_CHECK(refit_mxfp8_quantize_rows((const uint16_t *)src, ch->rows, ch->cols,
-                                          ch->cols, q, g->cols, scale, kb));
-  } else {
-    /* Prequantized on the trainer: per row K e4m3 bytes, then K/32 scales. */
-    for (int64_t r = 0; r < ch->rows; r++) {
-      const unsigned char *row = src + r * ch->row_bytes;
-      memcpy(q + r * g->cols, row, (size_t)ch->cols);
-      memcpy(scale + r * kb, row + ch->cols, (size_t)(ch->cols / 32));
-    }
-  }
-  a->filled += ch->rows * ch->cols;
-  if (a->filled < g->rows * g->cols)
-    return REFIT_OK;
-  /* Every piece present: the layout transform acts on the whole tensor. */
-  refit_store_t *w = &l->stores[l->store_of[i]];
-  refit_loader_touch(l, &w[0]);
-  refit_loader_touch(l, &w[1]);
-  refit_status_t st = refit_loader_transform(l, i, a->q, a->scale, w->target,
-                                             w[1].target);
-  refit_assembly_free(a);
-  return st;
-}
-
-/* Land one chunk whose rows start at `src`. */
-static refit_status_t refit_loader_land_chunk(refit_loader_t *l,
-                                              const refit_chunk_t *ch,
-                                              const unsigned char *src) {
-  const int64_t i = ch->dst_tensor - l->first;
-  const refit_gen_tensor_t *g = &l->cat->gen[ch->dst_tensor];
-  if (l->assembly[i].filled + ch->rows * ch->cols > g->rows * g->cols)
+  const int64_t total = g->rows * g->cols;
+  if (l->filled[i] + ch->rows * ch->cols > total)
     return REFIT_ERR(REFIT_ERR_INTEGRITY,
                      "generator rank %d: tensor %s received more elements than "
                      "it has (%lld landed, %lld more from trainer rank %d, "
                      "%lld in the tensor): a duplicate chunk",
-                     l->generator_rank, g->name, (long long)l->assembly[i].filled,
+                     l->generator_rank, g->name, (long long)l->filled[i],
                      (long long)(ch->rows * ch->cols), ch->src_rank,
-                     (long long)(g->rows * g->cols));
-  if (g->quantized)
-    return refit_loader_land_quantized(l, i, ch, src);
-  refit_store_t *store = &l->stores[l->store_of[i]];
-  refit_loader_touch(l, store);
-  uint16_t *dst = (uint16_t *)store->target + ch->dst_row * g->cols + ch->dst_col;
-  for (int64_t r = 0; r < ch->rows; r++)
-    memcpy(dst + r * g->cols, src + r * ch->row_bytes, (size_t)ch->row_bytes);
-  l->assembly[i].filled += ch->rows * ch->cols;
-  return REFIT_OK;
+                     (long long)total);
+  l->filled[i] += ch->rows * ch->cols;
+  if (!g->quantized || l->filled[i] < total)
+    return REFIT_OK;
+  refit_store_t *w = &l->stores[l->store_of[i]];
+  REFIT_CHECK(refit_loader_touch(l, &w[0]));
+  REFIT_CHECK(refit_loader_touch(l, &w[1]));
+  const uint8_t *q = l->arena + l->arena_off[i];
+  return refit_loader_transform(l, i, q, q + g->rows * g->cols, w[0].target,
+                                w[1].target);
 }
 
-refit_status_t refit_loader_land(refit_loader_t *l, const refit_plan_t *plan,
-                                 const refit_msg_t *m, unsigned char *staging,
-                                 refit_land_fault_t fault) {
-  for (int64_t c = m->chunk_begin; c < m->chunk_begin + m->chunk_count; c++) {
-    const refit_chunk_t *ch = &plan->chunks[c];
-    unsigned char *src = staging + ch->offset;
-    const size_t bytes = (size_t)(ch->rows * ch->row_bytes);
-    const int first = c == m->chunk_begin;
-    if (first && fault == REFIT_LAND_DROP_ONE)
-      continue;
-    if (first && fault == REFIT_LAND_FLIP_ONE)
-      src[bytes / 2] ^= 0x10;
-    if (l->trailer > 0) {
-      uint64_t sent;
-      memcpy(&sent, src + bytes, sizeof(sent));
-      const uint64_t got = refit_digest64(src, bytes);
-      if (got != sent)
-        return REFIT_ERR(REFIT_ERR_INTEGRITY,
-                         "digest mismatch in tensor %s (rows %lld..%lld, cols "
-                         "%lld..%lld) sent by trainer rank %d to generator rank "
-                         "%d: sender 0x%016llx, receiver 0x%016llx",
-                         l->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
-                         (long long)(ch->dst_row + ch->rows - 1),
-                         (long long)ch->dst_col,
-                         (long long)(ch->dst_col + ch->cols - 1), ch->src_rank,
-                         l->generator_rank, (unsigned long long)sent,
-                         (unsigned long long)got);
-    }
-    REFIT_CHECK(refit_loader_land_chunk(l, ch, src));
-    if (first && fault == REFIT_LAND_DUPLICATE_ONE)
-      REFIT_CHECK(refit_loader_land_chunk(l, ch, src));
+refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
+                                        unsigned char *staging,
+                                        refit_land_fault_t fault) {
+  int64_t first = l->land_begin[b], n = l->land_begin[b + 1] - first, bad = -1;
+  if (n == 0)
+    return REFIT_OK;
+  const refit_land_desc_t *descs = l->land.host;
+  if (fault == REFIT_LAND_FLIP_ONE) {
+    unsigned char byte;
+    unsigned char *at = staging + descs[first].src_offset +
+                        descs[first].rows * descs[first].row_bytes / 2;
+    REFIT_CHECK(refit_mem_to_host(l->mem, &byte, at, 1));
+    byte ^= 0x10;
+    REFIT_CHECK(refit_mem_from_host(l->mem, at, &byte, 1));
   }
-  return REFIT_OK;
+  if (fault == REFIT_LAND_DROP_ONE) {
+    first++;
+    n--;
+  }
+  /* Stores written in place for the first time this refit are saved first. */
+  for (int64_t k = first; k < first + n; k++) {
+    const int64_t i = l->desc_tensor[k];
+    if (!l->cat->gen[l->first + i].quantized)
+      REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i]]));
+  }
+  REFIT_CHECK(refit_mem_land(l->mem, &l->land, first, n, staging, &bad));
+  if (bad < 0 && fault == REFIT_LAND_DUPLICATE_ONE)
+    REFIT_CHECK(refit_mem_land(l->mem, &l->land, first, 1, staging, &bad));
+  if (bad >= 0) {
+    const refit_chunk_t *ch = &l->plan->chunks[l->desc_chunk[bad]];
+    return REFIT_ERR(REFIT_ERR_INTEGRITY,
+                     "digest mismatch in tensor %s (rows %lld..%lld, cols "
+                     "%lld..%lld) sent by trainer rank %d to generator rank %d",
+                     l->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
+                     (long long)(ch->dst_row + ch->rows - 1), (long long)ch->dst_col,
+                     (long long)(ch->dst_col + ch->cols - 1), ch->src_rank,
+                     l->generator_rank);
+  }
+  for (int64_t k = first; k < first + n; k++)
+    REFIT_CHECK(refit_loader_account(l, k));
+  if (fault == REFIT_LAND_DUPLICATE_ONE)
+    REFIT_CHECK(refit_loader_account(l, first));
+  return refit_mem_sync(l->mem);
 }
 
 refit_status_t refit_loader_end(refit_loader_t *l) {
   for (int64_t i = 0; i < l->ntensors; i++) {
     const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
-    if (l->assembly[i].filled != g->rows * g->cols)
+    if (l->filled[i] != g->rows * g->cols)
       return REFIT_ERR(REFIT_ERR_INTEGRITY,
                        "generator rank %d: tensor %s incomplete: %lld of %lld "
                        "elements landed (a chunk was lost)",
-                       l->generator_rank, g->name,
-                       (long long)l->assembly[i].filled,
+                       l->generator_rank, g->name, (long long)l->filled[i],
                        (long long)(g->rows * g->cols));
   }
   return REFIT_OK;
 }
 
-/* The expected BF16 matrix of tensor i for `version`, from the source and
- * the reference rules (not from the catalog's segments). */
+/* The expected BF16 matrix of tensor i for `version` into `out` (this rank's
+ * memory), from the source and the reference rules (not the catalog's
+ * segments): on the device for synthetic sources, else read on the host. */
 static refit_status_t refit_loader_expected(const refit_loader_t *l,
                                             refit_source_t *src, uint64_t version,
                                             int64_t i, uint16_t *out) {
   const refit_catalog_t *cat = l->cat;
   const refit_gen_tensor_t *g = &cat->gen[l->first + i];
+  const int synth = src->ops->synth_key != NULL;
+  uint64_t *keys = NULL;
+  int64_t *bases = NULL;
+  int32_t *norms = NULL;
+  uint16_t *host = NULL;
+  refit_status_t st = REFIT_OK;
+
+  if (synth) {
+    keys = malloc((size_t)g->rows * sizeof(*keys));
+    bases = malloc((size_t)g->rows * sizeof(*bases));
+    norms = malloc((size_t)g->rows * sizeof(*norms));
+  } else {
+    host = malloc((size_t)(g->rows * g->cols) * sizeof(*host));
+  }
+  if ((synth && (keys == NULL || bases == NULL || norms == NULL)) ||
+      (!synth && host == NULL)) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: expected %s", g->name);
+    goto out;
+  }
   for (int64_t row = 0; row < g->rows; row++) {
     char name[REFIT_NAME_MAX];
     int64_t src_row, col_off;
-    REFIT_CHECK(refit_reference_source_row(&cat->model, &cat->generator,
-                                           l->tp_rank, g->name, row, name,
-                                           &src_row, &col_off));
+    REFIT_CHECK_GOTO(refit_reference_source_row(&cat->model, &cat->generator,
+                                                l->tp_rank, g->name, row, name,
+                                                &src_row, &col_off),
+                     st, out);
     const int64_t si = refit_catalog_find_src(cat, name);
-    if (si < 0)
-      return REFIT_ERR(REFIT_ERR_INTERNAL,
-                       "verify: %s row %lld names unknown source %s", g->name,
-                       (long long)row, name);
-    REFIT_CHECK(src->ops->read(src->ctx, &cat->src[si], version, src_row,
-                               col_off, 1, g->cols, out + row * g->cols));
+    if (si < 0) {
+      st = REFIT_ERR(REFIT_ERR_INTERNAL,
+                     "verify: %s row %lld names unknown source %s", g->name,
+                     (long long)row, name);
+      goto out;
+    }
+    const refit_src_tensor_t *t = &cat->src[si];
+    if (synth) {
+      int norm = 0;
+      REFIT_CHECK_GOTO(src->ops->synth_key(src->ctx, t, version, &keys[row], &norm),
+                       st, out);
+      norms[row] = norm;
+      bases[row] = src_row * t->cols + col_off;
+    } else {
+      REFIT_CHECK_GOTO(src->ops->read(src->ctx, t, version, src_row, col_off, 1,
+                                      g->cols, host + row * g->cols),
+                       st, out);
+    }
   }
-  return REFIT_OK;
+  if (synth)
+    st = refit_mem_synth_rows(l->mem, keys, norms, bases, g->rows, g->cols, out);
+  else
+    st = refit_mem_from_host(l->mem, out, host,
+                             (size_t)(g->rows * g->cols) * sizeof(*host));
+out:
+  free(keys);
+  free(bases);
+  free(norms);
+  free(host);
+  return st;
 }
 
-/* Count differing bytes of `got` against `want`; log the first. */
-static int64_t refit_loader_compare(const refit_store_t *s, const void *want,
-                                    const void *got, size_t elem, uint64_t version,
-                                    int generator_rank, int64_t already_bad) {
-  const unsigned char *w = want, *g = got;
-  int64_t bad = 0;
-  const size_t n = s->bytes / elem;
-  if (memcmp(want, got, s->bytes) == 0)
-    return 0;
-  for (size_t e = 0; e < n; e++) {
-    if (memcmp(w + e * elem, g + e * elem, elem) == 0)
-      continue;
-    if (bad == 0 && already_bad == 0) {
-      unsigned long long ew = 0, ag = 0;
-      memcpy(&ew, w + e * elem, elem);
-      memcpy(&ag, g + e * elem, elem);
-      REFIT_WARN("verify: version %llu, generator rank %d, %s %s (layout %s): "
-                 "first mismatch at element %zu of %zu: expected 0x%0*llx, "
-                 "actual 0x%0*llx",
-                 (unsigned long long)version, generator_rank, s->name,
-                 refit_dtype_name(s->dtype), s->layout, e, n, (int)(2 * elem), ew,
-                 (int)(2 * elem), ag);
-    }
-    bad++;
+/* Count differing elements of a store against `want`; log the first. */
+static refit_status_t refit_loader_compare(const refit_loader_t *l,
+                                           const refit_store_t *s,
+                                           const void *want, size_t elem,
+                                           uint64_t version, int64_t *bad) {
+  int64_t count = 0, first = 0;
+  REFIT_CHECK(refit_mem_compare(l->mem, want, s->data, s->bytes, elem, &count, &first));
+  if (count > 0 && *bad == 0) {
+    unsigned long long ew = 0, ag = 0;
+    REFIT_CHECK(refit_mem_to_host(l->mem, &ew, (const unsigned char *)want + first * elem, elem));
+    REFIT_CHECK(refit_mem_to_host(l->mem, &ag, (const unsigned char *)s->data + first * elem, elem));
+    REFIT_WARN("verify: version %llu, generator rank %d, %s %s (layout %s): "
+               "first mismatch at element %lld of %zu: expected 0x%0*llx, "
+               "actual 0x%0*llx (%lld elements differ)",
+               (unsigned long long)version, l->generator_rank, s->name,
+               refit_dtype_name(s->dtype), s->layout, (long long)first,
+               s->bytes / elem, (int)(2 * elem), ew, (int)(2 * elem), ag,
+               (long long)count);
   }
-  return bad;
+  *bad += count;
+  return REFIT_OK;
 }
 
 refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
                                    uint64_t version, int64_t *mismatches) {
-  const int generator_rank = l->generator_rank;
   refit_status_t st = REFIT_OK;
   int64_t bad = 0;
+  size_t scratch_bytes = 0;
+  uint8_t *scratch = NULL;
+
+  /* One scratch area sized for the largest tensor: expected BF16, its
+   * canonical MXFP8, and the expected runtime layout. */
+  for (int64_t i = 0; i < l->ntensors; i++) {
+    const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
+    const refit_store_t *w = &l->stores[l->store_of[i]];
+    size_t need = (size_t)(g->rows * g->cols) * 2;
+    if (g->quantized)
+      need += (size_t)refit_loader_assembly_bytes(g) + w[0].bytes + w[1].bytes + 1024;
+    if (need > scratch_bytes)
+      scratch_bytes = need;
+  }
+  REFIT_CHECK(refit_mem_alloc(l->mem, scratch_bytes, (void **)&scratch));
   for (int64_t i = 0; i < l->ntensors && st == REFIT_OK; i++) {
     const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
     const refit_store_t *w = &l->stores[l->store_of[i]];
-    uint16_t *want = malloc((size_t)(g->rows * g->cols) * 2);
-    uint8_t *q = NULL, *scale = NULL, *w_out = NULL, *s_out = NULL;
-    if (want == NULL) {
-      st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: %s", g->name);
-      break;
-    }
-    REFIT_CHECK_GOTO(refit_loader_expected(l, src, version, i, want), st, next);
+    uint16_t *want = (uint16_t *)scratch;
+    REFIT_CHECK_GOTO(refit_loader_expected(l, src, version, i, want), st, out);
     if (!g->quantized) {
-      bad += refit_loader_compare(w, want, w->data, 2,
-                                  version, generator_rank, bad);
-      goto next;
-    }
-    q = malloc((size_t)(g->rows * g->cols));
-    scale = malloc((size_t)(g->rows * g->cols / 32));
-    w_out = calloc(w[0].bytes, 1);
-    s_out = calloc(w[1].bytes, 1);
-    if (q == NULL || scale == NULL || w_out == NULL || s_out == NULL) {
-      st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: %s", g->name);
-      goto next;
+      REFIT_CHECK_GOTO(refit_loader_compare(l, w, want, 2, version, &bad), st, out);
+      continue;
     }
     /* The whole tensor at once, unlike the data path's chunk by chunk. */
-    REFIT_CHECK_GOTO(refit_mxfp8_quantize_rows(want, g->rows, g->cols, g->cols, q,
-                                               g->cols, scale, g->cols / 32),
-                     st, next);
-    REFIT_CHECK_GOTO(refit_loader_transform(l, i, q, scale, w_out, s_out), st,
-                     next);
-    bad += refit_loader_compare(&w[0], w_out, w[0].data,
-                                1, version, generator_rank, bad);
-    bad += refit_loader_compare(&w[1], s_out, w[1].data,
-                                1, version, generator_rank, bad);
-  next:
-    free(want);
-    free(q);
-    free(scale);
-    free(w_out);
-    free(s_out);
+    uint8_t *q = scratch + ((size_t)(g->rows * g->cols) * 2 + 255) / 256 * 256;
+    uint8_t *scale = q + g->rows * g->cols;
+    uint8_t *w_out = q + (refit_loader_assembly_bytes(g) + 255) / 256 * 256;
+    uint8_t *s_out = w_out + (w[0].bytes + 255) / 256 * 256;
+    REFIT_CHECK_GOTO(refit_mem_zero(l->mem, w_out, w[0].bytes), st, out);
+    REFIT_CHECK_GOTO(refit_mem_zero(l->mem, s_out, w[1].bytes), st, out);
+    REFIT_CHECK_GOTO(refit_mem_quantize_rows(l->mem, want, g->rows, g->cols, q, scale),
+                     st, out);
+    REFIT_CHECK_GOTO(refit_loader_transform(l, i, q, scale, w_out, s_out), st, out);
+    REFIT_CHECK_GOTO(refit_loader_compare(l, &w[0], w_out, 1, version, &bad), st, out);
+    REFIT_CHECK_GOTO(refit_loader_compare(l, &w[1], s_out, 1, version, &bad), st, out);
   }
+out:
+  refit_mem_free(l->mem, scratch);
   *mismatches = bad;
   return st;
 }

@@ -21,6 +21,7 @@
 #define REFIT_LOADER_H
 
 #include "config.h"
+#include "memory.h"
 #include "reshard/catalog.h"
 #include "reshard/plan.h"
 #include "source.h"
@@ -60,25 +61,36 @@ typedef struct {
 } refit_store_t;
 
 typedef struct {
-  uint8_t *q;     /* canonical e4m3 [rows, cols] */
-  uint8_t *scale; /* canonical linear scales [rows, cols / 32] */
-  int64_t filled; /* elements landed this refit */
-} refit_assembly_t;
-
-typedef struct {
   const refit_catalog_t *cat;
   const refit_config_t *cfg;
+  refit_mem_t *mem; /* host or device: where stores, arena and staging live */
   int tp_rank;
+  int generator_rank;
   int64_t first;    /* cat->gen_begin[tp_rank] */
   int64_t ntensors; /* catalog tensors of this tp rank */
   refit_store_t *stores;
   int64_t nstores;
   int64_t *store_of; /* tensor i -> its weight store; the scale follows */
-  refit_assembly_t *assembly;
   refit_wire_t wire;
-  int32_t trailer;    /* digest bytes after each chunk (0: none) */
-  int generator_rank; /* for messages */
-  int touched;        /* sync: runtime storage written this refit */
+  int32_t trailer; /* digest bytes after each chunk (0: none) */
+
+  /* Canonical MXFP8 assembly: tensor i, while incomplete, has q [rows, K]
+   * then linear scales [rows, K/32] at arena + arena_off[i]. Offsets come
+   * from the plan (a tensor's area is reused once it is complete), so the
+   * arena is as large as the most bytes ever incomplete at once. */
+  uint8_t *arena;
+  int64_t arena_bytes;
+  int64_t *arena_off; /* -1 for tensors that are not quantized */
+
+  /* One land descriptor per chunk this rank receives, bucket by bucket. */
+  refit_mem_table_t land;
+  int64_t *land_begin;  /* nbuckets + 1 */
+  int64_t *desc_tensor; /* local tensor index of each descriptor */
+  int64_t *desc_chunk;  /* plan chunk of each descriptor */
+  const refit_plan_t *plan;
+
+  int64_t *filled; /* elements landed this refit, per tensor */
+  int touched;     /* sync: runtime storage written this refit */
 } refit_loader_t;
 
 /* True when generator tensor `g` is quantized under `cfg` (precision mxfp8,
@@ -88,12 +100,14 @@ int refit_loader_quantizes(const refit_config_t *cfg, const refit_gen_tensor_t *
 /* Allocate the stores of tp rank `tp_rank`. The catalog's `quantized` flags
  * must already be set (refit_loader_mark_quantized). */
 refit_status_t refit_loader_create(const refit_catalog_t *cat,
-                                   const refit_config_t *cfg, int tp_rank,
-                                   int generator_rank, const refit_plan_t *plan,
+                                   const refit_config_t *cfg, refit_mem_t *mem,
+                                   int tp_rank, int generator_rank,
+                                   const refit_plan_t *plan,
                                    refit_loader_t **out);
 
 /* Allocate runtime storage for every store not registered by the caller,
- * and the saved copies the mode needs. Once, before the first refit. */
+ * the saved copies the mode needs and the arena, and build the land tables
+ * against `staging` layout. Once, before the first refit. */
 refit_status_t refit_loader_allocate(refit_loader_t *l);
 void refit_loader_destroy(refit_loader_t *l);
 
@@ -112,11 +126,14 @@ typedef enum {
   REFIT_LAND_FLIP_ONE       /* flip a bit of the first chunk before landing */
 } refit_land_fault_t;
 
-/* Land every chunk of message `m` from `staging` (the bucket's area),
- * checking each chunk's digest first when the plan carries digests. */
-refit_status_t refit_loader_land(refit_loader_t *l, const refit_plan_t *plan,
-                                 const refit_msg_t *m, unsigned char *staging,
-                                 refit_land_fault_t fault);
+
+/* Land bucket b from `staging` (the bucket's area), checking each chunk's
+ * digest first when the plan carries digests; completes the layout of every
+ * quantized tensor whose last piece arrived. Returns when the bucket's work
+ * is done, so the staging area may be reused. */
+refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
+                                        unsigned char *staging,
+                                        refit_land_fault_t fault);
 
 /* Give up the refit in progress. Returns 1 when runtime storage holds the
  * previous version (restored from saved copies, or never touched), 0 when it
@@ -125,7 +142,7 @@ int refit_loader_rollback(refit_loader_t *l);
 
 /* Make the new version the runtime one: async copies each shadow into
  * runtime storage (same addresses); sync has nothing left to do. */
-void refit_loader_commit(refit_loader_t *l);
+refit_status_t refit_loader_commit(refit_loader_t *l);
 
 /* Every tensor complete? Names the first incomplete one. */
 refit_status_t refit_loader_end(refit_loader_t *l);

@@ -4,6 +4,9 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "kernels/mxfp8.h"
+#ifdef REFIT_HAVE_CUDA
+#include "device.h"
+#endif
 
 #include <signal.h>
 #include <stdio.h>
@@ -114,24 +117,111 @@ static refit_status_t refit_session_plan(refit_session_t *s) {
   return REFIT_OK;
 }
 
-/* Trainer: new weights of `version` into every shard this rank holds. */
+/* Trainer: new weights of `version` into every shard this rank holds.
+ * Synthetic sources fill device memory on the device; sources that read data
+ * go through a host buffer. */
 static refit_status_t refit_trainer_source(refit_session_t *s, uint64_t version) {
   const refit_catalog_t *cat = s->cat;
-  for (int64_t i = 0; i < cat->nsrc; i++) {
+  const int on_device = refit_mem_on_device(s->mem);
+  uint16_t *bounce = NULL;
+  size_t bounce_bytes = 0;
+  refit_status_t st = REFIT_OK;
+  for (int64_t i = 0; i < cat->nsrc && st == REFIT_OK; i++) {
     if (s->shards[i] == NULL)
       continue;
     const refit_src_tensor_t *t = &cat->src[i];
     int64_t rows, cols;
     refit_src_shard_shape(t, &rows, &cols);
     const int32_t p = s->shard_part[i];
-    REFIT_CHECK(s->source.ops->read(
-        s->source.ctx, t, version, t->split == REFIT_SPLIT_ROWS ? p * rows : 0,
-        t->split == REFIT_SPLIT_COLS ? p * cols : 0, rows, cols, s->shards[i]));
+    const int64_t row0 = t->split == REFIT_SPLIT_ROWS ? p * rows : 0;
+    const int64_t col0 = t->split == REFIT_SPLIT_COLS ? p * cols : 0;
+    if (on_device && s->source.ops->synth_key != NULL) {
+      uint64_t key;
+      int norm;
+      st = s->source.ops->synth_key(s->source.ctx, t, version, &key, &norm);
+      if (st == REFIT_OK)
+        st = refit_mem_synth_rect(s->mem, key, norm, t->cols, row0, col0, rows,
+                                  cols, s->shards[i]);
+      continue;
+    }
+    if (!on_device) {
+      st = s->source.ops->read(s->source.ctx, t, version, row0, col0, rows, cols,
+                               s->shards[i]);
+      continue;
+    }
+    const size_t bytes = (size_t)(rows * cols) * sizeof(uint16_t);
+    if (bytes > bounce_bytes) {
+      free(bounce);
+      bounce = malloc(bytes);
+      bounce_bytes = bounce != NULL ? bytes : 0;
+      if (bounce == NULL) {
+        st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "source bounce buffer of %zu bytes", bytes);
+        break;
+      }
+    }
+    st = s->source.ops->read(s->source.ctx, t, version, row0, col0, rows, cols,
+                             bounce);
+    if (st == REFIT_OK)
+      st = refit_mem_from_host(s->mem, s->shards[i], bounce, bytes);
   }
-  return REFIT_OK;
+  free(bounce);
+  if (st == REFIT_OK)
+    st = refit_mem_sync(s->mem);
+  return st;
 }
 
-/* Trainer: gather the chunks of bucket b into buf, one message per peer. */
+/* Trainer: one pack descriptor per chunk this rank sends, bucket by bucket,
+ * against the send buffer layout (messages back to back in plan order). */
+static refit_status_t refit_trainer_tables(refit_session_t *s) {
+  const refit_plan_t *p = s->plan;
+  int64_t n = 0;
+  for (int64_t k = 0; k < s->my_begin[p->nbuckets]; k++)
+    n += p->msgs[s->my_msgs[k]].chunk_count;
+  refit_pack_desc_t *d = calloc((size_t)(n ? n : 1), sizeof(*d));
+  s->pack_begin = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
+  if (d == NULL || s->pack_begin == NULL) {
+    free(d);
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "pack tables of %lld chunks", (long long)n);
+  }
+  int64_t j = 0;
+  for (int32_t b = 0; b < p->nbuckets; b++) {
+    int64_t used = 0;
+    s->pack_begin[b] = j;
+    for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
+      const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
+      for (int64_t c = m->chunk_begin; c < m->chunk_begin + m->chunk_count; c++) {
+        const refit_chunk_t *ch = &p->chunks[c];
+        int64_t shard_rows, shard_cols;
+        refit_src_shard_shape(&s->cat->src[ch->src_tensor], &shard_rows, &shard_cols);
+        d[j].src = s->shards[ch->src_tensor] + ch->src_row * shard_cols + ch->src_col;
+        d[j].src_pitch = shard_cols * 2;
+        d[j].dst_offset = used + (ch->offset - m->offset);
+        d[j].rows = ch->rows;
+        d[j].cols = ch->cols;
+        d[j].row_bytes = ch->row_bytes;
+        /* Prequantize: blocks never cross rows, so quantizing chunk rows on
+         * the trainer equals quantizing the whole tensor. */
+        d[j].op = p->options.wire == REFIT_WIRE_MXFP8 &&
+                          s->cat->gen[ch->dst_tensor].quantized
+                      ? REFIT_CHUNK_QUANTIZE
+                      : REFIT_CHUNK_COPY;
+        d[j].digest = p->options.chunk_trailer > 0;
+        j++;
+      }
+      used += m->bytes;
+    }
+  }
+  s->pack_begin[p->nbuckets] = j;
+  refit_status_t st = refit_pack_descs_check(d, n);
+  s->pack.host = d;
+  s->pack.count = n;
+  if (st == REFIT_OK)
+    st = refit_mem_table_upload(s->mem, &s->pack, sizeof(refit_pack_desc_t));
+  return st;
+}
+
+/* Trainer: gather the chunks of bucket b into buf (one message per peer,
+ * back to back) and list the sends. Returns once buf is complete. */
 static refit_status_t refit_trainer_pack(refit_session_t *s, int32_t b,
                                          unsigned char *buf, refit_xfer_t *xfers,
                                          int *nxfers) {
@@ -144,40 +234,11 @@ static refit_status_t refit_trainer_pack(refit_session_t *s, int32_t b,
     xfers[*nxfers].buf = buf + used;
     xfers[*nxfers].bytes = (size_t)m->bytes;
     (*nxfers)++;
-    for (int64_t c = m->chunk_begin; c < m->chunk_begin + m->chunk_count; c++) {
-      const refit_chunk_t *ch = &p->chunks[c];
-      int64_t shard_rows, shard_cols;
-      refit_src_shard_shape(&s->cat->src[ch->src_tensor], &shard_rows, &shard_cols);
-      const uint16_t *src = s->shards[ch->src_tensor] + ch->src_row * shard_cols +
-                            ch->src_col;
-      const size_t row_bytes = (size_t)ch->row_bytes;
-      unsigned char *chunk = buf + used;
-      if (p->options.wire == REFIT_WIRE_MXFP8 &&
-          s->cat->gen[ch->dst_tensor].quantized) {
-        /* Prequantize: per row K e4m3 bytes, then K/32 scale bytes. Blocks
-         * never cross rows, so this equals quantizing the whole tensor. */
-        for (int64_t r = 0; r < ch->rows; r++)
-          REFIT_CHECK(refit_mxfp8_quantize_rows(
-              src + r * shard_cols, 1, ch->cols, shard_cols,
-              buf + used + r * row_bytes, ch->cols,
-              buf + used + r * row_bytes + ch->cols, ch->cols / 32));
-        used += (size_t)ch->rows * row_bytes;
-      } else {
-        for (int64_t r = 0; r < ch->rows; r++) {
-          memcpy(buf + used, src + r * shard_cols, row_bytes);
-          used += row_bytes;
-        }
-      }
-      if (p->options.chunk_trailer > 0) {
-        /* The chunk's digest travels behind it; the generator checks it
-         * before landing a byte. */
-        const uint64_t d = refit_digest64(chunk, (size_t)(buf + used - chunk));
-        memcpy(buf + used, &d, sizeof(d));
-        used += (size_t)p->options.chunk_trailer;
-      }
-    }
+    used += (size_t)m->bytes;
   }
-  return REFIT_OK;
+  REFIT_CHECK(refit_mem_pack(s->mem, &s->pack, s->pack_begin[b],
+                             s->pack_begin[b + 1] - s->pack_begin[b], buf));
+  return refit_mem_sync(s->mem);
 }
 
 /* Generator: receives of bucket b into the staging area `buf`. */
@@ -237,12 +298,8 @@ static refit_status_t refit_session_alloc_buffers(refit_session_t *s) {
   } else {
     need = s->plan->staging[s->role_rank];
   }
-  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
-    s->buffer[i] = malloc((size_t)(need ? need : 1));
-    if (s->buffer[i] == NULL)
-      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "%s buffer of %lld bytes",
-                       s->is_trainer ? "send" : "staging", (long long)need);
-  }
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
+    REFIT_CHECK(refit_mem_alloc(s->mem, (size_t)need, (void **)&s->buffer[i]));
   return REFIT_OK;
 }
 
@@ -325,10 +382,44 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   st = refit_session_fault_env(s);
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "reading REFIT_FAULT"), st, err);
 
+  /* Device memory when this rank sees a GPU, the job does not bind ranks
+   * away from GPUs, and the transport moves device memory; every rank must
+   * agree, or host memory is used everywhere. */
+  int want_device = refit_mem_gpu_count() > 0 &&
+                    s->cfg.refit.device_map != REFIT_DEVICE_MAP_NONE &&
+                    s->cfg.refit.transport != REFIT_TRANSPORT_MPI &&
+                    s->cfg.refit.transport != REFIT_TRANSPORT_UCX;
+  int all_device = 0;
+  MPI_Allreduce(&want_device, &all_device, 1, MPI_INT, MPI_MIN, world);
+  if ((s->cfg.refit.transport == REFIT_TRANSPORT_NCCL ||
+       s->cfg.refit.transport == REFIT_TRANSPORT_IPC) && !all_device) {
+    st = REFIT_ERR(REFIT_ERR_CONFIG,
+                   "refit.transport %s moves GPU memory, but not every rank sees "
+                   "a GPU (rank %d sees %d) or refit.device_map is none",
+                   s->cfg.refit.transport == REFIT_TRANSPORT_NCCL ? "nccl" : "ipc",
+                   s->rank, refit_mem_gpu_count());
+    goto err;
+  }
+  st = REFIT_OK;
+#ifdef REFIT_HAVE_CUDA
+  if (all_device) {
+    refit_device_info_t info;
+    st = refit_device_bind(world, -1, &info);
+    if (st == REFIT_OK)
+      REFIT_INFO("rank %d bound to GPU %d (%s) on %s", s->rank, info.device,
+                 info.bus_id, info.host);
+  }
+#endif
+  if (st == REFIT_OK)
+    st = refit_mem_create(all_device, &s->mem);
+  REFIT_CHECK_GOTO(refit_session_agree(world, st, "choosing memory"), st, err);
+
   refit_transport_args_t args = {.world = world,
                                  .world_rank = s->rank,
                                  .world_size = s->size,
-                                 .timeout_s = s->cfg.refit.timeout_s};
+                                 .timeout_s = s->cfg.refit.timeout_s,
+                                 .memory = all_device ? REFIT_MEMORY_DEVICE
+                                                      : REFIT_MEMORY_HOST};
   st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the transport"), st,
                    err);
@@ -337,8 +428,8 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   if (s->is_trainer) {
     st = refit_session_index_trainer(s);
   } else {
-    st = refit_loader_create(s->cat, &s->cfg, s->tp_rank, s->role_rank, s->plan,
-                             &s->loader);
+    st = refit_loader_create(s->cat, &s->cfg, s->mem, s->tp_rank, s->role_rank,
+                             s->plan, &s->loader);
     if (st == REFIT_OK) {
       s->stores = s->loader->stores;
       s->nstores = s->loader->nstores;
@@ -347,6 +438,12 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   if (st == REFIT_OK)
     st = refit_session_alloc_buffers(s);
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "allocating memory"), st, err);
+  /* Transports that write into their peers' memory learn the staging areas
+   * once (collective: every rank registers the same number of times). */
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT && st == REFIT_OK; i++)
+    st = refit_transport_register(&s->transport, s->is_trainer ? NULL : s->buffer[i],
+                                  s->is_trainer ? 0 : (size_t)s->plan->staging[s->role_rank]);
+  REFIT_CHECK_GOTO(refit_session_agree(world, st, "registering staging"), st, err);
   s->state = REFIT_STATE_IDLE;
   *out = s;
   return REFIT_OK;
@@ -364,13 +461,18 @@ void refit_session_destroy(refit_session_t *s) {
   if (s->shards != NULL)
     for (int64_t i = 0; i < s->cat->nsrc; i++)
       if (s->shard_owned[i])
-        free(s->shards[i]);
+        refit_mem_free(s->mem, s->shards[i]);
   free(s->shards);
   free(s->shard_part);
   free(s->shard_owned);
   refit_loader_destroy(s->loader);
-  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
-    free(s->buffer[i]);
+  for (int i = 0; s->mem != NULL && i < REFIT_EXCHANGES_IN_FLIGHT; i++)
+    if (s->buffer[i] != NULL)
+      refit_mem_free(s->mem, s->buffer[i]);
+  if (s->mem != NULL)
+    refit_mem_table_free(s->mem, &s->pack);
+  free(s->pack_begin);
+  refit_mem_destroy(s->mem);
   free(s->xfers);
   free(s->my_msgs);
   free(s->my_begin);
@@ -470,14 +572,11 @@ static refit_status_t refit_session_bind(refit_session_t *s) {
         continue;
       int64_t rows, cols;
       refit_src_shard_shape(&s->cat->src[i], &rows, &cols);
-      s->shards[i] = malloc((size_t)(rows * cols) * sizeof(uint16_t));
-      if (s->shards[i] == NULL)
-        return REFIT_ERR(REFIT_ERR_NO_MEMORY,
-                         "trainer rank %d: shard of %s (%lld x %lld)",
-                         s->role_rank, s->cat->src[i].name, (long long)rows,
-                         (long long)cols);
+      REFIT_CHECK(refit_mem_alloc(s->mem, (size_t)(rows * cols) * sizeof(uint16_t),
+                                  (void **)&s->shards[i]));
       s->shard_owned[i] = 1;
     }
+    REFIT_CHECK(refit_trainer_tables(s));
   } else {
     REFIT_CHECK(refit_loader_allocate(s->loader));
   }
@@ -711,7 +810,11 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
       b == refit_session_fault_bucket(s)) {
     REFIT_CHECK(refit_session_fault_act(s, "transfer"));
     if (s->fault.action == REFIT_FAULT_BITFLIP) {
-      ((unsigned char *)s->xfers[0].buf)[s->xfers[0].bytes / 2] ^= 0x04;
+      unsigned char *at = (unsigned char *)s->xfers[0].buf + s->xfers[0].bytes / 2;
+      unsigned char byte;
+      REFIT_CHECK(refit_mem_to_host(s->mem, &byte, at, 1));
+      byte ^= 0x04;
+      REFIT_CHECK(refit_mem_from_host(s->mem, at, &byte, 1));
       REFIT_WARN("fault seam: flipped a bit of bucket %d to rank %d", b,
                  s->xfers[0].peer);
     } else if (s->fault.action == REFIT_FAULT_TRUNCATE) {
@@ -772,16 +875,9 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
                                                     : REFIT_LAND_NORMAL;
   }
   double t = MPI_Wtime();
-  for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
-    refit_status_t st = refit_loader_land(s->loader, p, &p->msgs[s->my_msgs[k]],
-                                          s->buffer[slot],
-                                          k == s->my_begin[b] ? lf : REFIT_LAND_NORMAL);
-    if (st != REFIT_OK) {
-      s->times.unpack += MPI_Wtime() - t;
-      return st;
-    }
-  }
+  refit_status_t st = refit_loader_land_bucket(s->loader, b, s->buffer[slot], lf);
   s->times.unpack += MPI_Wtime() - t;
+  REFIT_CHECK(st);
   s->next_bucket++;
   *done = 0;
   return REFIT_OK;
@@ -868,8 +964,14 @@ refit_status_t refit_session_commit(refit_session_t *s) {
     refit_session_abort(s);
     return st;
   }
-  if (!s->is_trainer)
-    refit_loader_commit(s->loader);
+  if (!s->is_trainer) {
+    st = refit_loader_commit(s->loader);
+    if (st != REFIT_OK) {
+      /* The vote passed but the shadow copy failed: storage may be mixed. */
+      s->state = REFIT_STATE_POISONED;
+      return st;
+    }
+  }
   s->times.commit = MPI_Wtime() - t;
   s->committed = s->pending;
   s->version = s->pending;
@@ -953,7 +1055,11 @@ refit_status_t refit_session_verify(refit_session_t *s, uint64_t version,
     return REFIT_OK;
   if (refit_session_fault_here(s, REFIT_FAULT_PHASE_VERIFY) && s->nstores > 0 &&
       s->fault.action == REFIT_FAULT_BITFLIP) {
-    ((unsigned char *)s->stores[0].data)[s->stores[0].bytes / 2] ^= 0x01;
+    unsigned char *at = (unsigned char *)s->stores[0].data + s->stores[0].bytes / 2;
+    unsigned char byte;
+    REFIT_CHECK(refit_mem_to_host(s->mem, &byte, at, 1));
+    byte ^= 0x01;
+    REFIT_CHECK(refit_mem_from_host(s->mem, at, &byte, 1));
     REFIT_WARN("fault seam: flipped a bit of runtime %s before verification",
                s->stores[0].name);
   }

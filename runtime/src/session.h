@@ -13,6 +13,7 @@
 #include "reshard/catalog.h"
 #include "reshard/plan.h"
 #include "loader.h"
+#include "memory.h"
 #include "source.h"
 #include "transport.h"
 
@@ -72,6 +73,12 @@ typedef struct refit_session {
   refit_loader_t *loader;
   refit_store_t *stores;
   int64_t nstores;
+
+  refit_mem_t *mem; /* host or this rank's GPU: shards, stores, buffers */
+
+  /* Trainer: one pack descriptor per chunk sent, by bucket. */
+  refit_mem_table_t pack;
+  int64_t *pack_begin;
 
   /* Send buffers (trainer) or staging areas (generator), one per exchange
    * in flight, each as large as this rank's largest bucket. */

@@ -64,6 +64,16 @@ static refit_status_t refit_synth_read(void *ctx, const refit_src_tensor_t *t,
   return REFIT_OK;
 }
 
+static refit_status_t refit_synth_key(void *ctx, const refit_src_tensor_t *t,
+                                      uint64_t version, uint64_t *key, int *norm) {
+  refit_synth_source_t *s = ctx;
+  refit_synth_t syn;
+  refit_synth_init(&syn, s->seed, version, t);
+  *key = syn.key;
+  *norm = syn.norm;
+  return REFIT_OK;
+}
+
 static void refit_synth_close(void *ctx) { free(ctx); }
 
 const refit_source_ops_t refit_source_synthetic = {
@@ -72,4 +82,5 @@ const refit_source_ops_t refit_source_synthetic = {
     .open = refit_synth_open,
     .read = refit_synth_read,
     .close = refit_synth_close,
+    .synth_key = refit_synth_key,
 };

@@ -1,0 +1,332 @@
+#include "memory.h"
+
+#include "core/error.h"
+#include "kernels/mxfp8.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef REFIT_HAVE_CUDA
+#include "device.h"
+#include "kernels/datapath_cuda.h"
+#include "kernels/mxfp8_cuda.h"
+#endif
+
+struct refit_mem {
+  int device;
+#ifdef REFIT_HAVE_CUDA
+  cudaStream_t stream;
+  int64_t *scratch; /* device: bad chunk, count, first */
+#endif
+};
+
+int refit_mem_gpu_count(void) {
+#ifdef REFIT_HAVE_CUDA
+  int n = 0;
+  if (refit_device_count(&n) != REFIT_OK)
+    return 0;
+  return n;
+#else
+  return 0;
+#endif
+}
+
+int refit_mem_on_device(const refit_mem_t *m) { return m->device; }
+
+refit_status_t refit_mem_create(int device, refit_mem_t **out) {
+  refit_mem_t *m = calloc(1, sizeof(*m));
+  if (m == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "memory context");
+  m->device = device;
+#ifdef REFIT_HAVE_CUDA
+  if (device) {
+    refit_status_t st = refit_device_stream_create(&m->stream);
+    if (st == REFIT_OK)
+      st = refit_device_alloc((void **)&m->scratch, 4 * sizeof(int64_t));
+    if (st != REFIT_OK) {
+      refit_mem_destroy(m);
+      return st;
+    }
+  }
+#else
+  if (device) {
+    free(m);
+    return REFIT_ERR(REFIT_ERR_NOT_AVAILABLE,
+                     "device memory requested but this refit was built without "
+                     "CUDA (configure with -DREFIT_CUDA=ON)");
+  }
+#endif
+  *out = m;
+  return REFIT_OK;
+}
+
+void refit_mem_destroy(refit_mem_t *m) {
+  if (m == NULL)
+    return;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    if (m->stream != NULL) {
+      cudaStreamSynchronize(m->stream);
+      refit_device_stream_destroy(m->stream);
+    }
+    refit_device_free(m->scratch);
+  }
+#endif
+  free(m);
+}
+
+refit_status_t refit_mem_alloc(refit_mem_t *m, size_t bytes, void **ptr) {
+  if (bytes == 0)
+    bytes = 1;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    REFIT_CHECK(refit_device_alloc(ptr, bytes));
+    /* Defined contents before the first refit, as on the host. */
+    REFIT_CUDA_CHECK(cudaMemset(*ptr, 0, bytes));
+    return REFIT_OK;
+  }
+#endif
+  *ptr = calloc(1, bytes);
+  if (*ptr == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "%zu bytes of host memory", bytes);
+  return REFIT_OK;
+}
+
+void refit_mem_free(refit_mem_t *m, void *ptr) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    refit_device_free(ptr);
+    return;
+  }
+#endif
+  (void)m;
+  free(ptr);
+}
+
+refit_status_t refit_mem_copy(refit_mem_t *m, void *dst, const void *src,
+                              size_t bytes) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    return refit_device_memcpy_async(dst, src, bytes, m->stream);
+#endif
+  (void)m;
+  memcpy(dst, src, bytes);
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_zero(refit_mem_t *m, void *dst, size_t bytes) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    REFIT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, m->stream));
+    return REFIT_OK;
+  }
+#endif
+  (void)m;
+  memset(dst, 0, bytes);
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_sync(refit_mem_t *m) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    REFIT_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+#endif
+  (void)m;
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_to_host(refit_mem_t *m, void *host, const void *src,
+                                 size_t bytes) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    REFIT_CHECK(refit_device_memcpy_async(host, src, bytes, m->stream));
+    return refit_mem_sync(m);
+  }
+#endif
+  (void)m;
+  memcpy(host, src, bytes);
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_from_host(refit_mem_t *m, void *dst, const void *host,
+                                   size_t bytes) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    REFIT_CHECK(refit_device_memcpy_async(dst, host, bytes, m->stream));
+    return refit_mem_sync(m);
+  }
+#endif
+  (void)m;
+  memcpy(dst, host, bytes);
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_table_upload(refit_mem_t *m, refit_mem_table_t *t,
+                                      size_t elem_bytes) {
+  t->device = NULL;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device && t->count > 0) {
+    REFIT_CHECK(refit_device_alloc(&t->device, (size_t)t->count * elem_bytes));
+    return refit_mem_from_host(m, t->device, t->host, (size_t)t->count * elem_bytes);
+  }
+#endif
+  (void)m;
+  (void)elem_bytes;
+  return REFIT_OK;
+}
+
+void refit_mem_table_free(refit_mem_t *m, refit_mem_table_t *t) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device && t->device != NULL)
+    refit_device_free(t->device);
+#endif
+  (void)m;
+  free(t->host);
+  t->host = NULL;
+  t->device = NULL;
+  t->count = 0;
+}
+
+refit_status_t refit_mem_pack(refit_mem_t *m, const refit_mem_table_t *t,
+                              int64_t first, int64_t n, void *buf) {
+  if (n == 0)
+    return REFIT_OK;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    return refit_pack_rows_cuda((const refit_pack_desc_t *)t->device + first, n,
+                                buf, m->stream);
+#endif
+  (void)m;
+  return refit_pack_rows((const refit_pack_desc_t *)t->host + first, n, buf);
+}
+
+refit_status_t refit_mem_land(refit_mem_t *m, const refit_mem_table_t *t,
+                              int64_t first, int64_t n, const void *staging,
+                              int64_t *bad_chunk) {
+  *bad_chunk = -1;
+  if (n == 0)
+    return REFIT_OK;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    const int64_t minus_one = -1;
+    REFIT_CHECK(refit_device_memcpy_async(m->scratch, &minus_one, sizeof(minus_one),
+                                          m->stream));
+    REFIT_CHECK(refit_land_rows_cuda((const refit_land_desc_t *)t->device + first,
+                                     n, staging, m->scratch, m->stream));
+    REFIT_CHECK(refit_mem_to_host(m, bad_chunk, m->scratch, sizeof(*bad_chunk)));
+  } else
+#endif
+  {
+    REFIT_CHECK(refit_land_rows((const refit_land_desc_t *)t->host + first, n,
+                                staging, bad_chunk));
+  }
+  if (*bad_chunk >= 0)
+    *bad_chunk += first;
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_quantize_rows(refit_mem_t *m, const uint16_t *src,
+                                       int64_t rows, int64_t k, uint8_t *q,
+                                       uint8_t *scale) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    return refit_mxfp8_quantize_rows_cuda(src, rows, k, k, q, k, scale, k / 32,
+                                          m->stream);
+#endif
+  (void)m;
+  return refit_mxfp8_quantize_rows(src, rows, k, k, q, k, scale, k / 32);
+}
+
+refit_status_t refit_mem_dense_transform(refit_mem_t *m,
+                                         refit_kernels_dense_backend_t backend,
+                                         int64_t n, int64_t k, const uint8_t *q,
+                                         const uint8_t *scale, uint8_t *w_out,
+                                         uint8_t *s_out) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    return refit_kernels_dense_transform_cuda(backend, n, k, q, scale, w_out,
+                                              s_out, m->stream);
+#endif
+  (void)m;
+  return refit_kernels_dense_transform(backend, n, k, q, scale, w_out, s_out);
+}
+
+refit_status_t refit_mem_moe_transform(refit_mem_t *m,
+                                       const refit_kernels_moe_shape_t *shape,
+                                       refit_kernels_moe_tensor_t which,
+                                       const uint8_t *q, const uint8_t *scale,
+                                       uint8_t *w_out, uint8_t *s_out) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    return refit_kernels_moe_transform_tensor_cuda(shape, which, q, scale, w_out,
+                                                   s_out, m->stream);
+#endif
+  (void)m;
+  return refit_kernels_moe_transform_tensor(shape, which, q, scale, w_out, s_out);
+}
+
+refit_status_t refit_mem_synth_rect(refit_mem_t *m, uint64_t key, int norm,
+                                    int64_t tensor_cols, int64_t row0,
+                                    int64_t col0, int64_t rows, int64_t cols,
+                                    uint16_t *dst) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    return refit_synth_rect_cuda(key, norm, tensor_cols, row0, col0, rows, cols,
+                                 dst, m->stream);
+#endif
+  (void)m;
+  refit_synth_rect(key, norm, tensor_cols, row0, col0, rows, cols, dst);
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_synth_rows(refit_mem_t *m, const uint64_t *keys,
+                                    const int32_t *norms, const int64_t *bases,
+                                    int64_t rows, int64_t cols, uint16_t *dst) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    /* The row tables travel once per tensor; small next to the tensor. */
+    const size_t kb = (size_t)rows * sizeof(uint64_t), nb = (size_t)rows * sizeof(int32_t);
+    unsigned char *d = NULL;
+    refit_status_t st = refit_device_alloc((void **)&d, 2 * kb + nb);
+    if (st != REFIT_OK)
+      return st;
+    st = refit_device_memcpy_async(d, keys, kb, m->stream);
+    if (st == REFIT_OK)
+      st = refit_device_memcpy_async(d + kb, bases, kb, m->stream);
+    if (st == REFIT_OK)
+      st = refit_device_memcpy_async(d + 2 * kb, norms, nb, m->stream);
+    if (st == REFIT_OK)
+      st = refit_synth_rows_cuda((const uint64_t *)d, (const int32_t *)(d + 2 * kb),
+                                 (const int64_t *)(d + kb), rows, cols, dst,
+                                 m->stream);
+    if (st == REFIT_OK)
+      st = refit_mem_sync(m);
+    refit_device_free(d);
+    return st;
+  }
+#endif
+  (void)m;
+  refit_synth_rows(keys, norms, bases, rows, cols, dst);
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_compare(refit_mem_t *m, const void *a, const void *b,
+                                 size_t bytes, size_t elem, int64_t *count,
+                                 int64_t *first) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    const int64_t init[2] = {0, INT64_MAX};
+    int64_t out[2];
+    REFIT_CHECK(refit_device_memcpy_async(m->scratch + 1, init, sizeof(init),
+                                          m->stream));
+    REFIT_CHECK(refit_compare_cuda(a, b, bytes, elem, m->scratch + 1,
+                                   m->scratch + 2, m->stream));
+    REFIT_CHECK(refit_mem_to_host(m, out, m->scratch + 1, sizeof(out)));
+    *count = out[0];
+    *first = out[1];
+    return REFIT_OK;
+  }
+#endif
+  (void)m;
+  return refit_compare(a, b, bytes, elem, count, first);
+}

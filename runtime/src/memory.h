@@ -1,0 +1,105 @@
+/*
+ * Where a rank's refit memory lives, and the data-path operations on it.
+ *
+ * A session runs either on host memory (the C reference kernels) or on the
+ * memory of the GPU the rank is bound to (their CUDA twins, same bytes). This
+ * is the one place that chooses: the loader and the session call refit_mem_*
+ * and never test for CUDA themselves. Device work is queued on one stream per
+ * rank, in order; refit_mem_sync waits for it.
+ */
+#ifndef REFIT_MEMORY_H
+#define REFIT_MEMORY_H
+
+#include "kernels/datapath.h"
+#include "kernels/layout.h"
+#include "refit/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct refit_mem refit_mem_t;
+
+/* Host memory, or device memory of the GPU this rank binds to (collective
+ * over the job when `device` is set: the binding needs node-local ranks). */
+refit_status_t refit_mem_create(int device, refit_mem_t **out);
+void refit_mem_destroy(refit_mem_t *m);
+
+/* 1 when this rank's refit memory is device memory. */
+int refit_mem_on_device(const refit_mem_t *m);
+
+/* How many GPUs this process sees (0 without CUDA or a driver). */
+int refit_mem_gpu_count(void);
+
+refit_status_t refit_mem_alloc(refit_mem_t *m, size_t bytes, void **ptr);
+void refit_mem_free(refit_mem_t *m, void *ptr);
+
+/* Queue a copy / a fill (dst, src in this rank's memory). */
+refit_status_t refit_mem_copy(refit_mem_t *m, void *dst, const void *src,
+                              size_t bytes);
+refit_status_t refit_mem_zero(refit_mem_t *m, void *dst, size_t bytes);
+/* Copy between this rank's memory and host memory, synchronously. */
+refit_status_t refit_mem_to_host(refit_mem_t *m, void *host, const void *src,
+                                 size_t bytes);
+refit_status_t refit_mem_from_host(refit_mem_t *m, void *dst, const void *host,
+                                   size_t bytes);
+
+/* Wait for everything queued so far. */
+refit_status_t refit_mem_sync(refit_mem_t *m);
+
+/*
+ * A descriptor table that lives where the kernels read it: built on the host
+ * once, uploaded once, replayed every refit. `host` stays valid (the loader
+ * edits nothing in it afterwards).
+ */
+typedef struct {
+  void *host;
+  void *device; /* NULL on host memory */
+  int64_t count;
+} refit_mem_table_t;
+
+refit_status_t refit_mem_table_upload(refit_mem_t *m, refit_mem_table_t *t,
+                                      size_t elem_bytes);
+void refit_mem_table_free(refit_mem_t *m, refit_mem_table_t *t);
+
+/* Pack descriptors [first, first + n) of `t` into `buf`. */
+refit_status_t refit_mem_pack(refit_mem_t *m, const refit_mem_table_t *t,
+                              int64_t first, int64_t n, void *buf);
+
+/* Land descriptors [first, first + n) of `t` from `staging`; waits, and sets
+ * *bad_chunk to the table index of the first chunk whose digest failed, or
+ * -1. */
+refit_status_t refit_mem_land(refit_mem_t *m, const refit_mem_table_t *t,
+                              int64_t first, int64_t n, const void *staging,
+                              int64_t *bad_chunk);
+
+/* The layout kernels (kernels/layout.h) on this rank's memory. */
+refit_status_t refit_mem_quantize_rows(refit_mem_t *m, const uint16_t *src,
+                                       int64_t rows, int64_t k, uint8_t *q,
+                                       uint8_t *scale);
+refit_status_t refit_mem_dense_transform(refit_mem_t *m,
+                                         refit_kernels_dense_backend_t backend,
+                                         int64_t n, int64_t k, const uint8_t *q,
+                                         const uint8_t *scale, uint8_t *w_out,
+                                         uint8_t *s_out);
+refit_status_t refit_mem_moe_transform(refit_mem_t *m,
+                                       const refit_kernels_moe_shape_t *shape,
+                                       refit_kernels_moe_tensor_t which,
+                                       const uint8_t *q, const uint8_t *scale,
+                                       uint8_t *w_out, uint8_t *s_out);
+
+/* Synthetic weights straight into this rank's memory. */
+refit_status_t refit_mem_synth_rect(refit_mem_t *m, uint64_t key, int norm,
+                                    int64_t tensor_cols, int64_t row0,
+                                    int64_t col0, int64_t rows, int64_t cols,
+                                    uint16_t *dst);
+/* keys, norms, bases are host arrays of `rows` entries. */
+refit_status_t refit_mem_synth_rows(refit_mem_t *m, const uint64_t *keys,
+                                    const int32_t *norms, const int64_t *bases,
+                                    int64_t rows, int64_t cols, uint16_t *dst);
+
+/* Count differing elements of a and b (both in this rank's memory); waits. */
+refit_status_t refit_mem_compare(refit_mem_t *m, const void *a, const void *b,
+                                 size_t bytes, size_t elem, int64_t *count,
+                                 int64_t *first);
+
+#endif /* REFIT_MEMORY_H */
