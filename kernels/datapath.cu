@@ -5,8 +5,9 @@
  * Kernel refit_dp_tile_kernel<Plan>  (pack, land, and their digest passes)
  *   computes  every descriptor's work, cut into equal warp tiles: a copy tile
  *             is up to 8 KiB of one row (or several narrow rows, each taken by
- *             a group of lanes), a quantize tile is 32 consecutive 32-element
- *             blocks (one per lane, kernels/mxfp8_device.cuh), a digest tile
+ *             a group of lanes), a quantize tile is kQuantTile consecutive
+ *             32-element blocks (a quad of lanes per block,
+ *             kernels/mxfp8_device.cuh), a digest tile
  *             is 1024 words of a chunk.
  *   mapping   a machine-filling grid; each block reads the descriptor table
  *             in batches of 256, counts tiles per descriptor, prefix-sums the
@@ -41,7 +42,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kCopyTile = 8192;    /* bytes of copy per warp tile */
 constexpr int64_t kDigestWords = 1024; /* words per digest tile */
-constexpr int64_t kQuantTile = 32;     /* 32-element blocks per warp tile */
+constexpr int kQuantUnroll = 4;        /* loads in flight per lane */
+constexpr int64_t kQuantTile = 8 * kQuantUnroll; /* blocks per warp tile */
 constexpr unsigned kFull = 0xffffffffu;
 
 enum { kNone = 0, kCopy = 1, kQuant = 2 };
@@ -230,15 +232,12 @@ __device__ inline uint64_t copy_tile(const Job &j, int64_t t, int lane,
   return sum;
 }
 
-/* Tile t of a quantize job: lane l quantizes block 32 t + l (row-major). */
+/* Tile t of a quantize job: the warp quantizes its kQuantTile blocks. */
 __device__ inline void quant_tile(const Job &j, int64_t t, int lane) {
   const int64_t nb = j.width / 32;
-  const int64_t g = t * kQuantTile + lane;
-  if (g >= j.rows * nb)
-    return;
-  const int64_t r = g / nb, b = g - r * nb;
-  j.scale[r * j.scale_pitch + b] = refit_mxfp8_dev_block(
-      j.src + r * j.src_pitch + 64 * b, j.dst + r * j.dst_pitch + 32 * b);
+  const refit_mxfp8_dev_rows_t m = {j.src,   j.src_pitch,   j.dst, j.dst_pitch,
+                                    j.scale, j.scale_pitch, nb,    j.rows * nb};
+  refit_mxfp8_dev_warp_tile<kQuantUnroll>(m, t * kQuantTile, lane);
 }
 
 __device__ inline void run_job(const Job &j, int64_t t, int lane) {

@@ -3,17 +3,16 @@
  *
  * Kernel refit_mxfp8_quantize_kernel
  *   computes  per 32-element block: amax (NaN ignored), E by the shared scale
- *             rule, q = cvt.rn.satfinite.e4m3(x * 2^(127-E)), scale byte
+ *             rule, q = E4M3 RNE satfinite of x * 2^(127-E), scale byte
  *             max(E, 1) - the rules of kernels/mxfp8.h.
  *   layout    in: BF16 [rows, k] with row stride src_stride elements;
  *             out: E4M3 [rows, k] (stride q_stride bytes), scales [rows, k/32]
  *             linear (stride scale_stride bytes).
- *   mapping   one thread owns one whole block (kernels/mxfp8_device.cuh: four
- *             16-byte loads, amax in registers, two 16-byte stores, one scale
- *             byte); a grid-stride loop over the rows * k/32 blocks keeps a
- *             machine-filling grid busy whatever the shape. An earlier version
- *             gave a block to a quad of threads (8 elements each, shuffles for
- *             amax) and reached a fifth of copy bandwidth.
+ *   mapping   warp tiles of 8 * kUnroll consecutive blocks (row-major over
+ *             rows * k/32, kernels/mxfp8_device.cuh: a quad of lanes per
+ *             block, 16-byte loads, all of a lane's loads in flight before its
+ *             arithmetic); a grid-stride loop over the tiles keeps a
+ *             machine-filling grid busy whatever the shape.
  *   constraints k % 32 == 0; any alignment (narrower loads and stores are
  *             picked per address), 16-byte aligned rows take the wide path.
  */
@@ -21,37 +20,52 @@
 #include "kernels/cuda_launch.cuh"
 #include "kernels/mxfp8_device.cuh"
 
+#include <stdlib.h>
+
 namespace {
 
 constexpr int kThreads = 256;
 
-/* I: the index type; 32-bit when the block count fits, for cheap division. */
-template <typename I>
+template <int U>
 __global__ void __launch_bounds__(kThreads)
-    refit_mxfp8_quantize_kernel(const uint8_t *__restrict__ src, I total, I nb,
-                                int64_t src_pitch, uint8_t *__restrict__ q,
-                                int64_t q_stride, uint8_t *__restrict__ scale,
-                                int64_t scale_stride) {
-  const I step = static_cast<I>(gridDim.x) * kThreads;
-  for (I g = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x; g < total; g += step) {
-    const I r = g / nb, b = g - r * nb;
-    const uint8_t s = refit_mxfp8_dev_block(src + static_cast<int64_t>(r) * src_pitch + 64 * static_cast<int64_t>(b),
-                                            q + static_cast<int64_t>(r) * q_stride + 32 * static_cast<int64_t>(b));
-    scale[static_cast<int64_t>(r) * scale_stride + b] = s;
+    refit_mxfp8_quantize_kernel(refit_mxfp8_dev_rows_t m) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+       w * 8 * U < m.total; w += warps)
+    refit_mxfp8_dev_warp_tile<U>(m, w * 8 * U, lane);
+}
+
+/* Comparison variant for the benchmark: one thread per block. */
+__global__ void __launch_bounds__(kThreads)
+    refit_mxfp8_quantize_thread_kernel(refit_mxfp8_dev_rows_t m) {
+  const uint32_t step = gridDim.x * kThreads;
+  const uint32_t nb = static_cast<uint32_t>(m.nb);
+  for (uint32_t g = blockIdx.x * kThreads + threadIdx.x; g < m.total; g += step) {
+    const uint32_t r = g / nb, b = g - r * nb;
+    m.scale[r * m.scale_pitch + b] =
+        refit_mxfp8_dev_block(m.src + r * m.src_pitch + 64 * b, m.q + r * m.q_pitch + 32 * b);
   }
 }
 
-template <typename I>
-void launch_quantize(const uint16_t *src, int64_t rows, int64_t k, int64_t src_stride,
-                     uint8_t *q, int64_t q_stride, uint8_t *scale, int64_t scale_stride,
-                     cudaStream_t stream) {
-  const int64_t total = rows * (k / 32);
-  int64_t blocks = (total + kThreads - 1) / kThreads;
-  const int64_t fill = refit_cuda_filling_grid(refit_mxfp8_quantize_kernel<I>, kThreads);
+template <typename K>
+void launch_grid(K kernel, int64_t threads_wanted, const refit_mxfp8_dev_rows_t &m,
+                 cudaStream_t stream) {
+  int64_t blocks = (threads_wanted + kThreads - 1) / kThreads;
+  const int64_t fill = refit_cuda_filling_grid(kernel, kThreads);
   blocks = blocks < fill ? blocks : fill;
-  refit_mxfp8_quantize_kernel<I><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      reinterpret_cast<const uint8_t *>(src), static_cast<I>(total), static_cast<I>(k / 32),
-      src_stride * 2, q, q_stride, scale, scale_stride);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(m);
+}
+
+void launch_quantize(const refit_mxfp8_dev_rows_t &m, cudaStream_t stream) {
+  static const int variant =
+      getenv("REFIT_MXFP8_VARIANT") ? atoi(getenv("REFIT_MXFP8_VARIANT")) : 0;
+  if (variant == 2 && m.total < INT32_MAX)
+    launch_grid(refit_mxfp8_quantize_thread_kernel, m.total, m, stream);
+  else if (variant == 1)
+    launch_grid(refit_mxfp8_quantize_kernel<8>, (m.total + 63) / 64 * 32, m, stream);
+  else
+    launch_grid(refit_mxfp8_quantize_kernel<4>, (m.total + 31) / 32 * 32, m, stream);
 }
 
 }  // namespace
@@ -75,12 +89,10 @@ extern "C" refit_status_t refit_mxfp8_quantize_rows_cuda(
                      "%lld)",
                      (long long)src_stride_elems, (long long)q_stride,
                      (long long)scale_stride, (long long)k);
-  if (rows * (k / 32) < INT32_MAX)
-    launch_quantize<uint32_t>(src, rows, k, src_stride_elems, q, q_stride, scale,
-                              scale_stride, stream);
-  else
-    launch_quantize<uint64_t>(src, rows, k, src_stride_elems, q, q_stride, scale,
-                              scale_stride, stream);
+  const refit_mxfp8_dev_rows_t m = {reinterpret_cast<const uint8_t *>(src),
+                                    src_stride_elems * 2, q, q_stride, scale,
+                                    scale_stride, k / 32, rows * (k / 32)};
+  launch_quantize(m, stream);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     return REFIT_ERR(REFIT_ERR_CUDA,

@@ -223,6 +223,7 @@ static refit_status_t refit_dump_write_store(const refit_session_t *s,
   hid_t ftype = elem == 2 ? H5T_STD_U16LE : H5T_STD_U8LE;
   hid_t mtype = elem == 2 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT8;
   hsize_t dims[3];
+  void *host = NULL;
   int ndim = store->ndim;
   size_t count = 1;
   const int64_t ver = (int64_t)s->version;
@@ -243,8 +244,20 @@ static refit_status_t refit_dump_write_store(const refit_session_t *s,
                                         H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                       st, out, "dump %s: generator rank %d: %s", path,
                       s->role_rank, store->name);
-  REFIT_H5_CHECK_GOTO(H5Dwrite(dset, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                               store->data),
+  /* Storage on a GPU is written through a host copy. */
+  const void *bytes = store->data;
+  if (refit_mem_on_device(s->mem)) {
+    host = malloc(store->bytes ? store->bytes : 1);
+    if (host == NULL) {
+      st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "dump %s: host copy of %s (%zu bytes)",
+                     path, store->name, store->bytes);
+      goto out;
+    }
+    REFIT_CHECK_GOTO(refit_mem_to_host(s->mem, host, store->data, store->bytes), st,
+                     out);
+    bytes = host;
+  }
+  REFIT_H5_CHECK_GOTO(H5Dwrite(dset, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes),
                       st, out, "dump %s: generator rank %d: %s (%zu bytes)",
                       path, s->role_rank, store->name, store->bytes);
   REFIT_CHECK_GOTO(
@@ -253,6 +266,7 @@ static refit_status_t refit_dump_write_store(const refit_session_t *s,
   REFIT_CHECK_GOTO(refit_h5_attr_write_str(dset, "layout", store->layout), st, out);
   REFIT_CHECK_GOTO(refit_h5_attr_write_i64(dset, "version", &ver, 0), st, out);
 out:
+  free(host);
   if (dset >= 0)
     H5Dclose(dset);
   if (space >= 0)

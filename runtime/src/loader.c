@@ -555,6 +555,10 @@ static refit_status_t refit_loader_expected(const refit_loader_t *l,
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: expected %s", g->name);
     goto out;
   }
+  char prev[REFIT_NAME_MAX] = "";
+  int64_t si = -1;
+  uint64_t key = 0;
+  int norm = 0;
   for (int64_t row = 0; row < g->rows; row++) {
     char name[REFIT_NAME_MAX];
     int64_t src_row, col_off;
@@ -562,18 +566,24 @@ static refit_status_t refit_loader_expected(const refit_loader_t *l,
                                                 l->tp_rank, g->name, row, name,
                                                 &src_row, &col_off),
                      st, out);
-    const int64_t si = refit_catalog_find_src(cat, name);
-    if (si < 0) {
-      st = REFIT_ERR(REFIT_ERR_INTERNAL,
-                     "verify: %s row %lld names unknown source %s", g->name,
-                     (long long)row, name);
-      goto out;
+    /* Consecutive rows mostly share a source tensor: look it up once. */
+    if (si < 0 || strcmp(name, prev) != 0) {
+      si = refit_catalog_find_src(cat, name);
+      if (si < 0) {
+        st = REFIT_ERR(REFIT_ERR_INTERNAL,
+                       "verify: %s row %lld names unknown source %s", g->name,
+                       (long long)row, name);
+        goto out;
+      }
+      memcpy(prev, name, sizeof(prev));
+      if (synth)
+        REFIT_CHECK_GOTO(src->ops->synth_key(src->ctx, &cat->src[si], version, &key,
+                                             &norm),
+                         st, out);
     }
     const refit_src_tensor_t *t = &cat->src[si];
     if (synth) {
-      int norm = 0;
-      REFIT_CHECK_GOTO(src->ops->synth_key(src->ctx, t, version, &keys[row], &norm),
-                       st, out);
+      keys[row] = key;
       norms[row] = norm;
       bases[row] = src_row * t->cols + col_off;
     } else {

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU refit benchmark (docs/benchmarks.md): Qwen3-30B-A3B, whole model,
+# BF16 on the trainer -> MXFP8 TRTLLM layout on the generator, on a machine
+# with two GPUs.
+#
+#   launch/bench-gpu.sh BUILD_DIR OUT_DIR [verify|time|link ...]
+#
+#   verify  each scenario with verify on (2 refits, bit for bit)
+#   time    each scenario with verify off (6 refits: 1 warm-up + 5 timed)
+#   link    raw NCCL and IPC bandwidth GPU0 -> GPU1 in the same session
+#
+# Logs go to OUT_DIR/<scenario>-<what>.log; a summary is printed.
+set -uo pipefail
+build=$1 out=$2
+shift 2
+what=("$@")
+[ ${#what[@]} -eq 0 ] && what=(verify time link)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on shared machines
+scenarios=(qwen3-30b-a3b-disagg qwen3-30b-a3b-disagg-prequant qwen3-30b-a3b-colocated)
+
+run_cfg() { # name config
+  local name=$1 cfg=$2 t0 t1
+  t0=$(date +%s)
+  timeout 500 "$root/launch/refit-launch" --build-dir "$build" "$cfg" >"$out/$name.log" 2>&1
+  local rc=$?
+  t1=$(date +%s)
+  echo "== $name: exit $rc, $((t1 - t0)) s"
+  grep -E "^refit-run|^plan:|^ +[0-9]+ +[0-9]+ |refit-run: (verified|FAILED|[0-9])|WARN|failed" "$out/$name.log" | head -20
+}
+
+for w in "${what[@]}"; do
+  case "$w" in
+    verify | time)
+      for sc in "${scenarios[@]}"; do
+        cfg=$out/$sc-$w.yaml
+        if [ "$w" = verify ]; then
+          sed 's/^verify: false.*/verify: true/; s/^  steps: 6/  steps: 2/' \
+            "$root/configs/$sc.yaml" >"$cfg"
+        else
+          cp "$root/configs/$sc.yaml" "$cfg"
+        fi
+        run_cfg "$sc-$w" "$cfg"
+      done
+      ;;
+    link)
+      timeout 300 "$root/launch/refit-launch" --np 2 --build-dir "$build" \
+        "$root/tests/gpu/gpu_link.yaml" -- "$build/tests/gpu/refit-bench-link" \
+        >"$out/link.log" 2>&1
+      echo "== link: exit $?"
+      grep -E "size|GiB|MiB" "$out/link.log" | tail -8
+      ;;
+    *) echo "bench-gpu: unknown step '$w'" >&2; exit 2 ;;
+  esac
+done
