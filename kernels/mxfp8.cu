@@ -58,7 +58,7 @@ void launch_grid(K kernel, int64_t threads_wanted, const refit_mxfp8_dev_rows_t 
 }
 
 void launch_quantize(const refit_mxfp8_dev_rows_t &m, cudaStream_t stream) {
-  static const int variant =
+  const int variant =
       getenv("REFIT_MXFP8_VARIANT") ? atoi(getenv("REFIT_MXFP8_VARIANT")) : 0;
   if (variant == 2 && m.total < INT32_MAX)
     launch_grid(refit_mxfp8_quantize_thread_kernel, m.total, m, stream);

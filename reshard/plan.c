@@ -14,6 +14,7 @@ typedef struct {
   /* Bucket filling state of the generator rank being planned. */
   int32_t bucket;
   int64_t bucket_used;
+  int32_t last_tensor; /* destination tensor of the last chunk placed */
 } refit_planner_t;
 
 int64_t refit_plan_row_bytes(const refit_gen_tensor_t *gen, refit_wire_t wire,
@@ -44,6 +45,12 @@ static refit_status_t refit_planner_push(refit_planner_t *p,
 static refit_status_t refit_planner_place(refit_planner_t *p, refit_chunk_t c) {
   const int64_t limit = (int64_t)p->opt->bucket_bytes;
   const int64_t trailer = p->opt->chunk_trailer;
+  if (p->opt->per_tensor_buckets && c.dst_tensor != p->last_tensor &&
+      p->bucket_used > 0) {
+    p->bucket++;
+    p->bucket_used = 0;
+  }
+  p->last_tensor = c.dst_tensor;
   if (c.row_bytes + trailer > limit)
     return REFIT_ERR(
         REFIT_ERR_INVALID_ARGUMENT,
@@ -206,6 +213,7 @@ static refit_status_t refit_planner_finish(refit_planner_t *p) {
   h = refit_hash_u64(h, p->opt->bucket_bytes);
   h = refit_hash_u64(h, (uint64_t)p->opt->wire);
   h = refit_hash_u64(h, (uint64_t)p->opt->chunk_trailer);
+  h = refit_hash_u64(h, (uint64_t)p->opt->per_tensor_buckets);
   plan->hash = h;
   return REFIT_OK;
 }
@@ -246,6 +254,7 @@ refit_status_t refit_plan_create(const refit_catalog_t *cat,
     const int32_t t = g % cat->generator.tp;
     p.bucket = 0;
     p.bucket_used = 0;
+    p.last_tensor = -1;
     for (int64_t i = cat->gen_begin[t]; i < cat->gen_begin[t + 1]; i++) {
       const refit_gen_tensor_t *gen = &cat->gen[i];
       for (int64_t s = 0; s < gen->seg_count; s++)

@@ -36,6 +36,9 @@ typedef struct {
   /* Bytes after each chunk's rows (its integrity digest), counted in the
    * staging bound; 0 for none. */
   int32_t chunk_trailer;
+  /* Start a new bucket at every new destination tensor (the benchmark
+   * baseline: one message per tensor). */
+  int per_tensor_buckets;
 } refit_plan_options_t;
 
 typedef struct {

@@ -2361,3 +2361,30 @@ refit_status_t refit_config_format(const refit_config_t *cfg, char **out) {
   *out = buf;
   return REFIT_OK;
 }
+
+/* ---- What the config means for the plan --------------------------------- */
+
+int refit_config_quantizes(const refit_config_t *cfg, const refit_gen_tensor_t *g) {
+  if (cfg->refit.precision != REFIT_PRECISION_MXFP8 || g->kind == REFIT_GEN_PLAIN)
+    return 0;
+  for (int i = 0; i < cfg->refit.quantization_ignore_count; i++)
+    if (refit_config_module_matches(g->name, cfg->refit.quantization_ignore[i]))
+      return 0;
+  return 1;
+}
+
+void refit_config_mark_quantized(const refit_config_t *cfg, refit_catalog_t *cat) {
+  const int64_t n = cat->gen_begin[cat->generator.tp];
+  for (int64_t i = 0; i < n; i++)
+    cat->gen[i].quantized = refit_config_quantizes(cfg, &cat->gen[i]);
+}
+
+
+void refit_config_plan_options(const refit_config_t *cfg,
+                               refit_plan_options_t *opt) {
+  memset(opt, 0, sizeof(*opt));
+  opt->bucket_bytes = cfg->refit.bucket_bytes;
+  opt->wire = cfg->refit.prequantize ? REFIT_WIRE_MXFP8 : REFIT_WIRE_BF16;
+  opt->chunk_trailer = cfg->refit.digests ? 8 : 0;
+  opt->per_tensor_buckets = cfg->refit.baseline;
+}

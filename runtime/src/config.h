@@ -8,7 +8,9 @@
 #define REFIT_CONFIG_H
 
 #include "refit/status.h"
+#include "reshard/catalog.h"
 #include "reshard/layout.h"
+#include "reshard/plan.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -94,6 +96,10 @@ typedef struct {
     refit_restore_t restore; /* full (default) | none */
     int digests;             /* per-tensor integrity digests; default true */
     int keep_staging;        /* default true */
+    /* Benchmark baseline: the straightforward path refit is measured
+     * against: every tensor its own bucket, MoE layouts expert by expert.
+     * Same bytes, slower. Default false. */
+    int baseline;
     refit_device_map_t device_map; /* local_rank (default) | none */
     struct {
       int enabled;        /* the file has a refit.fault mapping */
@@ -171,5 +177,17 @@ uint64_t refit_config_hash(const refit_config_t *cfg);
  * Errors: REFIT_ERR_NO_MEMORY.
  */
 refit_status_t refit_config_format(const refit_config_t *cfg, char **out);
+
+/* True when generator tensor `g` is quantized under `cfg` (precision mxfp8,
+ * a quantizable kind, not matched by refit.quantization_ignore). */
+int refit_config_quantizes(const refit_config_t *cfg, const refit_gen_tensor_t *g);
+
+/* Set every catalog tensor's `quantized` flag from the config: before
+ * planning, as the wire format depends on it. */
+void refit_config_mark_quantized(const refit_config_t *cfg, refit_catalog_t *cat);
+
+/* The planner options the config asks for (bucket size, wire format,
+ * digest trailer, baseline buckets). */
+void refit_config_plan_options(const refit_config_t *cfg, refit_plan_options_t *opt);
 
 #endif /* REFIT_CONFIG_H */

@@ -122,6 +122,9 @@
     0, "per-tensor integrity digests")                                         \
   X(REFIT_KEEP_STAGING, "refit", "keep_staging", BOOL, refit.keep_staging,     \
     "true", 0, 0, "", 0, "keep staging buffers allocated between refits")      \
+  X(REFIT_BASELINE, "refit", "baseline", BOOL, refit.baseline, "false", 0, 0,  \
+    "", 0,                                                                     \
+    "benchmark baseline: one bucket per tensor, expert-by-expert layout")      \
   X(REFIT_DEVICE_MAP, "refit", "device_map", ENUM, refit.device_map,           \
     "local_rank", 0, 0, "local_rank|none", 0,                                  \
     "GPU binding: node-local rank modulo visible GPUs, or none")               \

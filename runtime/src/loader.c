@@ -24,37 +24,6 @@ const char *refit_dtype_name(refit_dtype_t dtype) {
   return "?";
 }
 
-/* `entry` names a module: it matches a tensor name when it stands there as
- * whole dotted components ("mlp.gate" matches "...mlp.gate.weight", not
- * "...mlp.gate_up_proj.weight"). */
-static int refit_loader_name_matches(const char *name, const char *entry) {
-  const size_t n = strlen(entry);
-  if (n == 0)
-    return 0;
-  for (const char *p = name; (p = strstr(p, entry)) != NULL; p++) {
-    const int starts = p == name || p[-1] == '.';
-    const int ends = p[n] == '\0' || p[n] == '.';
-    if (starts && ends)
-      return 1;
-  }
-  return 0;
-}
-
-int refit_loader_quantizes(const refit_config_t *cfg, const refit_gen_tensor_t *g) {
-  if (cfg->refit.precision != REFIT_PRECISION_MXFP8 || g->kind == REFIT_GEN_PLAIN)
-    return 0;
-  for (int i = 0; i < cfg->refit.quantization_ignore_count; i++)
-    if (refit_loader_name_matches(g->name, cfg->refit.quantization_ignore[i]))
-      return 0;
-  return 1;
-}
-
-void refit_loader_mark_quantized(refit_catalog_t *cat, const refit_config_t *cfg) {
-  const int64_t n = cat->gen_begin[cat->generator.tp];
-  for (int64_t i = 0; i < n; i++)
-    cat->gen[i].quantized = refit_loader_quantizes(cfg, &cat->gen[i]);
-}
-
 static refit_kernels_dense_backend_t refit_loader_backend(const refit_loader_t *l) {
   return (refit_kernels_dense_backend_t)l->cfg->refit.linear_backend;
 }
@@ -337,6 +306,26 @@ out:
   return st;
 }
 
+void refit_loader_release(refit_loader_t *l) {
+  if (l->arena != NULL)
+    refit_mem_free(l->mem, l->arena);
+  l->arena = NULL;
+  l->arena_bytes = 0;
+  refit_mem_table_free(l->mem, &l->land);
+  free(l->land_begin);
+  free(l->desc_tensor);
+  free(l->desc_chunk);
+  l->land_begin = NULL;
+  l->desc_tensor = NULL;
+  l->desc_chunk = NULL;
+}
+
+refit_status_t refit_loader_acquire(refit_loader_t *l) {
+  if (l->arena != NULL)
+    return REFIT_OK;
+  return refit_loader_build_tables(l);
+}
+
 refit_status_t refit_loader_allocate(refit_loader_t *l) {
   const int keep = l->cfg->refit.mode == REFIT_MODE_ASYNC ||
                    l->cfg->refit.restore == REFIT_RESTORE_FULL;
@@ -365,12 +354,7 @@ void refit_loader_destroy(refit_loader_t *l) {
       if (l->stores[i].saved != NULL)
         refit_mem_free(l->mem, l->stores[i].saved);
     }
-  if (l->arena != NULL)
-    refit_mem_free(l->mem, l->arena);
-  refit_mem_table_free(l->mem, &l->land);
-  free(l->land_begin);
-  free(l->desc_tensor);
-  free(l->desc_chunk);
+  refit_loader_release(l);
   free(l->stores);
   free(l->store_of);
   free(l->filled);
@@ -438,10 +422,25 @@ static refit_status_t refit_loader_transform(const refit_loader_t *l, int64_t i,
     return refit_mem_dense_transform(l->mem, refit_loader_backend(l), g->rows,
                                      g->cols, q, scale, w_out, s_out);
   const refit_kernels_moe_shape_t m = refit_loader_moe_shape(g);
-  return refit_mem_moe_transform(
-      l->mem, &m,
-      g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_MOE_W13 : REFIT_KERNELS_MOE_W2, q,
-      scale, w_out, s_out);
+  const refit_kernels_moe_tensor_t which =
+      g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_MOE_W13 : REFIT_KERNELS_MOE_W2;
+  if (!l->cfg->refit.baseline)
+    return refit_mem_moe_transform(l->mem, &m, which, q, scale, w_out, s_out);
+  /* Baseline: expert by expert, one transform each, as a straightforward
+   * implementation does. Same bytes. */
+  refit_kernels_moe_shape_t one = m;
+  refit_kernels_moe_sizes_t sz;
+  one.num_experts = 1;
+  REFIT_CHECK(refit_kernels_moe_check_shape(&one, g->name, &sz));
+  const int64_t rows = g->rows / m.num_experts;
+  const int64_t w_bytes = which == REFIT_KERNELS_MOE_W13 ? sz.w13_weight : sz.w2_weight;
+  const int64_t s_bytes =
+      which == REFIT_KERNELS_MOE_W13 ? sz.w13_weight_scale : sz.w2_weight_scale;
+  for (int64_t e = 0; e < m.num_experts; e++)
+    REFIT_CHECK(refit_mem_moe_transform(
+        l->mem, &one, which, q + e * rows * g->cols, scale + e * rows * (g->cols / 32),
+        (uint8_t *)w_out + e * w_bytes, (uint8_t *)s_out + e * s_bytes));
+  return REFIT_OK;
 }
 
 /* Count what descriptor k landed; a tensor that is complete gets its layout

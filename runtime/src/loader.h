@@ -93,12 +93,8 @@ typedef struct {
   int touched;     /* sync: runtime storage written this refit */
 } refit_loader_t;
 
-/* True when generator tensor `g` is quantized under `cfg` (precision mxfp8,
- * a quantizable kind, not matched by refit.quantization_ignore). */
-int refit_loader_quantizes(const refit_config_t *cfg, const refit_gen_tensor_t *g);
-
 /* Allocate the stores of tp rank `tp_rank`. The catalog's `quantized` flags
- * must already be set (refit_loader_mark_quantized). */
+ * must already be set (refit_config_mark_quantized). */
 refit_status_t refit_loader_create(const refit_catalog_t *cat,
                                    const refit_config_t *cfg, refit_mem_t *mem,
                                    int tp_rank, int generator_rank,
@@ -111,8 +107,10 @@ refit_status_t refit_loader_create(const refit_catalog_t *cat,
 refit_status_t refit_loader_allocate(refit_loader_t *l);
 void refit_loader_destroy(refit_loader_t *l);
 
-/* Set every catalog tensor's `quantized` flag from the config. */
-void refit_loader_mark_quantized(refit_catalog_t *cat, const refit_config_t *cfg);
+/* refit.keep_staging: false: give back the assembly arena and the land
+ * tables (which point into it) between refits, and take them again. */
+void refit_loader_release(refit_loader_t *l);
+refit_status_t refit_loader_acquire(refit_loader_t *l);
 
 /* Start a refit: forget partial assemblies, count from zero, point every
  * store's target at runtime storage (sync) or its shadow (async). */

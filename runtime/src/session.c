@@ -77,14 +77,12 @@ static refit_status_t refit_session_config(refit_session_t *s, const char *path)
 }
 
 static refit_status_t refit_session_plan(refit_session_t *s) {
-  refit_plan_options_t opt = {.bucket_bytes = s->cfg.refit.bucket_bytes,
-                              .wire = s->cfg.refit.prequantize ? REFIT_WIRE_MXFP8
-                                                               : REFIT_WIRE_BF16,
-                              .chunk_trailer = s->cfg.refit.digests ? 8 : 0};
+  refit_plan_options_t opt;
+  refit_config_plan_options(&s->cfg, &opt);
   refit_status_t st = refit_catalog_create(&s->cfg.model, &s->cfg.trainer,
                                            &s->cfg.generator, &s->cat);
   if (st == REFIT_OK) {
-    refit_loader_mark_quantized(s->cat, &s->cfg);
+    refit_config_mark_quantized(&s->cfg, s->cat);
     st = refit_plan_create(s->cat, &opt, &s->plan);
   }
   REFIT_CHECK(refit_session_agree(s->world, st, "planning"));
@@ -279,12 +277,39 @@ static refit_status_t refit_session_index_trainer(refit_session_t *s) {
   return REFIT_OK;
 }
 
+/* refit.keep_staging: false gives the staging memory back between refits
+ * (colocated jobs need it for training) and takes it again at begin. */
+static void refit_session_release_staging(refit_session_t *s) {
+  if (s->cfg.refit.keep_staging || s->staging_released)
+    return;
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
+    refit_mem_free(s->mem, s->buffer[i]);
+    s->buffer[i] = NULL;
+  }
+  if (s->loader != NULL)
+    refit_loader_release(s->loader);
+  s->staging_released = 1;
+}
+
+static refit_status_t refit_session_alloc_buffers(refit_session_t *s);
+
+static refit_status_t refit_session_acquire_staging(refit_session_t *s) {
+  if (!s->staging_released)
+    return REFIT_OK;
+  REFIT_CHECK(refit_session_alloc_buffers(s));
+  if (s->loader != NULL)
+    REFIT_CHECK(refit_loader_acquire(s->loader));
+  s->staging_released = 0;
+  return REFIT_OK;
+}
+
 static refit_status_t refit_session_alloc_buffers(refit_session_t *s) {
   int64_t need = 0, max_msgs = 1;
   for (int32_t b = 0; b < s->plan->nbuckets; b++)
     if (s->my_begin[b + 1] - s->my_begin[b] > max_msgs)
       max_msgs = s->my_begin[b + 1] - s->my_begin[b];
-  s->xfers = malloc((size_t)max_msgs * sizeof(*s->xfers));
+  if (s->xfers == NULL)
+    s->xfers = malloc((size_t)max_msgs * sizeof(*s->xfers));
   if (s->xfers == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "transfer list of %lld", (long long)max_msgs);
   if (s->is_trainer) {
@@ -444,6 +469,14 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
     st = refit_transport_register(&s->transport, s->is_trainer ? NULL : s->buffer[i],
                                   s->is_trainer ? 0 : (size_t)s->plan->staging[s->role_rank]);
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "registering staging"), st, err);
+  if (!s->cfg.refit.keep_staging && s->transport.ops->register_buffer != NULL) {
+    st = REFIT_ERR(REFIT_ERR_CONFIG,
+                   "refit.keep_staging: false cannot be used with the %s transport, "
+                   "which registers staging buffers with its peers once; use "
+                   "refit.transport: nccl (or keep_staging: true)",
+                   s->transport.ops->name);
+    goto err;
+  }
   s->state = REFIT_STATE_IDLE;
   *out = s;
   return REFIT_OK;
@@ -673,10 +706,12 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
     return REFIT_ERR(REFIT_ERR_STATE, "begin %llu: a refit is already in progress "
                      "(state %d); commit or abort it first",
                      (unsigned long long)version, (int)s->state);
+  const double t_acquire = MPI_Wtime();
   if (!s->bound)
     st = refit_session_bind(s);
   else
-    st = REFIT_OK;
+    st = refit_session_acquire_staging(s);
+  const double acquire_s = MPI_Wtime() - t_acquire;
 
   /* Everyone's (run id, version, plan hash, committed version) before a
    * byte moves. */
@@ -744,7 +779,8 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
   s->next_bucket = 0;
   s->next_posted = 0;
   memset(&s->times, 0, sizeof(s->times));
-  s->t_begin = MPI_Wtime();
+  s->times.staging = acquire_s;
+  s->t_begin = MPI_Wtime() - acquire_s;
   s->deadline = s->t_begin + s->cfg.refit.timeout_s;
   s->tag_base = (int)((s->attempt & 7u) << 12);
   s->state = REFIT_STATE_RECEIVING;
@@ -977,6 +1013,9 @@ refit_status_t refit_session_commit(refit_session_t *s) {
   s->version = s->pending;
   s->poisoned_before = 0;
   s->state = REFIT_STATE_IDLE;
+  const double t_release = MPI_Wtime();
+  refit_session_release_staging(s);
+  s->times.staging += MPI_Wtime() - t_release;
   s->times.total = MPI_Wtime() - s->t_begin;
   return REFIT_OK;
 }
@@ -1034,6 +1073,8 @@ refit_status_t refit_session_abort(refit_session_t *s) {
     return REFIT_OK;
   }
   s->state = s->poisoned_before ? REFIT_STATE_POISONED : REFIT_STATE_IDLE;
+  if (!s->vote_pending && !s->peer_lost)
+    refit_session_release_staging(s);
   return REFIT_OK;
 }
 

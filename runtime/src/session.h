@@ -28,6 +28,7 @@ typedef struct {
   double unpack;   /* generator: land staging in runtime storage (copy, or
                       quantize and lay out) */
   double commit;   /* the vote, and the shadow copy in async mode */
+  double staging;  /* keep_staging: false: giving staging back and taking it */
   double total;    /* begin to the end of commit */
 } refit_phase_times_t;
 
@@ -93,6 +94,7 @@ typedef struct refit_session {
   int bound;          /* memory attached (first begin) */
   int64_t nregistered;
   int poisoned_before;
+  int staging_released; /* keep_staging: false, between refits */
   int vote_pending;   /* begun: this attempt still owes the commit vote */
   int peer_lost;      /* a wait of this attempt timed out */
   uint64_t committed; /* version in runtime storage (0: none yet) */

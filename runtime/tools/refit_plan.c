@@ -75,12 +75,14 @@ int main(int argc, char **argv) {
 
   refit_catalog_t *cat = NULL;
   refit_plan_t *plan = NULL;
-  refit_plan_options_t opt = {.bucket_bytes = cfg.refit.bucket_bytes,
-                              .wire = REFIT_WIRE_BF16};
+  refit_plan_options_t opt;
+  refit_config_plan_options(&cfg, &opt);
   double t0 = refit_plan_now();
   st = refit_catalog_create(&cfg.model, &cfg.trainer, &cfg.generator, &cat);
-  if (st == REFIT_OK)
+  if (st == REFIT_OK) {
+    refit_config_mark_quantized(&cfg, cat);
     st = refit_plan_create(cat, &opt, &plan);
+  }
   double plan_s = refit_plan_now() - t0;
   if (st != REFIT_OK) {
     fprintf(stderr, "refit-plan: %s: %s\n", refit_status_str(st),
