@@ -17,12 +17,13 @@
  * target that the driver compiles for a newer GPU, which is what a build with
  * nvcc's default architecture runs on a Hopper) would get cuda_fp8.h's
  * emulation: a conversion to double and 64-bit integer code with branches per
- * element, five times slower than memory. For them the encoding here is the
+ * element, which held the kernels to a fifth of copy bandwidth on an H200.
+ * For them the encoding here is the
  * C reference's own branch-free recipe (kernels/mxfp8.c) folded into one
- * fp32 add per element: for finite |v| <= 448 the sum |v| + C, with C = 2^(e+20)
- * for the binade e of max(|v|, 2^-6) and 8 * (e + 6) in C's low mantissa
- * bits, is rounded by the FPU to the E4M3 step of that binade (ties to even,
- * the low bits of C being a multiple of 8), and its low byte is the E4M3
+ * fp32 add per element: for finite |v| <= 448 the sum |v| + C, with C =
+ * 2^(e+20) for the binade e of max(|v|, 2^-6) and 8 * (e + 6) in C's low
+ * mantissa bits, is rounded by the FPU to the E4M3 step of that binade (ties to
+ * even, the low bits of C being a multiple of 8), and its low byte is the E4M3
  * magnitude code. Groups with a NaN or a value beyond 448 (only possible with
  * an Inf in the block) take cuda_fp8.h's exact conversion instead. The rules
  * are those of kernels/mxfp8.h (scale rule from kernels/mxfp8_rules.h); the
@@ -98,9 +99,8 @@ __device__ inline uint32_t refit_mxfp8_dev_cvt4(uint32_t p0, uint32_t p1,
   const uint32_t p[2] = {p0, p1};
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    const float2 f =
-        make_float2(__fmul_rn(refit_mxfp8_dev_lo(p[h]), inv),
-                    __fmul_rn(refit_mxfp8_dev_hi(p[h]), inv));
+    const float2 f = make_float2(__fmul_rn(refit_mxfp8_dev_lo(p[h]), inv),
+                                 __fmul_rn(refit_mxfp8_dev_hi(p[h]), inv));
     w |= static_cast<uint32_t>(
              __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3))
          << (16 * h);
@@ -210,8 +210,9 @@ struct refit_mxfp8_dev_rows_t {
  * follows by stepping.
  */
 template <int U>
-__device__ inline void refit_mxfp8_dev_warp_tile(const refit_mxfp8_dev_rows_t &m,
-                                                 int64_t g0, int lane) {
+__device__ inline void
+refit_mxfp8_dev_warp_tile(const refit_mxfp8_dev_rows_t &m, int64_t g0,
+                          int lane) {
   const int part = lane & 3;
   const unsigned quad_mask = 0xfu << (lane & 28);
   int64_t r, b;
@@ -249,31 +250,6 @@ __device__ inline void refit_mxfp8_dev_warp_tile(const refit_mxfp8_dev_rows_t &m
     if (part == 0)
       m.scale[rs[i] * m.scale_pitch + bs[i]] = s;
   }
-}
-
-/*
- * One thread quantizes one whole block at src (64 bytes) to q (32 bytes) and
- * returns the scale byte. (Comparison variant for the benchmark.)
- */
-__device__ inline uint8_t refit_mxfp8_dev_block(const uint8_t *__restrict__ src,
-                                                uint8_t *__restrict__ q) {
-  uint32_t x[4][4];
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-    refit_mxfp8_dev_load8(src + 16 * i, x[i]);
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-    amax = fmaxf(amax, refit_mxfp8_dev_amax8(x[i]));
-  const uint32_t E = refit_mxfp8_scale_rule(amax);
-  const float inv = refit_mxfp8_inv_scale(E);
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    uint32_t w[2];
-    refit_mxfp8_dev_encode8(x[i], inv, amax, w);
-    refit_mxfp8_dev_store8(q + 8 * i, w);
-  }
-  return static_cast<uint8_t>(E == 0 ? 1 : E);
 }
 
 #endif /* REFIT_KERNELS_MXFP8_DEVICE_CUH */

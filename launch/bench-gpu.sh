@@ -8,6 +8,9 @@
 #   verify  each scenario with verify on (2 refits, bit for bit)
 #   time    each scenario with verify off (6 refits: 1 warm-up + 5 timed)
 #   link    raw NCCL and IPC bandwidth GPU0 -> GPU1 in the same session
+#   variants scenario (a) timed with one setting changed: digests off,
+#           async mode (commit pause), NCCL instead of IPC, NCCL with
+#           keep_staging: false, and the per-tensor expert-by-expert baseline
 #
 # Logs go to OUT_DIR/<scenario>-<what>.log; a summary is printed.
 set -uo pipefail
@@ -43,6 +46,18 @@ for w in "${what[@]}"; do
         fi
         run_cfg "$sc-$w" "$cfg"
       done
+      ;;
+    variants)
+      base=$root/configs/qwen3-30b-a3b-disagg.yaml
+      add() { # name sed-expression
+        sed "$2" "$base" >"$out/disagg-$1.yaml"
+        run_cfg "disagg-$1" "$out/disagg-$1.yaml"
+      }
+      add digests-off 's/^  timeout_s: 300/  timeout_s: 300\n  digests: false/'
+      add async 's/^  mode: sync/  mode: async/'
+      add nccl 's/^  transport: auto/  transport: nccl/'
+      add nccl-release 's/^  transport: auto/  transport: nccl\n  keep_staging: false/'
+      add baseline 's/^  bucket_bytes: 512MiB/  bucket_bytes: 1GiB\n  baseline: true/'
       ;;
     link)
       timeout 300 "$root/launch/refit-launch" --np 2 --build-dir "$build" \

@@ -342,25 +342,6 @@ int main(int argc, char **argv) {
     cudaMemcpy(hs, dsc, (size_t)nel / 32, cudaMemcpyDeviceToHost);
     row("CUDA quantize", qbytes, bms * 1e-3,
         diff_bytes(hq, q, nel) + diff_bytes(hs, sc, nel / 32));
-    for (int v = 1; v <= 2 && getenv("REFIT_BENCH_VARIANTS"); v++) {
-      char vs[8];
-      snprintf(vs, sizeof(vs), "%d", v);
-      setenv("REFIT_MXFP8_VARIANT", vs, 1);
-      cudaMemset(dq, 0, (size_t)nel);
-      cudaMemset(dsc, 0, (size_t)nel / 32);
-      GPU_TIME(check(refit_mxfp8_quantize_rows_cuda(dbf, n13 / s.hidden, s.hidden, s.hidden,
-                                                    dq, s.hidden, dsc, s.hidden / 32, 0),
-                     "quantize cuda");
-               check(refit_mxfp8_quantize_rows_cuda(
-                         dbf + n13, n2 / s.intermediate, s.intermediate, s.intermediate,
-                         dq + n13, s.intermediate, dsc + n13 / 32, s.intermediate / 32, 0),
-                     "quantize cuda"));
-      cudaMemcpy(hq, dq, (size_t)nel, cudaMemcpyDeviceToHost);
-      cudaMemcpy(hs, dsc, (size_t)nel / 32, cudaMemcpyDeviceToHost);
-      snprintf(name, sizeof(name), "CUDA quantize, variant %d", v);
-      row(name, qbytes, bms * 1e-3, diff_bytes(hq, q, nel) + diff_bytes(hs, sc, nel / 32));
-      unsetenv("REFIT_MXFP8_VARIANT");
-    }
     GPU_TIME(check(refit_kernels_moe_transform_cuda(&s, dq, dsc, dq + n13, dsc + n13 / 32,
                                                     dout[0], dout[1], dout[2], dout[3], 0),
                    "layout cuda"));

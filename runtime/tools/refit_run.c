@@ -130,6 +130,15 @@ int main(int argc, char **argv) {
 
   refit_plan_stats_t pst;
   refit_plan_stats(s->plan, 0, &pst);
+  /* Generator memory beyond its runtime tensors, the largest over ranks. */
+  const int gen = refit_session_side(s) == REFIT_SIDE_GENERATOR;
+  double mem_local[3] = {0, 0, 0}, mem_max[3];
+  if (gen) {
+    mem_local[0] = (double)REFIT_EXCHANGES_IN_FLIGHT * (double)s->plan->staging[s->role_rank];
+    for (int64_t i = 0; i < s->nstores; i++)
+      mem_local[2] += (double)s->stores[i].bytes;
+  }
+
   for (int step = 1; step <= cfg->refit.steps; step++) {
     const uint64_t version = (uint64_t)step;
     refit_run_outcome_t o = refit_run_one(s, version, async, &sink);
@@ -214,6 +223,21 @@ int main(int argc, char **argv) {
   }
   int any_failed = 0;
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (gen && s->loader != NULL)
+    mem_local[1] = (double)s->loader->arena_bytes;
+  MPI_Reduce(mem_local, mem_max, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    const int saved = cfg->refit.mode == REFIT_MODE_ASYNC ||
+                      cfg->refit.restore == REFIT_RESTORE_FULL;
+    printf("\ngenerator memory (largest rank): runtime tensors %.1f MiB; beyond "
+           "them staging %.1f MiB + MXFP8 assembly %.1f MiB",
+           mem_max[2] / 1048576.0, mem_max[0] / 1048576.0, mem_max[1] / 1048576.0);
+    if (saved)
+      printf(" + %s %.1f MiB", cfg->refit.mode == REFIT_MODE_ASYNC ? "async shadow"
+                                                                   : "restore copy",
+             mem_max[2] / 1048576.0);
+    printf("\n");
+  }
   if (rank == 0) {
     if (total_bad != 0)
       printf("\nrefit-run: FAILED: %lld elements differ from the reference "
