@@ -58,6 +58,9 @@ struct Job {
   uint8_t *scale;
   int64_t scale_pitch;
   int64_t rows, width; /* copy: width = bytes per row; quantize: cols */
+  /* Where the job's bytes lie in its wire chunk (the digest's word index):
+   * byte c of row r is byte chunk_off + r * chunk_pitch + c of the chunk. */
+  int64_t chunk_off, chunk_pitch;
 };
 
 __device__ inline int64_t ceil_div(int64_t a, int64_t b) {
@@ -156,31 +159,54 @@ __device__ inline uint64_t gather_word(const uint8_t *p, int64_t avail) {
   return w;
 }
 
+/* The digest terms of the words of one copy unit, word0 its first word. */
+__device__ inline uint64_t unit_terms(uint4 v, int64_t word0) {
+  return refit_digest_term(static_cast<uint64_t>(v.x) |
+                               static_cast<uint64_t>(v.y) << 32,
+                           static_cast<uint64_t>(word0)) +
+         refit_digest_term(static_cast<uint64_t>(v.z) |
+                               static_cast<uint64_t>(v.w) << 32,
+                           static_cast<uint64_t>(word0 + 1));
+}
+__device__ inline uint64_t unit_terms(uint2 v, int64_t word0) {
+  return refit_digest_term(static_cast<uint64_t>(v.x) |
+                               static_cast<uint64_t>(v.y) << 32,
+                           static_cast<uint64_t>(word0));
+}
+
 /*
- * Copy n bytes s -> d (both 16-byte aligned) and return this lane's digest
- * terms for them: d starts at word `word0` of its chunk. Bytes after the last
- * full 16-byte unit exist only at the end of a chunk; lane 0 adds their
- * zero-padded words.
+ * Copy n bytes s -> d (both aligned to V, 16 or 8 bytes) and return this
+ * lane's digest terms for them: s and d start at word `word0` of the wire
+ * chunk (whichever of the two it is). The span ends on a word boundary of the
+ * chunk or at its end (digest_unit checks it), so the bytes after the last
+ * full unit are whole words plus at most the chunk's zero-padded last one;
+ * lane 0 adds them.
  */
+template <typename V>
 __device__ inline uint64_t copy_span_digest(const uint8_t *__restrict__ s,
                                             uint8_t *__restrict__ d, int64_t n,
                                             int64_t word0, int lane,
                                             int lanes) {
-  const uint4 *sv = reinterpret_cast<const uint4 *>(s);
-  uint4 *dv = reinterpret_cast<uint4 *>(d);
-  const int64_t nv = n / 16;
+  constexpr int64_t kV = sizeof(V), kWords = kV / 8;
+  const V *sv = reinterpret_cast<const V *>(s);
+  V *dv = reinterpret_cast<V *>(d);
+  const int64_t nv = n / kV;
   uint64_t sum = 0;
-  for (int64_t i = lane; i < nv; i += lanes) {
-    const uint4 v = sv[i];
-    dv[i] = v;
-    sum += refit_digest_term(static_cast<uint64_t>(v.x) |
-                                 static_cast<uint64_t>(v.y) << 32,
-                             static_cast<uint64_t>(word0 + 2 * i));
-    sum += refit_digest_term(static_cast<uint64_t>(v.z) |
-                                 static_cast<uint64_t>(v.w) << 32,
-                             static_cast<uint64_t>(word0 + 2 * i + 1));
+  int64_t i = lane;
+  /* Two loads in flight before their stores and sums. */
+  for (; i + lanes < nv; i += 2 * lanes) {
+    const V a = sv[i], b = sv[i + lanes];
+    dv[i] = a;
+    dv[i + lanes] = b;
+    sum += unit_terms(a, word0 + kWords * i) +
+           unit_terms(b, word0 + kWords * (i + lanes));
   }
-  const int64_t t0 = nv * 16;
+  for (; i < nv; i += lanes) {
+    const V v = sv[i];
+    dv[i] = v;
+    sum += unit_terms(v, word0 + kWords * i);
+  }
+  const int64_t t0 = nv * kV;
   for (int64_t t = t0 + lane; t < n; t += lanes)
     d[t] = s[t];
   if (lane == 0)
@@ -198,53 +224,70 @@ __device__ inline int group_lanes(int64_t width) {
   return l;
 }
 
+/* n bytes s -> d, with the digest terms when unit is 16 or 8 (else 0). */
+__device__ inline uint64_t copy_span_unit(const uint8_t *s, uint8_t *d,
+                                          int64_t n, int64_t chunk_byte,
+                                          int unit, int lane, int lanes) {
+  if (unit == 16)
+    return copy_span_digest<uint4>(s, d, n, chunk_byte / 8, lane, lanes);
+  if (unit == 8)
+    return copy_span_digest<uint2>(s, d, n, chunk_byte / 8, lane, lanes);
+  copy_span(s, d, n, lane, lanes);
+  return 0;
+}
+
 /*
- * Tile t of a copy job. With `wire` set (fused pack digest: the job's dst is
- * the wire chunk, 16-byte aligned like the source) returns the lane's terms.
+ * Tile t of a copy job. With unit 16 or 8 (digest_unit: the job may sum the
+ * digest of its wire bytes while copying) returns the lane's terms, else 0.
  */
 __device__ inline uint64_t copy_tile(const Job &j, int64_t t, int lane,
-                                     bool digest) {
-  uint64_t sum = 0;
+                                     int unit) {
   if (j.width > kCopyTile) {
     const int64_t segs = ceil_div(j.width, kCopyTile);
     const int64_t r = t / segs, lo = (t % segs) * kCopyTile;
     const int64_t n = j.width - lo < kCopyTile ? j.width - lo : kCopyTile;
-    const uint8_t *s = j.src + r * j.src_pitch + lo;
-    uint8_t *d = j.dst + r * j.dst_pitch + lo;
-    if (digest)
-      sum = copy_span_digest(s, d, n, (r * j.width + lo) / 8, lane, 32);
-    else
-      copy_span(s, d, n, lane, 32);
-    return sum;
+    return copy_span_unit(j.src + r * j.src_pitch + lo,
+                          j.dst + r * j.dst_pitch + lo, n,
+                          j.chunk_off + r * j.chunk_pitch + lo, unit, lane, 32);
   }
+  uint64_t sum = 0;
   const int64_t rpt = copy_rows_per_tile(j);
   const int lanes = group_lanes(j.width), groups = 32 / lanes;
   const int64_t r0 = t * rpt, r1 = r0 + rpt < j.rows ? r0 + rpt : j.rows;
-  for (int64_t r = r0 + lane / lanes; r < r1; r += groups) {
-    const uint8_t *s = j.src + r * j.src_pitch;
-    uint8_t *d = j.dst + r * j.dst_pitch;
-    if (digest)
-      sum +=
-          copy_span_digest(s, d, j.width, r * j.width / 8, lane % lanes, lanes);
-    else
-      copy_span(s, d, j.width, lane % lanes, lanes);
-  }
+  for (int64_t r = r0 + lane / lanes; r < r1; r += groups)
+    sum += copy_span_unit(j.src + r * j.src_pitch, j.dst + r * j.dst_pitch,
+                          j.width, j.chunk_off + r * j.chunk_pitch, unit,
+                          lane % lanes, lanes);
   return sum;
 }
 
-/* Tile t of a quantize job: the warp quantizes its kQuantTile blocks. */
-__device__ inline void quant_tile(const Job &j, int64_t t, int lane) {
+/*
+ * Tile t of a quantize job: the warp quantizes its kQuantTile blocks. With
+ * `digest` (land QUANTIZE, whose source is the whole contiguous wire chunk)
+ * returns the lane's terms of the BF16 words it read, else 0.
+ */
+__device__ inline uint64_t quant_tile(const Job &j, int64_t t, int lane,
+                                      bool digest) {
   const int64_t nb = j.width / 32;
   const refit_mxfp8_dev_rows_t m = {j.src,   j.src_pitch,   j.dst, j.dst_pitch,
                                     j.scale, j.scale_pitch, nb,    j.rows * nb};
-  refit_mxfp8_dev_warp_tile<kQuantUnroll>(m, t * kQuantTile, lane);
+  if (digest)
+    return refit_mxfp8_dev_warp_tile<kQuantUnroll, true>(m, t * kQuantTile,
+                                                         lane);
+  return refit_mxfp8_dev_warp_tile<kQuantUnroll>(m, t * kQuantTile, lane);
 }
 
-__device__ inline void run_job(const Job &j, int64_t t, int lane) {
+/*
+ * Tile t of a job; with `digest`, the lane's terms of the wire bytes it read
+ * (the caller has checked with job_digest_fused that the job can sum them).
+ */
+__device__ inline uint64_t run_job(const Job &j, int64_t t, int lane,
+                                   bool digest, int64_t len) {
   if (j.kind == kCopy)
-    copy_tile(j, t, lane, false);
-  else if (j.kind == kQuant)
-    quant_tile(j, t, lane);
+    return copy_tile(j, t, lane, digest ? digest_unit(j, len) : 0);
+  if (j.kind == kQuant)
+    return quant_tile(j, t, lane, digest);
+  return 0;
 }
 
 /*

@@ -8,13 +8,13 @@
  * position, as "file:line:col: message" lines: a person fixes a bad file in
  * one round trip, and a bad file never starts a transfer.
  *
- * Three layers of checks, in order:
+ * Two layers of checks, in order:
  *   1. the walk: syntax, unknown and duplicate keys, types and bounds;
  *   2. refit_config_check_layout(): rules between keys (divisibility, world
  *      size, pipeline stage layers), each skipped when one of its inputs was
- *      already reported, so one mistake yields one message;
- *   3. refit_config_check_available(): values that the table accepts but
- *      that later work implements (REFIT_ERR_NOT_AVAILABLE).
+ *      already reported, so one mistake yields one message.
+ * Every value the table accepts is implemented; what a machine cannot do
+ * (a GPU transport without a GPU) is reported when the job starts.
  *
  * Sections nest: a SECTION row ("refit.fault") is an optional mapping inside
  * its parent, and the walk, the unknown-key suggestions, the required-key
@@ -739,7 +739,6 @@ static void refit_config_value_format(const refit_config_row_t *r,
 typedef struct {
   int line, col; /* 1-based */
   size_t seq;    /* order of detection, to keep sorting stable */
-  bool not_available;
   char *text;
 } refit_config_problem_t;
 
@@ -768,12 +767,10 @@ typedef struct {
 } refit_config_ctx_t;
 
 static void refit_config_problemv(refit_config_ctx_t *c, refit_config_pos_t at,
-                                  bool not_available, const char *fmt,
-                                  va_list ap) REFIT_PRINTF(4, 0);
+                                  const char *fmt, va_list ap) REFIT_PRINTF(3, 0);
 
 static void refit_config_problemv(refit_config_ctx_t *c, refit_config_pos_t at,
-                                  bool not_available, const char *fmt,
-                                  va_list ap) {
+                                  const char *fmt, va_list ap) {
   va_list copy;
   va_copy(copy, ap);
   int n = vsnprintf(NULL, 0, fmt, copy);
@@ -798,7 +795,7 @@ static void refit_config_problemv(refit_config_ctx_t *c, refit_config_pos_t at,
   if (at.line <= 0)
     at.line = at.col = 1;
   c->problems[c->nproblems] = (refit_config_problem_t){
-      at.line, at.col, c->nproblems, not_available, text};
+      at.line, at.col, c->nproblems, text};
   c->nproblems++;
 }
 
@@ -809,21 +806,7 @@ static void refit_config_problem(refit_config_ctx_t *c, refit_config_pos_t at,
                                  const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  refit_config_problemv(c, at, false, fmt, ap);
-  va_end(ap);
-}
-
-static void refit_config_not_available(refit_config_ctx_t *c,
-                                       refit_config_pos_t at, const char *fmt,
-                                       ...) REFIT_PRINTF(3, 4);
-
-/* Like refit_config_problem, for a valid value that a later feature runs. */
-static void refit_config_not_available(refit_config_ctx_t *c,
-                                       refit_config_pos_t at, const char *fmt,
-                                       ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  refit_config_problemv(c, at, true, fmt, ap);
+  refit_config_problemv(c, at, fmt, ap);
   va_end(ap);
 }
 
@@ -1274,7 +1257,7 @@ static void refit_config_rule(refit_config_ctx_t *c, int id, const char *fmt,
                               ...) {
   va_list ap;
   va_start(ap, fmt);
-  refit_config_problemv(c, refit_config_row_pos(c, id), false, fmt, ap);
+  refit_config_problemv(c, refit_config_row_pos(c, id), fmt, ap);
   va_end(ap);
 }
 
@@ -1977,45 +1960,6 @@ static void refit_config_check_layout(refit_config_ctx_t *c, int world_size) {
   refit_config_check_refit(c, world_size);
 }
 
-/* ------------------------------------------------------------------------ */
-/* NOT AVAILABLE YET: the one place to switch features on.                   */
-/* ------------------------------------------------------------------------ */
-
-/*
- * Values the table accepts but this build cannot run. Delete a row when its
- * feature lands; nothing else in the parser knows about them. A NULL value
- * means "any non-empty value".
- */
-static const struct {
-  int row;
-  const char *value;
-  const char *lands_with;
-} refit_config_unavailable[] = {
-    {ROW(REFIT_TRANSPORT), "nccl", "the NCCL transport"},
-    {ROW(REFIT_TRANSPORT), "ipc", "the CUDA IPC transport"},
-};
-
-static void refit_config_check_available(refit_config_ctx_t *c) {
-  for (size_t i = 0; i < sizeof(refit_config_unavailable) /
-                             sizeof(refit_config_unavailable[0]);
-       i++) {
-    int id = refit_config_unavailable[i].row;
-    const refit_config_row_t *r = &refit_config_rows[id];
-    char value[REFIT_PATH_MAX], shown[80];
-    if (c->bad[id])
-      continue;
-    refit_config_value_format(r, &c->cfg, false, value, sizeof(value));
-    const char *want = refit_config_unavailable[i].value;
-    if (want ? strcmp(value, want) != 0 : value[0] == '\0')
-      continue;
-    refit_config_quote(value, shown, sizeof(shown));
-    refit_config_not_available(c, refit_config_row_pos(c, id),
-                               "%s: '%s' is not available yet (it lands "
-                               "with %s)",
-                               refit_config_row_path(r), shown,
-                               refit_config_unavailable[i].lands_with);
-  }
-}
 
 /* ------------------------------------------------------------------------ */
 /* Entry points                                                              */
@@ -2145,7 +2089,6 @@ refit_status_t refit_config_parse(const char *text, size_t len,
     yaml_document_delete(&doc);
     refit_config_check_required(c);
     refit_config_check_layout(c, world_size);
-    refit_config_check_available(c);
   }
 
   refit_status_t status = REFIT_OK;
@@ -2155,15 +2098,13 @@ refit_status_t refit_config_parse(const char *text, size_t len,
                        "%s: out of memory while parsing the configuration",
                        c->filename);
   } else if (c->nproblems > 0) {
-    bool only_unavailable = true;
     size_t total = 1;
     qsort(c->problems, c->nproblems, sizeof(*c->problems),
           refit_config_problem_cmp);
     for (size_t i = 0; i < c->nproblems; i++) {
-      only_unavailable &= c->problems[i].not_available;
       total += strlen(c->filename) + strlen(c->problems[i].text) + 32;
     }
-    status = only_unavailable ? REFIT_ERR_NOT_AVAILABLE : REFIT_ERR_CONFIG;
+    status = REFIT_ERR_CONFIG;
     out = malloc(total);
     if (out == NULL) {
       status =

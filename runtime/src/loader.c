@@ -330,14 +330,36 @@ refit_status_t refit_loader_allocate(refit_loader_t *l) {
   const int keep = l->cfg->refit.mode == REFIT_MODE_ASYNC ||
                    l->cfg->refit.restore == REFIT_RESTORE_FULL;
   const int async = l->cfg->refit.mode == REFIT_MODE_ASYNC;
+  size_t data_bytes = 0, saved_bytes = 0;
+  int all_ours = 1;
+  /* Stores the caller did not register live in one allocation, their saved
+   * copies in another with the same offsets: when the session owns every
+   * store, the async commit is a single device-speed copy. */
+  for (int64_t i = 0; i < l->nstores; i++) {
+    const size_t b = (l->stores[i].bytes + 255) & ~(size_t)255;
+    if (l->stores[i].data == NULL)
+      data_bytes += b;
+    else
+      all_ours = 0;
+    saved_bytes += b;
+  }
+  if (data_bytes > 0)
+    REFIT_CHECK(refit_mem_alloc(l->mem, data_bytes, &l->data_slab));
+  if (keep)
+    REFIT_CHECK(refit_mem_alloc(l->mem, saved_bytes, &l->saved_slab));
+  l->slab_bytes = all_ours ? data_bytes : 0;
+  size_t data_off = 0, saved_off = 0;
   for (int64_t i = 0; i < l->nstores; i++) {
     refit_store_t *s = &l->stores[i];
+    const size_t b = (s->bytes + 255) & ~(size_t)255;
     if (s->data == NULL) {
-      REFIT_CHECK(refit_mem_alloc(l->mem, s->bytes, &s->data));
-      s->owned = 1;
+      s->data = (unsigned char *)l->data_slab + data_off;
+      data_off += b;
     }
-    if (keep && s->saved == NULL)
-      REFIT_CHECK(refit_mem_alloc(l->mem, s->bytes, &s->saved));
+    if (keep) {
+      s->saved = (unsigned char *)l->saved_slab + saved_off;
+      saved_off += b;
+    }
     /* Targets are fixed for the session: the land tables hold them. */
     s->target = async ? s->saved : s->data;
   }
@@ -347,13 +369,10 @@ refit_status_t refit_loader_allocate(refit_loader_t *l) {
 void refit_loader_destroy(refit_loader_t *l) {
   if (l == NULL)
     return;
-  if (l->stores != NULL)
-    for (int64_t i = 0; i < l->nstores; i++) {
-      if (l->stores[i].owned)
-        refit_mem_free(l->mem, l->stores[i].data);
-      if (l->stores[i].saved != NULL)
-        refit_mem_free(l->mem, l->stores[i].saved);
-    }
+  if (l->data_slab != NULL)
+    refit_mem_free(l->mem, l->data_slab);
+  if (l->saved_slab != NULL)
+    refit_mem_free(l->mem, l->saved_slab);
   refit_loader_release(l);
   free(l->stores);
   free(l->store_of);
@@ -402,10 +421,13 @@ int refit_loader_rollback(refit_loader_t *l) {
 }
 
 refit_status_t refit_loader_commit(refit_loader_t *l) {
-  if (l->cfg->refit.mode == REFIT_MODE_ASYNC)
+  if (l->cfg->refit.mode == REFIT_MODE_ASYNC && l->slab_bytes > 0) {
+    REFIT_CHECK(refit_mem_copy(l->mem, l->data_slab, l->saved_slab, l->slab_bytes));
+  } else if (l->cfg->refit.mode == REFIT_MODE_ASYNC) {
     for (int64_t i = 0; i < l->nstores; i++)
       REFIT_CHECK(refit_mem_copy(l->mem, l->stores[i].data, l->stores[i].saved,
                                  l->stores[i].bytes));
+  }
   for (int64_t i = 0; i < l->nstores; i++)
     l->stores[i].saved_valid = 0;
   l->touched = 0;

@@ -57,7 +57,6 @@ typedef struct {
   size_t bytes;
   int64_t gen;   /* index into catalog->gen */
   int is_scale;  /* the _scale beside a quantized weight */
-  int owned;     /* data allocated by the loader (not registered) */
 } refit_store_t;
 
 typedef struct {
@@ -88,6 +87,12 @@ typedef struct {
   int64_t *desc_tensor; /* local tensor index of each descriptor */
   int64_t *desc_chunk;  /* plan chunk of each descriptor */
   const refit_plan_t *plan;
+
+  /* Runtime storage the session owns, and every saved copy, each one
+   * allocation; slab_bytes > 0 when every store is in data_slab (then the
+   * async commit is one copy). */
+  void *data_slab, *saved_slab;
+  size_t slab_bytes;
 
   int64_t *filled; /* elements landed this refit, per tensor */
   int touched;     /* sync: runtime storage written this refit */

@@ -19,28 +19,25 @@
 #include <string.h>
 #include <unistd.h>
 
-/* One serving step: read every runtime tensor (up to 1 MiB of each), as an
- * inference step reads its weights: on the host a loop, on a GPU a kernel
- * (the memory layer's compare of the tensor with itself). Returns a value so
- * the reads are not optimized away. */
-static uint64_t refit_run_serve(refit_session_h s) {
-  uint64_t acc = 0;
+/* One serving step: read 4 MiB of runtime weights, rotating through the
+ * tensors the way successive layers of a forward pass read them; on the host
+ * a loop, on a GPU one kernel (the memory layer's compare of the bytes with
+ * themselves). Returns a value so the reads are not optimized away. */
+static uint64_t refit_run_serve(refit_session_h s, int64_t *cursor) {
   const int64_t n = refit_tensor_count(s);
-  for (int64_t i = 0; i < n; i++) {
-    refit_tensor_t t;
-    if (refit_tensor_get(s, i, &t) != REFIT_OK || t.data == NULL)
-      continue;
-    const size_t bytes = t.bytes < ((size_t)1 << 20) ? t.bytes : ((size_t)1 << 20);
-    if (refit_mem_on_device(s->mem)) {
-      int64_t diff = 0, first = 0;
-      if (refit_mem_compare(s->mem, t.data, t.data, bytes, 1, &diff, &first) == REFIT_OK)
-        acc += (uint64_t)diff + 1;
-      continue;
-    }
-    const unsigned char *p = t.data;
-    for (size_t k = 0; k < bytes; k += 4096)
-      acc += p[k];
+  refit_tensor_t t;
+  if (n == 0 || refit_tensor_get(s, (*cursor)++ % n, &t) != REFIT_OK || t.data == NULL)
+    return 0;
+  const size_t bytes = t.bytes < ((size_t)4 << 20) ? t.bytes : ((size_t)4 << 20);
+  if (refit_mem_on_device(s->mem)) {
+    int64_t diff = 0, first = 0;
+    refit_mem_compare(s->mem, t.data, t.data, bytes, 1, &diff, &first);
+    return (uint64_t)diff + 1;
   }
+  uint64_t acc = 0;
+  const unsigned char *p = t.data;
+  for (size_t k = 0; k < bytes; k += 64)
+    acc += p[k];
   return acc;
 }
 
@@ -56,7 +53,9 @@ typedef struct {
 static refit_run_outcome_t refit_run_one(refit_session_h s, uint64_t version,
                                          int async, uint64_t *sink) {
   refit_run_outcome_t o = {0, REFIT_OK};
-  const int serving = async && refit_session_side(s) == REFIT_SIDE_GENERATOR;
+  const int generator = refit_session_side(s) == REFIT_SIDE_GENERATOR;
+  const int serving = async && generator;
+  int64_t cursor = 0;
   double last = MPI_Wtime();
   int done = 0;
 #define REFIT_RUN_SERVED()                                                     \
@@ -72,13 +71,13 @@ static refit_run_outcome_t refit_run_one(refit_session_h s, uint64_t version,
     return o;
   while (!done && o.st == REFIT_OK) {
     if (serving) {
-      *sink += refit_run_serve(s);
+      *sink += refit_run_serve(s, &cursor);
       REFIT_RUN_SERVED();
     }
     o.st = refit_progress(s, &done);
   }
   if (serving) {
-    *sink += refit_run_serve(s);
+    *sink += refit_run_serve(s, &cursor);
     REFIT_RUN_SERVED();
   }
   /* Every rank votes, also one whose part failed: nobody waits for it.
@@ -87,7 +86,9 @@ static refit_run_outcome_t refit_run_one(refit_session_h s, uint64_t version,
   if (o.st == REFIT_OK || cst != REFIT_ERR_STATE)
     o.st = cst == REFIT_OK ? o.st : cst;
   REFIT_RUN_SERVED();
-  if (!serving) /* sync: nothing was served from begin to here */
+  if (!generator) /* trainers serve nothing: no stall to report */
+    o.stall = 0;
+  else if (!serving) /* sync: nothing was served from begin to here */
     o.stall = s->times.total > 0 ? s->times.total : o.stall;
 #undef REFIT_RUN_SERVED
   return o;

@@ -1290,33 +1290,28 @@ static void test_prequantize_needs_mxfp8(void **state) {
 /* Not available yet                                                         */
 /* ------------------------------------------------------------------------ */
 
-static void test_not_available_yet(void **state) {
+/* Every value the table offers is implemented: all are accepted. */
+static void test_every_option_accepted(void **state) {
   (void)state;
-  static const yaml_case_t cases[] = {
-      {"refit:\n  transport: nccl\n",
-       "demo.yaml:22:3: refit.transport: 'nccl' is not available yet"},
-      {"refit:\n  transport: ipc\n", "refit.transport: 'ipc' is not "
-                                     "available yet"},
-  };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-    EXPECT_ERR(cat(moe, cases[i].yaml), 4, REFIT_ERR_NOT_AVAILABLE,
-               cases[i].message);
-  /* The options that exist today are accepted. */
-  EXPECT_OK(cat(moe, "refit:\n  transport: mpi\n  mode: sync\n"
-                     "  precision: bf16\ndump: ''\n"),
-            4, NULL);
   refit_config_t cfg;
+  static const char *const transports[] = {"auto", "mpi", "nccl", "ipc", "ucx"};
+  for (size_t i = 0; i < sizeof(transports) / sizeof(transports[0]); i++) {
+    char yaml[64];
+    snprintf(yaml, sizeof(yaml), "refit:\n  transport: %s\n", transports[i]);
+    EXPECT_OK(cat(moe, yaml), 4, &cfg);
+    assert_int_equal(cfg.refit.transport, (int)i);
+  }
   EXPECT_OK(cat(moe, "refit:\n  mode: async\n  precision: mxfp8\n"
-                     "  restore: none\n"),
+                     "  restore: none\n  keep_staging: false\n  baseline: true\n"),
             4, &cfg);
   assert_int_equal(cfg.refit.mode, REFIT_MODE_ASYNC);
   assert_int_equal(cfg.refit.precision, REFIT_PRECISION_MXFP8);
   assert_int_equal(cfg.refit.restore, REFIT_RESTORE_NONE);
-  /* Mixed with a real mistake, the status is the real mistake's. */
-  EXPECT_ERR(
-      cat(edit(moe, "  tp: 2\n", "  tp: 0\n"), "refit:\n  transport: nccl\n"),
-      4, REFIT_ERR_CONFIG, "trainer.tp: expected a positive integer",
-      "refit.transport: 'nccl' is not available yet");
+  assert_int_equal(cfg.refit.keep_staging, 0);
+  assert_int_equal(cfg.refit.baseline, 1);
+  EXPECT_OK(cat(moe, "source:\n  kind: hdf5\n  path: ckpt.h5\ndump: out.h5\n"), 4,
+            &cfg);
+  assert_string_equal(cfg.dump, "out.h5");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1469,7 +1464,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_mxfp8_trtllm_linear, teardown),
       cmocka_unit_test_teardown(test_mxfp8_presets_pass, teardown),
       cmocka_unit_test_teardown(test_prequantize_needs_mxfp8, teardown),
-      cmocka_unit_test_teardown(test_not_available_yet, teardown),
+      cmocka_unit_test_teardown(test_every_option_accepted, teardown),
       cmocka_unit_test_teardown(test_presets_parse, teardown),
       cmocka_unit_test_teardown(test_load_errors, teardown),
       cmocka_unit_test_teardown(test_hash_and_format_round_trip, teardown),
