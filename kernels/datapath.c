@@ -254,12 +254,11 @@ refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n,
     const refit_land_desc_t *d = &descs[i];
     const uint8_t *wire = (const uint8_t *)staging + d->src_offset;
     const int64_t len = d->rows * d->row_bytes;
-    if (d->digest &&
-        refit_digest64(wire, (size_t)len) != get_le64(wire + len)) {
-      if (bad < 0)
-        bad = i;
-      continue; /* nothing of a corrupt chunk lands */
-    }
+    /* Every chunk lands, a bad one too (datapath.h: the caller discards the
+     * whole refit on a mismatch), as the CUDA twin does in its one pass. */
+    if (d->digest && bad < 0 &&
+        refit_digest64(wire, (size_t)len) != get_le64(wire + len))
+      bad = i;
     uint8_t *dst = d->dst;
     if (d->op == REFIT_CHUNK_COPY) {
       copy_rows(wire, d->row_bytes, dst, d->dst_pitch, d->rows, d->row_bytes);

@@ -2,7 +2,7 @@
  * Data-path kernels, CUDA twins of kernels/datapath.c (contract in
  * kernels/datapath.h and kernels/datapath_cuda.h).
  *
- * Kernel refit_dp_tile_kernel<Plan>  (pack, land, and their digest passes)
+ * Kernel refit_dp_tile_kernel<Plan>  (pack, land, the pack digest pass)
  *   computes  every descriptor's work, cut into equal warp tiles: a copy tile
  *             is up to 8 KiB of one row (or several narrow rows, each taken by
  *             a group of lanes), a quantize tile is kQuantTile consecutive
@@ -18,11 +18,17 @@
  *   digest    chunk-relative words (runtime/src/core/digest.h): each warp
  *             sums its terms and adds them to the chunk's 64-bit accumulator
  *             with one atomicAdd (addition mod 2^64 commutes, so the order of
- *             the warps does not matter). Pack: terms come from the copied
- *             registers when the chunk is 16-byte aligned, else from a second
- *             pass over the wire bytes; a finalize kernel writes len*P1 + sum
- *             after the rows. Land: pass 1 sums every digest, pass 2 lands
- *             only chunks whose sum matches and reports the others.
+ *             the warps does not matter). Terms come from the registers that
+ *             are copied or quantized when the chunk's wire rows, source and
+ *             destination are 16- or 8-byte aligned (digest_unit; land
+ *             QUANTIZE at any alignment), else from a read of the wire bytes:
+ *             for pack a second pass after the copy, for land extra tiles of
+ *             the same launch. Pack: a finalize kernel writes len*P1 + sum
+ *             after the rows. Land is one pass over the staging area: every
+ *             chunk lands, then a check kernel (a thread per descriptor)
+ *             reports the smallest index whose sum does not match its
+ *             trailer (kernels/datapath.h says why landing a bad chunk is
+ *             harmless).
  *
  * Kernel refit_dp_synth_kernel, refit_dp_compare_kernel: grid-stride loops,
  * 8 synthetic values (one 16-byte store) per thread; 16-byte compares.
@@ -58,6 +64,9 @@ struct Job {
   uint8_t *scale;
   int64_t scale_pitch;
   int64_t rows, width; /* copy: width = bytes per row; quantize: cols */
+  /* Where the job's bytes lie in its wire chunk (the digest's word index):
+   * byte c of row r is byte chunk_off + r * chunk_pitch + c of the chunk. */
+  int64_t chunk_off, chunk_pitch;
 };
 
 __device__ inline int64_t ceil_div(int64_t a, int64_t b) {
@@ -156,31 +165,57 @@ __device__ inline uint64_t gather_word(const uint8_t *p, int64_t avail) {
   return w;
 }
 
+/* The digest terms of the words of one copy unit, word0 its first word. */
+__device__ inline uint64_t unit_terms(uint4 v, int64_t word0) {
+  return refit_digest_term(static_cast<uint64_t>(v.x) |
+                               static_cast<uint64_t>(v.y) << 32,
+                           static_cast<uint64_t>(word0)) +
+         refit_digest_term(static_cast<uint64_t>(v.z) |
+                               static_cast<uint64_t>(v.w) << 32,
+                           static_cast<uint64_t>(word0 + 1));
+}
+__device__ inline uint64_t unit_terms(uint2 v, int64_t word0) {
+  return refit_digest_term(static_cast<uint64_t>(v.x) |
+                               static_cast<uint64_t>(v.y) << 32,
+                           static_cast<uint64_t>(word0));
+}
+
 /*
- * Copy n bytes s -> d (both 16-byte aligned) and return this lane's digest
- * terms for them: d starts at word `word0` of its chunk. Bytes after the last
- * full 16-byte unit exist only at the end of a chunk; lane 0 adds their
- * zero-padded words.
+ * Copy n bytes s -> d (both aligned to V, 16 or 8 bytes) and return this
+ * lane's digest terms for them: s and d start at word `word0` of the wire
+ * chunk (whichever of the two it is). The span ends on a word boundary of the
+ * chunk or at its end (digest_unit checks it), so the bytes after the last
+ * full unit are whole words plus at most the chunk's zero-padded last one;
+ * lane 0 adds them.
  */
-__device__ inline uint64_t copy_span_digest(const uint8_t *__restrict__ s,
-                                            uint8_t *__restrict__ d, int64_t n,
-                                            int64_t word0, int lane,
-                                            int lanes) {
-  const uint4 *sv = reinterpret_cast<const uint4 *>(s);
-  uint4 *dv = reinterpret_cast<uint4 *>(d);
-  const int64_t nv = n / 16;
+template <typename V>
+__device__ inline uint64_t
+copy_span_digest(const uint8_t *__restrict__ s, uint8_t *__restrict__ d,
+                 int64_t n, int64_t word0, int lane, int lanes) {
+  constexpr int64_t kV = sizeof(V), kWords = kV / 8;
+  const V *sv = reinterpret_cast<const V *>(s);
+  V *dv = reinterpret_cast<V *>(d);
+  const int64_t nv = n / kV;
   uint64_t sum = 0;
-  for (int64_t i = lane; i < nv; i += lanes) {
-    const uint4 v = sv[i];
-    dv[i] = v;
-    sum += refit_digest_term(static_cast<uint64_t>(v.x) |
-                                 static_cast<uint64_t>(v.y) << 32,
-                             static_cast<uint64_t>(word0 + 2 * i));
-    sum += refit_digest_term(static_cast<uint64_t>(v.z) |
-                                 static_cast<uint64_t>(v.w) << 32,
-                             static_cast<uint64_t>(word0 + 2 * i + 1));
+  int64_t i = lane;
+  /* Four loads in flight before their stores and sums. */
+  for (; i + 3 * lanes < nv; i += 4 * lanes) {
+    V v[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+      v[k] = sv[i + k * lanes];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      dv[i + k * lanes] = v[k];
+      sum += unit_terms(v[k], word0 + kWords * (i + k * lanes));
+    }
   }
-  const int64_t t0 = nv * 16;
+  for (; i < nv; i += lanes) {
+    const V v = sv[i];
+    dv[i] = v;
+    sum += unit_terms(v, word0 + kWords * i);
+  }
+  const int64_t t0 = nv * kV;
   for (int64_t t = t0 + lane; t < n; t += lanes)
     d[t] = s[t];
   if (lane == 0)
@@ -199,52 +234,90 @@ __device__ inline int group_lanes(int64_t width) {
 }
 
 /*
- * Tile t of a copy job. With `wire` set (fused pack digest: the job's dst is
- * the wire chunk, 16-byte aligned like the source) returns the lane's terms.
+ * The unit (16 or 8 bytes) in which a copy job can sum the digest of the wire
+ * bytes it moves while it copies them, or 0 when it cannot: source and
+ * destination aligned to the unit, every row starting on a unit boundary of
+ * the chunk (so a unit holds whole words) and ending on a word boundary or at
+ * the chunk's end (the chunk's rows are len bytes).
+ */
+__device__ inline int digest_unit(const Job &j, int64_t len) {
+  if (j.kind != kCopy ||
+      !(j.width % 8 == 0 || (j.rows <= 1 && j.chunk_off + j.width == len)))
+    return 0;
+  const uintptr_t s = reinterpret_cast<uintptr_t>(j.src),
+                  d = reinterpret_cast<uintptr_t>(j.dst);
+  for (int u = 16; u >= 8; u -= 8)
+    if (s % u == 0 && d % u == 0 && j.chunk_off % u == 0 &&
+        (j.rows <= 1 || (j.src_pitch % u == 0 && j.dst_pitch % u == 0 &&
+                         j.chunk_pitch % u == 0)))
+      return u;
+  return 0;
+}
+
+/* n bytes s -> d, with the digest terms when unit is 16 or 8 (else 0). */
+__device__ inline uint64_t copy_span_unit(const uint8_t *s, uint8_t *d,
+                                          int64_t n, int64_t chunk_byte,
+                                          int unit, int lane, int lanes) {
+  if (unit == 16)
+    return copy_span_digest<uint4>(s, d, n, chunk_byte / 8, lane, lanes);
+  if (unit == 8)
+    return copy_span_digest<uint2>(s, d, n, chunk_byte / 8, lane, lanes);
+  copy_span(s, d, n, lane, lanes);
+  return 0;
+}
+
+/*
+ * Tile t of a copy job. With unit 16 or 8 (digest_unit: the job may sum the
+ * digest of its wire bytes while copying) returns the lane's terms, else 0.
  */
 __device__ inline uint64_t copy_tile(const Job &j, int64_t t, int lane,
-                                     bool digest) {
-  uint64_t sum = 0;
+                                     int unit) {
   if (j.width > kCopyTile) {
     const int64_t segs = ceil_div(j.width, kCopyTile);
     const int64_t r = t / segs, lo = (t % segs) * kCopyTile;
     const int64_t n = j.width - lo < kCopyTile ? j.width - lo : kCopyTile;
-    const uint8_t *s = j.src + r * j.src_pitch + lo;
-    uint8_t *d = j.dst + r * j.dst_pitch + lo;
-    if (digest)
-      sum = copy_span_digest(s, d, n, (r * j.width + lo) / 8, lane, 32);
-    else
-      copy_span(s, d, n, lane, 32);
-    return sum;
+    return copy_span_unit(j.src + r * j.src_pitch + lo,
+                          j.dst + r * j.dst_pitch + lo, n,
+                          j.chunk_off + r * j.chunk_pitch + lo, unit, lane, 32);
   }
+  uint64_t sum = 0;
   const int64_t rpt = copy_rows_per_tile(j);
   const int lanes = group_lanes(j.width), groups = 32 / lanes;
   const int64_t r0 = t * rpt, r1 = r0 + rpt < j.rows ? r0 + rpt : j.rows;
-  for (int64_t r = r0 + lane / lanes; r < r1; r += groups) {
-    const uint8_t *s = j.src + r * j.src_pitch;
-    uint8_t *d = j.dst + r * j.dst_pitch;
-    if (digest)
-      sum +=
-          copy_span_digest(s, d, j.width, r * j.width / 8, lane % lanes, lanes);
-    else
-      copy_span(s, d, j.width, lane % lanes, lanes);
-  }
+  for (int64_t r = r0 + lane / lanes; r < r1; r += groups)
+    sum += copy_span_unit(j.src + r * j.src_pitch, j.dst + r * j.dst_pitch,
+                          j.width, j.chunk_off + r * j.chunk_pitch, unit,
+                          lane % lanes, lanes);
   return sum;
 }
 
-/* Tile t of a quantize job: the warp quantizes its kQuantTile blocks. */
-__device__ inline void quant_tile(const Job &j, int64_t t, int lane) {
+/*
+ * Tile t of a quantize job: the warp quantizes its kQuantTile blocks. With
+ * `digest` (land QUANTIZE, whose source is the whole contiguous wire chunk)
+ * returns the lane's terms of the BF16 words it read, else 0.
+ */
+__device__ inline uint64_t quant_tile(const Job &j, int64_t t, int lane,
+                                      bool digest) {
   const int64_t nb = j.width / 32;
   const refit_mxfp8_dev_rows_t m = {j.src,   j.src_pitch,   j.dst, j.dst_pitch,
                                     j.scale, j.scale_pitch, nb,    j.rows * nb};
-  refit_mxfp8_dev_warp_tile<kQuantUnroll>(m, t * kQuantTile, lane);
+  if (digest)
+    return refit_mxfp8_dev_warp_tile<kQuantUnroll, true>(m, t * kQuantTile,
+                                                         lane);
+  return refit_mxfp8_dev_warp_tile<kQuantUnroll>(m, t * kQuantTile, lane);
 }
 
-__device__ inline void run_job(const Job &j, int64_t t, int lane) {
+/*
+ * Tile t of a job; with `digest`, the lane's terms of the wire bytes it read
+ * (the caller has checked with job_digest_fused that the job can sum them).
+ */
+__device__ inline uint64_t run_job(const Job &j, int64_t t, int lane,
+                                   bool digest, int64_t len) {
   if (j.kind == kCopy)
-    copy_tile(j, t, lane, false);
-  else if (j.kind == kQuant)
-    quant_tile(j, t, lane);
+    return copy_tile(j, t, lane, digest ? digest_unit(j, len) : 0);
+  if (j.kind == kQuant)
+    return quant_tile(j, t, lane, digest);
+  return 0;
 }
 
 /*
@@ -302,6 +375,7 @@ __device__ inline Job pack_job(const refit_pack_desc_t &d, uint8_t *buf) {
   j.dst = wire;
   j.dst_pitch = d.row_bytes;
   j.rows = d.rows;
+  j.chunk_pitch = d.row_bytes;
   if (d.op == REFIT_CHUNK_COPY) {
     j.kind = kCopy;
     j.width = d.row_bytes;
@@ -313,14 +387,6 @@ __device__ inline Job pack_job(const refit_pack_desc_t &d, uint8_t *buf) {
     j.scale_pitch = d.row_bytes;
   }
   return collapse(j);
-}
-
-/* Whether the pack digest of a (collapsed) job can be summed while copying. */
-__device__ inline bool pack_digest_fused(const Job &j) {
-  const uintptr_t s = reinterpret_cast<uintptr_t>(j.src),
-                  d = reinterpret_cast<uintptr_t>(j.dst);
-  return j.kind == kCopy && s % 16 == 0 && d % 16 == 0 &&
-         (j.rows <= 1 || (j.width % 16 == 0 && j.src_pitch % 16 == 0));
 }
 
 /* Land: up to two jobs (SPLIT copies values and scales). */
@@ -337,6 +403,7 @@ __device__ inline int land_jobs(const refit_land_desc_t &d,
   j.dst = static_cast<uint8_t *>(d.dst);
   j.dst_pitch = d.dst_pitch;
   j.rows = d.rows;
+  j.chunk_pitch = d.row_bytes;
   if (d.op == REFIT_CHUNK_COPY) {
     j.kind = kCopy;
     j.width = d.row_bytes;
@@ -358,6 +425,7 @@ __device__ inline int land_jobs(const refit_land_desc_t &d,
     j.width = d.cols;
     jobs[0] = collapse(j);
     j.src = wire + d.cols;
+    j.chunk_off = d.cols;
     j.dst = static_cast<uint8_t *>(d.scale);
     j.dst_pitch = d.scale_pitch;
     j.width = d.cols / 32;
@@ -378,13 +446,15 @@ struct PackPlan {
     return job_tiles(pack_job(descs[i], buf));
   }
   __device__ void run(int64_t i, int64_t t, int lane) const {
-    const Job j = pack_job(descs[i], buf);
-    if (descs[i].digest && pack_digest_fused(j)) {
-      const uint64_t s = warp_sum(copy_tile(j, t, lane, true));
+    const refit_pack_desc_t &d = descs[i];
+    const Job j = pack_job(d, buf);
+    const int64_t len = d.rows * d.row_bytes;
+    if (d.digest && digest_unit(j, len) > 0) {
+      const uint64_t s = warp_sum(run_job(j, t, lane, true, len));
       if (lane == 0)
         atomicAdd(&acc[i], static_cast<unsigned long long>(s));
     } else {
-      run_job(j, t, lane);
+      run_job(j, t, lane, false, len);
     }
   }
 };
@@ -397,9 +467,10 @@ struct PackDigestPlan {
   __device__ int64_t tiles(int64_t i) const {
     const refit_pack_desc_t &d = descs[i];
     const Job j = pack_job(d, buf);
-    if (!d.digest || j.kind == kNone || pack_digest_fused(j))
+    const int64_t len = d.rows * d.row_bytes;
+    if (!d.digest || j.kind == kNone || digest_unit(j, len) > 0)
       return 0;
-    return ceil_div(ceil_div(d.rows * d.row_bytes, 8), kDigestWords);
+    return ceil_div(ceil_div(len, 8), kDigestWords);
   }
   __device__ void run(int64_t i, int64_t t, int lane) const {
     const refit_pack_desc_t &d = descs[i];
@@ -410,23 +481,62 @@ struct PackDigestPlan {
   }
 };
 
-struct LandDigestPlan {
+/*
+ * Whether every job of a land descriptor sums the digest of the wire bytes it
+ * reads while landing them: QUANTIZE always (its BF16 loads are whole words of
+ * the contiguous wire rows, at any alignment), COPY and SPLIT when
+ * digest_unit allows.
+ */
+__device__ inline bool land_digest_fused(const Job jobs[2], int nj,
+                                         int64_t len) {
+  for (int k = 0; k < nj; k++)
+    if (jobs[k].kind != kQuant && digest_unit(jobs[k], len) == 0)
+      return false;
+  return true;
+}
+
+/*
+ * Land, one pass: every descriptor's jobs, each summing its chunk's digest
+ * from the bytes it reads where land_digest_fused allows. A digest chunk that
+ * cannot (misaligned wire or destination) gets digest tiles after its land
+ * tiles in the same launch: a second read of that chunk only, with no order
+ * between the two since landing does not wait for the check.
+ */
+struct LandPlan {
   const refit_land_desc_t *descs;
   const uint8_t *staging;
   unsigned long long *acc;
   __device__ int64_t tiles(int64_t i) const {
     const refit_land_desc_t &d = descs[i];
     Job jobs[2];
-    if (!d.digest || land_jobs(d, staging, jobs) == 0)
+    const int nj = land_jobs(d, staging, jobs);
+    if (nj == 0)
       return 0;
-    return ceil_div(ceil_div(d.rows * d.row_bytes, 8), kDigestWords);
+    const int64_t len = d.rows * d.row_bytes;
+    int64_t n = job_tiles(jobs[0]) + job_tiles(jobs[1]);
+    if (d.digest && !land_digest_fused(jobs, nj, len))
+      n += ceil_div(ceil_div(len, 8), kDigestWords);
+    return n;
   }
   __device__ void run(int64_t i, int64_t t, int lane) const {
     const refit_land_desc_t &d = descs[i];
-    const uint64_t s = warp_sum(
-        digest_tile(staging + d.src_offset, d.rows * d.row_bytes, t, lane));
-    if (lane == 0)
-      atomicAdd(&acc[i], static_cast<unsigned long long>(s));
+    Job jobs[2];
+    const int nj = land_jobs(d, staging, jobs);
+    const int64_t len = d.rows * d.row_bytes;
+    const bool fused = d.digest && land_digest_fused(jobs, nj, len);
+    const int64_t t0 = job_tiles(jobs[0]), t1 = job_tiles(jobs[1]);
+    uint64_t s;
+    if (t < t0)
+      s = run_job(jobs[0], t, lane, fused, len);
+    else if (t < t0 + t1)
+      s = run_job(jobs[1], t - t0, lane, fused, len);
+    else
+      s = digest_tile(staging + d.src_offset, len, t - t0 - t1, lane);
+    if (fused || t >= t0 + t1) {
+      s = warp_sum(s);
+      if (lane == 0)
+        atomicAdd(&acc[i], static_cast<unsigned long long>(s));
+    }
   }
 };
 
@@ -442,42 +552,6 @@ __device__ inline void report_bad(int64_t *bad, int64_t i) {
     old = atomicCAS(p, seen, static_cast<unsigned long long>(i));
   } while (old != seen);
 }
-
-struct LandPlan {
-  const refit_land_desc_t *descs;
-  const uint8_t *staging;
-  const unsigned long long *acc;
-  int64_t *bad;
-  __device__ int64_t tiles(int64_t i) const {
-    Job jobs[2];
-    const int nj = land_jobs(descs[i], staging, jobs);
-    if (nj == 0)
-      return 0;
-    const int64_t n = job_tiles(jobs[0]) + job_tiles(jobs[1]);
-    /* A digest chunk has at least one tile, which checks it. */
-    return n == 0 && descs[i].digest ? 1 : n;
-  }
-  __device__ void run(int64_t i, int64_t t, int lane) const {
-    const refit_land_desc_t &d = descs[i];
-    if (d.digest) {
-      const int64_t len = d.rows * d.row_bytes;
-      const uint8_t *wire = staging + d.src_offset;
-      const uint64_t want = load_le64(wire + len);
-      if (static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i] != want) {
-        if (t == 0 && lane == 0)
-          report_bad(bad, i);
-        return;
-      }
-    }
-    Job jobs[2];
-    land_jobs(d, staging, jobs);
-    const int64_t t0 = job_tiles(jobs[0]);
-    if (t < t0)
-      run_job(jobs[0], t, lane);
-    else
-      run_job(jobs[1], t - t0, lane);
-  }
-};
 
 /* ---- The tile kernel ------------------------------------------------------
  */
@@ -556,6 +630,30 @@ __global__ void refit_dp_pack_finalize_kernel(const refit_pack_desc_t *descs,
     for (int b = 0; b < 8; b++)
       p[b] = static_cast<uint8_t>(v >> (8 * b));
   }
+}
+
+/* Land digests, after the land: compare each sum with the chunk's trailer. */
+__global__ void refit_dp_land_check_kernel(const refit_land_desc_t *descs,
+                                           int64_t n, const uint8_t *staging,
+                                           const unsigned long long *acc,
+                                           int64_t *bad) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const refit_land_desc_t &d = descs[i];
+    Job jobs[2];
+    if (!d.digest || land_jobs(d, staging, jobs) == 0)
+      continue;
+    const int64_t len = d.rows * d.row_bytes;
+    if (static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i] !=
+        load_le64(staging + d.src_offset + len))
+      report_bad(bad, i);
+  }
+}
+
+/* Blocks for a kernel with a thread per descriptor. */
+int64_t per_desc_blocks(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return b < 1024 ? b : 1024;
 }
 
 template <typename Plan>
@@ -794,11 +892,9 @@ refit_pack_rows_cuda(const refit_pack_desc_t *descs_device, int64_t n,
     st = launch_tiles(PackDigestPlan{descs_device, wire, acc}, n, stream,
                       "pack digest");
   if (st == REFIT_OK) {
-    const int64_t blocks = (n + kThreads - 1) / kThreads < 1024
-                               ? (n + kThreads - 1) / kThreads
-                               : 1024;
-    refit_dp_pack_finalize_kernel<<<static_cast<unsigned>(blocks), kThreads, 0,
-                                    stream>>>(descs_device, n, wire, acc);
+    refit_dp_pack_finalize_kernel<<<static_cast<unsigned>(per_desc_blocks(n)),
+                                    kThreads, 0, stream>>>(descs_device, n,
+                                                           wire, acc);
     st = refit_cuda_launch_check("pack digest finalize");
   }
   const refit_status_t put = scratch_put(acc, stream, what);
@@ -819,11 +915,14 @@ refit_land_rows_cuda(const refit_land_desc_t *descs_device, int64_t n,
   unsigned long long *acc = NULL;
   REFIT_CHECK(scratch_get(n, stream, &acc, what));
   const uint8_t *wire = static_cast<const uint8_t *>(staging);
-  refit_status_t st = launch_tiles(LandDigestPlan{descs_device, wire, acc}, n,
-                                   stream, "land digest");
-  if (st == REFIT_OK)
-    st = launch_tiles(LandPlan{descs_device, wire, acc, bad_chunk_device}, n,
-                      stream, what);
+  refit_status_t st =
+      launch_tiles(LandPlan{descs_device, wire, acc}, n, stream, what);
+  if (st == REFIT_OK) {
+    refit_dp_land_check_kernel<<<static_cast<unsigned>(per_desc_blocks(n)),
+                                 kThreads, 0, stream>>>(descs_device, n, wire,
+                                                        acc, bad_chunk_device);
+    st = refit_cuda_launch_check("land digest check");
+  }
   const refit_status_t put = scratch_put(acc, stream, what);
   return st != REFIT_OK ? st : put;
 }

@@ -10,9 +10,11 @@
  * descriptor; one the device cannot execute safely (bad op, cols % 32 for a
  * quantizing op, inconsistent row_bytes) is skipped. Check tables on the host.
  *
- * Cost: each call is one kernel over all descriptors' work (plus, with
- * digests possible, a digest pass and a finalize kernel, and a small scratch
- * array of 8 bytes per descriptor from a private stream-ordered memory pool).
+ * Cost: each call is one kernel over all descriptors' work (plus a small
+ * kernel with a thread per descriptor that writes (pack) or checks (land) the
+ * digests, a pack digest pass when a digest could not be fused, and a
+ * scratch array of 8 bytes per descriptor from a private stream-ordered memory
+ * pool).
  * Work is split into equal tiles (8 KiB of copy, or 32 quantized blocks, per
  * warp) numbered across the whole table, so one large chunk and many small
  * ones spread evenly over the GPU.
@@ -20,9 +22,10 @@
  * Alignment: any alignment is correct. Copies run 16 bytes at a time where
  * source and destination have the same address modulo 16 (8, 4, 2 bytes at a
  * time for weaker common alignment); chunk offsets that are multiples of 16
- * are the fast case. The pack digest is computed while copying when the wire
- * chunk and its source rows are 16-byte aligned, else by a second read of the
- * wire bytes.
+ * are the fast case. Digests are summed from the registers being copied when
+ * the wire chunk, its rows and the other side's rows are 16- or 8-byte
+ * aligned (land QUANTIZE: always); else the wire bytes are read a second time
+ * (pack: by a second kernel; land: by extra tiles of the same kernel).
  */
 #ifndef REFIT_KERNELS_DATAPATH_CUDA_H
 #define REFIT_KERNELS_DATAPATH_CUDA_H
@@ -40,10 +43,12 @@ refit_status_t refit_pack_rows_cuda(const refit_pack_desc_t *descs_device,
                                     int64_t n, void *buf, cudaStream_t stream);
 
 /*
- * refit_land_rows on the device. *bad_chunk_device (device memory, set to -1
- * by the caller before the call) becomes the smallest index of a descriptor
- * whose digest did not match; such chunks are not landed (every digest is
- * computed before anything lands).
+ * refit_land_rows on the device, in one pass over the staging area: every
+ * chunk lands, its digest summed from the bytes read to land it. Then
+ * *bad_chunk_device (device memory, set to -1 by the caller before the call)
+ * becomes the smallest index of a descriptor whose digest did not match; such
+ * chunks have landed all the same, the same bytes as refit_land_rows (the
+ * caller discards the refit: see refit_land_desc_t in kernels/datapath.h).
  */
 refit_status_t refit_land_rows_cuda(const refit_land_desc_t *descs_device,
                                     int64_t n, const void *staging,

@@ -82,6 +82,11 @@ typedef struct {
   int64_t scale_stride;
 } refit_mxfp8_quantize_job_t;
 
+/* Built twice, for AVX2 and for the baseline x86-64 ISA; the loader picks
+ * the one the CPU runs (the element loops are 8 lanes wide with AVX2). */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 static void refit_mxfp8_quantize_range(void *ctx, int64_t begin, int64_t end) {
   const refit_mxfp8_quantize_job_t *j = ctx;
   int64_t nb = j->k / REFIT_MXFP8_BLOCK;

@@ -35,6 +35,8 @@
 
 #include "kernels/mxfp8_rules.h"
 
+#include "core/digest.h"
+
 #include <cuda_fp8.h>
 #include <stdint.h>
 
@@ -208,9 +210,14 @@ struct refit_mxfp8_dev_rows_t {
  * lane calls it; lane = 0..31): in step i lane l takes part l % 4 of block
  * g0 + 8 i + l / 4. One division per call; the row of each later block
  * follows by stepping.
+ *
+ * With kDigest, returns this lane's digest terms (core/digest.h) of the BF16
+ * bytes it read, taken as words of the byte range that starts at m.src (the
+ * land kernel's wire chunk, whose rows are contiguous: each lane's 16 bytes
+ * are two whole words of it, whatever the address alignment); else 0.
  */
-template <int U>
-__device__ inline void
+template <int U, bool kDigest = false>
+__device__ inline uint64_t
 refit_mxfp8_dev_warp_tile(const refit_mxfp8_dev_rows_t &m, int64_t g0,
                           int lane) {
   const int part = lane & 3;
@@ -228,6 +235,7 @@ refit_mxfp8_dev_warp_tile(const refit_mxfp8_dev_rows_t &m, int64_t g0,
   b += lane / 4;
   uint32_t x[U][4];
   int64_t rs[U], bs[U];
+  uint64_t sum = 0;
 #pragma unroll
   for (int i = 0; i < U; i++) {
     while (b >= m.nb) {
@@ -236,8 +244,17 @@ refit_mxfp8_dev_warp_tile(const refit_mxfp8_dev_rows_t &m, int64_t g0,
     }
     rs[i] = r;
     bs[i] = b;
-    if (g0 + 8 * i + lane / 4 < m.total)
-      refit_mxfp8_dev_load8(m.src + r * m.src_pitch + 64 * b + 16 * part, x[i]);
+    if (g0 + 8 * i + lane / 4 < m.total) {
+      const int64_t at = r * m.src_pitch + 64 * b + 16 * part;
+      refit_mxfp8_dev_load8(m.src + at, x[i]);
+      if (kDigest) {
+        const uint64_t word = static_cast<uint64_t>(at / 8);
+        sum += refit_digest_term(x[i][0] | static_cast<uint64_t>(x[i][1]) << 32,
+                                 word);
+        sum += refit_digest_term(x[i][2] | static_cast<uint64_t>(x[i][3]) << 32,
+                                 word + 1);
+      }
+    }
     b += 8;
   }
 #pragma unroll
@@ -250,6 +267,7 @@ refit_mxfp8_dev_warp_tile(const refit_mxfp8_dev_rows_t &m, int64_t g0,
     if (part == 0)
       m.scale[rs[i] * m.scale_pitch + bs[i]] = s;
   }
+  return sum;
 }
 
 #endif /* REFIT_KERNELS_MXFP8_DEVICE_CUH */

@@ -10,6 +10,9 @@
  * quantized on pack, values and scales split on land) and COPY -> QUANTIZE
  * (BF16 on the wire, quantized on land). Offsets in every arena are
  * deliberately misaligned at random; a chunk may have rows = 1 or, rarely, 0.
+ * dps_create_aligned instead keeps every offset, pitch and row 8- or 16-byte
+ * aligned and cols a multiple of 256, the cases in which the CUDA twins sum
+ * digests from the registers they copy (kernels/datapath_cuda.h).
  */
 #ifndef REFIT_TESTS_KERNELS_DATAPATH_SCENARIO_H
 #define REFIT_TESTS_KERNELS_DATAPATH_SCENARIO_H
@@ -32,16 +35,26 @@ typedef struct {
   int64_t src_bytes, wire_bytes, dst_bytes;
 } dps_t;
 
-/* Offset rounded up to 16 plus a random misalignment (none half the time). */
-static inline int64_t dps_place(int64_t *used, int64_t bytes) {
+/* Offset rounded up to 16 plus a random misalignment (none half the time);
+ * with `aligned`, plus 8 or nothing. */
+static inline int64_t dps_place(int64_t *used, int64_t bytes, int aligned) {
   int64_t at = (*used + 15) / 16 * 16;
   if (kt_rand() & 1)
-    at += kt_rand_range(0, 15);
+    at += aligned ? 8 : kt_rand_range(0, 15);
   *used = at + bytes;
   return at;
 }
 
-static inline void dps_create(dps_t *s, int64_t n, int digest_mode) {
+/* A pitch for rows of `width` bytes: the width or a little more (with
+ * `aligned`, by a multiple of 8, from a width that is one too). */
+static inline int64_t dps_pitch(int64_t width, int64_t more, int aligned) {
+  if (kt_rand() & 1)
+    return width;
+  return aligned ? width + 8 * kt_rand_range(1, 4) : width + more;
+}
+
+static inline void dps_create_aligned(dps_t *s, int64_t n, int digest_mode,
+                                      int aligned) {
   memset(s, 0, sizeof(*s));
   s->n = n;
   s->kind = calloc((size_t)n, sizeof(int));
@@ -60,19 +73,22 @@ static inline void dps_create(dps_t *s, int64_t n, int digest_mode) {
     if (kind == DPS_COPY) {
       row_bytes = kt_rand_range(1, 4) == 1 ? kt_rand_range(8193, 30000)
                                            : kt_rand_range(1, 3000);
+      if (aligned)
+        row_bytes = (row_bytes + 7) / 8 * 8;
       src_row = row_bytes;
     } else {
-      cols = 32 * kt_rand_range(1, 12);
+      cols = aligned ? 256 * kt_rand_range(1, 8) : 32 * kt_rand_range(1, 12);
       src_row = 2 * cols;
       row_bytes = kind == DPS_QUANT_SPLIT ? cols + cols / 32 : 2 * cols;
     }
-    src_pitch = (kt_rand() & 1) ? src_row : src_row + kt_rand_range(1, 40);
+    src_pitch = dps_pitch(src_row, kt_rand_range(1, 40), aligned);
     if (kind != DPS_COPY && (kt_rand() & 1))
       src_pitch = src_row + 2 * kt_rand_range(0, 8); /* even: the direct path */
     p->src = (void *)(intptr_t)dps_place(
-        &src_used, rows > 0 ? (rows - 1) * src_pitch + src_row : 0);
+        &src_used, rows > 0 ? (rows - 1) * src_pitch + src_row : 0, aligned);
     p->src_pitch = src_pitch;
-    p->dst_offset = dps_place(&wire_used, rows * row_bytes + (digest ? 8 : 0));
+    p->dst_offset =
+        dps_place(&wire_used, rows * row_bytes + (digest ? 8 : 0), aligned);
     p->rows = rows;
     p->cols = cols;
     p->row_bytes = row_bytes;
@@ -87,14 +103,14 @@ static inline void dps_create(dps_t *s, int64_t n, int digest_mode) {
                                       : REFIT_CHUNK_QUANTIZE;
     l->digest = digest;
     const int64_t width = kind == DPS_COPY ? row_bytes : cols;
-    l->dst_pitch = (kt_rand() & 1) ? width : width + kt_rand_range(1, 40);
+    l->dst_pitch = dps_pitch(width, kt_rand_range(1, 40), aligned);
     l->dst = (void *)(intptr_t)dps_place(
-        &dst_used, rows > 0 ? (rows - 1) * l->dst_pitch + width : 0);
+        &dst_used, rows > 0 ? (rows - 1) * l->dst_pitch + width : 0, aligned);
     if (kind != DPS_COPY) {
-      l->scale_pitch =
-          (kt_rand() & 1) ? cols / 32 : cols / 32 + kt_rand_range(1, 9);
+      l->scale_pitch = dps_pitch(cols / 32, kt_rand_range(1, 9), aligned);
       l->scale = (void *)(intptr_t)dps_place(
-          &dst_used, rows > 0 ? (rows - 1) * l->scale_pitch + cols / 32 : 0);
+          &dst_used, rows > 0 ? (rows - 1) * l->scale_pitch + cols / 32 : 0,
+          aligned);
     }
     s->kind[i] = kind;
   }
@@ -117,6 +133,34 @@ static inline void dps_create(dps_t *s, int64_t n, int digest_mode) {
       }
     }
   }
+}
+
+static inline void dps_create(dps_t *s, int64_t n, int digest_mode) {
+  dps_create_aligned(s, n, digest_mode, 0);
+}
+
+/*
+ * Whether chunk i landed the same bytes into arenas a and b (values and, for
+ * a quantizing chunk, scales; land is bound to arena base, as dps_bind makes
+ * it). The gaps between rows are not the chunk's.
+ */
+static inline int dps_chunk_same(const dps_t *s, const refit_land_desc_t *land,
+                                 int64_t i, const uint8_t *base,
+                                 const uint8_t *a, const uint8_t *b) {
+  const refit_land_desc_t *l = &land[i];
+  const int64_t width = s->kind[i] == DPS_COPY ? l->row_bytes : l->cols;
+  const int64_t off = (const uint8_t *)l->dst - base,
+                soff = (const uint8_t *)l->scale - base;
+  for (int64_t r = 0; r < l->rows; r++) {
+    if (memcmp(a + off + r * l->dst_pitch, b + off + r * l->dst_pitch,
+               (size_t)width) != 0)
+      return 0;
+    if (s->kind[i] != DPS_COPY &&
+        memcmp(a + soff + r * l->scale_pitch, b + soff + r * l->scale_pitch,
+               (size_t)l->cols / 32) != 0)
+      return 0;
+  }
+  return 1;
 }
 
 /* Descriptors with pointers into real arenas (host or device). */

@@ -3,7 +3,8 @@
  * expectations: pack then land returns every source row (COPY), the
  * quantization of the whole tensor (QUANTIZE -> SPLIT, COPY -> QUANTIZE), the
  * wire rows and digests are where the wire format says; the digest catches a
- * flipped bit and a truncated chunk and nothing of a bad chunk lands;
+ * flipped bit and a truncated chunk, reported as the first bad index while
+ * every chunk lands (the bad one as its wire bytes say, the others intact);
  * descriptor checks name the index; synthetic values equal a direct loop.
  */
 #include "datapath_scenario.h"
@@ -174,7 +175,11 @@ static void test_datapath_quantize_pieces(void **state) {
   free(wire);
 }
 
-/* A flipped bit and a truncated chunk are caught; bad chunks land nothing. */
+/*
+ * A flipped bit and a truncated chunk are caught, and land is still one pass:
+ * the bad chunk lands what its wire bytes say (the same bytes as a land with
+ * its digest off), every other chunk lands as before.
+ */
 static void test_datapath_digest_detects(void **state) {
   (void)state;
   kt_seed("test_datapath_digest_detects");
@@ -210,22 +215,40 @@ static void test_datapath_digest_detects(void **state) {
     memset(dst, 0x77, (size_t)s.dst_bytes);
     assert_int_equal(refit_land_rows(land, n, wire, &bad), REFIT_OK);
     assert_int_equal(bad, v);
-    /* Every other chunk landed as before; the victim's bytes are untouched. */
+    /* The same table without digests lands the same bytes, the victim's too. */
+    uint8_t *plain = malloc((size_t)s.dst_bytes);
+    memset(plain, 0x77, (size_t)s.dst_bytes);
     for (int64_t i = 0; i < n; i++) {
-      const int64_t width =
-          s.kind[i] == DPS_COPY ? land[i].row_bytes : land[i].cols;
-      const int64_t off = (uint8_t *)land[i].dst - dst;
-      for (int64_t r = 0; r < land[i].rows; r++) {
-        const uint8_t *got = dst + off + r * land[i].dst_pitch;
-        if (i == v) {
-          for (int64_t c = 0; c < width; c++)
-            assert_int_equal(got[c], 0x77);
-        } else {
-          assert_memory_equal(got, ref + off + r * land[i].dst_pitch,
-                              (size_t)width);
-        }
-      }
+      land[i].digest = 0;
+      land[i].dst = plain + ((uint8_t *)land[i].dst - dst);
+      land[i].scale = land[i].scale == NULL
+                          ? NULL
+                          : plain + ((uint8_t *)land[i].scale - dst);
     }
+    assert_int_equal(refit_land_rows(land, n, wire, &bad), REFIT_OK);
+    assert_int_equal(bad, -1);
+    assert_memory_equal(dst, plain, (size_t)s.dst_bytes);
+    dps_bind(&s, s.src, dst, p2, land);
+    if (truncate)
+      land[v].rows--;
+    /* Every other chunk landed as before; the victim landed (it differs from
+     * the fill) and, for a flipped bit that is moved as it is (a flip in BF16
+     * may quantize to the same byte), differs from the intact landing. */
+    for (int64_t i = 0; i < n; i++)
+      if (i != v)
+        assert_true(dps_chunk_same(&s, land, i, dst, dst, ref));
+    int landed = 0;
+    memset(plain, 0x77, (size_t)s.dst_bytes);
+    for (int64_t r = 0; r < land[v].rows; r++) {
+      const int64_t width =
+          s.kind[v] == DPS_COPY ? land[v].row_bytes : land[v].cols;
+      const uint8_t *got = (uint8_t *)land[v].dst + r * land[v].dst_pitch;
+      landed |= memcmp(got, plain, (size_t)width) != 0;
+    }
+    assert_true(landed || land[v].rows == 0);
+    if (!truncate && s.kind[v] != DPS_COPY_QUANT)
+      assert_false(dps_chunk_same(&s, land, v, dst, dst, ref));
+    free(plain);
     free(wire);
     free(dst);
     free(ref);

@@ -2,8 +2,10 @@
  * Data-path CUDA twins == host references, byte for byte: random descriptor
  * tables (misaligned offsets everywhere, odd row_bytes, rows = 1 and 0,
  * chunks over the 8 KiB tile, up to 700 descriptors so the kernels' 256-entry
- * batches roll over, digests off, on and mixed), a corrupted chunk (reported
- * as the smallest bad index, nothing of it landed), synthetic values and the
+ * batches roll over, digests off, on and mixed; and 8/16-byte aligned tables,
+ * where digests are summed while landing), corrupted chunks (reported as the
+ * smallest bad index; every chunk lands, the bad ones the same bytes as on
+ * the host, the others as without the corruption), synthetic values and the
  * compare kernel. Exits 77 (skipped) without a GPU.
  */
 #include "datapath_scenario.h"
@@ -44,13 +46,14 @@ static void expect_same(const uint8_t *want, const void *dev, size_t n,
 }
 
 /*
- * One scenario on both sides. corrupt >= 0: after packing, flip a bit in the
- * wire rows of the first chunks with digests and data at or after `corrupt`,
- * and of one chunk further on, so the smallest index must win.
+ * One scenario on both sides (`aligned`: dps_create_aligned). corrupt >= 0:
+ * after packing, flip a bit in the wire rows of the first chunks with digests
+ * and data at or after `corrupt`, and of one chunk further on, so the
+ * smallest index must win.
  */
-static void twin(int64_t n, int digest_mode, int corrupt) {
+static void twin(int64_t n, int digest_mode, int corrupt, int aligned) {
   dps_t s;
-  dps_create(&s, n, digest_mode);
+  dps_create_aligned(&s, n, digest_mode, aligned);
   refit_pack_desc_t *hp = malloc((size_t)n * sizeof(*hp)),
                     *dp = malloc((size_t)n * sizeof(*dp));
   refit_land_desc_t *hl = malloc((size_t)n * sizeof(*hl)),
@@ -72,7 +75,15 @@ static void twin(int64_t n, int digest_mode, int corrupt) {
   expect_same(hwire, dwire, (size_t)s.wire_bytes, "pack wire");
 
   int64_t flipped[2] = {-1, -1};
+  uint8_t *clean = NULL; /* the host landing of the intact wire */
   if (corrupt >= 0) {
+    int64_t none = 0;
+    clean = malloc((size_t)s.dst_bytes);
+    memcpy(clean, hdst, (size_t)s.dst_bytes);
+    dps_bind(&s, s.src, clean, hp, hl);
+    assert_int_equal(refit_land_rows(hl, n, hwire, &none), REFIT_OK);
+    assert_int_equal(none, -1);
+    dps_bind(&s, s.src, hdst, hp, hl);
     int k = 0;
     for (int64_t i = corrupt; i < n && k < 2; i++)
       if (hp[i].digest && hp[i].rows * hp[i].row_bytes > 0 &&
@@ -91,6 +102,11 @@ static void twin(int64_t n, int digest_mode, int corrupt) {
   CK(cudaMemcpy(&dbad, dbad_dev, sizeof(dbad), cudaMemcpyDeviceToHost));
   assert_int_equal(hbad, flipped[0]);
   assert_int_equal(dbad, hbad);
+  if (clean != NULL) /* (the bad chunks' bytes: equal to the host's above) */
+    for (int64_t i = 0; i < n; i++)
+      if (i != flipped[0] && i != flipped[1])
+        assert_true(dps_chunk_same(&s, hl, i, hdst, hdst, clean));
+  free(clean);
 
   CK(cudaFree(dsrc));
   CK(cudaFree(dwire));
@@ -111,18 +127,21 @@ static void test_cuda_datapath_twins(void **state) {
   (void)state;
   kt_seed("test_cuda_datapath_twins");
   for (int iter = 0; iter < 24; iter++)
-    twin(kt_rand_range(1, 40), iter % 3, -1);
-  twin(1, 0, -1);
-  twin(700, 2, -1);
-  twin(700, 1, -1);
+    twin(kt_rand_range(1, 40), iter % 3, -1, iter % 2);
+  twin(1, 0, -1, 0);
+  twin(700, 2, -1, 0);
+  twin(700, 1, -1, 0);
+  twin(700, 1, -1, 1);
 }
 
 static void test_cuda_datapath_corrupt(void **state) {
   (void)state;
   kt_seed("test_cuda_datapath_corrupt");
-  for (int iter = 0; iter < 10; iter++)
-    twin(kt_rand_range(4, 60), 1 + iter % 2, (int)kt_rand_range(0, 3));
-  twin(600, 1, 300); /* past the first 256-descriptor batch */
+  for (int iter = 0; iter < 16; iter++)
+    twin(kt_rand_range(4, 60), 1 + iter % 2, (int)kt_rand_range(0, 3),
+         (iter / 2) % 2);
+  twin(600, 1, 300, 0); /* past the first 256-descriptor batch */
+  twin(600, 1, 300, 1);
 }
 
 /* Large aligned chunks: the fused pack digest and the 16-byte paths. */
