@@ -135,6 +135,22 @@ refit_status_t refit_mem_sync(refit_mem_t *m) {
   return REFIT_OK;
 }
 
+refit_status_t refit_mem_done(refit_mem_t *m, int *done) {
+  *done = 1;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    cudaError_t e = cudaStreamQuery(m->stream);
+    if (e == cudaErrorNotReady) {
+      *done = 0;
+      return REFIT_OK;
+    }
+    REFIT_CUDA_CHECK(e);
+  }
+#endif
+  (void)m;
+  return REFIT_OK;
+}
+
 refit_status_t refit_mem_to_host(refit_mem_t *m, void *host, const void *src,
                                  size_t bytes) {
 #ifdef REFIT_HAVE_CUDA

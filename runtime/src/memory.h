@@ -45,6 +45,8 @@ refit_status_t refit_mem_from_host(refit_mem_t *m, void *dst, const void *host,
 
 /* Wait for everything queued so far. */
 refit_status_t refit_mem_sync(refit_mem_t *m);
+/* Has everything queued so far finished? (Never blocks; host: always.) */
+refit_status_t refit_mem_done(refit_mem_t *m, int *done);
 
 /*
  * A descriptor table that lives where the kernels read it: built on the host

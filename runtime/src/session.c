@@ -219,10 +219,11 @@ static refit_status_t refit_trainer_tables(refit_session_t *s) {
 }
 
 /* Trainer: gather the chunks of bucket b into buf (one message per peer,
- * back to back) and list the sends. Returns once buf is complete. */
+ * back to back) and list the sends. With `wait_done` it returns once buf is
+ * complete; otherwise the caller waits for the memory layer. */
 static refit_status_t refit_trainer_pack(refit_session_t *s, int32_t b,
                                          unsigned char *buf, refit_xfer_t *xfers,
-                                         int *nxfers) {
+                                         int *nxfers, int wait_done) {
   const refit_plan_t *p = s->plan;
   size_t used = 0;
   *nxfers = 0;
@@ -236,7 +237,7 @@ static refit_status_t refit_trainer_pack(refit_session_t *s, int32_t b,
   }
   REFIT_CHECK(refit_mem_pack(s->mem, &s->pack, s->pack_begin[b],
                              s->pack_begin[b + 1] - s->pack_begin[b], buf));
-  return refit_mem_sync(s->mem);
+  return wait_done ? refit_mem_sync(s->mem) : REFIT_OK;
 }
 
 /* Generator: receives of bucket b into the staging area `buf`. */
@@ -824,6 +825,25 @@ static refit_status_t refit_session_wait_slot(refit_session_t *s, int slot,
   return st;
 }
 
+/* Advance the exchange in `slot` without blocking: *arrived = 1 once it
+ * completed (then the slot is free). Transports without a test op complete
+ * it with a blocking wait. */
+static refit_status_t refit_session_poll_slot(refit_session_t *s, int slot,
+                                              int *arrived) {
+  *arrived = 1;
+  if (s->inflight[slot] == NULL)
+    return REFIT_OK;
+  if (s->transport.ops->test == NULL)
+    return refit_session_wait_slot(s, slot, "poll", -1);
+  double t = MPI_Wtime();
+  refit_status_t st = s->transport.ops->test(s->transport.ctx, s->inflight[slot],
+                                             arrived);
+  s->times.transfer += MPI_Wtime() - t;
+  if (st != REFIT_OK || *arrived)
+    s->inflight[slot] = NULL; /* freed by test */
+  return st;
+}
+
 /* Trainer: one bucket (pack and send), or the final drain. */
 static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) {
   const refit_plan_t *p = s->plan;
@@ -839,7 +859,17 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
   REFIT_CHECK(refit_session_wait_slot(s, slot, "send", b - REFIT_EXCHANGES_IN_FLIGHT));
   int nx = 0;
   double t = MPI_Wtime();
-  st = refit_trainer_pack(s, b, s->buffer[slot], s->xfers, &nx);
+  st = refit_trainer_pack(s, b, s->buffer[slot], s->xfers, &nx, 0);
+  /* While the pack kernel runs, keep the bucket in flight moving: some
+   * transports (CUDA IPC) only advance when called. */
+  for (int packed = 0; st == REFIT_OK && !packed;) {
+    st = refit_mem_done(s->mem, &packed);
+    const int other = (slot + 1) % REFIT_EXCHANGES_IN_FLIGHT;
+    int sent = 1;
+    if (st == REFIT_OK && !packed && s->inflight[other] != NULL &&
+        s->transport.ops->test != NULL)
+      st = refit_session_poll_slot(s, other, &sent);
+  }
   s->times.pack += MPI_Wtime() - t;
   REFIT_CHECK(st);
   if (nx > 0 && refit_session_fault_here(s, REFIT_FAULT_PHASE_TRANSFER) &&
@@ -874,7 +904,7 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
   const refit_plan_t *p = s->plan;
   const int32_t b = s->next_bucket;
   int nx = 0;
-  if (b == 0 && p->nbuckets > 0) {
+  if (b == 0 && p->nbuckets > 0 && s->next_posted == 0) {
     refit_generator_recvs(s, 0, s->buffer[0], s->xfers, &nx);
     REFIT_CHECK(s->transport.ops->start(s->transport.ctx, NULL, 0, s->xfers, nx,
                                         s->tag_base, &s->inflight[0]));
@@ -888,7 +918,7 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
     *done = 1;
     return REFIT_OK;
   }
-  if (b + 1 < p->nbuckets) {
+  if (b + 1 < p->nbuckets && s->next_posted <= b + 1) {
     const int next = (b + 1) % REFIT_EXCHANGES_IN_FLIGHT;
     refit_generator_recvs(s, b + 1, s->buffer[next], s->xfers, &nx);
     REFIT_CHECK(s->transport.ops->start(s->transport.ctx, NULL, 0, s->xfers, nx,
@@ -900,6 +930,16 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
   if (refit_session_fault_here(s, REFIT_FAULT_PHASE_TRANSFER) &&
       b == refit_session_fault_bucket(s))
     REFIT_CHECK(refit_session_fault_act(s, "transfer"));
+  if (s->cfg.refit.mode == REFIT_MODE_ASYNC && MPI_Wtime() < s->deadline) {
+    /* Async: the engine serves between progress calls, so a bucket still in
+     * flight returns at once instead of blocking it. */
+    int arrived = 0;
+    REFIT_CHECK(refit_session_poll_slot(s, slot, &arrived));
+    if (!arrived) {
+      *done = 0;
+      return REFIT_OK;
+    }
+  }
   REFIT_CHECK(refit_session_wait_slot(s, slot, "receive", b));
   refit_land_fault_t lf = REFIT_LAND_NORMAL;
   if (refit_session_fault_here(s, REFIT_FAULT_PHASE_QUANTIZE) &&
@@ -1033,7 +1073,7 @@ static void refit_session_drain(refit_session_t *s) {
     int nx = 0;
     refit_exchange_t *ex = NULL;
     if (s->is_trainer) {
-      if (refit_trainer_pack(s, b, s->buffer[0], s->xfers, &nx) != REFIT_OK)
+      if (refit_trainer_pack(s, b, s->buffer[0], s->xfers, &nx, 1) != REFIT_OK)
         return;
       if (s->transport.ops->start(s->transport.ctx, s->xfers, nx, NULL, 0,
                                   s->tag_base | (b & 0xfff), &ex) != REFIT_OK)

@@ -81,6 +81,10 @@ typedef struct {
   /* Complete an exchange by `deadline` (MPI_Wtime seconds); frees it. */
   refit_status_t (*wait)(void *ctx, refit_exchange_t *ex, double deadline,
                          const char *phase);
+  /* Optional (NULL: callers use wait). Advance an exchange without
+   * blocking; *done = 1 when it completed, and then (or on an error) the
+   * exchange is freed. Deadlines are the caller's: wait() reports them. */
+  refit_status_t (*test)(void *ctx, refit_exchange_t *ex, int *done);
   /* Give up an exchange after a failure: receives are cancelled, sends are
    * left to finish or fail on their own; frees the exchange. The buffers
    * must stay valid until destroy(): a late peer may still touch them. */

@@ -538,6 +538,27 @@ fail:
   return st;
 }
 
+static refit_status_t refit_ipc_test(void *ctx, refit_exchange_t *ex, int *done) {
+  refit_ipc_ctx_t *c = ctx;
+  int left = 1;
+  refit_status_t st = c->broken ? REFIT_ERR(REFIT_ERR_STATE,
+                                            "ipc transport: refused after an "
+                                            "earlier failure")
+                                : refit_ipc_progress(c, ex, &left);
+  *done = 0;
+  if (st != REFIT_OK) {
+    c->broken = 1;
+    refit_ipc_exchange_drop(ex);
+    refit_ipc_exchange_free(ex);
+    return st;
+  }
+  if (left == 0) {
+    refit_ipc_exchange_free(ex);
+    *done = 1;
+  }
+  return REFIT_OK;
+}
+
 static void refit_ipc_destroy(void *ctx) {
   refit_ipc_ctx_t *c = ctx;
   if (c == NULL)
@@ -568,6 +589,7 @@ const refit_transport_ops_t refit_transport_ipc = {
     .create = refit_ipc_create,
     .start = refit_ipc_start,
     .wait = refit_ipc_wait,
+    .test = refit_ipc_test,
     .destroy = refit_ipc_destroy,
     .register_buffer = refit_ipc_register,
 };

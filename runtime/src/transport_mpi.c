@@ -234,6 +234,43 @@ static void refit_mpi_abandon(void *ctx, refit_exchange_t *ex) {
   refit_mpi_exchange_free(ex);
 }
 
+/* One MPI_Testsome pass of wait(); counts checked the same way. */
+static refit_status_t refit_mpi_test(void *ctx, refit_exchange_t *ex, int *done) {
+  int outcount = 0;
+  refit_status_t st = REFIT_OK;
+  *done = 0;
+  int rc = MPI_Testsome(ex->n, ex->req, &outcount, ex->indices, ex->status);
+  if (rc != MPI_SUCCESS) {
+    st = refit_mpi_check(rc, "test", -1);
+    refit_mpi_abandon(ctx, ex);
+    return st;
+  }
+  if (outcount != MPI_UNDEFINED)
+    for (int k = 0; k < outcount; k++) {
+      const int i = ex->indices[k];
+      int count = 0;
+      if (i >= ex->n - ex->nsends)
+        continue;
+      MPI_Get_count(&ex->status[k], MPI_BYTE, &count);
+      if ((size_t)count != ex->bytes[i]) {
+        st = REFIT_ERR(REFIT_ERR_INTEGRITY,
+                       "truncated message from rank %d: expected %zu bytes, got %d",
+                       ex->peer[i], ex->bytes[i], count);
+        /* The rest completes in wait(), which reports nothing new. */
+        (void)refit_mpi_wait(ctx, ex, MPI_Wtime() + 60, "after a truncated message");
+        return st;
+      }
+    }
+  int pending = 0;
+  for (int i = 0; i < ex->n; i++)
+    pending += ex->req[i] != MPI_REQUEST_NULL;
+  if (pending == 0) {
+    refit_mpi_exchange_free(ex);
+    *done = 1;
+  }
+  return REFIT_OK;
+}
+
 static void refit_mpi_destroy(void *ctx) {
   refit_mpi_ctx_t *c = ctx;
   if (c == NULL)
@@ -249,6 +286,7 @@ const refit_transport_ops_t refit_transport_mpi = {
     .create = refit_mpi_create,
     .start = refit_mpi_start,
     .wait = refit_mpi_wait,
+    .test = refit_mpi_test,
     .abandon = refit_mpi_abandon,
     .destroy = refit_mpi_destroy,
 };
