@@ -76,6 +76,7 @@ void refit_mem_destroy(refit_mem_t *m) {
 }
 
 refit_status_t refit_mem_alloc(refit_mem_t *m, size_t bytes, void **ptr) {
+  (void)m;
   if (bytes == 0)
     bytes = 1;
 #ifdef REFIT_HAVE_CUDA
@@ -219,6 +220,7 @@ refit_status_t refit_mem_pack(refit_mem_t *m, const refit_mem_table_t *t,
 refit_status_t refit_mem_land(refit_mem_t *m, const refit_mem_table_t *t,
                               int64_t first, int64_t n, const void *staging,
                               int64_t *bad_chunk) {
+  (void)m;
   *bad_chunk = -1;
   if (n == 0)
     return REFIT_OK;
