@@ -141,41 +141,58 @@ err:
 
 static void refit_mpi_abandon(void *ctx, refit_exchange_t *ex);
 
-static refit_status_t refit_mpi_wait(void *ctx, refit_exchange_t *ex,
-                                     double deadline, const char *phase) {
-  int left = ex->n, outcount = 0;
-  unsigned spins = 0;
-  refit_status_t st = REFIT_OK;
-
-  while (left > 0) {
-    int rc = MPI_Testsome(ex->n, ex->req, &outcount, ex->indices, ex->status);
-    if (rc != MPI_SUCCESS) {
-      st = refit_mpi_check(rc, phase, -1);
-      refit_mpi_abandon(ctx, ex);
-      return st;
-    }
-    if (outcount == MPI_UNDEFINED)
-      break;
-    /* A receive that got fewer bytes than the plan says is a truncated
-     * message, not a short bucket. */
-    for (int k = 0; k < outcount; k++) {
-      const int i = ex->indices[k];
-      int count = 0;
-      if (i >= ex->n - ex->nsends || st != REFIT_OK)
-        continue;
-      MPI_Get_count(&ex->status[k], MPI_BYTE, &count);
-      if ((size_t)count != ex->bytes[i])
-        st = REFIT_ERR(REFIT_ERR_INTEGRITY,
+/* One MPI_Testsome pass: *progressed = messages completed by it. A receive
+ * that got fewer bytes than the plan says is a truncated message, not a short
+ * bucket: the first such is recorded in *bad (the others keep completing, so
+ * that no request outlives the exchange). */
+static refit_status_t refit_mpi_poll(refit_exchange_t *ex, const char *phase,
+                                     int *progressed, refit_status_t *bad) {
+  int outcount = 0;
+  int rc = MPI_Testsome(ex->n, ex->req, &outcount, ex->indices, ex->status);
+  *progressed = 0;
+  if (rc != MPI_SUCCESS)
+    return refit_mpi_check(rc, phase, -1);
+  if (outcount == MPI_UNDEFINED)
+    return REFIT_OK;
+  for (int k = 0; k < outcount; k++) {
+    const int i = ex->indices[k];
+    int count = 0;
+    if (i >= ex->n - ex->nsends || *bad != REFIT_OK)
+      continue;
+    MPI_Get_count(&ex->status[k], MPI_BYTE, &count);
+    if ((size_t)count != ex->bytes[i])
+      *bad = REFIT_ERR(REFIT_ERR_INTEGRITY,
                        "%s: truncated message from rank %d: expected %zu bytes, "
                        "got %d",
                        phase, ex->peer[i], ex->bytes[i], count);
+  }
+  *progressed = outcount;
+  return REFIT_OK;
+}
+
+static int refit_mpi_pending(const refit_exchange_t *ex) {
+  int n = 0;
+  for (int i = 0; i < ex->n; i++)
+    n += ex->req[i] != MPI_REQUEST_NULL;
+  return n;
+}
+
+static refit_status_t refit_mpi_wait(void *ctx, refit_exchange_t *ex,
+                                     double deadline, const char *phase) {
+  unsigned spins = 0;
+  refit_status_t bad = REFIT_OK;
+  int left;
+
+  while ((left = refit_mpi_pending(ex)) > 0) {
+    int progressed = 0;
+    refit_status_t st = refit_mpi_poll(ex, phase, &progressed, &bad);
+    if (st != REFIT_OK) {
+      refit_mpi_abandon(ctx, ex);
+      return st;
     }
-    /* After a bad message keep completing the others, so that no request
-     * outlives the exchange; the first error is returned at the end. */
-    left -= outcount;
-    if (left == 0)
-      break;
-    if (outcount == 0 && MPI_Wtime() > deadline) {
+    if (progressed > 0)
+      continue;
+    if (MPI_Wtime() > deadline) {
       char peers[256] = "";
       size_t used = 0;
       for (int i = 0; i < ex->n && used + 16 < sizeof(peers); i++)
@@ -194,13 +211,37 @@ static refit_status_t refit_mpi_wait(void *ctx, refit_exchange_t *ex,
     }
     /* Spin briefly for latency, then yield the core: 2-core machines run
      * several ranks per core. */
-    if (outcount == 0 && ++spins > 64) {
+    if (++spins > 64) {
       struct timespec ts = {0, 20000};
       nanosleep(&ts, NULL);
     }
   }
   refit_mpi_exchange_free(ex);
-  return st;
+  return bad;
+}
+
+/* wait() without blocking: one poll; frees the exchange when complete. */
+static refit_status_t refit_mpi_test(void *ctx, refit_exchange_t *ex, int *done) {
+  refit_status_t bad = REFIT_OK;
+  int progressed = 0;
+  *done = 0;
+  refit_status_t st = refit_mpi_poll(ex, "test", &progressed, &bad);
+  if (st != REFIT_OK) {
+    refit_mpi_abandon(ctx, ex);
+    return st;
+  }
+  if (refit_mpi_pending(ex) > 0 && bad == REFIT_OK)
+    return REFIT_OK;
+  if (refit_mpi_pending(ex) > 0) {
+    /* A truncated message: finish the rest so no request outlives the
+     * exchange, and report the truncation (its message is already set). */
+    (void)refit_mpi_wait(ctx, ex, MPI_Wtime() + 60, "after a truncated message");
+    *done = 1;
+    return bad;
+  }
+  refit_mpi_exchange_free(ex);
+  *done = 1;
+  return bad;
 }
 
 static void refit_mpi_abandon(void *ctx, refit_exchange_t *ex) {
@@ -232,43 +273,6 @@ static void refit_mpi_abandon(void *ctx, refit_exchange_t *ex) {
     }
   }
   refit_mpi_exchange_free(ex);
-}
-
-/* One MPI_Testsome pass of wait(); counts checked the same way. */
-static refit_status_t refit_mpi_test(void *ctx, refit_exchange_t *ex, int *done) {
-  int outcount = 0;
-  refit_status_t st = REFIT_OK;
-  *done = 0;
-  int rc = MPI_Testsome(ex->n, ex->req, &outcount, ex->indices, ex->status);
-  if (rc != MPI_SUCCESS) {
-    st = refit_mpi_check(rc, "test", -1);
-    refit_mpi_abandon(ctx, ex);
-    return st;
-  }
-  if (outcount != MPI_UNDEFINED)
-    for (int k = 0; k < outcount; k++) {
-      const int i = ex->indices[k];
-      int count = 0;
-      if (i >= ex->n - ex->nsends)
-        continue;
-      MPI_Get_count(&ex->status[k], MPI_BYTE, &count);
-      if ((size_t)count != ex->bytes[i]) {
-        st = REFIT_ERR(REFIT_ERR_INTEGRITY,
-                       "truncated message from rank %d: expected %zu bytes, got %d",
-                       ex->peer[i], ex->bytes[i], count);
-        /* The rest completes in wait(), which reports nothing new. */
-        (void)refit_mpi_wait(ctx, ex, MPI_Wtime() + 60, "after a truncated message");
-        return st;
-      }
-    }
-  int pending = 0;
-  for (int i = 0; i < ex->n; i++)
-    pending += ex->req[i] != MPI_REQUEST_NULL;
-  if (pending == 0) {
-    refit_mpi_exchange_free(ex);
-    *done = 1;
-  }
-  return REFIT_OK;
 }
 
 static void refit_mpi_destroy(void *ctx) {
