@@ -93,6 +93,25 @@ refit_status_t refit_mem_alloc(refit_mem_t *m, size_t bytes, void **ptr) {
   return REFIT_OK;
 }
 
+int refit_mem_usable(refit_mem_t *m, const void *ptr) {
+#ifdef REFIT_HAVE_CUDA
+  struct cudaPointerAttributes a;
+  int dev = -1;
+  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+    (void)cudaGetLastError(); /* plain host memory on older drivers */
+    return !m->device;
+  }
+  if (!m->device)
+    return a.type != cudaMemoryTypeDevice;
+  cudaGetDevice(&dev);
+  return a.type == cudaMemoryTypeDevice && a.device == dev;
+#else
+  (void)m;
+  (void)ptr;
+  return 1;
+#endif
+}
+
 void refit_mem_free(refit_mem_t *m, void *ptr) {
 #ifdef REFIT_HAVE_CUDA
   if (m->device) {

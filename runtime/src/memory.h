@@ -31,6 +31,10 @@ int refit_mem_on_device(const refit_mem_t *m);
 int refit_mem_gpu_count(void);
 
 refit_status_t refit_mem_alloc(refit_mem_t *m, size_t bytes, void **ptr);
+
+/* Is `ptr` memory this rank's kernels can use (host memory for a host
+ * session, memory of the rank's GPU for a device session)? */
+int refit_mem_usable(refit_mem_t *m, const void *ptr);
 void refit_mem_free(refit_mem_t *m, void *ptr);
 
 /* Queue a copy / a fill (dst, src in this rank's memory). */

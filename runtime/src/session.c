@@ -520,6 +520,14 @@ void refit_session_destroy(refit_session_t *s) {
 
 refit_status_t refit_session_register(refit_session_t *s, const char *name,
                                       void *data, size_t bytes, int dtype) {
+  if (!refit_mem_usable(s->mem, data))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "register %s: %s rank %d runs on %s, but this memory is "
+                     "not there; register %s",
+                     name, s->is_trainer ? "trainer" : "generator", s->role_rank,
+                     refit_mem_on_device(s->mem) ? "its GPU" : "the host",
+                     refit_mem_on_device(s->mem) ? "cudaMalloc'd memory of that GPU"
+                                                 : "host memory");
   if (s->bound)
     return REFIT_ERR(REFIT_ERR_STATE,
                      "register %s: tensors must be registered before the first "

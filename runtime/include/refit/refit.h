@@ -169,7 +169,10 @@ refit_status_t refit_last_times(refit_session_h s, refit_times_t *out);
  * session allocating it: name and size must be one of refit_tensor_get's
  * (call before the first refit_begin; the memory must outlive the session).
  * Either register every tensor of the rank or none: refit_begin lists the
- * missing ones. Duplicate or unknown names are errors naming the tensor. */
+ * missing ones. Duplicate or unknown names are errors naming the tensor.
+ * On a machine with GPUs the session runs on the rank's GPU and the memory
+ * must be cudaMalloc'd memory of that GPU (refit_tensor_get says where the
+ * session's own tensors live); other memory is refused. */
 refit_status_t refit_tensor_register(refit_session_h s, const refit_tensor_t *t);
 
 /* One paragraph about the job and its plan (ranks, bytes, buckets, balance,
