@@ -387,8 +387,8 @@ static refit_status_t refit_ipc_progress(refit_ipc_ctx_t *c,
                                 "MPI_Test(done)", peer));
       if (flag && ex->done_in[i] != ex->ready_out[i].bytes)
         return REFIT_ERR(REFIT_ERR_INTEGRITY,
-                         "ipc transport: rank %d reports %llu bytes copied, "
-                         "%llu expected",
+                         "ipc transport: truncated message from rank %d: "
+                         "%llu bytes copied, %llu expected",
                          peer, (unsigned long long)ex->done_in[i],
                          (unsigned long long)ex->ready_out[i].bytes);
     }
