@@ -85,6 +85,32 @@ void refit_plan_destroy(refit_plan_t *plan);
 int64_t refit_plan_row_bytes(const refit_gen_tensor_t *gen, refit_wire_t wire,
                              int64_t cols);
 
+/*
+ * The order in which generator rank `gen_rank` lands its chunks: by bucket,
+ * then in the rank's tensor order (not the message order of the staging
+ * area), so that a tensor's pieces land together and its assembly area is
+ * short-lived. *order (malloc'd, the caller frees) lists plan chunk indices.
+ * Not thread-safe (qsort without a context).
+ */
+refit_status_t refit_plan_land_order(const refit_plan_t *plan, int32_t gen_rank,
+                                     int64_t **order, int64_t *count);
+
+/*
+ * Where each MXFP8 tensor of generator rank `gen_rank` assembles while it is
+ * incomplete: a tensor takes an area at its first chunk (in land order) and
+ * gives it back at its last, first fit, 256-byte aligned. offsets[i] is the
+ * byte offset of local tensor i (cat->gen_begin[tp rank] + i) or -1 when it
+ * is not quantized; *bytes the area needed, the most bytes ever incomplete at
+ * once. The loader lands a bucket in runs that end where a tensor completes,
+ * so an area is reused only after its tensor's layout transform.
+ */
+refit_status_t refit_plan_assembly(const refit_plan_t *plan,
+                                   const refit_catalog_t *cat, int32_t gen_rank,
+                                   int64_t *offsets, int64_t *bytes);
+
+/* Canonical MXFP8 bytes of a tensor: e4m3 values then linear scales. */
+int64_t refit_plan_assembly_bytes(const refit_gen_tensor_t *gen);
+
 typedef struct {
   int64_t total_bytes;
   int64_t egress_max, ingress_max;

@@ -147,55 +147,8 @@ err:
   return st;
 }
 
-/* Bytes of tensor i's canonical assembly: q then linear scales. */
 static int64_t refit_loader_assembly_bytes(const refit_gen_tensor_t *g) {
-  return g->rows * g->cols + g->rows * (g->cols / 32);
-}
-
-typedef struct {
-  int64_t off, len;
-} refit_range_t;
-
-/* First fit in a sorted free list; grows the high-water mark when nothing
- * fits. 256-byte aligned, as the kernels prefer. */
-static int64_t refit_arena_take(refit_range_t *free_list, int64_t *nfree,
-                                int64_t *top, int64_t len) {
-  len = (len + 255) & ~(int64_t)255;
-  for (int64_t k = 0; k < *nfree; k++)
-    if (free_list[k].len >= len) {
-      int64_t off = free_list[k].off;
-      free_list[k].off += len;
-      free_list[k].len -= len;
-      return off;
-    }
-  int64_t off = *top;
-  *top += len;
-  return off;
-}
-
-static void refit_arena_give(refit_range_t *free_list, int64_t *nfree, int64_t off,
-                             int64_t len) {
-  len = (len + 255) & ~(int64_t)255;
-  int64_t k = 0;
-  while (k < *nfree && free_list[k].off < off)
-    k++;
-  memmove(&free_list[k + 1], &free_list[k], (size_t)(*nfree - k) * sizeof(*free_list));
-  free_list[k].off = off;
-  free_list[k].len = len;
-  (*nfree)++;
-  /* Merge with the neighbours. */
-  if (k + 1 < *nfree && free_list[k].off + free_list[k].len == free_list[k + 1].off) {
-    free_list[k].len += free_list[k + 1].len;
-    memmove(&free_list[k + 1], &free_list[k + 2],
-            (size_t)(*nfree - k - 2) * sizeof(*free_list));
-    (*nfree)--;
-  }
-  if (k > 0 && free_list[k - 1].off + free_list[k - 1].len == free_list[k].off) {
-    free_list[k - 1].len += free_list[k].len;
-    memmove(&free_list[k], &free_list[k + 1],
-            (size_t)(*nfree - k - 1) * sizeof(*free_list));
-    (*nfree)--;
-  }
+  return refit_plan_assembly_bytes(g);
 }
 
 /* One land descriptor per chunk this rank receives, in plan order, and the
@@ -203,64 +156,37 @@ static void refit_arena_give(refit_range_t *free_list, int64_t *nfree, int64_t o
 static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
   const refit_plan_t *p = l->plan;
   const refit_gen_tensor_t *gens = l->cat->gen + l->first;
-  int64_t n = 0, nfree = 0, top = 0;
+  int64_t n = 0, top = 0;
   refit_status_t st = REFIT_OK;
-  refit_range_t *free_list = NULL;
-  int64_t *seen = NULL, *pending = NULL;
+  int64_t *seen = NULL;
   refit_land_desc_t *descs = NULL;
 
-  for (int64_t c = 0; c < p->nchunks; c++)
-    n += p->chunks[c].dst_rank == l->generator_rank;
+  int64_t *order = NULL;
+  REFIT_CHECK(refit_plan_land_order(p, l->generator_rank, &order, &n));
   descs = calloc((size_t)(n ? n : 1), sizeof(*descs));
   l->desc_tensor = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
   l->desc_chunk = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
   l->land_begin = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
-  free_list = malloc((size_t)(l->ntensors + 1) * sizeof(*free_list));
+  l->desc_completes = calloc((size_t)(n ? n : 1), 1);
   seen = calloc((size_t)l->ntensors, sizeof(*seen));
-  pending = malloc((size_t)(l->ntensors + 1) * sizeof(*pending));
   if (descs == NULL || l->desc_tensor == NULL || l->desc_chunk == NULL ||
-      l->land_begin == NULL || free_list == NULL || seen == NULL ||
-      pending == NULL) {
+      l->land_begin == NULL || l->desc_completes == NULL || seen == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "land tables of %lld chunks", (long long)n);
     goto out;
   }
 
-  /* Pass 1: the arena, by simulating which tensors are open when. A bucket
-   * lands all its chunks before any transform runs, so an area freed in
-   * bucket b is reused only from bucket b + 1 on. */
-  int64_t npending = 0;
-  int32_t bucket = -1;
-  for (int64_t c = 0; c < p->nchunks; c++) {
-    const refit_chunk_t *ch = &p->chunks[c];
-    if (ch->dst_rank != l->generator_rank)
-      continue;
-    if (ch->bucket != bucket) {
-      for (int64_t k = 0; k < npending; k++)
-        refit_arena_give(free_list, &nfree, l->arena_off[pending[k]],
-                         refit_loader_assembly_bytes(&gens[pending[k]]));
-      npending = 0;
-      bucket = ch->bucket;
-    }
-    const int64_t i = ch->dst_tensor - l->first;
-    const refit_gen_tensor_t *g = &gens[i];
-    if (!g->quantized)
-      continue;
-    if (seen[i] == 0)
-      l->arena_off[i] = refit_arena_take(free_list, &nfree, &top,
-                                         refit_loader_assembly_bytes(g));
-    seen[i] += ch->rows * ch->cols;
-    if (seen[i] == g->rows * g->cols)
-      pending[npending++] = i;
-  }
+  /* Pass 1: the arena, from the plan (reshard/plan.h). */
+  REFIT_CHECK_GOTO(refit_plan_assembly(l->plan, l->cat, l->generator_rank,
+                                       l->arena_off, &top),
+                   st, out);
   l->arena_bytes = top;
   REFIT_CHECK_GOTO(refit_mem_alloc(l->mem, (size_t)top, (void **)&l->arena), st, out);
 
   /* Pass 2: the descriptors, now that every address is known. */
   int64_t k = 0;
-  for (int64_t c = 0; c < p->nchunks; c++) {
+  for (int64_t o = 0; o < n; o++) {
+    const int64_t c = order[o];
     const refit_chunk_t *ch = &p->chunks[c];
-    if (ch->dst_rank != l->generator_rank)
-      continue;
     const int64_t i = ch->dst_tensor - l->first;
     const refit_gen_tensor_t *g = &gens[i];
     refit_land_desc_t *d = &descs[k];
@@ -285,6 +211,8 @@ static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
     }
     l->desc_tensor[k] = i;
     l->desc_chunk[k] = c;
+    seen[i] += ch->rows * ch->cols;
+    l->desc_completes[k] = g->quantized && seen[i] == g->rows * g->cols;
     l->land_begin[ch->bucket + 1] = k + 1;
     k++;
   }
@@ -293,16 +221,24 @@ static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
     if (l->land_begin[b] < l->land_begin[b - 1])
       l->land_begin[b] = l->land_begin[b - 1];
   REFIT_CHECK_GOTO(refit_land_descs_check(descs, n), st, out);
+  int64_t max_runs = 0;
+  for (int32_t b = 0; b < p->nbuckets; b++) {
+    int64_t runs = 2; /* the last run, and a duplicate from the fault seam */
+    for (int64_t k = l->land_begin[b]; k < l->land_begin[b + 1]; k++)
+      runs += l->desc_completes[k];
+    if (runs > max_runs)
+      max_runs = runs;
+  }
+  REFIT_CHECK_GOTO(refit_mem_land_reserve(l->mem, max_runs), st, out);
   l->land.host = descs;
   l->land.count = n;
   descs = NULL;
   REFIT_CHECK_GOTO(refit_mem_table_upload(l->mem, &l->land, sizeof(refit_land_desc_t)),
                    st, out);
 out:
+  free(order);
   free(descs);
-  free(free_list);
   free(seen);
-  free(pending);
   return st;
 }
 
@@ -315,6 +251,8 @@ void refit_loader_release(refit_loader_t *l) {
   free(l->land_begin);
   free(l->desc_tensor);
   free(l->desc_chunk);
+  free(l->desc_completes);
+  l->desc_completes = NULL;
   l->land_begin = NULL;
   l->desc_tensor = NULL;
   l->desc_chunk = NULL;
@@ -494,8 +432,8 @@ static refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
 refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
                                         unsigned char *staging,
                                         refit_land_fault_t fault) {
-  int64_t first = l->land_begin[b], n = l->land_begin[b + 1] - first, bad = -1;
-  if (n == 0)
+  int64_t first = l->land_begin[b], end = l->land_begin[b + 1], runs = 0, bad = -1;
+  if (first == end)
     return REFIT_OK;
   const refit_land_desc_t *descs = l->land.host;
   if (fault == REFIT_LAND_FLIP_ONE) {
@@ -506,19 +444,34 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
     byte ^= 0x10;
     REFIT_CHECK(refit_mem_from_host(l->mem, at, &byte, 1));
   }
-  if (fault == REFIT_LAND_DROP_ONE) {
+  if (fault == REFIT_LAND_DROP_ONE)
     first++;
-    n--;
-  }
   /* Stores written in place for the first time this refit are saved first. */
-  for (int64_t k = first; k < first + n; k++) {
+  for (int64_t k = first; k < end; k++) {
     const int64_t i = l->desc_tensor[k];
     if (!l->cat->gen[l->first + i].quantized)
       REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i]]));
   }
-  REFIT_CHECK(refit_mem_land(l->mem, &l->land, first, n, staging, &bad));
-  if (bad < 0 && fault == REFIT_LAND_DUPLICATE_ONE)
-    REFIT_CHECK(refit_mem_land(l->mem, &l->land, first, 1, staging, &bad));
+  /* Land in runs that end where an MXFP8 tensor completes, so its layout
+   * transform is queued (and its arena area free for reuse, in stream order)
+   * before the next run lands: the arena then holds only the tensors still
+   * incomplete, as refit_plan_assembly planned. Digests are collected once
+   * per bucket; on a mismatch the whole refit is discarded. */
+  int64_t start = first;
+  for (int64_t k = first; k < end; k++) {
+    if (!l->desc_completes[k] && k + 1 < end)
+      continue;
+    REFIT_CHECK(refit_mem_land_run(l->mem, &l->land, start, k + 1 - start, staging,
+                                   runs++));
+    if (fault == REFIT_LAND_DUPLICATE_ONE && start == first) {
+      REFIT_CHECK(refit_mem_land_run(l->mem, &l->land, first, 1, staging, runs++));
+      REFIT_CHECK(refit_loader_account(l, first));
+    }
+    for (int64_t j = start; j <= k; j++)
+      REFIT_CHECK(refit_loader_account(l, j));
+    start = k + 1;
+  }
+  REFIT_CHECK(refit_mem_land_collect(l->mem, runs, &bad));
   if (bad >= 0) {
     const refit_chunk_t *ch = &l->plan->chunks[l->desc_chunk[bad]];
     return REFIT_ERR(REFIT_ERR_INTEGRITY,
@@ -529,10 +482,6 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
                      (long long)(ch->dst_col + ch->cols - 1), ch->src_rank,
                      l->generator_rank);
   }
-  for (int64_t k = first; k < first + n; k++)
-    REFIT_CHECK(refit_loader_account(l, k));
-  if (fault == REFIT_LAND_DUPLICATE_ONE)
-    REFIT_CHECK(refit_loader_account(l, first));
   return refit_mem_sync(l->mem);
 }
 

@@ -86,6 +86,7 @@ typedef struct {
   int64_t *land_begin;  /* nbuckets + 1 */
   int64_t *desc_tensor; /* local tensor index of each descriptor */
   int64_t *desc_chunk;  /* plan chunk of each descriptor */
+  unsigned char *desc_completes; /* its MXFP8 tensor is complete after it */
   const refit_plan_t *plan;
 
   /* Runtime storage the session owns, and every saved copy, each one

@@ -14,6 +14,12 @@
 
 struct refit_mem {
   int device;
+  /* Land runs: the result of run r (relative bad index or -1), its first
+   * table index. */
+  int64_t *run_bad, *run_first, runs_cap;
+#ifdef REFIT_HAVE_CUDA
+  int64_t *run_bad_device;
+#endif
 #ifdef REFIT_HAVE_CUDA
   cudaStream_t stream;
   int64_t *scratch; /* device: bad chunk, count, first */
@@ -70,8 +76,11 @@ void refit_mem_destroy(refit_mem_t *m) {
       refit_device_stream_destroy(m->stream);
     }
     refit_device_free(m->scratch);
+    refit_device_free(m->run_bad_device);
   }
 #endif
+  free(m->run_bad);
+  free(m->run_first);
   free(m);
 }
 
@@ -236,29 +245,64 @@ refit_status_t refit_mem_pack(refit_mem_t *m, const refit_mem_table_t *t,
   return refit_pack_rows((const refit_pack_desc_t *)t->host + first, n, buf);
 }
 
-refit_status_t refit_mem_land(refit_mem_t *m, const refit_mem_table_t *t,
-                              int64_t first, int64_t n, const void *staging,
-                              int64_t *bad_chunk) {
-  (void)m;
-  *bad_chunk = -1;
+refit_status_t refit_mem_land_reserve(refit_mem_t *m, int64_t runs) {
+  if (runs <= m->runs_cap)
+    return REFIT_OK;
+  int64_t *bad = realloc(m->run_bad, (size_t)runs * sizeof(*bad));
+  if (bad != NULL)
+    m->run_bad = bad;
+  int64_t *first = realloc(m->run_first, (size_t)runs * sizeof(*first));
+  if (first != NULL)
+    m->run_first = first;
+  if (bad == NULL || first == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "land results for %lld runs", (long long)runs);
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    refit_device_free(m->run_bad_device);
+    m->run_bad_device = NULL;
+    REFIT_CHECK(refit_device_alloc((void **)&m->run_bad_device,
+                                   (size_t)runs * sizeof(int64_t)));
+  }
+#endif
+  m->runs_cap = runs;
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_land_run(refit_mem_t *m, const refit_mem_table_t *t,
+                                  int64_t first, int64_t n, const void *staging,
+                                  int64_t run) {
+  if (run >= m->runs_cap)
+    return REFIT_ERR(REFIT_ERR_INTERNAL, "land run %lld beyond the %lld reserved",
+                     (long long)run, (long long)m->runs_cap);
+  m->run_first[run] = first;
+  m->run_bad[run] = -1;
   if (n == 0)
     return REFIT_OK;
 #ifdef REFIT_HAVE_CUDA
   if (m->device) {
-    const int64_t minus_one = -1;
-    REFIT_CHECK(refit_device_memcpy_async(m->scratch, &minus_one, sizeof(minus_one),
-                                          m->stream));
-    REFIT_CHECK(refit_land_rows_cuda((const refit_land_desc_t *)t->device + first,
-                                     n, staging, m->scratch, m->stream));
-    REFIT_CHECK(refit_mem_to_host(m, bad_chunk, m->scratch, sizeof(*bad_chunk)));
-  } else
-#endif
-  {
-    REFIT_CHECK(refit_land_rows((const refit_land_desc_t *)t->host + first, n,
-                                staging, bad_chunk));
+    REFIT_CHECK(refit_device_memcpy_async(m->run_bad_device + run, &m->run_bad[run],
+                                          sizeof(int64_t), m->stream));
+    return refit_land_rows_cuda((const refit_land_desc_t *)t->device + first, n,
+                                staging, m->run_bad_device + run, m->stream);
   }
-  if (*bad_chunk >= 0)
-    *bad_chunk += first;
+#endif
+  return refit_land_rows((const refit_land_desc_t *)t->host + first, n, staging,
+                         &m->run_bad[run]);
+}
+
+refit_status_t refit_mem_land_collect(refit_mem_t *m, int64_t runs,
+                                      int64_t *bad_chunk) {
+  *bad_chunk = -1;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device && runs > 0)
+    REFIT_CHECK(refit_mem_to_host(m, m->run_bad, m->run_bad_device,
+                                  (size_t)runs * sizeof(int64_t)));
+#endif
+  for (int64_t r = 0; r < runs; r++)
+    if (m->run_bad[r] >= 0) {
+      *bad_chunk = m->run_first[r] + m->run_bad[r];
+      break;
+    }
   return REFIT_OK;
 }
 

@@ -115,6 +115,24 @@ int main(int argc, char **argv) {
          (long long)s.staging_max);
   printf("  predicted        %.4f s at %.1f GB/s per rank and direction\n",
          s.predicted_s, gbps);
+  if (cfg.refit.precision == REFIT_PRECISION_MXFP8) {
+    /* Engines hold the same tensors: the first engine's ranks tell. */
+    int64_t arena_max = 0, ntensors = 0;
+    for (int t = 0; t < cfg.generator.tp; t++)
+      if (cat->gen_begin[t + 1] - cat->gen_begin[t] > ntensors)
+        ntensors = cat->gen_begin[t + 1] - cat->gen_begin[t];
+    int64_t *offsets = malloc((size_t)(ntensors ? ntensors : 1) * sizeof(int64_t));
+    for (int t = 0; offsets != NULL && t < cfg.generator.tp; t++) {
+      int64_t bytes = 0;
+      if (refit_plan_assembly(plan, cat, t, offsets, &bytes) == REFIT_OK &&
+          bytes > arena_max)
+        arena_max = bytes;
+    }
+    free(offsets);
+    printf("  MXFP8 assembly   %.1f MiB per generator rank (largest); staging "
+           "%d x %.1f MiB\n",
+           (double)arena_max / 1048576.0, 2, (double)s.staging_max / 1048576.0);
+  }
   printf("  planned in       %.3f s\n", plan_s);
   printf("  plan hash        %016llx\n", (unsigned long long)plan->hash);
   if (all_ranks || T + G <= 16) {
