@@ -375,6 +375,73 @@ static void test_wire_mxfp8(void **state) {
   refit_catalog_destroy(cat);
 }
 
+/* MXFP8 assembly areas: in land order, tensors open at the same time never
+ * share bytes, every area lies inside the arena, and the land order visits
+ * each of the rank's chunks once, bucket by bucket. */
+static void test_assembly_areas(void **state) {
+  (void)state;
+  refit_model_t m = grid_moe();
+  m.hidden_size = 128;
+  m.moe_intermediate_size = 128;
+  refit_catalog_t *cat;
+  refit_plan_t *plan;
+  refit_trainer_layout_t tl = {.tp = 2, .pp = 1, .ep = 2, .etp = 1, .dp = 1};
+  refit_generator_layout_t gl = {.tp = 2, .ep = 2, .engines = 2};
+  refit_plan_options_t opt = {.bucket_bytes = 16384, .wire = REFIT_WIRE_BF16,
+                              .chunk_trailer = 8};
+  assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat), REFIT_OK);
+  for (int64_t i = 0; i < cat->gen_begin[gl.tp]; i++)
+    cat->gen[i].quantized = cat->gen[i].kind != REFIT_GEN_PLAIN;
+  assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
+  for (int32_t g = 0; g < plan->ngenerator; g++) {
+    const int t = g % gl.tp;
+    const int64_t first = cat->gen_begin[t], n = cat->gen_begin[t + 1] - first;
+    int64_t *off = malloc((size_t)n * sizeof(*off)), bytes = 0, *order, norder;
+    int64_t *seen = calloc((size_t)n, sizeof(*seen));
+    unsigned char *open = calloc((size_t)n, 1);
+    assert_int_equal(refit_plan_assembly(plan, cat, g, off, &bytes), REFIT_OK);
+    assert_int_equal(refit_plan_land_order(plan, g, &order, &norder), REFIT_OK);
+    int64_t mine = 0;
+    for (int64_t c = 0; c < plan->nchunks; c++)
+      mine += plan->chunks[c].dst_rank == g;
+    assert_int_equal(norder, mine);
+    for (int64_t k = 0; k < norder; k++) {
+      const refit_chunk_t *c = &plan->chunks[order[k]];
+      assert_int_equal(c->dst_rank, g);
+      if (k > 0)
+        assert_true(plan->chunks[order[k - 1]].bucket <= c->bucket);
+      const int64_t i = c->dst_tensor - first;
+      const refit_gen_tensor_t *gt = &cat->gen[c->dst_tensor];
+      if (!gt->quantized)
+        continue;
+      const int64_t len = refit_plan_assembly_bytes(gt);
+      assert_true(off[i] >= 0 && off[i] + len <= bytes);
+      if (seen[i] == 0) {
+        for (int64_t j = 0; j < n; j++)
+          if (open[j]) {
+            const int64_t lj = refit_plan_assembly_bytes(&cat->gen[first + j]);
+            if (!(off[i] + len <= off[j] || off[j] + lj <= off[i]))
+              fail_msg("rank %d: %s and %s share assembly bytes", g, gt->name,
+                       cat->gen[first + j].name);
+          }
+        open[i] = 1;
+      }
+      seen[i] += c->rows * c->cols;
+      if (seen[i] == gt->rows * gt->cols)
+        open[i] = 0;
+    }
+    for (int64_t i = 0; i < n; i++)
+      if (cat->gen[first + i].quantized)
+        assert_int_equal(seen[i], cat->gen[first + i].rows * cat->gen[first + i].cols);
+    free(off);
+    free(seen);
+    free(open);
+    free(order);
+  }
+  refit_plan_destroy(plan);
+  refit_catalog_destroy(cat);
+}
+
 static void test_layout_rules(void **state) {
   (void)state;
   refit_model_t m = grid_moe();
@@ -399,6 +466,7 @@ int main(void) {
       cmocka_unit_test(test_layout_rules),
       cmocka_unit_test(test_bucket_too_small),
       cmocka_unit_test(test_wire_mxfp8),
+      cmocka_unit_test(test_assembly_areas),
       cmocka_unit_test(test_balance),
       cmocka_unit_test(test_uneven_stages),
       cmocka_unit_test(test_kv_replication),
