@@ -231,8 +231,10 @@ int main(int argc, char **argv) {
     const int saved = cfg->refit.mode == REFIT_MODE_ASYNC ||
                       cfg->refit.restore == REFIT_RESTORE_FULL;
     printf("\ngenerator memory (largest rank): runtime tensors %.1f MiB; beyond "
-           "them staging %.1f MiB + MXFP8 assembly %.1f MiB",
-           mem_max[2] / 1048576.0, mem_max[0] / 1048576.0, mem_max[1] / 1048576.0);
+           "them staging %.1f MiB",
+           mem_max[2] / 1048576.0, mem_max[0] / 1048576.0);
+    if (cfg->refit.precision == REFIT_PRECISION_MXFP8)
+      printf(" + MXFP8 assembly %.1f MiB", mem_max[1] / 1048576.0);
     if (saved)
       printf(" + %s %.1f MiB", cfg->refit.mode == REFIT_MODE_ASYNC ? "async shadow"
                                                                    : "restore copy",
