@@ -1253,26 +1253,35 @@ static char *preset_text(const char *name) {
   return keep(text);
 }
 
+/* A preset with precision mxfp8, whatever precision it ships with. */
+static const char *preset_mxfp8(const char *name) {
+  const char *text = preset_text(name);
+  if (strstr(text, "precision: bf16") != NULL)
+    return edit(text, "precision: bf16", "precision: mxfp8");
+  assert_non_null(strstr(text, "precision: mxfp8"));
+  return text;
+}
+
 static void test_mxfp8_presets_pass(void **state) {
   (void)state;
   for (size_t i = 0; i < NPRESETS; i++) {
     refit_config_t cfg;
-    const char *yaml =
-        edit(preset_text(presets[i]), "precision: bf16", "precision: mxfp8");
+    const char *yaml = preset_mxfp8(presets[i]);
     EXPECT_OK(yaml, 0, &cfg);
     assert_int_equal(cfg.refit.precision, REFIT_PRECISION_MXFP8);
-    EXPECT_OK(
-        edit(yaml, "precision: mxfp8", "precision: mxfp8\n  prequantize: true"),
-        0, NULL);
+    EXPECT_OK(edit(yaml, "precision: mxfp8", "precision: mxfp8\n  prequantize: true"),
+              0, NULL);
   }
-  /* demo.yaml with trtllm GEMMs: o_proj's K is 256 / generator.tp 2. */
-  const char *demo = edit(preset_text("demo.yaml"), "precision: bf16",
-                          "precision: mxfp8\n  linear_backend: "
-                          "flashinfer_trtllm");
-  EXPECT_ERR(demo, 4, REFIT_ERR_CONFIG,
-             "demo.yaml:25:3: model.layers.*.self_attn.o_proj.weight: weight "
-             "[N=256, K=128] cannot use MXFP8 backend flashinfer_trtllm: needs "
-             "K % 256 == 0");
+  /* demo.yaml with trtllm GEMMs: with one rank per engine o_proj's K is the
+   * whole 256 and passes; with tp 2 it is 128 per rank and is refused. */
+  const char *demo = edit(preset_mxfp8("demo.yaml"), "precision: mxfp8",
+                          "precision: mxfp8\n  linear_backend: flashinfer_trtllm");
+  EXPECT_OK(demo, 4, NULL);
+  const char *tp2 = edit(edit(demo, "  tp: 1  ", "  tp: 2  "), "  engines: 2 ",
+                         "  engines: 1 ");
+  EXPECT_ERR(tp2, 4, REFIT_ERR_CONFIG,
+             "model.layers.*.self_attn.o_proj.weight: weight [N=256, K=128] "
+             "cannot use MXFP8 backend flashinfer_trtllm: needs K % 256 == 0");
 }
 
 static void test_prequantize_needs_mxfp8(void **state) {
