@@ -123,9 +123,12 @@ refit_status_t refit_begin(refit_session_h s, uint64_t version);
 
 /*
  * Advance the refit by one bucket; *done becomes 1 once this rank's part is
- * complete (READY). Non-blocking except for the bucket it completes; call it
- * between serving steps in async mode. On failure the refit is aborted on
- * this rank (see refit_abort) and the error returned.
+ * complete (READY). In async mode a generator's call returns at once while
+ * its next bucket is still in flight (call it between serving steps); in
+ * sync mode, and on trainers, it waits for that bucket (within
+ * refit.timeout_s). On failure the refit is aborted on this rank (see
+ * refit_abort) and the error returned; call refit_commit anyway so this rank
+ * votes no and no peer waits for it.
  */
 refit_status_t refit_progress(refit_session_h s, int *done);
 
