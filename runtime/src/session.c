@@ -1126,17 +1126,6 @@ refit_status_t refit_session_abort(refit_session_t *s) {
   return REFIT_OK;
 }
 
-refit_status_t refit_session_refit(refit_session_t *s, uint64_t version,
-                                   refit_phase_times_t *times) {
-  int done = 0;
-  REFIT_CHECK(refit_session_begin(s, version));
-  while (!done)
-    REFIT_CHECK(refit_session_progress(s, &done));
-  REFIT_CHECK(refit_session_commit(s));
-  *times = s->times;
-  return REFIT_OK;
-}
-
 refit_status_t refit_session_verify(refit_session_t *s, uint64_t version,
                                     int64_t *mismatches) {
   *mismatches = 0;

@@ -130,9 +130,6 @@ refit_status_t refit_session_progress(refit_session_t *s, int *done);
 refit_status_t refit_session_commit(refit_session_t *s);
 refit_status_t refit_session_abort(refit_session_t *s);
 
-/* Collective: begin, progress until done, commit. */
-refit_status_t refit_session_refit(refit_session_t *s, uint64_t version,
-                                   refit_phase_times_t *times);
 
 /* Generator ranks: compare every runtime byte with the from-definition
  * reference of `version`; *mismatches counts wrong elements (the first is
