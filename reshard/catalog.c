@@ -52,45 +52,49 @@ refit_status_t refit_stage_layers(const refit_model_t *model,
                                   int64_t *first_layer) {
   const int64_t L = model->num_layers;
   const int pp = trainer->pp;
-  int64_t first = trainer->first_stage_layers;
-  int64_t last = trainer->last_stage_layers;
+  const int64_t f = trainer->first_stage_layers;
+  const int64_t l = trainer->last_stage_layers;
 
   if (pp < 1 || pp > 64)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "trainer.pp = %d: expected 1..64", pp);
+  if (f < 0 || l < 0 || f > L || l > L)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "stage layers: first %lld / last %lld outside 0..num_layers "
+                     "%lld",
+                     (long long)f, (long long)l, (long long)L);
+  first_layer[0] = 0;
   if (pp == 1) {
-    if ((first != 0 && first != L) || (last != 0 && last != L))
+    if ((f != 0 && f != L) || (l != 0 && l != L))
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                        "with trainer.pp = 1 the stage holds all %lld layers",
                        (long long)L);
-    first_layer[0] = 0;
     first_layer[1] = L;
     return REFIT_OK;
   }
-  if (first == 0 && last == 0) {
+  if (f == 0 && l == 0) {
     if (L % pp != 0)
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                        "num_layers %lld is not divisible by trainer.pp %d",
                        (long long)L, pp);
-    first = last = L / pp;
-  } else if (pp == 2) {
-    if (first == 0)
-      first = L - last;
-    if (last == 0)
-      last = L - first;
+    for (int s = 1; s <= pp; s++)
+      first_layer[s] = first_layer[s - 1] + L / pp;
+    return REFIT_OK;
   }
-  int64_t rest = L - first - last;
-  if (first <= 0 || last <= 0 || rest < 0 || (pp == 2 && rest != 0) ||
-      (pp > 2 && (rest % (pp - 2) != 0 || rest / (pp - 2) == 0)))
+  /* The stages not given split what the given ones leave, evenly (with
+   * pp 2 and both given, that is nothing: they must add up). */
+  const int64_t rest = L - f - l;
+  const int stages = pp - (f != 0) - (l != 0);
+  if ((stages == 0 && rest != 0) ||
+      (stages > 0 && (rest < stages || rest % stages != 0)))
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "stage layers: first %lld + last %lld cannot be combined "
-                     "with %d middle stages into num_layers %lld",
-                     (long long)first, (long long)last, pp - 2, (long long)L);
-  first_layer[0] = 0;
-  first_layer[1] = first;
-  for (int s = 2; s < pp; s++)
-    first_layer[s] = first_layer[s - 1] + rest / (pp - 2);
-  first_layer[pp] = L;
+                     "stage layers: first %lld + last %lld leave %lld layers, "
+                     "which %d middle stages cannot split evenly",
+                     (long long)f, (long long)l, (long long)rest, stages);
+  for (int s = 0; s < pp; s++) {
+    const int64_t n = s == 0 && f ? f : (s == pp - 1 && l ? l : rest / stages);
+    first_layer[s + 1] = first_layer[s] + n;
+  }
   return REFIT_OK;
 }
 

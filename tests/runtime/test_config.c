@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "reshard/catalog.h"
 #include "core/error.h"
 #include "kernels/layout.h"
 
@@ -1300,6 +1301,36 @@ static void test_prequantize_needs_mxfp8(void **state) {
 /* ------------------------------------------------------------------------ */
 
 /* Every value the table offers is implemented: all are accepted. */
+/* The config's pipeline rule and the catalog's (reshard/catalog.c) agree on
+ * every small case: same verdict, same layers per stage. */
+static void test_stage_rules_agree(void **state) {
+  (void)state;
+  int64_t checked = 0;
+  for (int64_t L = 1; L <= 12; L++)
+    for (int pp = 1; pp <= 6; pp++)
+      for (int64_t f = 0; f <= L; f++)
+        for (int64_t l = 0; l <= L; l++) {
+          refit_config_t cfg;
+          refit_config_defaults(&cfg);
+          cfg.model.num_layers = L;
+          cfg.trainer.pp = pp;
+          cfg.trainer.first_stage_layers = f;
+          cfg.trainer.last_stage_layers = l;
+          int64_t layers[8], first[9];
+          const int ok_cfg = refit_config_stage_layers(&cfg, layers, 8) == REFIT_OK;
+          const int ok_cat =
+              refit_stage_layers(&cfg.model, &cfg.trainer, first) == REFIT_OK;
+          if (ok_cfg != ok_cat)
+            fail_msg("L %lld pp %d first %lld last %lld: config says %s, catalog %s",
+                     (long long)L, pp, (long long)f, (long long)l,
+                     ok_cfg ? "ok" : "no", ok_cat ? "ok" : "no");
+          for (int s = 0; ok_cfg && s < pp; s++)
+            assert_int_equal(layers[s], first[s + 1] - first[s]);
+          checked++;
+        }
+  assert_true(checked > 1000);
+}
+
 static void test_every_option_accepted(void **state) {
   (void)state;
   refit_config_t cfg;
@@ -1474,6 +1505,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_mxfp8_presets_pass, teardown),
       cmocka_unit_test_teardown(test_prequantize_needs_mxfp8, teardown),
       cmocka_unit_test_teardown(test_every_option_accepted, teardown),
+      cmocka_unit_test_teardown(test_stage_rules_agree, teardown),
       cmocka_unit_test_teardown(test_presets_parse, teardown),
       cmocka_unit_test_teardown(test_load_errors, teardown),
       cmocka_unit_test_teardown(test_hash_and_format_round_trip, teardown),
