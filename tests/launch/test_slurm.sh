@@ -2,8 +2,8 @@
 # Slurm for real: start a one-node cluster on this machine (munged,
 # slurmctld, slurmd with a private config, ports and state directory), submit
 # launch/slurm/refit-colocated.sbatch with sbatch, wait for it (bounded), and
-# require that the refit ran through srun and verified; then check that the
-# disaggregated script is accepted by sbatch --test-only. Stops every daemon
+# require that the refit ran through srun and verified; then run the
+# disaggregated script in async mode the same way. Stops every daemon
 # it started. Needs root (the daemons) and Debian's slurm-wlm packages
 # (launch/bootstrap.sh test installs them); exits 77 (skipped) otherwise.
 #   test_slurm.sh BUILD_DIR
@@ -121,11 +121,22 @@ grep -q "refit-launch: srun -n 4 --mpi=pmix" "$out" || fail "the job did not sta
 grep -q "node-local rank 3 of 4, GPU 1" "$out" || fail "no GPU mapping printed"
 grep -q "refit-run: verified: 3 refits" "$out" || fail "the refit did not verify"
 
-# The disaggregated script: its directives parse and, scaled to this one
-# node, the job would be scheduled (not run: it is meant for 4 nodes).
-sbatch --test-only --nodes=1 --ntasks=4 --cpus-per-task=1 --gpus-per-node=2 \
-  launch/slurm/refit-disaggregated.sbatch configs/demo.yaml "$build" \
-  >"$tmp/testonly.log" 2>&1
-grep -q "to start at" "$tmp/testonly.log" || { cat "$tmp/testonly.log"; fail "sbatch --test-only rejected refit-disaggregated.sbatch"; }
-cat "$tmp/testonly.log"
+# The disaggregated script, run for real in async mode, scaled to this one
+# node (block placement: trainer ranks first, generator ranks after; it is
+# meant for separate trainer and generator nodes).
+sed 's/^  mode: sync/  mode: async/' configs/demo.yaml >"$tmp/demo-async.yaml"
+grep -q "mode: async" "$tmp/demo-async.yaml" || fail "could not make an async demo config"
+out2=$tmp/job2.out
+timeout 240 sbatch --wait --overcommit --nodes=1 --ntasks=4 \
+  --cpus-per-task=1 --gpus-per-node=2 --time=5 --output="$out2" --error="$out2" \
+  launch/slurm/refit-disaggregated.sbatch "$tmp/demo-async.yaml" "$build" \
+  >"$tmp/sbatch2.log" 2>&1
+rc=$?
+cat "$tmp/sbatch2.log"
+cat "$out2" 2>/dev/null
+[ $rc -eq 0 ] || fail "sbatch --wait (disaggregated) exited $rc"
+grep -q "refit-launch: srun -n 4 --mpi=pmix --distribution=block" "$out2" ||
+  fail "the disaggregated job did not start ranks with srun in block placement"
+grep -q "mode async" "$out2" || fail "the disaggregated job did not run in async mode"
+grep -q "refit-run: verified: 3 refits" "$out2" || fail "the disaggregated refit did not verify"
 echo "test_slurm: ok"
