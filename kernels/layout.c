@@ -266,18 +266,10 @@ refit_status_t refit_kernels_moe_transform_tensor(
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "moe %s: NULL buffer",
                      which == REFIT_KERNELS_MOE_W13 ? "w13" : "w2");
   int64_t rows, k;
-  refit_kernels_perm_kind_t kind = REFIT_KERNELS_PERM_SRC32;
-  if (which == REFIT_KERNELS_MOE_W13) {
-    rows = s->gated ? 2 * s->intermediate : s->intermediate;
-    k = s->hidden;
-    kind = s->gated ? REFIT_KERNELS_PERM_SRC13 : REFIT_KERNELS_PERM_SRC32;
-  } else if (which == REFIT_KERNELS_MOE_W2) {
-    rows = s->hidden;
-    k = s->intermediate;
-  } else {
+  refit_kernels_perm_kind_t kind;
+  if (!refit_kernels_moe_tensor_dims(s, which, &rows, &k, &kind))
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "moe: unknown tensor %d",
                      (int)which);
-  }
   const int32_t *perm;
   REFIT_CHECK(refit_kernels_perm_get(kind, rows, &perm));
   refit_kernels_gather_rows(values, s->num_experts, rows, k, perm, rows,

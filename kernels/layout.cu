@@ -153,18 +153,11 @@ extern "C" refit_status_t refit_kernels_moe_transform_tensor_cuda(
   if (values == NULL || scales == NULL || values_out == NULL || scales_out == NULL)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "moe (cuda): NULL buffer");
   int64_t rows, k;
-  int kind = REFIT_KERNELS_PERM_SRC32;
-  if (which == REFIT_KERNELS_MOE_W13) {
-    rows = s->gated ? 2 * s->intermediate : s->intermediate;
-    k = s->hidden;
-    kind = s->gated ? REFIT_KERNELS_PERM_SRC13 : REFIT_KERNELS_PERM_SRC32;
-  } else if (which == REFIT_KERNELS_MOE_W2) {
-    rows = s->hidden;
-    k = s->intermediate;
-  } else {
+  refit_kernels_perm_kind_t perm_kind;
+  if (!refit_kernels_moe_tensor_dims(s, which, &rows, &k, &perm_kind))
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "moe (cuda): unknown tensor %d",
                      static_cast<int>(which));
-  }
+  const int kind = perm_kind;
   const char *what = which == REFIT_KERNELS_MOE_W13 ? "moe w13" : "moe w2";
   st = gather_rows(values, s->num_experts, rows, k, kind, rows, values_out, stream, what);
   if (st != REFIT_OK)

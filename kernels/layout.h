@@ -120,6 +120,28 @@ typedef enum {
   REFIT_KERNELS_MOE_W2 = 1,  /* [E, H, I] */
 } refit_kernels_moe_tensor_t;
 
+/* Rows, K and row permutation of one tensor of a layer: W13 is [M13, H]
+ * with M13 = gated ? 2I : I (src13 when gated, else src32), W2 is [H, I]
+ * (src32). Returns 0 for an unknown tensor. Shared by the C and CUDA paths. */
+static inline int refit_kernels_moe_tensor_dims(const refit_kernels_moe_shape_t *s,
+                                                refit_kernels_moe_tensor_t which,
+                                                int64_t *rows, int64_t *k,
+                                                refit_kernels_perm_kind_t *kind) {
+  if (which == REFIT_KERNELS_MOE_W13) {
+    *rows = s->gated ? 2 * s->intermediate : s->intermediate;
+    *k = s->hidden;
+    *kind = s->gated ? REFIT_KERNELS_PERM_SRC13 : REFIT_KERNELS_PERM_SRC32;
+    return 1;
+  }
+  if (which == REFIT_KERNELS_MOE_W2) {
+    *rows = s->hidden;
+    *k = s->intermediate;
+    *kind = REFIT_KERNELS_PERM_SRC32;
+    return 1;
+  }
+  return 0;
+}
+
 /* Byte sizes of the runtime tensors of one layer. */
 typedef struct {
   int64_t w13_weight;       /* E * M13 * H */

@@ -180,7 +180,7 @@ hid_t refit_h5_type_f16(void) {
 /* Root attributes: the config and the generator layout. */
 static refit_status_t refit_dump_write_root(const refit_session_t *s, hid_t file) {
   const refit_generator_layout_t *g = &s->cfg.generator;
-  const int64_t ver = (int64_t)s->version, tp = g->tp, ep = g->ep,
+  const int64_t ver = (int64_t)s->committed, tp = g->tp, ep = g->ep,
                 engines = g->engines, ngen = s->ngenerator, ntr = s->ntrainer;
   refit_status_t st = REFIT_OK;
   int64_t *engine = malloc((size_t)ngen * sizeof(int64_t));
@@ -226,7 +226,7 @@ static refit_status_t refit_dump_write_store(const refit_session_t *s,
   void *host = NULL;
   int ndim = store->ndim;
   size_t count = 1;
-  const int64_t ver = (int64_t)s->version;
+  const int64_t ver = (int64_t)s->committed;
 
   for (int d = 0; d < ndim; d++) {
     dims[d] = (hsize_t)store->shape[d];

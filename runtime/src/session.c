@@ -29,6 +29,14 @@ static refit_status_t refit_session_agree(MPI_Comm comm, refit_status_t st,
   return REFIT_OK;
 }
 
+/* Collective: does every rank hold the same value `h`? */
+static int refit_session_same(MPI_Comm comm, uint64_t h) {
+  uint64_t range[2] = {h, ~h}, out[2] = {0, 0};
+  /* One reduction: the max of h and the max of ~h (the min of h). */
+  MPI_Allreduce(range, out, 2, MPI_UINT64_T, MPI_MAX, comm);
+  return out[0] == h && ~out[1] == h;
+}
+
 /* Rank 0 reads and validates; the others receive the parsed config. */
 static refit_status_t refit_session_config(refit_session_t *s, const char *path) {
   refit_status_t st = REFIT_OK;
@@ -65,10 +73,7 @@ static refit_status_t refit_session_config(refit_session_t *s, const char *path)
   /* Prove every rank holds the same config with the same binary layout. */
   uint64_t h = refit_hash_bytes(REFIT_HASH_INIT, s->config_text, len);
   h = refit_hash_bytes(h, &s->cfg, sizeof(s->cfg));
-  uint64_t lo = 0, hi = 0;
-  MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, s->world);
-  MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, s->world);
-  if (lo != hi)
+  if (!refit_session_same(s->world, h))
     return REFIT_ERR(REFIT_ERR_CONFIG,
                      "config hash differs between ranks (%016llx on rank %d): "
                      "are all ranks running the same refit build?",
@@ -87,13 +92,10 @@ static refit_status_t refit_session_plan(refit_session_t *s) {
   }
   REFIT_CHECK(refit_session_agree(s->world, st, "planning"));
 
-  uint64_t lo = 0, hi = 0, h = s->plan->hash;
-  MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, s->world);
-  MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, s->world);
-  if (lo != hi)
+  if (!refit_session_same(s->world, s->plan->hash))
     return REFIT_ERR(REFIT_ERR_INTERNAL,
                      "plan hash differs between ranks (%016llx on rank %d)",
-                     (unsigned long long)h, s->rank);
+                     (unsigned long long)s->plan->hash, s->rank);
 
   /* Index this rank's messages by bucket. */
   const refit_plan_t *p = s->plan;
@@ -1058,7 +1060,6 @@ refit_status_t refit_session_commit(refit_session_t *s) {
   }
   s->times.commit = MPI_Wtime() - t;
   s->committed = s->pending;
-  s->version = s->pending;
   s->poisoned_before = 0;
   s->state = REFIT_STATE_IDLE;
   const double t_release = MPI_Wtime();

@@ -99,7 +99,6 @@ typedef struct refit_session {
   int peer_lost;      /* a wait of this attempt timed out */
   uint64_t committed; /* version in runtime storage (0: none yet) */
   uint64_t pending;   /* version being refitted */
-  uint64_t version;   /* last version committed (same as committed) */
   uint32_t attempt;   /* refits begun, 1-based */
   int tag_base;
   int32_t next_bucket; /* next bucket to complete */

@@ -1,6 +1,7 @@
 #include "source.h"
 
 #include "core/error.h"
+#include "kernels/datapath.h"
 #include "synth.h"
 
 #include <stdlib.h>
@@ -60,7 +61,7 @@ static refit_status_t refit_synth_read(void *ctx, const refit_src_tensor_t *t,
   refit_synth_source_t *s = ctx;
   refit_synth_t syn;
   refit_synth_init(&syn, s->seed, version, t);
-  refit_synth_fill(&syn, t, row0, col0, rows, cols, dst);
+  refit_synth_rect(syn.key, syn.norm, t->cols, row0, col0, rows, cols, dst);
   return REFIT_OK;
 }
 

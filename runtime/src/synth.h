@@ -21,15 +21,7 @@ typedef struct {
 void refit_synth_init(refit_synth_t *s, uint64_t seed, uint64_t version,
                       const refit_src_tensor_t *tensor);
 
-/* BF16 bits of global element `index` (row * cols + col). */
-static inline uint16_t refit_synth_bf16(const refit_synth_t *s, int64_t index) {
-  return refit_synth_value(s->key, s->norm, index);
-}
-
-/* Fill a shard [rows, cols] of `tensor` whose top-left element is global
- * (row0, col0). */
-void refit_synth_fill(const refit_synth_t *s, const refit_src_tensor_t *tensor,
-                      int64_t row0, int64_t col0, int64_t rows, int64_t cols,
-                      uint16_t *dst);
+/* A tensor's key for refit_synth_value (kernels/synth_rules.h); filling
+ * rectangles is refit_synth_rect and its CUDA twin (kernels/datapath.h). */
 
 #endif /* REFIT_SYNTH_H */
