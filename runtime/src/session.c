@@ -411,12 +411,12 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "reading REFIT_FAULT"), st, err);
 
   /* Device memory when this rank sees a GPU, the job does not bind ranks
-   * away from GPUs, and the transport moves device memory; every rank must
-   * agree, or host memory is used everywhere. */
+   * away from GPUs, and the transport can move device memory (MPI cannot;
+   * UCX can where its build has CUDA, which its query() checks); every rank
+   * must agree, or host memory is used everywhere. */
   int want_device = refit_mem_gpu_count() > 0 &&
                     s->cfg.refit.device_map != REFIT_DEVICE_MAP_NONE &&
-                    s->cfg.refit.transport != REFIT_TRANSPORT_MPI &&
-                    s->cfg.refit.transport != REFIT_TRANSPORT_UCX;
+                    s->cfg.refit.transport != REFIT_TRANSPORT_MPI;
   int all_device = 0;
   MPI_Allreduce(&want_device, &all_device, 1, MPI_INT, MPI_MIN, world);
   if ((s->cfg.refit.transport == REFIT_TRANSPORT_NCCL ||
@@ -705,7 +705,43 @@ static refit_status_t refit_session_fault_act(refit_session_t *s,
 typedef struct {
   uint64_t run_id, version, plan_hash, committed;
   int32_t side, ok; /* ok: this rank could start (memory bound) */
+  int32_t transport_ok, pad; /* transport_ok: its transport is healthy */
 } refit_header_t;
+
+/* After a failed refit left some rank's transport unusable, every rank
+ * (known alive from the header exchange just done) repairs it together,
+ * then agrees on the outcome by the deadline. A transport that cannot be
+ * repaired ends the session. */
+static refit_status_t refit_session_recover_transport(refit_session_t *s,
+                                                      int unhealthy_rank,
+                                                      double deadline) {
+  const refit_transport_ops_t *ops = s->transport.ops;
+  refit_status_t st;
+  if (ops->recover == NULL) {
+    s->broken = 1;
+    return REFIT_ERR(REFIT_ERR_PEER,
+                     "begin: the %s transport of rank %d is unusable after the "
+                     "failed refit and cannot be repaired; restart the job",
+                     ops->name, unhealthy_rank);
+  }
+  REFIT_INFO("begin: repairing the %s transport (rank %d's failed in the last "
+             "refit)",
+             ops->name, unhealthy_rank);
+  st = ops->recover(s->transport.ctx, deadline);
+  int ok = st == REFIT_OK, all_ok = 0;
+  MPI_Request req;
+  MPI_Iallreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, s->ctrl, &req);
+  REFIT_CHECK(refit_session_ctrl_wait(s, &req, deadline, "begin: transport repair"));
+  if (st != REFIT_OK || !all_ok) {
+    s->broken = 1;
+    return st != REFIT_OK ? st
+                          : REFIT_ERR(REFIT_ERR_PEER,
+                                      "begin: another rank could not repair the %s "
+                                      "transport; restart the job",
+                                      ops->name);
+  }
+  return REFIT_OK;
+}
 
 refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
   refit_status_t st;
@@ -726,8 +762,11 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
 
   /* Everyone's (run id, version, plan hash, committed version) before a
    * byte moves. */
-  refit_header_t mine = {s->run_id, version, s->plan->hash, s->committed,
-                         s->is_trainer ? 0 : 1, st == REFIT_OK};
+  const int transport_ok = s->transport.ops->healthy == NULL ||
+                           s->transport.ops->healthy(s->transport.ctx);
+  refit_header_t mine = {s->run_id, version,      s->plan->hash, s->committed,
+                         s->is_trainer ? 0 : 1,   st == REFIT_OK, transport_ok,
+                         0};
   refit_header_t *all = malloc((size_t)s->size * sizeof(*all));
   if (all == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "begin: headers");
@@ -778,9 +817,15 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
         break;
       }
     }
+  int unhealthy = -1;
+  for (int r = 0; r < s->size && unhealthy < 0; r++)
+    if (!all[r].transport_ok)
+      unhealthy = r;
   free(all);
   if (st != REFIT_OK)
     return st;
+  if (unhealthy >= 0)
+    REFIT_CHECK(refit_session_recover_transport(s, unhealthy, deadline));
 
   s->attempt++;
   s->vote_pending = 1;

@@ -14,7 +14,8 @@ static const refit_transport_ops_t *const refit_transports[] = {
     &refit_transport_nccl,
 #endif
     &refit_transport_mpi,
-    &refit_transport_ucx, /* host memory too, but only when named */
+    &refit_transport_ucx, /* host memory: only when named (MPI comes first);
+                             device memory: after IPC and NCCL */
 };
 
 static const char *refit_memory_name(refit_memory_t m) {
@@ -29,7 +30,7 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
     const refit_transport_ops_t *ops = refit_transports[i];
     if (kind != REFIT_TRANSPORT_AUTO && kind != ops->kind)
       continue;
-    if (ops->memory != args->memory) {
+    if (ops->memory != REFIT_MEMORY_ANY && ops->memory != args->memory) {
       if (kind != REFIT_TRANSPORT_AUTO)
         return REFIT_ERR(REFIT_ERR_CONFIG,
                          "refit.transport %s moves %s memory, but the buffers "

@@ -12,12 +12,14 @@
  * passes, never hangs. At most REFIT_EXCHANGES_IN_FLIGHT exchanges per rank
  * are open at once (double buffering).
  *
- * Memory: every transport moves one kind of memory (ops->memory). The MPI
- * transport moves host memory; NCCL and IPC (compiled in with
+ * Memory: a transport moves one kind of memory or both (ops->memory). The
+ * MPI transport moves host memory; NCCL and IPC (compiled in with
  * REFIT_HAVE_CUDA) move device memory allocated with cudaMalloc on the GPU
- * the rank is bound to (device.h: refit_device_bind, before opening). The
- * caller says which memory its buffers live in (args->memory); transports
- * of the other kind are skipped by auto and refused when named. GPU
+ * the rank is bound to (device.h: refit_device_bind, before opening); UCX
+ * moves either, device memory where the UCX build has CUDA transports (its
+ * query() says). The caller says which memory its buffers live in
+ * (args->memory); transports of the other kind are skipped by auto and
+ * refused when named. GPU
  * transports work on their own non-blocking streams: send buffers must be
  * complete when start() is called (synchronize the stream that wrote them),
  * and receive buffers are complete for every stream once wait() succeeds.
@@ -43,8 +45,9 @@
 #define REFIT_EXCHANGES_IN_FLIGHT 2
 
 typedef enum {
-  REFIT_MEMORY_HOST = 0,  /* malloc'd or pinned host memory */
-  REFIT_MEMORY_DEVICE = 1 /* cudaMalloc'd memory of the rank's GPU */
+  REFIT_MEMORY_HOST = 0,   /* malloc'd or pinned host memory */
+  REFIT_MEMORY_DEVICE = 1, /* cudaMalloc'd memory of the rank's GPU */
+  REFIT_MEMORY_ANY = 2     /* ops->memory only: either (its query() decides) */
 } refit_memory_t;
 
 typedef struct {
@@ -93,6 +96,16 @@ typedef struct {
   /* Optional (NULL: not needed). Collective over the world: see "Registered
    * buffers" above. `ptr` may be NULL with `bytes` 0. */
   refit_status_t (*register_buffer)(void *ctx, void *ptr, size_t bytes);
+  /* Optional (NULL: always healthy). 0 once a failed exchange left this
+   * rank's side of the transport unusable (an aborted NCCL communicator,
+   * IPC copies and messages of a dropped exchange still in flight). */
+  int (*healthy)(void *ctx);
+  /* Optional (NULL: an unhealthy transport ends the session). Make the
+   * transport usable again after a failed refit. Collective over the world,
+   * entered by every rank at the same point (the next begin, once every
+   * rank is known alive and not one has an exchange in flight), healthy or
+   * not; bounded by `deadline` (MPI_Wtime seconds). */
+  refit_status_t (*recover)(void *ctx, double deadline);
 } refit_transport_ops_t;
 
 typedef struct {

@@ -20,7 +20,8 @@
  *                       are in its memory.
  * Progress is made in start() and wait(); wait() polls MPI requests and CUDA
  * events against the deadline and names the peers still outstanding when it
- * passes. After a timeout the transport refuses further use.
+ * passes. After a failure the transport refuses further use until
+ * recover(), which every rank enters at the next begin.
  *
  * Ordering: the transport's stream is non-blocking, so the caller makes the
  * send buffers complete before start() (synchronizes the stream that wrote
@@ -559,6 +560,83 @@ static refit_status_t refit_ipc_test(void *ctx, refit_exchange_t *ex, int *done)
   return REFIT_OK;
 }
 
+static int refit_ipc_healthy(void *ctx) {
+  const refit_ipc_ctx_t *c = ctx;
+  return !c->broken;
+}
+
+/* Complete an MPI request by `deadline`. */
+static refit_status_t refit_ipc_settle(MPI_Request *req, double deadline,
+                                       const char *what) {
+  int done = 0;
+  unsigned spins = 0;
+  while (!done) {
+    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+      return refit_ipc_mpi(rc, what, -1);
+    if (!done && MPI_Wtime() > deadline)
+      return REFIT_ERR(REFIT_ERR_TIMEOUT,
+                       "ipc transport: %s: not every rank joined by the deadline",
+                       what);
+    if (!done && ++spins > 64) {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return REFIT_OK;
+}
+
+/* Receive and discard every message already delivered on `comm`: the ready
+ * and done messages of exchanges dropped after a failure. */
+static refit_status_t refit_ipc_discard(MPI_Comm comm) {
+  for (;;) {
+    int flag = 0, count = 0;
+    MPI_Status status;
+    int rc = MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &status);
+    if (rc != MPI_SUCCESS)
+      return refit_ipc_mpi(rc, "MPI_Iprobe(stale)", -1);
+    if (!flag)
+      return REFIT_OK;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    unsigned char sink[64];
+    if (count < 0 || (size_t)count > sizeof(sink))
+      return REFIT_ERR(REFIT_ERR_INTERNAL,
+                       "ipc transport: stale message of %d bytes from rank %d",
+                       count, status.MPI_SOURCE);
+    rc = MPI_Recv(sink, count, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, comm,
+                  MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+      return refit_ipc_mpi(rc, "MPI_Recv(stale)", status.MPI_SOURCE);
+  }
+}
+
+/* After a failed refit: wait for this rank's copies into its peers, then
+ * (1) a barrier, after which no rank has a copy of the failed refit left in
+ * flight and every message of it has been sent, (2) discard those messages,
+ * (3) a barrier, so that no rank starts a new exchange while another still
+ * discards. Leftovers that arrive later carry the failed attempt's tags,
+ * which the next seven refits do not use. Mappings and registrations stay. */
+static refit_status_t refit_ipc_recover(void *ctx, double deadline) {
+  refit_ipc_ctx_t *c = ctx;
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (c->stream != NULL) {
+    cudaError_t err = cudaStreamSynchronize(c->stream);
+    if (err != cudaSuccess)
+      return refit_cuda_error(err, "cudaStreamSynchronize (ipc recover)",
+                              __FILE__, __LINE__);
+  }
+  REFIT_CHECK(refit_ipc_mpi(MPI_Ibarrier(c->ready_comm, &req), "MPI_Ibarrier", -1));
+  REFIT_CHECK(refit_ipc_settle(&req, deadline, "recovery barrier"));
+  REFIT_CHECK(refit_ipc_discard(c->ready_comm));
+  REFIT_CHECK(refit_ipc_discard(c->done_comm));
+  REFIT_CHECK(refit_ipc_mpi(MPI_Ibarrier(c->done_comm, &req), "MPI_Ibarrier", -1));
+  REFIT_CHECK(refit_ipc_settle(&req, deadline, "recovery barrier"));
+  if (c->broken)
+    REFIT_INFO("ipc transport: usable again after the failed refit");
+  c->broken = 0;
+  return REFIT_OK;
+}
+
 static void refit_ipc_destroy(void *ctx) {
   refit_ipc_ctx_t *c = ctx;
   if (c == NULL)
@@ -592,4 +670,6 @@ const refit_transport_ops_t refit_transport_ipc = {
     .test = refit_ipc_test,
     .destroy = refit_ipc_destroy,
     .register_buffer = refit_ipc_register,
+    .healthy = refit_ipc_healthy,
+    .recover = refit_ipc_recover,
 };

@@ -7,7 +7,8 @@
  * here waits without a deadline: set-up, enqueue and completion are all
  * polled (ncclCommGetAsyncError, cudaEventQuery). When a deadline passes the
  * communicator is aborted (ncclCommAbort), which also ends kernels still
- * waiting for a dead peer; every later call returns REFIT_ERR_STATE.
+ * waiting for a dead peer; every later call returns REFIT_ERR_STATE until
+ * recover(), at the next begin, builds a new communicator on every rank.
  *
  * NCCL does not support two ranks of one communicator on one GPU (it can
  * hang), so query() refuses a world in which two ranks share a GPU; such
@@ -30,9 +31,10 @@ struct refit_exchange {
 typedef struct {
   ncclComm_t comm;
   cudaStream_t stream;
+  MPI_Comm world; /* the session's; recover() builds a new communicator */
   double timeout_s;
-  int rank;
-  int aborted; /* set once the communicator was aborted: no further use */
+  int rank, size;
+  int aborted; /* set once the communicator was aborted: no use until recover() */
 } refit_nccl_ctx_t;
 
 static void refit_nccl_nap(unsigned *spins) {
@@ -98,58 +100,109 @@ static refit_status_t refit_nccl_query(const refit_transport_args_t *args) {
 
 static void refit_nccl_destroy(void *ctx);
 
+/* Complete an MPI request by `deadline`. */
+static refit_status_t refit_nccl_mpi_settle(MPI_Request *req, double deadline,
+                                            const char *what) {
+  int done = 0;
+  unsigned spins = 0;
+  while (!done) {
+    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return REFIT_ERR(REFIT_ERR_MPI, "nccl transport: %s failed", what);
+    if (!done && MPI_Wtime() > deadline)
+      return REFIT_ERR(REFIT_ERR_TIMEOUT,
+                       "nccl transport: %s: not every rank joined by the deadline",
+                       what);
+    if (!done)
+      refit_nccl_nap(&spins);
+  }
+  return REFIT_OK;
+}
+
+/* Collective: a new communicator over the world, by `deadline`. Rank 0
+ * makes the id; every rank enters the broadcast even if that failed, and the
+ * failure travels as an all-zero "ok" word beside the id. */
+static refit_status_t refit_nccl_connect(refit_nccl_ctx_t *c, double deadline) {
+  refit_status_t st = REFIT_OK;
+  struct {
+    ncclUniqueId id;
+    int ok;
+  } msg;
+  memset(&msg, 0, sizeof(msg));
+  msg.ok = 1;
+  if (c->rank == 0) {
+    ncclResult_t res = ncclGetUniqueId(&msg.id);
+    if (res != ncclSuccess) {
+      st = refit_nccl_error(res, NULL, "ncclGetUniqueId", __FILE__, __LINE__);
+      msg.ok = 0;
+    }
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Ibcast(&msg, (int)sizeof(msg), MPI_BYTE, 0, c->world, &req) != MPI_SUCCESS)
+    return REFIT_ERR(REFIT_ERR_MPI, "nccl transport: broadcast of the id");
+  REFIT_CHECK(refit_nccl_mpi_settle(&req, deadline, "broadcast of the id"));
+  if (!msg.ok)
+    return st != REFIT_OK ? st
+                          : REFIT_ERR(REFIT_ERR_PEER, "nccl transport: rank 0 could "
+                                                      "not create the NCCL unique id");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  c->comm = NULL;
+  c->aborted = 0;
+  ncclResult_t res =
+      ncclCommInitRankConfig(&c->comm, c->size, msg.id, c->rank, &config);
+  if (res != ncclSuccess && res != ncclInProgress) {
+    st = refit_nccl_error(res, c->comm, "ncclCommInitRankConfig", __FILE__, __LINE__);
+    refit_nccl_abort(c);
+    return st;
+  }
+  REFIT_CHECK(refit_nccl_settle(c, deadline, "ncclCommInitRankConfig"));
+  REFIT_INFO("nccl transport: communicator of %d ranks ready", c->size);
+  return REFIT_OK;
+}
+
 static refit_status_t refit_nccl_create(const refit_transport_args_t *args,
                                         void **out) {
   refit_status_t st = REFIT_OK;
-  ncclUniqueId id;
   refit_nccl_ctx_t *c = calloc(1, sizeof(*c));
   if (c == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: context");
   c->timeout_s = args->timeout_s;
   c->rank = args->world_rank;
-
-  /* Rank 0 makes the id; every rank enters the broadcast even if that failed,
-   * and the failure travels as an all-zero flag. */
-  int ok = 1;
-  memset(&id, 0, sizeof(id));
-  if (args->world_rank == 0) {
-    ncclResult_t res = ncclGetUniqueId(&id);
-    if (res != ncclSuccess) {
-      st = refit_nccl_error(res, NULL, "ncclGetUniqueId", __FILE__, __LINE__);
-      ok = 0;
-    }
-  }
-  MPI_Bcast(&ok, 1, MPI_INT, 0, args->world);
-  if (!ok) {
-    if (st == REFIT_OK)
-      st = REFIT_ERR(REFIT_ERR_PEER, "nccl transport: rank 0 could not create "
-                                     "the NCCL unique id");
-    goto err;
-  }
-  int rc = MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, args->world);
-  if (rc != MPI_SUCCESS) {
-    st = REFIT_ERR(REFIT_ERR_MPI, "nccl transport: broadcast of the id (%d)",
-                   rc);
-    goto err;
-  }
+  c->size = args->world_size;
+  c->world = args->world;
   REFIT_CHECK_GOTO(refit_device_stream_create(&c->stream), st, err);
-
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  REFIT_NCCL_CHECK_GOTO(ncclCommInitRankConfig(&c->comm, args->world_size, id,
-                                               args->world_rank, &config),
-                        c->comm, st, err);
-  REFIT_CHECK_GOTO(refit_nccl_settle(c, MPI_Wtime() + args->timeout_s,
-                                     "ncclCommInitRankConfig"),
-                   st, err);
-  REFIT_INFO("nccl transport: communicator of %d ranks ready",
-             args->world_size);
+  REFIT_CHECK_GOTO(refit_nccl_connect(c, MPI_Wtime() + args->timeout_s), st, err);
   *out = c;
   return REFIT_OK;
 
 err:
   refit_nccl_destroy(c);
   return st;
+}
+
+static int refit_nccl_healthy(void *ctx) {
+  const refit_nccl_ctx_t *c = ctx;
+  return !c->aborted;
+}
+
+/* After a failed refit every rank replaces its communicator: one aborted on
+ * any rank cannot serve the others, and aborting a healthy one also ends
+ * kernels still waiting on the failed exchange. */
+static refit_status_t refit_nccl_recover(void *ctx, double deadline) {
+  refit_nccl_ctx_t *c = ctx;
+  const int was_aborted = c->aborted;
+  if (c->comm != NULL && !c->aborted) {
+    ncclCommAbort(c->comm);
+    c->aborted = 1;
+  }
+  cudaError_t err = cudaStreamSynchronize(c->stream);
+  if (err != cudaSuccess)
+    return refit_cuda_error(err, "cudaStreamSynchronize (nccl recover)", __FILE__,
+                            __LINE__);
+  REFIT_CHECK(refit_nccl_connect(c, deadline));
+  REFIT_INFO("nccl transport: new communicator after the failed refit%s",
+             was_aborted ? " (this rank's was aborted)" : "");
+  return REFIT_OK;
 }
 
 static void refit_nccl_exchange_free(refit_exchange_t *ex) {
@@ -304,4 +357,6 @@ const refit_transport_ops_t refit_transport_nccl = {
     .wait = refit_nccl_wait,
     .destroy = refit_nccl_destroy,
     .register_buffer = NULL,
+    .healthy = refit_nccl_healthy,
+    .recover = refit_nccl_recover,
 };

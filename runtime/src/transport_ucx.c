@@ -1,6 +1,12 @@
 /*
- * UCX transport over host memory (refit.transport: ucx; never picked by auto,
- * which keeps MPI first for host memory).
+ * UCX transport over host or device memory (refit.transport: ucx). For host
+ * memory auto never picks it (MPI comes first); for device memory auto
+ * reaches it after IPC and NCCL. Device memory needs a UCX built with CUDA
+ * (cuda_copy, cuda_ipc): query() asks the UCP context for the memory types
+ * it moves and refuses the job, naming the UCX version and the remedies,
+ * when CUDA is not among them. Buffers are passed to UCX as they are, with
+ * their memory type, so UCX picks its CUDA transports (copy engines through
+ * cuda_ipc on one node, GPUDirect RDMA or pipelined staging across nodes).
  *
  * One UCP context and one worker per rank; the worker addresses are
  * exchanged once over MPI (allgather) and endpoints are created on first use,
@@ -51,6 +57,7 @@ typedef struct {
 
 struct refit_ucx_ctx {
   int rank, size;
+  ucs_memory_type_t mem_type; /* of every buffer of start() */
   ucp_context_h context;
   ucp_worker_h worker;
   unsigned char *addrs; /* every rank's worker address, concatenated */
@@ -82,9 +89,49 @@ static void refit_ucx_peer_failed(void *arg, ucp_ep_h ep, ucs_status_t status) {
              ucs_status_string(status));
 }
 
+/* Does this rank's UCX move CUDA device memory? */
+static refit_status_t refit_ucx_moves_cuda(int *yes) {
+  ucp_config_t *config = NULL;
+  ucp_context_h context = NULL;
+  ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                         .features = UCP_FEATURE_TAG};
+  ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+  refit_status_t st = REFIT_OK;
+  *yes = 0;
+  REFIT_UCX_CHECK_GOTO(ucp_config_read(NULL, NULL, &config), -1, st, out);
+  REFIT_UCX_CHECK_GOTO(ucp_init(&params, config, &context), -1, st, out);
+  REFIT_UCX_CHECK_GOTO(ucp_context_query(context, &attr), -1, st, out);
+  *yes = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+out:
+  if (context != NULL)
+    ucp_cleanup(context);
+  if (config != NULL)
+    ucp_config_release(config);
+  return st;
+}
+
+/* Host memory: always. Device memory: only when every rank's UCX moves CUDA
+ * memory (agreed over the world, so every rank gets the same answer). */
 static refit_status_t refit_ucx_query(const refit_transport_args_t *args) {
-  (void)args;
-  return REFIT_OK;
+  if (args->memory != REFIT_MEMORY_DEVICE)
+    return REFIT_OK;
+  int mine = 0, all = 0;
+  refit_status_t st = refit_ucx_moves_cuda(&mine);
+  if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, args->world) != MPI_SUCCESS)
+    return REFIT_ERR(REFIT_ERR_MPI, "ucx transport: agreeing on CUDA support");
+  if (all)
+    return REFIT_OK;
+  if (st != REFIT_OK)
+    return st;
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  return REFIT_ERR(REFIT_ERR_CONFIG,
+                   "ucx transport: the job's buffers are in GPU memory, but %s "
+                   "UCX (libucp %u.%u.%u) has no CUDA transports; use a UCX built "
+                   "--with-cuda (launch/build-ucx-cuda.sh builds one), or "
+                   "refit.transport nccl or ipc, or refit.device_map: none to "
+                   "refit through host memory",
+                   mine ? "another rank's" : "this rank's", major, minor, release);
 }
 
 static void refit_ucx_destroy(void *vctx);
@@ -100,6 +147,8 @@ static refit_status_t refit_ucx_create(const refit_transport_args_t *args,
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: context");
   c->rank = args->world_rank;
   c->size = args->world_size;
+  c->mem_type = args->memory == REFIT_MEMORY_DEVICE ? UCS_MEMORY_TYPE_CUDA
+                                                     : UCS_MEMORY_TYPE_HOST;
 
   ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                          .features = UCP_FEATURE_TAG};
@@ -220,7 +269,8 @@ static refit_status_t refit_ucx_start(void *vctx, const refit_xfer_t *sends,
   refit_status_t st = REFIT_OK;
   refit_exchange_t *ex = calloc(1, sizeof(*ex));
   const int n = nsends + nrecvs;
-  ucp_request_param_t rp = {.op_attr_mask = 0};
+  ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE,
+                            .memory_type = c->mem_type};
 
   if (ex == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: exchange");
@@ -237,7 +287,9 @@ static refit_status_t refit_ucx_start(void *vctx, const refit_xfer_t *sends,
     REFIT_CHECK_GOTO(refit_ucx_ep(c, recvs[i].peer, &ep), st, err);
     /* Always a request, so that every receive's length is checked in one
      * place (refit_ucx_poll). */
-    ucp_request_param_t rrp = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL};
+    ucp_request_param_t rrp = {.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL |
+                                               UCP_OP_ATTR_FIELD_MEMORY_TYPE,
+                               .memory_type = c->mem_type};
     ucs_status_ptr_t r = ucp_tag_recv_nbx(c->worker, recvs[i].buf, recvs[i].bytes,
                                           refit_ucx_tag(tag, recvs[i].peer),
                                           UINT64_MAX, &rrp);
@@ -360,7 +412,8 @@ static void refit_ucx_destroy(void *vctx) {
     /* Flush-close every endpoint together, bounded: a peer that is gone
      * must not hold up the exit. */
     void **reqs = calloc((size_t)c->size, sizeof(void *));
-    ucp_request_param_t rp = {.op_attr_mask = 0};
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE,
+                            .memory_type = c->mem_type};
     for (int r = 0; r < c->size; r++) {
       if (c->peers[r].ep == NULL)
         continue;
@@ -400,6 +453,7 @@ static void refit_ucx_destroy(void *vctx) {
 const refit_transport_ops_t refit_transport_ucx = {
     .name = "ucx",
     .kind = REFIT_TRANSPORT_UCX,
+    .memory = REFIT_MEMORY_ANY,
     .query = refit_ucx_query,
     .create = refit_ucx_create,
     .start = refit_ucx_start,

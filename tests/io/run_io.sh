@@ -110,7 +110,8 @@ dump: $tmp/dump.h5")
     expect absent "No such file or directory"
     ;;
   ucx)
-    cfg=$(config ucx "${gen1/transport: auto/transport: ucx}")
+    # Host memory on GPU machines too (the GPU tests cover UCX on devices).
+    cfg=$(config ucx "${gen1/transport: auto/transport: ucx$'\n'  device_map: none}")
     out=$tmp/ucx.out
     "$root/tests/mpi/run_refit.sh" "$build" "$cfg" "refit-run: verified: 3 refits" >"$out" 2>&1
     rc=$?

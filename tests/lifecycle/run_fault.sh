@@ -2,19 +2,22 @@
 # One fault-injection job through the project's launcher, then assertions on
 # what every rank reported.
 #   run_fault.sh BUILD CONFIG MAX_SECONDS [--rows N] [--exit zero|nonzero]
-#                [--expect TEXT]... [--reject TEXT]...
+#                [--expect TEXT]... [--reject TEXT]... [--verified N]...
 # --rows N: exactly N refit rows, each "verified" or "aborted: kept version",
 #           and never a mismatch (no mix of versions anywhere).
+# --verified N: refit N committed and verified (the job recovered from the
+#           fault: later refits work on the same transports).
 set -uo pipefail
 build=$1 config=$2 max_s=$3
 shift 3
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-expects=() rejects=() rows="" want_exit=nonzero
+expects=() rejects=() verified=() rows="" want_exit=nonzero
 while [ $# -gt 0 ]; do
   case "$1" in
     --expect) expects+=("$2"); shift 2 ;;
     --reject) rejects+=("$2"); shift 2 ;;
     --rows) rows=$2; shift 2 ;;
+    --verified) verified+=("$2"); shift 2 ;;
     --exit) want_exit=$2; shift 2 ;;
     *) echo "run_fault: unknown argument $1"; exit 2 ;;
   esac
@@ -34,6 +37,9 @@ esac
 [ "$elapsed" -le "$max_s" ] || fail "took ${elapsed}s, more than ${max_s}s"
 for e in "${expects[@]}"; do
   grep -qF -- "$e" "$out" || fail "output lacks '$e'"
+done
+for v in "${verified[@]}"; do
+  grep -qE "^ +$v +$v .*verified\$" "$out" || fail "refit $v did not commit and verify"
 done
 for r in "${rejects[@]}"; do
   if grep -qF -- "$r" "$out"; then fail "output has '$r'"; fi
