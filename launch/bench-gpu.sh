@@ -11,6 +11,7 @@
 #   variants scenario (a) timed with one setting changed: digests off,
 #           async mode (commit pause), NCCL instead of IPC, NCCL with
 #           keep_staging: false, and the per-tensor expert-by-expert baseline
+#   async   scenarios (a) and (b) timed in async mode (the commit pause)
 #
 # Logs go to OUT_DIR/<scenario>-<what>.log; a summary is printed.
 set -uo pipefail
@@ -21,7 +22,8 @@ what=("$@")
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on shared machines
-scenarios=(qwen3-30b-a3b-disagg qwen3-30b-a3b-disagg-prequant qwen3-30b-a3b-colocated)
+scenarios=(qwen3-30b-a3b-disagg qwen3-30b-a3b-disagg-prequant qwen3-30b-a3b-colocated
+  qwen3-30b-a3b-colocated-prequant)
 
 run_cfg() { # name config
   local name=$1 cfg=$2 t0 t1
@@ -58,6 +60,12 @@ for w in "${what[@]}"; do
       add nccl 's/^  transport: auto/  transport: nccl/'
       add nccl-release 's/^  transport: auto/  transport: nccl\n  keep_staging: false/'
       add baseline 's/^  bucket_bytes: 512MiB/  bucket_bytes: 1GiB\n  baseline: true/'
+      ;;
+    async)
+      for sc in qwen3-30b-a3b-disagg qwen3-30b-a3b-colocated; do
+        sed 's/^  mode: sync/  mode: async/' "$root/configs/$sc.yaml" >"$out/$sc-async.yaml"
+        run_cfg "$sc-async" "$out/$sc-async.yaml"
+      done
       ;;
     link)
       timeout 300 "$root/launch/refit-launch" --np 2 --build-dir "$build" \

@@ -724,8 +724,8 @@ static refit_status_t refit_session_recover_transport(refit_session_t *s,
                      "failed refit and cannot be repaired; restart the job",
                      ops->name, unhealthy_rank);
   }
-  REFIT_INFO("begin: repairing the %s transport (rank %d's failed in the last "
-             "refit)",
+  REFIT_WARN("begin: repairing the %s transport on every rank (rank %d's "
+             "failed in the last refit)",
              ops->name, unhealthy_rank);
   st = ops->recover(s->transport.ctx, deadline);
   int ok = st == REFIT_OK, all_ok = 0;

@@ -13,6 +13,10 @@
  *   nccl       the NCCL transport through the ops: start + wait per iteration
  *   ipc        the IPC transport through the ops (ready/done handshake per
  *              message): start + wait per iteration
+ *   ucx        the UCX transport on device memory (tagged send/receive; UCX
+ *              picks cuda_ipc between GPUs of one node): start + wait per
+ *              iteration; left out, with the reason, where the UCX build has
+ *              no CUDA transports
  * time = wall time of the timed iterations (after a barrier and warm-up, up
  * to the end of the last one on both ranks, max over ranks) / iterations;
  * GB/s = size / time / 1e9 (one direction, the bytes of one message);
@@ -31,9 +35,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { V_RAW_NCCL, V_RAW_IPC, V_NCCL, V_IPC, V_COUNT };
+enum { V_RAW_NCCL, V_RAW_IPC, V_NCCL, V_IPC, V_UCX, V_COUNT };
 static const char *const vname[V_COUNT] = {"raw-nccl", "raw-ipc", "nccl",
-                                           "ipc"};
+                                           "ipc", "ucx"};
 
 static int g_rank;
 
@@ -149,9 +153,13 @@ int main(int argc, char **argv) {
                                  .world_size = 2,
                                  .timeout_s = 120,
                                  .memory = REFIT_MEMORY_DEVICE};
-  refit_transport_t tn = {0}, ti = {0};
+  refit_transport_t tn = {0}, ti = {0}, tu = {0};
   if (!shared)
     CK(refit_transport_open(REFIT_TRANSPORT_NCCL, &args, &tn));
+  /* query() agrees over the world: every rank gets the same answer. */
+  const int have_ucx = refit_transport_open(REFIT_TRANSPORT_UCX, &args, &tu) == REFIT_OK;
+  if (!have_ucx && rank == 0)
+    printf("# ucx variant left out: %s\n", refit_last_error());
   CK(refit_transport_open(REFIT_TRANSPORT_IPC, &args, &ti));
   CK(refit_transport_register(&ti, rank == 1 ? buf : NULL,
                               rank == 1 ? max_bytes : 0));
@@ -162,7 +170,8 @@ int main(int argc, char **argv) {
     iters = iters > max_iters ? max_iters : iters < 5 ? 5 : iters;
     double raw_gbs = 0;
     for (int v = 0; v < V_COUNT; v++) {
-      const int skip = shared && (v == V_RAW_NCCL || v == V_NCCL);
+      const int skip = (shared && (v == V_RAW_NCCL || v == V_NCCL)) ||
+                       (v == V_UCX && !have_ucx);
       if (skip)
         continue;
       const uint64_t seed = (uint64_t)bytes * 8 + (uint64_t)v;
@@ -173,7 +182,7 @@ int main(int argc, char **argv) {
       } else {
         CK(refit_device_memset(dst, 0xA5, bytes));
       }
-      refit_transport_t *t = v == V_NCCL ? &tn : &ti;
+      refit_transport_t *t = v == V_NCCL ? &tn : v == V_UCX ? &tu : &ti;
       refit_xfer_t x = {1 - rank, buf, bytes};
       double t0 = 0;
       for (int it = -2; it < iters; it++) { /* two warm-up iterations */
@@ -222,6 +231,8 @@ int main(int argc, char **argv) {
   }
   refit_transport_close(&ti);
   refit_transport_close(&tn);
+  if (have_ucx)
+    refit_transport_close(&tu);
   if (remote != NULL)
     cudaIpcCloseMemHandle(remote);
   if (raw != NULL)
