@@ -55,6 +55,26 @@ refit_status_t refit_kernels_moe_transform_cuda(
     uint8_t *w13_out, uint8_t *w13_scale_out, uint8_t *w2_out,
     uint8_t *w2_scale_out, cudaStream_t stream);
 
+/*
+ * refit_kernels_moe_transform_oracle on the device (kernels/moe_oracle.cu):
+ * the same bytes as refit_kernels_moe_transform_cuda, computed expert by
+ * expert and step by step with its intermediates in `scratch`, a device
+ * buffer of at least refit_kernels_moe_oracle_scratch_bytes(s) bytes. It
+ * enqueues 16 copies, fills and kernels per expert of a gated layer: the test
+ * oracle and the benchmark's straightforward baseline, not a production path.
+ * Errors: shape rules, NULL buffers, scratch too small (its size named).
+ */
+refit_status_t refit_kernels_moe_transform_oracle_cuda(
+    const refit_kernels_moe_shape_t *s, const uint8_t *w13,
+    const uint8_t *w13_scale, const uint8_t *w2, const uint8_t *w2_scale,
+    uint8_t *w13_out, uint8_t *w13_scale_out, uint8_t *w2_out,
+    uint8_t *w2_scale_out, uint8_t *scratch, int64_t scratch_bytes,
+    cudaStream_t stream);
+
+/* Scratch bytes of the oracle above for a shape that passes
+ * refit_kernels_moe_check_shape. */
+int64_t refit_kernels_moe_oracle_scratch_bytes(const refit_kernels_moe_shape_t *s);
+
 /* refit_kernels_dense_transform on the device. */
 refit_status_t refit_kernels_dense_transform_cuda(
     refit_kernels_dense_backend_t backend, int64_t n, int64_t k,

@@ -8,7 +8,12 @@
  * speed reached. Time is the best of REFIT_BENCH_REPS runs (default 3).
  * "wrong" counts output bytes that differ from the reference: for the C
  * quantizer the single-thread run, for the batched layout the per-expert
- * oracle, for the GPU kernels the C reference. Exit code 1 if any is nonzero.
+ * oracle, for the GPU kernels the C reference (the GPU oracle: the C oracle).
+ * Exit code 1 if any is nonzero.
+ * GPU MoE layout: the batched kernels (four launches per layer) against two
+ * per-expert baselines, the step-by-step oracle (kernels/moe_oracle.cu, the
+ * straightforward implementation) and the batched kernels launched expert by
+ * expert; the summary line gives both speedups and the time of all 48 layers.
  * GPU data path (kernels/datapath_cuda.h): pack and land of one 256 MiB
  * bucket of 85 chunks of 3 MiB (an MXFP8 w13 expert of that layer is
  * 1536 x 2048 e4m3 = 3 MiB), COPY with and without digests, with 16-byte
@@ -47,7 +52,7 @@ static int64_t total_wrong;
 
 static void row(const char *name, int64_t bytes, double t, int64_t wrong) {
   double gbs = (double)bytes / t / 1e9;
-  printf("%-34s %10.1f %10.3f %9.1f %7.2f %8lld\n", name, (double)bytes / 1e6,
+  printf("%-49s %10.1f %10.3f %9.1f %7.2f %8lld\n", name, (double)bytes / 1e6,
          t * 1e3, gbs, gbs / ceiling_gbs, (long long)wrong);
   total_wrong += wrong;
 }
@@ -99,6 +104,20 @@ static int64_t ddiff(const void *dev, const uint8_t *want, int64_t n) {
   int64_t d = diff_bytes(h, want, n);
   free(h);
   return d;
+}
+
+/* Wrong bytes of the four MoE layout outputs on the device against want. */
+static int64_t layout_wrong(uint8_t *const dev[4], uint8_t *const want[4],
+                            const int64_t n[4]) {
+  int64_t d = 0;
+  for (int i = 0; i < 4; i++)
+    d += ddiff(dev[i], want[i], n[i]);
+  return d;
+}
+
+static void layout_poison(uint8_t *const dev[4], const int64_t n[4]) {
+  for (int i = 0; i < 4; i++)
+    cudaMemset(dev[i], 0xEE, (size_t)n[i]);
 }
 
 /* The data-path rows (see the header comment). */
@@ -230,7 +249,7 @@ int main(int argc, char **argv) {
   uint8_t *cp = xmalloc((size_t)nel * 2);
   double t, best;
 
-  printf("%-34s %10s %10s %9s %7s %8s\n", "kernel", "MB moved", "time ms",
+  printf("%-49s %10s %10s %9s %7s %8s\n", "kernel", "MB moved", "time ms",
          "GB/s", "ratio", "wrong");
   /* Ceiling: memcpy of the BF16 layer. */
   best = 1e30;
@@ -342,26 +361,41 @@ int main(int argc, char **argv) {
     cudaMemcpy(hs, dsc, (size_t)nel / 32, cudaMemcpyDeviceToHost);
     row("CUDA quantize", qbytes, bms * 1e-3,
         diff_bytes(hq, q, nel) + diff_bytes(hs, sc, nel / 32));
-    GPU_TIME(check(refit_kernels_moe_transform_cuda(&s, dq, dsc, dq + n13, dsc + n13 / 32,
-                                                    dout[0], dout[1], dout[2], dout[3], 0),
-                   "layout cuda"));
-    wrong = 0;
-    for (int i = 0; i < 4; i++) {
-      uint8_t *h = xmalloc((size_t)osz[i]);
-      cudaMemcpy(h, dout[i], (size_t)osz[i], cudaMemcpyDeviceToHost);
-      wrong += diff_bytes(h, o[i], osz[i]);
-      free(h);
-    }
-    row("CUDA MoE layout, batched", lbytes, bms * 1e-3, wrong);
+    /* MoE layout: batched, the step-by-step oracle, the batched kernels per
+     * expert. Outputs are poisoned before each row, so a byte a row does not
+     * write counts as wrong. */
+    layout_poison(dout, osz);
+    GPU_TIME(
+        check(refit_kernels_moe_transform_cuda(&s, dq, dsc, dq + n13, dsc + n13 / 32,
+                                               dout[0], dout[1], dout[2], dout[3], 0),
+              "layout cuda"));
+    row("CUDA MoE layout, batched", lbytes, bms * 1e-3, layout_wrong(dout, o, osz));
     const double batched_ms = bms;
-    /* The straightforward GPU implementation: expert by expert, four
-     * launches each (the runtime's refit.baseline does the same). */
+    /* The straightforward GPU implementation: kernels/moe_oracle.cu, expert
+     * by expert and step by step like the C oracle (16 copies, fills and
+     * kernels per expert); checked against the C oracle's bytes. */
+    {
+      const int64_t scratch_bytes = refit_kernels_moe_oracle_scratch_bytes(&s);
+      uint8_t *scratch = dmalloc((size_t)scratch_bytes);
+      layout_poison(dout, osz);
+      GPU_TIME(check(refit_kernels_moe_transform_oracle_cuda(
+                         &s, dq, dsc, dq + n13, dsc + n13 / 32, dout[0], dout[1], dout[2],
+                         dout[3], scratch, scratch_bytes, 0),
+                     "layout oracle cuda"));
+      row("CUDA MoE layout, per-expert oracle (step by step)", lbytes, bms * 1e-3,
+          layout_wrong(dout, w, osz));
+      cudaFree(scratch);
+    }
+    const double oracle_ms = bms;
+    /* The batched kernels launched expert by expert, four launches each (the
+     * runtime's refit.baseline does the same). */
     {
       refit_kernels_moe_shape_t one = s;
       refit_kernels_moe_sizes_t z1;
       one.num_experts = 1;
       check(refit_kernels_moe_check_shape(&one, "bench", &z1), "shape");
       const int64_t r13 = n13 / s.num_experts, r2 = n2 / s.num_experts;
+      layout_poison(dout, osz);
       GPU_TIME(for (int64_t e = 0; e < s.num_experts; e++) check(
           refit_kernels_moe_transform_cuda(
               &one, dq + e * r13, dsc + e * r13 / 32, dq + n13 + e * r2,
@@ -369,18 +403,13 @@ int main(int argc, char **argv) {
               dout[1] + e * z1.w13_weight_scale, dout[2] + e * z1.w2_weight,
               dout[3] + e * z1.w2_weight_scale, 0),
           "layout cuda, per expert"));
-      wrong = 0;
-      for (int i = 0; i < 4; i++) {
-        uint8_t *h = xmalloc((size_t)osz[i]);
-        cudaMemcpy(h, dout[i], (size_t)osz[i], cudaMemcpyDeviceToHost);
-        wrong += diff_bytes(h, o[i], osz[i]);
-        free(h);
-      }
-      row("CUDA MoE layout, per expert", lbytes, bms * 1e-3, wrong);
-      printf("# MoE layout on the GPU: batched %.1fx the per-expert path; all 48 "
-             "layers of Qwen3-30B-A3B: batched %.2f ms, per expert %.2f ms\n",
-             bms / batched_ms, 48 * batched_ms, 48 * bms);
+      row("CUDA MoE layout, per expert", lbytes, bms * 1e-3, layout_wrong(dout, o, osz));
     }
+    printf("# MoE layout on the GPU: batched %.1fx the step-by-step per-expert oracle, "
+           "%.1fx the batched kernels launched per expert; all 48 layers of "
+           "Qwen3-30B-A3B: batched %.2f ms, oracle %.2f ms, per expert %.2f ms\n",
+           oracle_ms / batched_ms, bms / batched_ms, 48 * batched_ms, 48 * oracle_ms,
+           48 * bms);
     bench_datapath(e0, e1, greps);
     printf("# GPU ratios are to cudaMemcpy D2D; CPU ratios to memcpy (%.1f GB/s)\n",
            cpu_ceiling);

@@ -830,6 +830,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
   s->attempt++;
   s->vote_pending = 1;
   s->peer_lost = 0;
+  s->failure[0] = '\0';
   s->poisoned_before = s->state == REFIT_STATE_POISONED;
   s->pending = version;
   s->next_bucket = 0;
@@ -1026,7 +1027,11 @@ refit_status_t refit_session_progress(refit_session_t *s, int *done) {
   refit_status_t st = s->is_trainer ? refit_session_step_trainer(s, done)
                                     : refit_session_step_generator(s, done);
   if (st != REFIT_OK) {
-    /* Keep the first failure's message: abort does not overwrite it. */
+    /* Keep the first failure's message: the drain in abort may fail again
+     * (a transport refusing work after the first failure), and the vote
+     * should name the cause, not the echo. */
+    if (s->failure[0] == '\0')
+      snprintf(s->failure, sizeof(s->failure), "%s", refit_last_error());
     refit_session_abort(s);
     return st;
   }
@@ -1058,8 +1063,13 @@ refit_status_t refit_session_commit(refit_session_t *s) {
   MPI_Request req;
   const double t = MPI_Wtime();
   MPI_Iallgather(&ok, 1, MPI_INT, votes, 1, MPI_INT, s->ctrl, &req);
-  refit_status_t wst = refit_session_ctrl_wait(
-      s, &req, MPI_Wtime() + s->cfg.refit.timeout_s, "commit: vote");
+  /* A live peer may still be waiting out this refit's deadline (a message
+   * that never came) before it votes: a rank that got here early waits for
+   * that deadline plus the timeout, so only a dead or stalled peer misses
+   * the vote. */
+  const double vote_deadline =
+      (MPI_Wtime() > s->deadline ? MPI_Wtime() : s->deadline) + s->cfg.refit.timeout_s;
+  refit_status_t wst = refit_session_ctrl_wait(s, &req, vote_deadline, "commit: vote");
   s->vote_pending = 0;
   if (wst != REFIT_OK) {
     if (st == REFIT_OK)
@@ -1079,9 +1089,9 @@ refit_status_t refit_session_commit(refit_session_t *s) {
                      (unsigned long long)s->pending, nno, nno == 1 ? "" : "s",
                      first_no, (unsigned long long)s->committed);
   } else if (st == REFIT_OK) {
-    /* This rank failed earlier: keep that failure's message. */
+    /* This rank failed earlier: name that failure. */
     char why[512];
-    snprintf(why, sizeof(why), "%s", refit_last_error());
+    snprintf(why, sizeof(why), "%s", s->failure[0] ? s->failure : refit_last_error());
     st = REFIT_ERR(REFIT_ERR_STATE,
                    "commit of version %llu refused: this rank failed: %s; "
                    "version %llu stays",

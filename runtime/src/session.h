@@ -97,6 +97,7 @@ typedef struct refit_session {
   int staging_released; /* keep_staging: false, between refits */
   int vote_pending;   /* begun: this attempt still owes the commit vote */
   int peer_lost;      /* a wait of this attempt timed out */
+  char failure[512];  /* this attempt's first failure (the vote names it) */
   uint64_t committed; /* version in runtime storage (0: none yet) */
   uint64_t pending;   /* version being refitted */
   uint32_t attempt;   /* refits begun, 1-based */

@@ -238,7 +238,7 @@ static refit_status_t refit_ipc_find_local(refit_ipc_ctx_t *c, const void *buf,
  * `ready`, opening its handle on first use. */
 static refit_status_t refit_ipc_target(refit_ipc_ctx_t *c, int peer,
                                        const refit_ipc_ready_t *ready,
-                                       size_t send_bytes, void **dst) {
+                                       void **dst) {
   if (ready->index < 0 || ready->index >= c->nregs)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "ipc transport: rank %d names registered buffer %d, but "
@@ -246,11 +246,6 @@ static refit_status_t refit_ipc_target(refit_ipc_ctx_t *c, int peer,
                      peer, ready->index, c->nregs);
   refit_ipc_remote_t *x =
       &c->rem[(size_t)ready->index * (size_t)c->size + (size_t)peer];
-  if (ready->bytes != send_bytes)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "ipc transport: rank %d expects %llu bytes, this rank "
-                     "sends %zu",
-                     peer, (unsigned long long)ready->bytes, send_bytes);
   if (ready->offset + ready->bytes > x->desc.bytes)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "ipc transport: rank %d asks for bytes %llu..%llu of its "
@@ -345,10 +340,15 @@ static refit_status_t refit_ipc_progress(refit_ipc_ctx_t *c,
                                 "MPI_Test(ready)", peer));
       if (flag) {
         void *dst = NULL;
-        REFIT_CHECK(refit_ipc_target(c, peer, &ex->ready_in[i],
-                                     ex->src_bytes[i], &dst));
-        if (ex->src_bytes[i] > 0)
-          REFIT_CUDA_CHECK(cudaMemcpyAsync(dst, ex->src[i], ex->src_bytes[i],
+        REFIT_CHECK(refit_ipc_target(c, peer, &ex->ready_in[i], &dst));
+        /* A size other than the receiver's is the receiver's to report (the
+         * done message carries the sender's size): copy no more than it
+         * asked for. */
+        const size_t n_copy = ex->src_bytes[i] < ex->ready_in[i].bytes
+                                  ? ex->src_bytes[i]
+                                  : (size_t)ex->ready_in[i].bytes;
+        if (n_copy > 0)
+          REFIT_CUDA_CHECK(cudaMemcpyAsync(dst, ex->src[i], n_copy,
                                            cudaMemcpyDefault, c->stream));
         REFIT_CUDA_CHECK(cudaEventRecord(ex->copied[i], c->stream));
         ex->state[i] = IPC_COPYING;
@@ -388,8 +388,10 @@ static refit_status_t refit_ipc_progress(refit_ipc_ctx_t *c,
                                 "MPI_Test(done)", peer));
       if (flag && ex->done_in[i] != ex->ready_out[i].bytes)
         return REFIT_ERR(REFIT_ERR_INTEGRITY,
-                         "ipc transport: truncated message from rank %d: "
-                         "%llu bytes copied, %llu expected",
+                         "ipc transport: %s message from rank %d: it sent %llu "
+                         "bytes, %llu expected (do all ranks run the same plan?)",
+                         ex->done_in[i] < ex->ready_out[i].bytes ? "truncated"
+                                                                 : "oversized",
                          peer, (unsigned long long)ex->done_in[i],
                          (unsigned long long)ex->ready_out[i].bytes);
     }

@@ -277,11 +277,12 @@ int main(int argc, char **argv) {
                  refit_last_error());
         /* Slack for ncclCommAbort, which joins NCCL's threads. */
         int ok = waited <= o.timeout_s + 10.0;
-        /* A later use must fail, not hang. */
+        /* A later exchange with the dead rank must fail, not hang. */
         refit_exchange_t *again = NULL;
+        refit_xfer_t from_dead = {o.die_rank, stage[0], 1};
         const double s0 = MPI_Wtime();
         refit_status_t st2 =
-            t.ops->start(t.ctx, sends, 0, recvs, 0, 9999, &again);
+            t.ops->start(t.ctx, NULL, 0, &from_dead, 1, 9999, &again);
         if (st2 == REFIT_OK && again != NULL)
           st2 = t.ops->wait(t.ctx, again, MPI_Wtime() + 1.0, "after failure");
         printf("dead-peer: rank %d: a later exchange returned %s in %.2f s\n",

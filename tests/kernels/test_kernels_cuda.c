@@ -2,7 +2,9 @@
  * CUDA twins == C reference, byte for byte: quantization on random data, on
  * every BF16 value under every reachable scale (the blocks of the exhaustive
  * C test), on adversarial blocks, with aligned and unaligned buffers; the
- * swizzle, the MoE layer transform and the dense backends on random shapes.
+ * swizzle, the MoE layer transform (batched, and the step-by-step GPU oracle)
+ * and the dense backends on random shapes, the swizzle and the MoE transform
+ * also with unaligned buffers.
  * Exits 77 (skipped) without a GPU.
  */
 #include "kernels/mxfp8_cuda.h"
@@ -146,57 +148,108 @@ static void test_cuda_swizzle_and_dense(void **state) {
     uint8_t *hw = host_from(dw, (size_t)wb), *hsw = host_from(dsw, (size_t)sb);
     assert_int_equal(count_diff(w, hw, (size_t)wb), 0);
     assert_int_equal(count_diff(sw, hsw, (size_t)sb), 0);
-    /* plain swizzle of a stack of 3 */
+    /* plain swizzle of a stack of 3, input and output bases shifted (32-bit
+     * or byte loads; 16-byte, 4-byte or byte stores) */
+    const int in_shift[] = {0, 1, 4, 8}, out_shift[] = {0, 4, 1};
+    const int si = in_shift[iter % 4], so = out_shift[iter % 3];
     int64_t num = 3, rows = kt_rand_range(1, 300), cols = kt_rand_range(1, 30);
     int64_t zb = refit_kernels_swizzle_bytes(rows, cols);
     uint8_t *lin = malloc((size_t)(num * rows * cols)), *z = malloc((size_t)(num * zb));
     kt_fill_bytes(lin, (size_t)(num * rows * cols));
     assert_int_equal(refit_kernels_scale_swizzle(lin, num, rows, cols, z), REFIT_OK);
-    uint8_t *dl = dev_from(lin, (size_t)(num * rows * cols)), *dz = dev_from(NULL, (size_t)(num * zb));
-    assert_int_equal(refit_kernels_scale_swizzle_cuda(dl, num, rows, cols, dz, 0), REFIT_OK);
-    uint8_t *hz = host_from(dz, (size_t)(num * zb));
-    assert_int_equal(count_diff(z, hz, (size_t)(num * zb)), 0);
+    uint8_t *dl = dev_from(NULL, (size_t)(num * rows * cols)),
+            *dz = dev_from(NULL, (size_t)(num * zb));
+    CK(cudaMemcpy(dl + si, lin, (size_t)(num * rows * cols), cudaMemcpyHostToDevice));
+    assert_int_equal(
+        refit_kernels_scale_swizzle_cuda(dl + si, num, rows, cols, dz + so, 0), REFIT_OK);
+    uint8_t *hz = host_from(dz, (size_t)(num * zb) + (size_t)so);
+    assert_int_equal(count_diff(z, hz + so, (size_t)(num * zb)), 0);
     free(q); free(s); free(w); free(sw); free(hw); free(hsw); free(lin); free(z); free(hz);
     CK(cudaFree(dq)); CK(cudaFree(ds)); CK(cudaFree(dw)); CK(cudaFree(dsw));
     CK(cudaFree(dl)); CK(cudaFree(dz));
   }
 }
 
+/*
+ * One MoE layer on the device against the C layout, every device base shifted
+ * by `shift` bytes (0: 16-byte units and stores; 8, 4, 2, 1: the narrower
+ * units, 4-byte scale words or bytes, 4-byte or byte stores): the batched
+ * kernels, then the step-by-step GPU oracle.
+ */
+static void moe_compare(const refit_kernels_moe_shape_t *s, int shift) {
+  refit_kernels_moe_sizes_t z;
+  assert_int_equal(refit_kernels_moe_check_shape(s, "test", &z), REFIT_OK);
+  int64_t in_sz[4] = {z.w13_weight, z.w13_weight / 32, z.w2_weight, z.w2_weight / 32};
+  int64_t out_sz[4] = {z.w13_weight, z.w13_weight_scale, z.w2_weight, z.w2_weight_scale};
+  uint8_t *in[4], *ref[4], *din[4], *dout[4];
+  for (int i = 0; i < 4; i++) {
+    in[i] = malloc((size_t)in_sz[i]);
+    kt_fill_bytes(in[i], (size_t)in_sz[i]);
+    ref[i] = malloc((size_t)out_sz[i]);
+    din[i] = dev_from(NULL, (size_t)in_sz[i]);
+    CK(cudaMemcpy(din[i] + shift, in[i], (size_t)in_sz[i], cudaMemcpyHostToDevice));
+    dout[i] = dev_from(NULL, (size_t)out_sz[i]);
+  }
+  assert_int_equal(refit_kernels_moe_transform(s, in[0], in[1], in[2], in[3], ref[0],
+                                               ref[1], ref[2], ref[3]),
+                   REFIT_OK);
+  int64_t scratch_bytes = refit_kernels_moe_oracle_scratch_bytes(s);
+  uint8_t *scratch = dev_from(NULL, (size_t)scratch_bytes);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < 4; i++)
+      CK(cudaMemset(dout[i], 0xEE, (size_t)out_sz[i] + 64));
+    uint8_t *o[4] = {dout[0] + shift, dout[1] + shift, dout[2] + shift, dout[3] + shift};
+    if (pass == 0)
+      assert_int_equal(refit_kernels_moe_transform_cuda(s, din[0] + shift, din[1] + shift,
+                                                        din[2] + shift, din[3] + shift,
+                                                        o[0], o[1], o[2], o[3], 0),
+                       REFIT_OK);
+    else
+      assert_int_equal(refit_kernels_moe_transform_oracle_cuda(
+                           s, din[0] + shift, din[1] + shift, din[2] + shift,
+                           din[3] + shift, o[0], o[1], o[2], o[3], scratch, scratch_bytes,
+                           0),
+                       REFIT_OK);
+    for (int i = 0; i < 4; i++) {
+      /* the bytes around the output stay as poisoned */
+      uint8_t *h = host_from(dout[i], (size_t)out_sz[i] + 64);
+      int64_t bad = count_diff(ref[i], h + shift, (size_t)out_sz[i]);
+      for (int64_t b = 0; b < out_sz[i] + 64; b++)
+        bad += (b < shift || b >= shift + out_sz[i]) && h[b] != 0xEE;
+      if (bad != 0)
+        printf(
+            "moe E=%lld H=%lld I=%lld gated=%d shift %d %s tensor %d: %lld bad bytes\n",
+            (long long)s->num_experts, (long long)s->hidden, (long long)s->intermediate,
+            s->gated, shift, pass == 0 ? "batched" : "oracle", i, (long long)bad);
+      assert_int_equal(bad, 0);
+      free(h);
+    }
+  }
+  for (int i = 0; i < 4; i++) {
+    free(in[i]);
+    free(ref[i]);
+    CK(cudaFree(din[i]));
+    CK(cudaFree(dout[i]));
+  }
+  CK(cudaFree(scratch));
+}
+
 static void test_cuda_moe(void **state) {
   (void)state;
   kt_seed("test_cuda_moe");
-  refit_kernels_moe_shape_t shapes[] = {
-      {3, 256, 192, 1}, {2, 384, 128, 0}, {128, 2048, 768, 1}, {4, 512, 320, 1}};
+  /* Row units of 16 bytes (w13 / w2): 16 / 12, 24 / 8, 128 / 48 (the
+   * Qwen3-30B-A3B layer), 32 / 20, 40 / 20 and 8 / 4 with scale columns 20 / 10
+   * and 4 / 2 (padded to Kp). */
+  const refit_kernels_moe_shape_t shapes[] = {{3, 256, 192, 1},    {2, 384, 128, 0},
+                                              {128, 2048, 768, 1}, {4, 512, 320, 1},
+                                              {5, 640, 320, 1},    {2, 128, 64, 1}};
+  const int shifts[] = {0, 8, 4, 2, 1};
   for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++) {
-    const refit_kernels_moe_shape_t *s = &shapes[t];
-    refit_kernels_moe_sizes_t z;
-    assert_int_equal(refit_kernels_moe_check_shape(s, "test", &z), REFIT_OK);
-    int64_t in_sz[4] = {z.w13_weight, z.w13_weight / 32, z.w2_weight, z.w2_weight / 32};
-    int64_t out_sz[4] = {z.w13_weight, z.w13_weight_scale, z.w2_weight, z.w2_weight_scale};
-    uint8_t *in[4], *ref[4], *din[4], *dout[4];
-    for (int i = 0; i < 4; i++) {
-      in[i] = malloc((size_t)in_sz[i]);
-      kt_fill_bytes(in[i], (size_t)in_sz[i]);
-      ref[i] = malloc((size_t)out_sz[i]);
-      din[i] = dev_from(in[i], (size_t)in_sz[i]);
-      dout[i] = dev_from(NULL, (size_t)out_sz[i]);
-      CK(cudaMemset(dout[i], 0xEE, (size_t)out_sz[i]));
-    }
-    assert_int_equal(refit_kernels_moe_transform(s, in[0], in[1], in[2], in[3], ref[0],
-                                                 ref[1], ref[2], ref[3]),
-                     REFIT_OK);
-    assert_int_equal(refit_kernels_moe_transform_cuda(s, din[0], din[1], din[2], din[3],
-                                                      dout[0], dout[1], dout[2], dout[3], 0),
-                     REFIT_OK);
-    for (int i = 0; i < 4; i++) {
-      uint8_t *h = host_from(dout[i], (size_t)out_sz[i]);
-      assert_int_equal(count_diff(ref[i], h, (size_t)out_sz[i]), 0);
-      free(h);
-      free(in[i]);
-      free(ref[i]);
-      CK(cudaFree(din[i]));
-      CK(cudaFree(dout[i]));
-    }
+    /* The large layer once, aligned; the small ones at every shift. */
+    const size_t nshift =
+        shapes[t].num_experts >= 128 ? 1 : sizeof(shifts) / sizeof(shifts[0]);
+    for (size_t i = 0; i < nshift; i++)
+      moe_compare(&shapes[t], shifts[i]);
   }
 }
 
