@@ -4,11 +4,13 @@
  *
  * Kernel refit_dp_tile_kernel<Plan>  (pack, land, the pack digest pass)
  *   computes  every descriptor's work, cut into equal warp tiles: a copy tile
- *             is up to 8 KiB of one row (or several narrow rows, each taken by
- *             a group of lanes), a quantize tile is kQuantTile consecutive
- *             32-element blocks (a quad of lanes per block,
- *             kernels/mxfp8_device.cuh), a digest tile
- *             is 1024 words of a chunk.
+ *             is up to 8 KiB of one row, or of several narrow rows (as a
+ *             row-major grid of 16-byte units, 4 loads in flight per lane,
+ *             when rows are whole aligned units; else each row taken by a
+ *             group of lanes), a quantize tile is kQuantTile consecutive
+ *             32-element blocks in kQuantSteps steps (a quad of lanes per
+ *             block, kernels/mxfp8_device.cuh), a digest tile is 1024 words
+ *             of a chunk.
  *   mapping   a machine-filling grid; each block reads the descriptor table
  *             in batches of 256, counts tiles per descriptor, prefix-sums the
  *             counts in shared memory, and its warps take the batch's tiles
@@ -49,7 +51,11 @@ constexpr int kWarps = kThreads / 32;
 constexpr int64_t kCopyTile = 8192;    /* bytes of copy per warp tile */
 constexpr int64_t kDigestWords = 1024; /* words per digest tile */
 constexpr int kQuantUnroll = 4;        /* loads in flight per lane */
-constexpr int64_t kQuantTile = 8 * kQuantUnroll; /* blocks per warp tile */
+constexpr int64_t kQuantStep = 8 * kQuantUnroll; /* blocks per warp step */
+/* Steps per warp tile: a tile's descriptor lookup (binary search, the
+ * descriptor's loads) is paid once for this many steps. */
+constexpr int kQuantSteps = 4;
+constexpr int64_t kQuantTile = kQuantStep * kQuantSteps; /* blocks per tile */
 constexpr unsigned kFull = 0xffffffffu;
 
 enum { kNone = 0, kCopy = 1, kQuant = 2 };
@@ -266,12 +272,64 @@ __device__ inline uint64_t copy_span_unit(const uint8_t *s, uint8_t *d,
   return 0;
 }
 
+/* Can rows of j be copied as a grid of 16-byte units (every row a whole
+ * number of units, sources and destinations 16-byte aligned)? */
+__device__ inline bool rows_of_units(const Job &j) {
+  const uintptr_t s = reinterpret_cast<uintptr_t>(j.src),
+                  d = reinterpret_cast<uintptr_t>(j.dst);
+  return j.width % 16 == 0 && s % 16 == 0 && d % 16 == 0 &&
+         (j.rows <= 1 || (j.src_pitch % 16 == 0 && j.dst_pitch % 16 == 0));
+}
+
+/*
+ * Rows [r0, r1) of a copy job whose rows are whole 16-byte units
+ * (rows_of_units): the tile's units in row-major order, unit u to lane
+ * u % 32, four loads in flight per lane before their stores. Narrow rows
+ * (the 64-byte scale rows of a SPLIT) thus keep as many loads in flight as
+ * wide ones. With kDigest (digest_unit 16) returns the lane's terms.
+ */
+template <bool kDigest>
+__device__ inline uint64_t copy_rows_units(const Job &j, int64_t r0, int64_t r1,
+                                           int lane) {
+  const int64_t upr = j.width / 16, total = (r1 - r0) * upr;
+  uint64_t sum = 0;
+  int64_t u = lane;
+  for (; u < total; u += 4 * 32) {
+    uint4 v[4];
+    int64_t r[4], c[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const int64_t x = u + 32 * k;
+      r[k] = x / upr;
+      c[k] = x - r[k] * upr;
+      r[k] += r0;
+      if (x < total)
+        v[k] = *reinterpret_cast<const uint4 *>(j.src + r[k] * j.src_pitch + 16 * c[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      if (u + 32 * k >= total)
+        break;
+      *reinterpret_cast<uint4 *>(j.dst + r[k] * j.dst_pitch + 16 * c[k]) = v[k];
+      if (kDigest)
+        sum += unit_terms(v[k], (j.chunk_off + r[k] * j.chunk_pitch + 16 * c[k]) / 8);
+    }
+  }
+  return sum;
+}
+
 /*
  * Tile t of a copy job. With unit 16 or 8 (digest_unit: the job may sum the
  * digest of its wire bytes while copying) returns the lane's terms, else 0.
  */
 __device__ inline uint64_t copy_tile(const Job &j, int64_t t, int lane,
                                      int unit) {
+  if (j.width <= kCopyTile && (unit == 16 || unit == 0) && rows_of_units(j)) {
+    const int64_t rpt = copy_rows_per_tile(j);
+    const int64_t r0 = t * rpt, r1 = r0 + rpt < j.rows ? r0 + rpt : j.rows;
+    return unit == 16 ? copy_rows_units<true>(j, r0, r1, lane)
+                      : copy_rows_units<false>(j, r0, r1, lane);
+  }
   if (j.width > kCopyTile) {
     const int64_t segs = ceil_div(j.width, kCopyTile);
     const int64_t r = t / segs, lo = (t % segs) * kCopyTile;
@@ -301,10 +359,15 @@ __device__ inline uint64_t quant_tile(const Job &j, int64_t t, int lane,
   const int64_t nb = j.width / 32;
   const refit_mxfp8_dev_rows_t m = {j.src,   j.src_pitch,   j.dst, j.dst_pitch,
                                     j.scale, j.scale_pitch, nb,    j.rows * nb};
-  if (digest)
-    return refit_mxfp8_dev_warp_tile<kQuantUnroll, true>(m, t * kQuantTile,
-                                                         lane);
-  return refit_mxfp8_dev_warp_tile<kQuantUnroll>(m, t * kQuantTile, lane);
+  uint64_t sum = 0;
+  for (int k = 0; k < kQuantSteps; k++) {
+    const int64_t g0 = t * kQuantTile + k * kQuantStep;
+    if (g0 >= m.total)
+      break;
+    sum += digest ? refit_mxfp8_dev_warp_tile<kQuantUnroll, true>(m, g0, lane)
+                  : refit_mxfp8_dev_warp_tile<kQuantUnroll>(m, g0, lane);
+  }
+  return sum;
 }
 
 /*
