@@ -15,6 +15,10 @@ typedef struct {
   int32_t bucket;
   int64_t bucket_used;
   int32_t last_tensor; /* destination tensor of the last chunk placed */
+  /* Holder chosen for (source tensor, part), when engines share choices
+   * (refit_plan_create says when); -1 until the first choice. */
+  int32_t *memo;
+  int32_t memo_parts;
 } refit_planner_t;
 
 int64_t refit_plan_row_bytes(const refit_gen_tensor_t *gen, refit_wire_t wire,
@@ -75,15 +79,23 @@ static refit_status_t refit_planner_place(refit_planner_t *p, refit_chunk_t c) {
   return REFIT_OK;
 }
 
-/* Least-loaded holder of part `part` of trainer tensor `t`. */
-static int32_t refit_planner_pick(const refit_planner_t *p,
+/* Least-loaded holder of part `part` of trainer tensor `src` (`t`), or,
+ * with the memo, the holder an earlier engine got for it. */
+static int32_t refit_planner_pick(const refit_planner_t *p, int32_t src,
                                   const refit_src_tensor_t *t, int32_t part) {
+  int32_t *memo = p->memo != NULL && part < p->memo_parts
+                      ? &p->memo[(int64_t)src * p->memo_parts + part]
+                      : NULL;
+  if (memo != NULL && *memo >= 0)
+    return *memo;
   int32_t best = refit_src_holder(p->cat, t, part, 0);
   for (int32_t r = 1; r < t->nreplicas; r++) {
     int32_t h = refit_src_holder(p->cat, t, part, r);
     if (p->plan->egress[h] < p->plan->egress[best])
       best = h;
   }
+  if (memo != NULL)
+    *memo = best;
   return best;
 }
 
@@ -128,7 +140,7 @@ static refit_status_t refit_planner_segment(refit_planner_t *p, int32_t g,
       }
     }
     c.row_bytes = (int32_t)refit_plan_row_bytes(gen, p->opt->wire, c.cols);
-    c.src_rank = refit_planner_pick(p, t, (int32_t)part);
+    c.src_rank = refit_planner_pick(p, s->src, t, (int32_t)part);
     p->plan->egress[c.src_rank] += c.rows * c.row_bytes;
     p->plan->ingress[g] += c.rows * c.row_bytes;
     REFIT_CHECK(refit_planner_place(p, c));
@@ -221,7 +233,7 @@ static refit_status_t refit_planner_finish(refit_planner_t *p) {
 refit_status_t refit_plan_create(const refit_catalog_t *cat,
                                  const refit_plan_options_t *options,
                                  refit_plan_t **out) {
-  refit_planner_t p;
+  refit_planner_t p = {0};
   refit_status_t st = REFIT_OK;
   refit_plan_t *plan = calloc(1, sizeof(*plan));
 
@@ -250,6 +262,24 @@ refit_status_t refit_plan_create(const refit_catalog_t *cat,
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "plan: rank tables");
     goto err;
   }
+  /* Without data parallelism the replicas of a tensor are the copies held
+   * by the tensor- or expert-parallel ranks of the one model replica (norms,
+   * routers): every engine then takes a tensor from the copy the first
+   * engine got, so a trainer sends all engines the same bytes in the same
+   * buckets and packs them once (runtime/src/session.c), at no cost to
+   * balance (such tensors are small). With data-parallel replicas the
+   * engines spread over them instead. */
+  if (cat->trainer.dp == 1 && cat->generator.engines > 1) {
+    for (int64_t i = 0; i < cat->nsrc; i++)
+      if (cat->src[i].nparts > p.memo_parts)
+        p.memo_parts = cat->src[i].nparts;
+    p.memo = malloc((size_t)(cat->nsrc * p.memo_parts + 1) * sizeof(int32_t));
+    if (p.memo == NULL) {
+      st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "plan: holder table");
+      goto err;
+    }
+    memset(p.memo, 0xff, (size_t)(cat->nsrc * p.memo_parts + 1) * sizeof(int32_t));
+  }
   for (int32_t g = 0; g < plan->ngenerator; g++) {
     const int32_t t = g % cat->generator.tp;
     p.bucket = 0;
@@ -264,10 +294,12 @@ refit_status_t refit_plan_create(const refit_catalog_t *cat,
     }
   }
   REFIT_CHECK_GOTO(refit_planner_finish(&p), st, err);
+  free(p.memo);
   *out = plan;
   return REFIT_OK;
 
 err:
+  free(p.memo);
   refit_plan_destroy(plan);
   return st;
 }

@@ -18,7 +18,9 @@
  * bucket of 85 chunks of 3 MiB (an MXFP8 w13 expert of that layer is
  * 1536 x 2048 e4m3 = 3 MiB), COPY with and without digests, with 16-byte
  * aligned and 8-byte-off wire offsets; pack QUANTIZE of 40 BF16 w13 experts
- * and land SPLIT of the result. Bytes = source read + destination written
+ * and land SPLIT of the result; the whole model's quantization (every
+ * quantized tensor of Qwen3-30B-A3B, one launch each). Bytes = source read
+ * + destination written
  * (digest reads and trailers not counted: the rate the refit sees).
  * Usage: refit-bench-kernels [E H I]
  */
@@ -218,6 +220,77 @@ static void bench_datapath(cudaEvent_t e0, cudaEvent_t e1, int greps) {
   cudaFree(dsrc); cudaFree(dwire); cudaFree(ddst); cudaFree(dpd); cudaFree(dld);
   cudaFree(dbad); cudaFree(dbf); cudaFree(dqw); cudaFree(dq); cudaFree(dsc);
 }
+/*
+ * The whole model's quantization on the GPU: every quantized tensor of
+ * Qwen3-30B-A3B (48 layers of q/k/v/o projections, the router, and the
+ * experts' w13 and w2, 29.9 G elements), each in its own memory, one launch
+ * per tensor as the refit issues them. Every layer's input is a copy of the
+ * layer above's random data (experts: `bf`; attention and router: bf's first
+ * elements), so layers 0 and 47 are checked byte for byte against the C
+ * reference (`q`, `sc` for the experts; computed here for the rest). Skipped
+ * for shapes other than the model's.
+ */
+static void bench_model_quantize(cudaEvent_t e0, cudaEvent_t e1, int greps,
+                                 const refit_kernels_moe_shape_t *s,
+                                 const uint16_t *bf, const uint8_t *q,
+                                 const uint8_t *sc) {
+  enum { kLayers = 48, kTensors = 7 };
+  const int64_t E = s->num_experts, H = s->hidden, I = s->intermediate;
+  if (E != 128 || H != 2048 || I != 768) {
+    printf("# whole-model quantization: skipped (not the Qwen3-30B-A3B shape)\n");
+    return;
+  }
+  /* rows x K of each tensor, experts first (their bytes are bf's layout). */
+  const int64_t rows[kTensors] = {E * 2 * I, E * H, 4096, 512, 512, 2048, E};
+  const int64_t ks[kTensors] = {H, I, H, H, H, 4096, H};
+  int64_t off[kTensors + 1] = {0};
+  for (int i = 0; i < kTensors; i++)
+    off[i + 1] = off[i] + rows[i] * ks[i];
+  const int64_t per = off[kTensors], experts = off[2], rest = per - experts;
+  uint16_t *din = NULL;
+  uint8_t *dq = NULL, *dsc = NULL;
+  if (cudaMalloc((void **)&din, (size_t)(kLayers * per * 2)) != cudaSuccess ||
+      cudaMalloc((void **)&dq, (size_t)(kLayers * per)) != cudaSuccess ||
+      cudaMalloc((void **)&dsc, (size_t)(kLayers * per / 32)) != cudaSuccess) {
+    printf("# whole-model quantization: skipped (%.1f GB of device memory not "
+           "available)\n", (double)kLayers * per * 3.03 / 1e9);
+    cudaGetLastError(); /* clear the allocation failure */
+    cudaFree(din);
+    cudaFree(dq);
+    return;
+  }
+  cudaMemcpy(din, bf, (size_t)(experts * 2), cudaMemcpyHostToDevice);
+  cudaMemcpy(din + experts, bf, (size_t)(rest * 2), cudaMemcpyHostToDevice);
+  for (int l = 1; l < kLayers; l++)
+    cudaMemcpy(din + l * per, din, (size_t)(per * 2), cudaMemcpyDeviceToDevice);
+  /* Reference of one layer: the experts' from the caller, the rest here. */
+  uint8_t *rq = xmalloc((size_t)per), *rs = xmalloc((size_t)per / 32);
+  memcpy(rq, q, (size_t)experts);
+  memcpy(rs, sc, (size_t)experts / 32);
+  for (int i = 2; i < kTensors; i++)
+    check(refit_mxfp8_quantize_rows(bf + (off[i] - experts), rows[i], ks[i], ks[i],
+                                    rq + off[i], ks[i], rs + off[i] / 32, ks[i] / 32),
+          "quantize reference");
+  float ms, bms;
+  GPU_TIME(for (int l = 0; l < kLayers; l++) for (int i = 0; i < kTensors; i++)
+               check(refit_mxfp8_quantize_rows_cuda(
+                         din + l * per + off[i], rows[i], ks[i], ks[i],
+                         dq + l * per + off[i], ks[i], dsc + (l * per + off[i]) / 32,
+                         ks[i] / 32, 0),
+                     "quantize cuda"));
+  int64_t wrong = 0;
+  for (int l = 0; l < kLayers; l += kLayers - 1)
+    wrong += ddiff(dq + l * per, rq, per) + ddiff(dsc + l * per / 32, rs, per / 32);
+  const int64_t bytes = kLayers * (per * 2 + per + per / 32);
+  row("CUDA quantize, whole model (336 tensors)", bytes, bms * 1e-3, wrong);
+  printf("# whole model: %.2f G elements quantized (%.1f GB of BF16) in %.2f ms\n",
+         (double)kLayers * per / 1e9, (double)kLayers * per * 2 / 1e9, bms);
+  free(rq);
+  free(rs);
+  cudaFree(din);
+  cudaFree(dq);
+  cudaFree(dsc);
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -361,6 +434,7 @@ int main(int argc, char **argv) {
     cudaMemcpy(hs, dsc, (size_t)nel / 32, cudaMemcpyDeviceToHost);
     row("CUDA quantize", qbytes, bms * 1e-3,
         diff_bytes(hq, q, nel) + diff_bytes(hs, sc, nel / 32));
+    bench_model_quantize(e0, e1, greps, &s, bf, q, sc);
     /* MoE layout: batched, the step-by-step oracle, the batched kernels per
      * expert. Outputs are poisoned before each row, so a byte a row does not
      * write counts as wrong. */

@@ -172,14 +172,42 @@ static refit_status_t refit_trainer_source(refit_session_t *s, uint64_t version)
 
 /* Trainer: one pack descriptor per chunk this rank sends, bucket by bucket,
  * against the send buffer layout (messages back to back in plan order). */
+/* The pack operation of chunk ch on this trainer. */
+static int refit_trainer_chunk_op(const refit_session_t *s, const refit_chunk_t *ch) {
+  return s->plan->options.wire == REFIT_WIRE_MXFP8 && s->cat->gen[ch->dst_tensor].quantized
+             ? REFIT_CHUNK_QUANTIZE
+             : REFIT_CHUNK_COPY;
+}
+
+/* Do messages a and b carry the same bytes: the same chunks of the same
+ * source rectangles, packed the same way at the same places? */
+static int refit_trainer_same_msg(const refit_session_t *s, const refit_msg_t *a,
+                                  const refit_msg_t *b) {
+  const refit_plan_t *p = s->plan;
+  if (a->bytes != b->bytes || a->chunk_count != b->chunk_count)
+    return 0;
+  for (int64_t i = 0; i < a->chunk_count; i++) {
+    const refit_chunk_t *x = &p->chunks[a->chunk_begin + i];
+    const refit_chunk_t *y = &p->chunks[b->chunk_begin + i];
+    if (x->src_tensor != y->src_tensor || x->src_row != y->src_row ||
+        x->src_col != y->src_col || x->rows != y->rows || x->cols != y->cols ||
+        x->row_bytes != y->row_bytes || x->offset - a->offset != y->offset - b->offset ||
+        refit_trainer_chunk_op(s, x) != refit_trainer_chunk_op(s, y))
+      return 0;
+  }
+  return 1;
+}
+
 static refit_status_t refit_trainer_tables(refit_session_t *s) {
   const refit_plan_t *p = s->plan;
+  const int64_t nmine = s->my_begin[p->nbuckets];
   int64_t n = 0;
-  for (int64_t k = 0; k < s->my_begin[p->nbuckets]; k++)
+  for (int64_t k = 0; k < nmine; k++)
     n += p->msgs[s->my_msgs[k]].chunk_count;
   refit_pack_desc_t *d = calloc((size_t)(n ? n : 1), sizeof(*d));
   s->pack_begin = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
-  if (d == NULL || s->pack_begin == NULL) {
+  s->msg_wire = calloc((size_t)(nmine ? nmine : 1), sizeof(int64_t));
+  if (d == NULL || s->pack_begin == NULL || s->msg_wire == NULL) {
     free(d);
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "pack tables of %lld chunks", (long long)n);
   }
@@ -189,6 +217,17 @@ static refit_status_t refit_trainer_tables(refit_session_t *s) {
     s->pack_begin[b] = j;
     for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
       const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
+      int64_t same = -1;
+      for (int64_t k0 = s->my_begin[b]; k0 < k && same < 0; k0++)
+        if (refit_trainer_same_msg(s, &p->msgs[s->my_msgs[k0]], m))
+          same = k0;
+      if (same >= 0) {
+        s->msg_wire[k] = s->msg_wire[same];
+        s->shared_msgs++;
+        s->shared_bytes += m->bytes;
+        continue;
+      }
+      s->msg_wire[k] = used;
       for (int64_t c = m->chunk_begin; c < m->chunk_begin + m->chunk_count; c++) {
         const refit_chunk_t *ch = &p->chunks[c];
         int64_t shard_rows, shard_cols;
@@ -201,10 +240,7 @@ static refit_status_t refit_trainer_tables(refit_session_t *s) {
         d[j].row_bytes = ch->row_bytes;
         /* Prequantize: blocks never cross rows, so quantizing chunk rows on
          * the trainer equals quantizing the whole tensor. */
-        d[j].op = p->options.wire == REFIT_WIRE_MXFP8 &&
-                          s->cat->gen[ch->dst_tensor].quantized
-                      ? REFIT_CHUNK_QUANTIZE
-                      : REFIT_CHUNK_COPY;
+        d[j].op = refit_trainer_chunk_op(s, ch);
         d[j].digest = p->options.chunk_trailer > 0;
         j++;
       }
@@ -212,30 +248,33 @@ static refit_status_t refit_trainer_tables(refit_session_t *s) {
     }
   }
   s->pack_begin[p->nbuckets] = j;
-  refit_status_t st = refit_pack_descs_check(d, n);
+  if (s->shared_msgs > 0)
+    REFIT_INFO("trainer rank %d: %lld of %lld messages repeat an earlier one of "
+               "their bucket (%.1f MiB per refit packed once for several "
+               "generators)",
+               s->role_rank, (long long)s->shared_msgs, (long long)nmine,
+               (double)s->shared_bytes / 1048576.0);
+  refit_status_t st = refit_pack_descs_check(d, j);
   s->pack.host = d;
-  s->pack.count = n;
+  s->pack.count = j;
   if (st == REFIT_OK)
     st = refit_mem_table_upload(s->mem, &s->pack, sizeof(refit_pack_desc_t));
   return st;
 }
 
-/* Trainer: gather the chunks of bucket b into buf (one message per peer,
- * back to back) and list the sends. With `wait_done` it returns once buf is
- * complete; otherwise the caller waits for the memory layer. */
+/* Trainer: pack bucket b into `buf` (messages with the same bytes share
+ * them) and list its sends. */
 static refit_status_t refit_trainer_pack(refit_session_t *s, int32_t b,
                                          unsigned char *buf, refit_xfer_t *xfers,
                                          int *nxfers, int wait_done) {
   const refit_plan_t *p = s->plan;
-  size_t used = 0;
   *nxfers = 0;
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
     const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
     xfers[*nxfers].peer = s->ntrainer + m->dst_rank;
-    xfers[*nxfers].buf = buf + used;
+    xfers[*nxfers].buf = buf + s->msg_wire[k];
     xfers[*nxfers].bytes = (size_t)m->bytes;
     (*nxfers)++;
-    used += (size_t)m->bytes;
   }
   REFIT_CHECK(refit_mem_pack(s->mem, &s->pack, s->pack_begin[b],
                              s->pack_begin[b + 1] - s->pack_begin[b], buf));
@@ -508,6 +547,7 @@ void refit_session_destroy(refit_session_t *s) {
   if (s->mem != NULL)
     refit_mem_table_free(s->mem, &s->pack);
   free(s->pack_begin);
+  free(s->msg_wire);
   refit_mem_destroy(s->mem);
   free(s->xfers);
   free(s->my_msgs);

@@ -77,9 +77,14 @@ typedef struct refit_session {
 
   refit_mem_t *mem; /* host or this rank's GPU: shards, stores, buffers */
 
-  /* Trainer: one pack descriptor per chunk sent, by bucket. */
+  /* Trainer: one pack descriptor per chunk sent, by bucket. A message whose
+   * bytes equal an earlier one's of the same bucket (the same chunks of the
+   * same shards, as every engine replica needs) is packed once: msg_wire[k]
+   * is the offset in the send buffer of my_msgs[k]'s bytes, shared. */
   refit_mem_table_t pack;
   int64_t *pack_begin;
+  int64_t *msg_wire;
+  int64_t shared_msgs, shared_bytes; /* messages and bytes not packed again */
 
   /* Send buffers (trainer) or staging areas (generator), one per exchange
    * in flight, each as large as this rank's largest bucket. */
