@@ -299,6 +299,71 @@ static void test_balance(void **state) {
   refit_catalog_destroy(cat);
 }
 
+/* Do the messages (bucket, trainer -> g) and (bucket, trainer -> g0) carry
+ * the same chunks of the same source rectangles at the same places? */
+static int same_messages(const refit_plan_t *plan, int32_t g, int32_t g0) {
+  int64_t matched = 0, of_g = 0;
+  for (int64_t i = 0; i < plan->nmsgs; i++) {
+    const refit_msg_t *m = &plan->msgs[i];
+    if (m->dst_rank != g)
+      continue;
+    of_g++;
+    for (int64_t j = 0; j < plan->nmsgs; j++) {
+      const refit_msg_t *n = &plan->msgs[j];
+      if (n->dst_rank != g0 || n->bucket != m->bucket || n->src_rank != m->src_rank ||
+          n->bytes != m->bytes || n->chunk_count != m->chunk_count)
+        continue;
+      int same = 1;
+      for (int64_t c = 0; c < m->chunk_count && same; c++) {
+        const refit_chunk_t *x = &plan->chunks[m->chunk_begin + c];
+        const refit_chunk_t *y = &plan->chunks[n->chunk_begin + c];
+        same = x->src_tensor == y->src_tensor && x->src_row == y->src_row &&
+               x->src_col == y->src_col && x->rows == y->rows && x->cols == y->cols &&
+               x->offset - m->offset == y->offset - n->offset;
+      }
+      matched += same;
+      break;
+    }
+  }
+  return of_g > 0 && matched == of_g;
+}
+
+/* One model replica on the trainers (dp 1): every engine takes each tensor
+ * from the copy the first engine got, so a trainer's messages to the engines
+ * are equal bucket by bucket (the session packs them once), and the load
+ * stays balanced. With data-parallel replicas the engines spread over them
+ * instead. */
+static void test_engines_share_sources(void **state) {
+  (void)state;
+  refit_model_t m = grid_moe();
+  const struct {
+    refit_trainer_layout_t tl;
+    refit_generator_layout_t gl;
+    int shared;
+  } cases[] = {
+      {{.tp = 2, .pp = 1, .ep = 2, .etp = 1, .dp = 1}, {.tp = 1, .ep = 1, .engines = 2}, 1},
+      {{.tp = 2, .pp = 2, .ep = 1, .etp = 1, .dp = 1}, {.tp = 2, .ep = 2, .engines = 3}, 1},
+      {{.tp = 1, .pp = 1, .ep = 1, .etp = 1, .dp = 2}, {.tp = 1, .ep = 1, .engines = 2}, 0},
+  };
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    refit_catalog_t *cat;
+    refit_plan_t *plan;
+    refit_plan_stats_t st;
+    refit_plan_options_t opt = {.bucket_bytes = 4096, .wire = REFIT_WIRE_MXFP8,
+                                .chunk_trailer = 8};
+    assert_int_equal(refit_catalog_create(&m, &cases[k].tl, &cases[k].gl, &cat), REFIT_OK);
+    assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
+    const int32_t tp = cases[k].gl.tp;
+    for (int32_t g = tp; g < plan->ngenerator; g++)
+      assert_int_equal(same_messages(plan, g, g % tp), cases[k].shared);
+    refit_plan_stats(plan, 100.0, &st);
+    print_message("case %zu: egress max/mean %.3f\n", k, st.egress_max / st.egress_mean);
+    assert_true(st.egress_max / st.egress_mean < 1.10);
+    refit_plan_destroy(plan);
+    refit_catalog_destroy(cat);
+  }
+}
+
 /* Published Qwen3-30B-A3B: about 30.5 B parameters, 61 GB in BF16. */
 static void test_catalog_qwen3_30b(void **state) {
   (void)state;
@@ -468,6 +533,7 @@ int main(void) {
       cmocka_unit_test(test_wire_mxfp8),
       cmocka_unit_test(test_assembly_areas),
       cmocka_unit_test(test_balance),
+      cmocka_unit_test(test_engines_share_sources),
       cmocka_unit_test(test_uneven_stages),
       cmocka_unit_test(test_kv_replication),
       cmocka_unit_test(test_grid_dense),
