@@ -2,12 +2,19 @@
 
 #include "core/log.h"
 
+#include <stdio.h>
+
 extern const refit_transport_ops_t refit_transport_ucx; /* transport_ucx.c */
 
 /* Compiled-in transports in order of preference for refit.transport: auto.
- * For device memory the GPU transports come first: IPC when every rank shares
- * one node, else NCCL when no two ranks share a GPU (each query() says which
- * holds). Host memory skips them and reaches MPI. */
+ * For device memory the GPU transports come first, and each serves every
+ * pair by its locality: IPC when every rank shares one node (copy-engine
+ * copies, also between ranks on one GPU); else NCCL when no two ranks share a
+ * GPU (NVLink/P2P within a node, the network across nodes); else UCX where
+ * its build has CUDA (cuda_ipc within a node, the network across nodes), the
+ * one that serves ranks sharing GPUs on several nodes. Each query() says
+ * whether it holds; auto's error lists every reason. Host memory skips them
+ * and reaches MPI. */
 static const refit_transport_ops_t *const refit_transports[] = {
 #ifdef REFIT_HAVE_CUDA
     &refit_transport_ipc,
@@ -26,6 +33,8 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
                                     const refit_transport_args_t *args,
                                     refit_transport_t *out) {
   const size_t n = sizeof(refit_transports) / sizeof(refit_transports[0]);
+  char why[1024] = ""; /* auto: why each candidate was passed over */
+  size_t used = 0;
   for (size_t i = 0; i < n; i++) {
     const refit_transport_ops_t *ops = refit_transports[i];
     if (kind != REFIT_TRANSPORT_AUTO && kind != ops->kind)
@@ -47,6 +56,9 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
       if (kind != REFIT_TRANSPORT_AUTO)
         return st;
       REFIT_INFO("transport %s skipped: %s", ops->name, refit_last_error());
+      if (used < sizeof(why))
+        used += (size_t)snprintf(why + used, sizeof(why) - used, "; %s",
+                                 refit_last_error());
       continue;
     }
     REFIT_CHECK(ops->create(args, &out->ctx));
@@ -60,8 +72,8 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
                      "(GPU transports need REFIT_CUDA=ON)",
                      (int)kind);
   return REFIT_ERR(REFIT_ERR_NOT_AVAILABLE,
-                   "no compiled-in transport can move %s memory for this job",
-                   refit_memory_name(args->memory));
+                   "no compiled-in transport can move %s memory for this job%s",
+                   refit_memory_name(args->memory), why);
 }
 
 refit_status_t refit_transport_register(refit_transport_t *t, void *ptr,
