@@ -293,6 +293,19 @@ static void bench_model_quantize(cudaEvent_t e0, cudaEvent_t e1, int greps,
 }
 #endif
 
+/* The C quantizer over one expert layer: n13 elements of w13 rows (K = H),
+ * then n2 of w2 rows (K = I), outputs packed the same way. */
+static void quantize_layer(const refit_kernels_moe_shape_t *s, int64_t n13,
+                           int64_t n2, const uint16_t *bf, uint8_t *q, uint8_t *sc) {
+  check(refit_mxfp8_quantize_rows(bf, n13 / s->hidden, s->hidden, s->hidden, q,
+                                  s->hidden, sc, s->hidden / 32),
+        "quantize");
+  check(refit_mxfp8_quantize_rows(bf + n13, n2 / s->intermediate, s->intermediate,
+                                  s->intermediate, q + n13, s->intermediate,
+                                  sc + n13 / 32, s->intermediate / 32),
+        "quantize");
+}
+
 int main(int argc, char **argv) {
   refit_kernels_moe_shape_t s = {128, 2048, 768, 1};
   if (argc == 4) {
@@ -342,11 +355,7 @@ int main(int argc, char **argv) {
   best = 1e30;
   for (int r = 0; r < reps; r++) {
     t = now_s();
-    check(refit_mxfp8_quantize_rows(bf, n13 / s.hidden, s.hidden, s.hidden, q1,
-                                    s.hidden, sc1, s.hidden / 32), "quantize");
-    check(refit_mxfp8_quantize_rows(bf + n13, n2 / s.intermediate, s.intermediate,
-                                    s.intermediate, q1 + n13, s.intermediate,
-                                    sc1 + n13 / 32, s.intermediate / 32), "quantize");
+    quantize_layer(&s, n13, n2, bf, q1, sc1);
     t = now_s() - t;
     best = t < best ? t : best;
   }
@@ -355,11 +364,7 @@ int main(int argc, char **argv) {
   best = 1e30;
   for (int r = 0; r < reps; r++) {
     t = now_s();
-    check(refit_mxfp8_quantize_rows(bf, n13 / s.hidden, s.hidden, s.hidden, q,
-                                    s.hidden, sc, s.hidden / 32), "quantize");
-    check(refit_mxfp8_quantize_rows(bf + n13, n2 / s.intermediate, s.intermediate,
-                                    s.intermediate, q + n13, s.intermediate,
-                                    sc + n13 / 32, s.intermediate / 32), "quantize");
+    quantize_layer(&s, n13, n2, bf, q, sc);
     t = now_s() - t;
     best = t < best ? t : best;
   }

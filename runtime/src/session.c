@@ -671,31 +671,18 @@ static refit_status_t refit_session_bind(refit_session_t *s) {
 /* Wait for a request on the control communicator until the deadline. */
 static refit_status_t refit_session_ctrl_wait(refit_session_t *s, MPI_Request *req,
                                               double deadline, const char *phase) {
-  int done = 0;
-  unsigned spins = 0;
-  while (!done) {
-    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      s->broken = 1;
-      return REFIT_ERR(REFIT_ERR_MPI, "%s: MPI_Test failed on rank %d", phase,
-                       s->rank);
-    }
-    if (done)
-      break;
-    if (MPI_Wtime() > deadline) {
-      /* A rank did not join: the request cannot be completed or freed
-       * safely, and no later collective can succeed. */
-      s->broken = 1;
-      return REFIT_ERR(REFIT_ERR_TIMEOUT,
-                       "%s: not every rank joined within refit.timeout_s = %.1f s "
-                       "(a peer is dead or stalled); this session cannot continue",
-                       phase, s->cfg.refit.timeout_s);
-    }
-    if (++spins > 64) {
-      struct timespec ts = {0, 50000};
-      nanosleep(&ts, NULL);
-    }
-  }
-  return REFIT_OK;
+  refit_status_t st = refit_mpi_request_wait(req, deadline, phase);
+  if (st == REFIT_OK)
+    return REFIT_OK;
+  /* A rank did not join (or MPI failed): the request cannot be completed
+   * or freed safely, and no later collective can succeed. */
+  s->broken = 1;
+  if (st != REFIT_ERR_TIMEOUT)
+    return st;
+  return REFIT_ERR(REFIT_ERR_TIMEOUT,
+                   "%s: not every rank joined within refit.timeout_s = %.1f s "
+                   "(a peer is dead or stalled); this session cannot continue",
+                   phase, s->cfg.refit.timeout_s);
 }
 
 /* Does the fault seam fire on this rank, in this phase, this refit? */

@@ -3,6 +3,7 @@
 #include "core/log.h"
 
 #include <stdio.h>
+#include <time.h>
 
 extern const refit_transport_ops_t refit_transport_ucx; /* transport_ucx.c */
 
@@ -90,4 +91,27 @@ void refit_transport_close(refit_transport_t *t) {
     t->ops->destroy(t->ctx);
   t->ops = NULL;
   t->ctx = NULL;
+}
+
+void refit_poll_nap(unsigned *spins) {
+  if (++*spins > 64) {
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+refit_status_t refit_mpi_request_wait(MPI_Request *req, double deadline,
+                                      const char *what) {
+  unsigned spins = 0;
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return REFIT_ERR(REFIT_ERR_MPI, "%s: MPI_Test failed", what);
+    if (done)
+      return REFIT_OK;
+    if (MPI_Wtime() > deadline)
+      return REFIT_ERR(REFIT_ERR_TIMEOUT,
+                       "%s: not every rank joined by the deadline", what);
+    refit_poll_nap(&spins);
+  }
 }

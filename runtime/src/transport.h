@@ -126,6 +126,18 @@ void refit_transport_close(refit_transport_t *t);
 refit_status_t refit_transport_register(refit_transport_t *t, void *ptr,
                                         size_t bytes);
 
+/* Between polls of work that completes on its own: spin for latency for the
+ * first 64 calls, then sleep 20 us per call so that ranks sharing a core make
+ * progress. */
+void refit_poll_nap(unsigned *spins);
+
+/* Complete an MPI request by `deadline` (MPI_Wtime seconds), napping between
+ * tests: REFIT_OK; REFIT_ERR_TIMEOUT, the request still pending (a peer never
+ * joined: it can be neither completed nor freed safely); or REFIT_ERR_MPI.
+ * `what` names the wait in messages. */
+refit_status_t refit_mpi_request_wait(MPI_Request *req, double deadline,
+                                      const char *what);
+
 extern const refit_transport_ops_t refit_transport_mpi;
 #ifdef REFIT_HAVE_CUDA
 extern const refit_transport_ops_t refit_transport_ipc;

@@ -35,7 +35,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* One registered buffer of one rank, as every rank sees it. */
 typedef struct {
@@ -402,6 +401,17 @@ static refit_status_t refit_ipc_progress(refit_ipc_ctx_t *c,
   return REFIT_OK;
 }
 
+/* A failed exchange: its requests are dropped and it is freed; copies
+ * already queued may still land and the peers' state is unknown, so the
+ * transport takes no further work until recover(). Returns st. */
+static refit_status_t refit_ipc_fail(refit_ipc_ctx_t *c, refit_exchange_t *ex,
+                                     refit_status_t st) {
+  c->broken = 1;
+  refit_ipc_exchange_drop(ex);
+  refit_ipc_exchange_free(ex);
+  return st;
+}
+
 #define IPC_ALLOC(field, count)                                                \
   ((ex->field = calloc((size_t)((count) ? (count) : 1), sizeof(*ex->field))) != NULL)
 
@@ -478,10 +488,7 @@ static refit_status_t refit_ipc_start(void *ctx, const refit_xfer_t *sends,
   return REFIT_OK;
 
 err:
-  c->broken = 1;
-  refit_ipc_exchange_drop(ex);
-  refit_ipc_exchange_free(ex);
-  return st;
+  return refit_ipc_fail(c, ex, st);
 }
 
 static refit_status_t refit_ipc_wait(void *ctx, refit_exchange_t *ex,
@@ -524,21 +531,13 @@ static refit_status_t refit_ipc_wait(void *ctx, refit_exchange_t *ex,
                      phase, left, ex->nsends + ex->nrecvs, peers);
       goto fail;
     }
-    if (++spins > 64) {
-      struct timespec ts = {0, 20000};
-      nanosleep(&ts, NULL);
-    }
+    refit_poll_nap(&spins);
   }
   refit_ipc_exchange_free(ex);
   return REFIT_OK;
 
 fail:
-  /* Copies already queued may still land; the peer state is unknown, so the
-   * transport takes no further work. */
-  c->broken = 1;
-  refit_ipc_exchange_drop(ex);
-  refit_ipc_exchange_free(ex);
-  return st;
+  return refit_ipc_fail(c, ex, st);
 }
 
 static refit_status_t refit_ipc_test(void *ctx, refit_exchange_t *ex, int *done) {
@@ -550,10 +549,7 @@ static refit_status_t refit_ipc_test(void *ctx, refit_exchange_t *ex, int *done)
                                 : refit_ipc_progress(c, ex, &left);
   *done = 0;
   if (st != REFIT_OK) {
-    c->broken = 1;
-    refit_ipc_exchange_drop(ex);
-    refit_ipc_exchange_free(ex);
-    return st;
+    return refit_ipc_fail(c, ex, st);
   }
   if (left == 0) {
     refit_ipc_exchange_free(ex);
@@ -565,27 +561,6 @@ static refit_status_t refit_ipc_test(void *ctx, refit_exchange_t *ex, int *done)
 static int refit_ipc_healthy(void *ctx) {
   const refit_ipc_ctx_t *c = ctx;
   return !c->broken;
-}
-
-/* Complete an MPI request by `deadline`. */
-static refit_status_t refit_ipc_settle(MPI_Request *req, double deadline,
-                                       const char *what) {
-  int done = 0;
-  unsigned spins = 0;
-  while (!done) {
-    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS)
-      return refit_ipc_mpi(rc, what, -1);
-    if (!done && MPI_Wtime() > deadline)
-      return REFIT_ERR(REFIT_ERR_TIMEOUT,
-                       "ipc transport: %s: not every rank joined by the deadline",
-                       what);
-    if (!done && ++spins > 64) {
-      struct timespec ts = {0, 20000};
-      nanosleep(&ts, NULL);
-    }
-  }
-  return REFIT_OK;
 }
 
 /* Receive and discard every message already delivered on `comm`: the ready
@@ -628,11 +603,11 @@ static refit_status_t refit_ipc_recover(void *ctx, double deadline) {
                               __FILE__, __LINE__);
   }
   REFIT_CHECK(refit_ipc_mpi(MPI_Ibarrier(c->ready_comm, &req), "MPI_Ibarrier", -1));
-  REFIT_CHECK(refit_ipc_settle(&req, deadline, "recovery barrier"));
+  REFIT_CHECK(refit_mpi_request_wait(&req, deadline, "ipc transport: recovery barrier"));
   REFIT_CHECK(refit_ipc_discard(c->ready_comm));
   REFIT_CHECK(refit_ipc_discard(c->done_comm));
   REFIT_CHECK(refit_ipc_mpi(MPI_Ibarrier(c->done_comm, &req), "MPI_Ibarrier", -1));
-  REFIT_CHECK(refit_ipc_settle(&req, deadline, "recovery barrier"));
+  REFIT_CHECK(refit_mpi_request_wait(&req, deadline, "ipc transport: recovery barrier"));
   if (c->broken)
     REFIT_INFO("ipc transport: usable again after the failed refit");
   c->broken = 0;

@@ -209,12 +209,7 @@ static refit_status_t refit_mpi_wait(void *ctx, refit_exchange_t *ex,
       refit_mpi_abandon(ctx, ex);
       return st;
     }
-    /* Spin briefly for latency, then yield the core: 2-core machines run
-     * several ranks per core. */
-    if (++spins > 64) {
-      struct timespec ts = {0, 20000};
-      nanosleep(&ts, NULL);
-    }
+    refit_poll_nap(&spins);
   }
   refit_mpi_exchange_free(ex);
   return bad;

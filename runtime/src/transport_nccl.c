@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 struct refit_exchange {
   cudaEvent_t done;
@@ -36,14 +35,6 @@ typedef struct {
   int rank, size;
   int aborted; /* set once the communicator was aborted: no use until recover() */
 } refit_nccl_ctx_t;
-
-static void refit_nccl_nap(unsigned *spins) {
-  /* Spin briefly for latency, then yield the core. */
-  if (++*spins > 64) {
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
-  }
-}
 
 static void refit_nccl_abort(refit_nccl_ctx_t *c) {
   if (c->comm != NULL && !c->aborted) {
@@ -79,7 +70,7 @@ static refit_status_t refit_nccl_settle(refit_nccl_ctx_t *c, double deadline,
                        "communicator aborted",
                        what);
     }
-    refit_nccl_nap(&spins);
+    refit_poll_nap(&spins);
   }
 }
 
@@ -99,24 +90,6 @@ static refit_status_t refit_nccl_query(const refit_transport_args_t *args) {
 }
 
 static void refit_nccl_destroy(void *ctx);
-
-/* Complete an MPI request by `deadline`. */
-static refit_status_t refit_nccl_mpi_settle(MPI_Request *req, double deadline,
-                                            const char *what) {
-  int done = 0;
-  unsigned spins = 0;
-  while (!done) {
-    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-      return REFIT_ERR(REFIT_ERR_MPI, "nccl transport: %s failed", what);
-    if (!done && MPI_Wtime() > deadline)
-      return REFIT_ERR(REFIT_ERR_TIMEOUT,
-                       "nccl transport: %s: not every rank joined by the deadline",
-                       what);
-    if (!done)
-      refit_nccl_nap(&spins);
-  }
-  return REFIT_OK;
-}
 
 /* Collective: a new communicator over the world, by `deadline`. Rank 0
  * makes the id; every rank enters the broadcast even if that failed, and the
@@ -139,7 +112,8 @@ static refit_status_t refit_nccl_connect(refit_nccl_ctx_t *c, double deadline) {
   MPI_Request req = MPI_REQUEST_NULL;
   if (MPI_Ibcast(&msg, (int)sizeof(msg), MPI_BYTE, 0, c->world, &req) != MPI_SUCCESS)
     return REFIT_ERR(REFIT_ERR_MPI, "nccl transport: broadcast of the id");
-  REFIT_CHECK(refit_nccl_mpi_settle(&req, deadline, "broadcast of the id"));
+  REFIT_CHECK(refit_mpi_request_wait(&req, deadline,
+                                     "nccl transport: broadcast of the id"));
   if (!msg.ok)
     return st != REFIT_OK ? st
                           : REFIT_ERR(REFIT_ERR_PEER, "nccl transport: rank 0 could "
@@ -315,7 +289,7 @@ static refit_status_t refit_nccl_wait(void *ctx, refit_exchange_t *ex,
                      phase, ex->n, peers);
       goto abort;
     }
-    refit_nccl_nap(&spins);
+    refit_poll_nap(&spins);
   }
   goto out;
 

@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <ucp/api/ucp.h>
 
 /* Translate a UCX status into refit's, naming the call and the peer. */
@@ -390,12 +389,7 @@ static refit_status_t refit_ucx_wait(void *vctx, refit_exchange_t *ex,
                        phase, ex->left, ex->n, peers);
         break;
       }
-      /* Spin briefly for latency, then yield the core: small machines run
-       * several ranks per core. */
-      if (++idle > 64) {
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
-      }
+      refit_poll_nap(&idle);
     } else {
       idle = 0;
     }
