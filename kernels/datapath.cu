@@ -16,7 +16,10 @@
  *             counts in shared memory, and its warps take the batch's tiles
  *             T with T % (warps in grid) == global warp id (binary search in
  *             the prefix for the descriptor). Large and small chunks thus
- *             spread evenly, whatever n is, in one launch.
+ *             spread evenly, whatever n is. Pack and land launch it twice,
+ *             once for the quantizing descriptors and once for the rest, so
+ *             that the quantizer is compiled on its own (80 registers, 3
+ *             blocks per SM) instead of at the copy paths' register count.
  *   digest    chunk-relative words (runtime/src/core/digest.h): each warp
  *             sums its terms and adds them to the chunk's 64-bit accumulator
  *             with one atomicAdd (addition mod 2^64 commutes, so the order of
@@ -25,8 +28,8 @@
  *             destination are 16- or 8-byte aligned (digest_unit; land
  *             QUANTIZE at any alignment), else from a read of the wire bytes:
  *             for pack a second pass after the copy, for land extra tiles of
- *             the same launch. Pack: a finalize kernel writes len*P1 + sum
- *             after the rows. Land is one pass over the staging area: every
+ *             the same kernel. Pack: a finalize kernel writes len*P1 + sum
+ *             after the rows. Land reads the staging area once: every
  *             chunk lands, then a check kernel (a thread per descriptor)
  *             reports the smallest index whose sum does not match its
  *             trailer (kernels/datapath.h says why landing a bad chunk is
@@ -173,17 +176,11 @@ __device__ inline uint64_t gather_word(const uint8_t *p, int64_t avail) {
 
 /* The digest terms of the words of one copy unit, word0 its first word. */
 __device__ inline uint64_t unit_terms(uint4 v, int64_t word0) {
-  return refit_digest_term(static_cast<uint64_t>(v.x) |
-                               static_cast<uint64_t>(v.y) << 32,
-                           static_cast<uint64_t>(word0)) +
-         refit_digest_term(static_cast<uint64_t>(v.z) |
-                               static_cast<uint64_t>(v.w) << 32,
-                           static_cast<uint64_t>(word0 + 1));
+  return refit_digest_term2(v.x, v.y, static_cast<uint64_t>(word0)) +
+         refit_digest_term2(v.z, v.w, static_cast<uint64_t>(word0 + 1));
 }
 __device__ inline uint64_t unit_terms(uint2 v, int64_t word0) {
-  return refit_digest_term(static_cast<uint64_t>(v.x) |
-                               static_cast<uint64_t>(v.y) << 32,
-                           static_cast<uint64_t>(word0));
+  return refit_digest_term2(v.x, v.y, static_cast<uint64_t>(word0));
 }
 
 /*
@@ -371,16 +368,39 @@ __device__ inline uint64_t quant_tile(const Job &j, int64_t t, int lane,
 }
 
 /*
- * Tile t of a job; with `digest`, the lane's terms of the wire bytes it read
- * (the caller has checked with job_digest_fused that the job can sum them).
+ * Which descriptors a tile kernel takes: the quantizing ones and the rest run
+ * as two kernels, so that each is compiled for its own work (one kernel for
+ * both needed twice the registers of the quantizer alone and spilled, which
+ * halved the quantizer's speed).
  */
+enum Select { kQuantJobs = 1, kOtherJobs = 2 };
+/* Blocks per SM the quantizing kernels are compiled for: 3 caps them at 80
+ * registers (110 unbounded, 2 blocks); measured on the H200, land QUANTIZE
+ * 0.54 of copy speed at 2 blocks, 0.60 at 3, 0.48 at 4 (spills). */
+constexpr int kQuantMinBlocks = 3;
+
+/* A descriptor's jobs belong to kernel kSel: a quantize job is alone. */
+template <int kSel>
+__device__ inline bool selected(const Job jobs[2], int nj) {
+  const bool quant = nj == 1 && jobs[0].kind == kQuant;
+  return kSel == kQuantJobs ? quant : (nj > 0 && !quant);
+}
+
+/*
+ * Tile t of a job of kernel kSel; with `digest`, the lane's terms of the
+ * wire bytes it read (the caller has checked with job_digest_fused that the
+ * job can sum them).
+ */
+template <int kSel>
 __device__ inline uint64_t run_job(const Job &j, int64_t t, int lane,
                                    bool digest, int64_t len) {
-  if (j.kind == kCopy)
-    return copy_tile(j, t, lane, digest ? digest_unit(j, len) : 0);
-  if (j.kind == kQuant)
+  if constexpr (kSel == kQuantJobs) {
+    (void)len;
     return quant_tile(j, t, lane, digest);
-  return 0;
+  } else {
+    return j.kind == kCopy ? copy_tile(j, t, lane, digest ? digest_unit(j, len) : 0)
+                           : 0;
+  }
 }
 
 /*
@@ -501,29 +521,32 @@ __device__ inline int land_jobs(const refit_land_desc_t &d,
 /* ---- Plans: what the tile kernel does per descriptor ----------------------
  */
 
-struct PackPlan {
+template <int kSel> struct PackPlan {
+  static constexpr int kMinBlocks = kSel == kQuantJobs ? kQuantMinBlocks : 1;
   const refit_pack_desc_t *descs;
   uint8_t *buf;
   unsigned long long *acc;
   __device__ int64_t tiles(int64_t i) const {
-    return job_tiles(pack_job(descs[i], buf));
+    const Job j = pack_job(descs[i], buf);
+    return selected<kSel>(&j, j.kind == kNone ? 0 : 1) ? job_tiles(j) : 0;
   }
   __device__ void run(int64_t i, int64_t t, int lane) const {
     const refit_pack_desc_t &d = descs[i];
     const Job j = pack_job(d, buf);
     const int64_t len = d.rows * d.row_bytes;
     if (d.digest && digest_unit(j, len) > 0) {
-      const uint64_t s = warp_sum(run_job(j, t, lane, true, len));
+      const uint64_t s = warp_sum(run_job<kSel>(j, t, lane, true, len));
       if (lane == 0)
         atomicAdd(&acc[i], static_cast<unsigned long long>(s));
     } else {
-      run_job(j, t, lane, false, len);
+      run_job<kSel>(j, t, lane, false, len);
     }
   }
 };
 
 /* Pack digests not fused into the copy: read back the wire bytes. */
 struct PackDigestPlan {
+  static constexpr int kMinBlocks = 1;
   const refit_pack_desc_t *descs;
   uint8_t *buf;
   unsigned long long *acc;
@@ -565,7 +588,8 @@ __device__ inline bool land_digest_fused(const Job jobs[2], int nj,
  * tiles in the same launch: a second read of that chunk only, with no order
  * between the two since landing does not wait for the check.
  */
-struct LandPlan {
+template <int kSel> struct LandPlan {
+  static constexpr int kMinBlocks = kSel == kQuantJobs ? kQuantMinBlocks : 1;
   const refit_land_desc_t *descs;
   const uint8_t *staging;
   unsigned long long *acc;
@@ -573,10 +597,10 @@ struct LandPlan {
     const refit_land_desc_t &d = descs[i];
     Job jobs[2];
     const int nj = land_jobs(d, staging, jobs);
-    if (nj == 0)
+    if (!selected<kSel>(jobs, nj))
       return 0;
     const int64_t len = d.rows * d.row_bytes;
-    int64_t n = job_tiles(jobs[0]) + job_tiles(jobs[1]);
+    int64_t n = job_tiles(jobs[0]) + (nj > 1 ? job_tiles(jobs[1]) : 0);
     if (d.digest && !land_digest_fused(jobs, nj, len))
       n += ceil_div(ceil_div(len, 8), kDigestWords);
     return n;
@@ -587,12 +611,12 @@ struct LandPlan {
     const int nj = land_jobs(d, staging, jobs);
     const int64_t len = d.rows * d.row_bytes;
     const bool fused = d.digest && land_digest_fused(jobs, nj, len);
-    const int64_t t0 = job_tiles(jobs[0]), t1 = job_tiles(jobs[1]);
+    const int64_t t0 = job_tiles(jobs[0]), t1 = nj > 1 ? job_tiles(jobs[1]) : 0;
     uint64_t s;
     if (t < t0)
-      s = run_job(jobs[0], t, lane, fused, len);
+      s = run_job<kSel>(jobs[0], t, lane, fused, len);
     else if (t < t0 + t1)
-      s = run_job(jobs[1], t - t0, lane, fused, len);
+      s = run_job<kSel>(jobs[1], t - t0, lane, fused, len);
     else
       s = digest_tile(staging + d.src_offset, len, t - t0 - t1, lane);
     if (fused || t >= t0 + t1) {
@@ -620,7 +644,7 @@ __device__ inline void report_bad(int64_t *bad, int64_t i) {
  */
 
 template <typename Plan>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, Plan::kMinBlocks)
     refit_dp_tile_kernel(Plan plan, int64_t n) {
   __shared__ int64_t prefix[kThreads];
   __shared__ int64_t warp_total[kWarps];
@@ -950,7 +974,9 @@ refit_pack_rows_cuda(const refit_pack_desc_t *descs_device, int64_t n,
   REFIT_CHECK(scratch_get(n, stream, &acc, what));
   uint8_t *wire = static_cast<uint8_t *>(buf);
   refit_status_t st =
-      launch_tiles(PackPlan{descs_device, wire, acc}, n, stream, what);
+      launch_tiles(PackPlan<kQuantJobs>{descs_device, wire, acc}, n, stream, what);
+  if (st == REFIT_OK)
+    st = launch_tiles(PackPlan<kOtherJobs>{descs_device, wire, acc}, n, stream, what);
   if (st == REFIT_OK)
     st = launch_tiles(PackDigestPlan{descs_device, wire, acc}, n, stream,
                       "pack digest");
@@ -979,7 +1005,9 @@ refit_land_rows_cuda(const refit_land_desc_t *descs_device, int64_t n,
   REFIT_CHECK(scratch_get(n, stream, &acc, what));
   const uint8_t *wire = static_cast<const uint8_t *>(staging);
   refit_status_t st =
-      launch_tiles(LandPlan{descs_device, wire, acc}, n, stream, what);
+      launch_tiles(LandPlan<kQuantJobs>{descs_device, wire, acc}, n, stream, what);
+  if (st == REFIT_OK)
+    st = launch_tiles(LandPlan<kOtherJobs>{descs_device, wire, acc}, n, stream, what);
   if (st == REFIT_OK) {
     refit_dp_land_check_kernel<<<static_cast<unsigned>(per_desc_blocks(n)),
                                  kThreads, 0, stream>>>(descs_device, n, wire,

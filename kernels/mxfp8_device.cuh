@@ -249,10 +249,8 @@ refit_mxfp8_dev_warp_tile(const refit_mxfp8_dev_rows_t &m, int64_t g0,
       refit_mxfp8_dev_load8(m.src + at, x[i]);
       if (kDigest) {
         const uint64_t word = static_cast<uint64_t>(at / 8);
-        sum += refit_digest_term(x[i][0] | static_cast<uint64_t>(x[i][1]) << 32,
-                                 word);
-        sum += refit_digest_term(x[i][2] | static_cast<uint64_t>(x[i][3]) << 32,
-                                 word + 1);
+        sum += refit_digest_term2(x[i][0], x[i][1], word);
+        sum += refit_digest_term2(x[i][2], x[i][3], word + 1);
       }
     }
     b += 8;

@@ -12,6 +12,9 @@
 #           async mode (commit pause), NCCL instead of IPC, NCCL with
 #           keep_staging: false, and the per-tensor expert-by-expert baseline
 #   async   scenarios (a) and (b) timed in async mode (the commit pause)
+#   pairs   scenarios (a) and (b) with refit.locality: gpu (each GPU a node:
+#           the per-pair transport, IPC within a GPU and NCCL between GPUs,
+#           as across hosts), verified and then timed
 #
 # Logs go to OUT_DIR/<scenario>-<what>.log; a summary is printed.
 set -uo pipefail
@@ -32,7 +35,7 @@ run_cfg() { # name config
   local rc=$?
   t1=$(date +%s)
   echo "== $name: exit $rc, $((t1 - t0)) s"
-  grep -E "^refit-run|^plan:|^ +[0-9]+ +[0-9]+ |refit-run: (verified|FAILED|[0-9])|WARN|failed" "$out/$name.log" | head -20
+  grep -E "^refit-run|^plan:|^ +[0-9]+ +[0-9]+ |refit-run: (verified|FAILED|[0-9])|WARN|failed|memory" "$out/$name.log" | head -20
 }
 
 for w in "${what[@]}"; do
@@ -65,6 +68,16 @@ for w in "${what[@]}"; do
       for sc in qwen3-30b-a3b-disagg qwen3-30b-a3b-colocated; do
         sed 's/^  mode: sync/  mode: async/' "$root/configs/$sc.yaml" >"$out/$sc-async.yaml"
         run_cfg "$sc-async" "$out/$sc-async.yaml"
+      done
+      ;;
+    pairs)
+      for sc in qwen3-30b-a3b-disagg qwen3-30b-a3b-colocated; do
+        sed 's/^  transport: auto.*/  transport: auto\n  locality: gpu/' \
+          "$root/configs/$sc.yaml" >"$out/$sc-pairs-time.yaml"
+        sed 's/^verify: false.*/verify: true/; s/^  steps: 6/  steps: 2/' \
+          "$out/$sc-pairs-time.yaml" >"$out/$sc-pairs-verify.yaml"
+        run_cfg "$sc-pairs-verify" "$out/$sc-pairs-verify.yaml"
+        run_cfg "$sc-pairs-time" "$out/$sc-pairs-time.yaml"
       done
       ;;
     link)

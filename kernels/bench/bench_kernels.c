@@ -122,6 +122,61 @@ static void layout_poison(uint8_t *const dev[4], const int64_t n[4]) {
     cudaMemset(dev[i], 0xEE, (size_t)n[i]);
 }
 
+/* A device copy on the copy engines (cudaMemcpyBatchAsync with the hint to
+ * overlap compute), `bytes` src -> dst on `stream`. */
+static cudaError_t ce_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+  struct cudaMemcpyAttributes attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  size_t idx = 0, size = bytes;
+  void *dsts[1] = {dst};
+  const void *srcs[1] = {src};
+  return cudaMemcpyBatchAsync(dsts, srcs, &size, 1, &attr, &idx, 1, stream);
+}
+
+/*
+ * Whether a device copy can run beside the quantizer: the copy on the copy
+ * engines alone, the quantizer alone, both at once on two streams (wall
+ * time, best of greps). The refit's restore copy and the generator's
+ * quantization meet like this.
+ */
+static void bench_overlap(int greps, const uint16_t *dbf, int64_t rows, int64_t cols,
+                          uint8_t *dq, uint8_t *dsc, uint8_t *dcp_dst, int64_t cp_bytes) {
+  cudaStream_t s1, s2;
+  cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+  double best[3] = {1e30, 1e30, 1e30};
+  const uint8_t *cp_src = (const uint8_t *)dbf;
+  for (int r = 0; r < greps + 1; r++)
+    for (int v = 0; v < 3; v++) {
+      cudaDeviceSynchronize();
+      const double t0 = now_s();
+      if (v != 1)
+        check(ce_copy(dcp_dst, cp_src, (size_t)cp_bytes, s2) == cudaSuccess
+                  ? REFIT_OK
+                  : REFIT_ERR_CUDA,
+              "cudaMemcpyBatchAsync");
+      if (v != 0)
+        check(refit_mxfp8_quantize_rows_cuda(dbf, rows, cols, cols, dq, cols, dsc,
+                                             cols / 32, s1),
+              "quantize cuda");
+      cudaStreamSynchronize(s1);
+      cudaStreamSynchronize(s2);
+      const double t = now_s() - t0;
+      if (r > 0 && t < best[v])
+        best[v] = t;
+    }
+  row("copy engines D2D (cudaMemcpyBatchAsync)", 2 * cp_bytes, best[0], 0);
+  row("CUDA quantize, alone (wall)", rows * cols * 3 + rows * cols / 32, best[1], 0);
+  printf("# copy engines beside the quantizer: both %.3f ms, alone %.3f + %.3f ms "
+         "(%.0f %% of the copy hidden)\n",
+         best[2] * 1e3, best[0] * 1e3, best[1] * 1e3,
+         100.0 * (best[0] + best[1] - best[2]) / best[0]);
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+}
+
 /* The data-path rows (see the header comment). */
 static void bench_datapath(cudaEvent_t e0, cudaEvent_t e1, int greps) {
   enum { N = 85, NQ = 40 };
@@ -215,6 +270,42 @@ static void bench_datapath(cudaEvent_t e0, cudaEvent_t e1, int greps) {
   GPU_TIME(check(refit_land_rows_cuda(dld, NQ, dqw, dbad, 0), "land split cuda"));
   row("CUDA land SPLIT, 40 w13 experts", 2 * wbytes, bms * 1e-3,
       ddiff(dq, hq, NQ * qrows * cols) + ddiff(dsc, hsc, NQ * qrows * cols / 32));
+  /* Land QUANTIZE (BF16 on the wire, quantized on the generator), without
+   * and with the digest check: the wire is packed (COPY, with digests) from
+   * the same experts, so the output must equal the SPLIT row's reference. */
+  {
+    const int64_t brb = cols * 2, bchunk = qrows * brb, bstride = bchunk + 16;
+    uint8_t *bwire = dmalloc((size_t)(NQ * bstride));
+    refit_pack_desc_t bp[NQ];
+    refit_land_desc_t bl[NQ];
+    for (int64_t i = 0; i < NQ; i++) {
+      bp[i] = (refit_pack_desc_t){.src = dbf + i * bchunk, .src_pitch = brb,
+                                  .dst_offset = i * bstride, .rows = qrows, .cols = 0,
+                                  .row_bytes = brb, .op = REFIT_CHUNK_COPY, .digest = 1};
+      bl[i] = (refit_land_desc_t){.src_offset = i * bstride, .rows = qrows, .cols = cols,
+                                  .row_bytes = brb, .dst = dq + i * qrows * cols,
+                                  .dst_pitch = cols, .scale = dsc + i * qrows * cols / 32,
+                                  .scale_pitch = cols / 32, .op = REFIT_CHUNK_QUANTIZE};
+    }
+    cudaMemcpy(dpd, bp, sizeof(bp), cudaMemcpyHostToDevice);
+    check(refit_pack_rows_cuda(dpd, NQ, bwire, 0), "pack bf16 cuda");
+    cudaDeviceSynchronize();
+    for (int digest = 0; digest < 2; digest++) {
+      for (int64_t i = 0; i < NQ; i++)
+        bl[i].digest = digest;
+      cudaMemcpy(dld, bl, sizeof(bl), cudaMemcpyHostToDevice);
+      cudaMemset(dq, 0xEE, (size_t)(NQ * qrows * cols));
+      bad = -1;
+      cudaMemcpy(dbad, &bad, sizeof(bad), cudaMemcpyHostToDevice);
+      GPU_TIME(check(refit_land_rows_cuda(dld, NQ, bwire, dbad, 0), "land quantize cuda"));
+      cudaMemcpy(&bad, dbad, sizeof(bad), cudaMemcpyDeviceToHost);
+      row(digest ? "CUDA land QUANTIZE + digest check, 40 w13" : "CUDA land QUANTIZE, 40 w13",
+          in_bytes + NQ * qrows * (cols + cols / 32), bms * 1e-3,
+          ddiff(dq, hq, NQ * qrows * cols) + ddiff(dsc, hsc, NQ * qrows * cols / 32) +
+              (bad != -1));
+    }
+    cudaFree(bwire);
+  }
 
   free(src); free(hwire); free(hdst); free(bf); free(qw); free(hq); free(hsc);
   cudaFree(dsrc); cudaFree(dwire); cudaFree(ddst); cudaFree(dpd); cudaFree(dld);
@@ -427,6 +518,7 @@ int main(int argc, char **argv) {
     double cpu_ceiling = ceiling_gbs;
     ceiling_gbs = (double)nel * 4 / (bms * 1e-3) / 1e9;
     row("cudaMemcpy D2D (GPU ceiling)", nel * 4, bms * 1e-3, 0);
+    bench_overlap(greps, dbf, n13 / s.hidden, s.hidden, dq, dsc, dcp, nel * 2);
     GPU_TIME(check(refit_mxfp8_quantize_rows_cuda(dbf, n13 / s.hidden, s.hidden, s.hidden,
                                                   dq, s.hidden, dsc, s.hidden / 32, 0),
                    "quantize cuda");

@@ -50,6 +50,14 @@ typedef enum {
   REFIT_DEVICE_MAP_NONE = 1
 } refit_device_map_t;
 
+/* What counts as one node when transports are chosen per pair of ranks:
+ * ranks on one host (CUDA IPC between them, NCCL to other hosts), or ranks on
+ * one GPU (IPC between them, NCCL between GPUs, also on one host). */
+typedef enum {
+  REFIT_LOCALITY_HOST = 0,
+  REFIT_LOCALITY_GPU = 1
+} refit_locality_t;
+
 /* Fault injection (tests only): the phase a fault fires in ... */
 typedef enum {
   REFIT_FAULT_PHASE_TRANSFER = 0,
@@ -101,6 +109,7 @@ typedef struct {
      * Same bytes, slower. Default false. */
     int baseline;
     refit_device_map_t device_map; /* local_rank (default) | none */
+    refit_locality_t locality;     /* host (default) | gpu */
     struct {
       int enabled;        /* the file has a refit.fault mapping */
       int phase;          /* refit_fault_phase_t */

@@ -128,6 +128,9 @@
   X(REFIT_DEVICE_MAP, "refit", "device_map", ENUM, refit.device_map,           \
     "local_rank", 0, 0, "local_rank|none", 0,                                  \
     "GPU binding: node-local rank modulo visible GPUs, or none")               \
+  X(REFIT_LOCALITY, "refit", "locality", ENUM, refit.locality, "host", 0, 0, \
+    "host|gpu", 0,                                                             \
+    "what one node is for transport auto: a host, or a GPU")                   \
   X(REFIT_FAULT, "refit", "fault", SECTION, refit.fault.enabled, NULL, 0, 0,   \
     "", 0, "fault injection seam for tests")                                   \
   X(REFIT_FAULT_PHASE, "refit.fault", "phase", ENUM, refit.fault.phase, NULL,  \

@@ -418,6 +418,36 @@ static refit_status_t refit_session_fault_env(refit_session_t *s) {
   return REFIT_OK;
 }
 
+/* The (sender, receiver) world-rank pairs of the plan's messages, each once
+ * (trainers are world ranks 0 .. T-1, generators T onwards). */
+static refit_status_t refit_session_pairs(const refit_session_t *s, int **out,
+                                          int *nout) {
+  const refit_plan_t *p = s->plan;
+  const int64_t ngen = s->size - s->ntrainer;
+  unsigned char *seen = calloc((size_t)s->ntrainer * (size_t)(ngen > 0 ? ngen : 1), 1);
+  int *pairs = malloc((size_t)(p->nmsgs ? p->nmsgs : 1) * 2 * sizeof(int));
+  int n = 0;
+  if (seen == NULL || pairs == NULL) {
+    free(seen);
+    free(pairs);
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "pairs of %lld messages", (long long)p->nmsgs);
+  }
+  for (int64_t i = 0; i < p->nmsgs; i++) {
+    const refit_msg_t *m = &p->msgs[i];
+    unsigned char *x = &seen[(size_t)m->src_rank * (size_t)ngen + (size_t)m->dst_rank];
+    if (*x)
+      continue;
+    *x = 1;
+    pairs[2 * n] = m->src_rank;
+    pairs[2 * n + 1] = s->ntrainer + m->dst_rank;
+    n++;
+  }
+  free(seen);
+  *out = pairs;
+  *nout = n;
+  return REFIT_OK;
+}
+
 refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
                                     refit_session_t **out) {
   refit_status_t st;
@@ -481,13 +511,20 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
     st = refit_mem_create(all_device, &s->mem);
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "choosing memory"), st, err);
 
+  int *pairs = NULL, npairs = 0;
+  st = refit_session_pairs(s, &pairs, &npairs);
   refit_transport_args_t args = {.world = world,
                                  .world_rank = s->rank,
                                  .world_size = s->size,
                                  .timeout_s = s->cfg.refit.timeout_s,
                                  .memory = all_device ? REFIT_MEMORY_DEVICE
-                                                      : REFIT_MEMORY_HOST};
-  st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
+                                                      : REFIT_MEMORY_HOST,
+                                 .pairs = pairs,
+                                 .npairs = npairs,
+                                 .locality = s->cfg.refit.locality};
+  if (st == REFIT_OK)
+    st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
+  free(pairs);
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the transport"), st,
                    err);
   st = refit_source_open(&s->cfg, s->cat, &s->source);

@@ -8,22 +8,23 @@
 extern const refit_transport_ops_t refit_transport_ucx; /* transport_ucx.c */
 
 /* Compiled-in transports in order of preference for refit.transport: auto.
- * For device memory the GPU transports come first, and each serves every
- * pair by its locality: IPC when every rank shares one node (copy-engine
- * copies, also between ranks on one GPU); else NCCL when no two ranks share a
- * GPU (NVLink/P2P within a node, the network across nodes); else UCX where
- * its build has CUDA (cuda_ipc within a node, the network across nodes), the
- * one that serves ranks sharing GPUs on several nodes. Each query() says
- * whether it holds; auto's error lists every reason. Host memory skips them
- * and reaches MPI. */
+ * For device memory the GPU transports come first, and auto chooses per pair
+ * of ranks by locality: on several nodes the per-pair transport (CUDA IPC
+ * between ranks of one node, NCCL between nodes; refit.locality: gpu makes
+ * each GPU a node); on one node IPC (copy-engine copies, also between ranks
+ * of one GPU). Named, NCCL serves every pair when no two ranks share a GPU,
+ * and UCX where its build has CUDA. Each query() says whether it holds;
+ * auto's error lists every reason. Host memory skips them and reaches MPI. */
 static const refit_transport_ops_t *const refit_transports[] = {
 #ifdef REFIT_HAVE_CUDA
+    &refit_transport_pairs, /* auto only */
     &refit_transport_ipc,
     &refit_transport_nccl,
 #endif
     &refit_transport_mpi,
     &refit_transport_ucx, /* host memory: only when named (MPI comes first);
-                             device memory: after IPC and NCCL */
+                             device memory: after the per-pair choice, IPC
+                             and NCCL */
 };
 
 static const char *refit_memory_name(refit_memory_t m) {

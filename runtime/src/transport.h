@@ -63,6 +63,13 @@ typedef struct {
   /* Where the buffers of start() live. Zero (host) keeps the MPI transport;
    * device memory selects among the GPU transports. */
   refit_memory_t memory;
+  /* The pairs of ranks that exchange bytes: pairs[2i] sends to pairs[2i+1]
+   * (world ranks), each pair once, the same list on every rank; the
+   * per-pair transport builds its NCCL communicators for them. */
+  const int *pairs;
+  int npairs;
+  /* What one node is when choosing a transport per pair (refit.locality). */
+  refit_locality_t locality;
 } refit_transport_args_t;
 
 typedef struct refit_exchange refit_exchange_t;
@@ -142,6 +149,23 @@ extern const refit_transport_ops_t refit_transport_mpi;
 #ifdef REFIT_HAVE_CUDA
 extern const refit_transport_ops_t refit_transport_ipc;
 extern const refit_transport_ops_t refit_transport_nccl;
+extern const refit_transport_ops_t refit_transport_pairs;
+
+/* NCCL communicators over groups of world ranks: group k holds
+ * ranks[begin[k] .. begin[k+1]) (ascending), and a pair of ranks that
+ * exchanges bytes must share exactly one group; no group may hold two ranks
+ * of one GPU. Every rank passes the same groups. */
+typedef struct {
+  int ngroups;
+  const int *begin; /* [ngroups + 1] */
+  const int *ranks;
+} refit_nccl_groups_t;
+
+/* Create the NCCL transport's context over `g` instead of one communicator
+ * over the world (collective over args->world); the ops of
+ * refit_transport_nccl serve it. */
+refit_status_t refit_nccl_create_groups(const refit_transport_args_t *args,
+                                        const refit_nccl_groups_t *g, void **ctx);
 #endif
 
 #endif /* REFIT_TRANSPORT_H */

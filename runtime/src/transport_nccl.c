@@ -1,18 +1,25 @@
 /*
- * NCCL transport over device memory: one communicator over the world, made
- * at start-up from an MPI-broadcast ncclUniqueId; each exchange is one
- * ncclGroupStart/End of ncclSend/ncclRecv on the transport's stream.
+ * NCCL transport over device memory. Each exchange is one ncclGroupStart/End
+ * of ncclSend/ncclRecv on the transport's stream.
  *
- * The communicator is non-blocking (config.blocking = 0) so that nothing
+ * Communicators: named `nccl`, one over the world. Inside the per-pair
+ * transport (transport_pairs.c), a set of them for the pairs it gives NCCL
+ * (refit_nccl_create_groups): a group is a list of world ranks, and every
+ * pair of ranks that exchanges bytes shares exactly one group. All ids come
+ * from world rank 0 in one MPI broadcast at start-up; every rank then
+ * creates its groups' communicators in one NCCL group.
+ *
+ * The communicators are non-blocking (config.blocking = 0) so that nothing
  * here waits without a deadline: set-up, enqueue and completion are all
- * polled (ncclCommGetAsyncError, cudaEventQuery). When a deadline passes the
- * communicator is aborted (ncclCommAbort), which also ends kernels still
- * waiting for a dead peer; every later call returns REFIT_ERR_STATE until
- * recover(), at the next begin, builds a new communicator on every rank.
+ * polled (ncclCommGetAsyncError, cudaEventQuery). When a deadline passes
+ * every communicator of the rank is aborted (ncclCommAbort), which also ends
+ * kernels still waiting for a dead peer; every later call returns
+ * REFIT_ERR_STATE until recover(), at the next begin, builds new ones on
+ * every rank.
  *
  * NCCL does not support two ranks of one communicator on one GPU (it can
- * hang), so query() refuses a world in which two ranks share a GPU; such
- * pairs use the IPC transport.
+ * hang), so query() refuses a world in which two ranks share a GPU, and the
+ * groups given to refit_nccl_create_groups must not hold two (checked).
  */
 #include "device.h"
 #include "transport.h"
@@ -27,51 +34,79 @@ struct refit_exchange {
   int *peer; /* receives first, then sends */
 };
 
+/* One communicator this rank belongs to. */
 typedef struct {
+  int group; /* index among all groups (its id's place in the broadcast) */
+  int size, rank;
   ncclComm_t comm;
+} refit_nccl_member_t;
+
+typedef struct {
+  refit_nccl_member_t *mine; /* the groups holding this rank */
+  int nmine, ngroups;
+  int *route;     /* [world size] index into mine reaching that peer, or -1 */
+  int *peer_rank; /* [world size] the peer's rank in that communicator */
   cudaStream_t stream;
-  MPI_Comm world; /* the session's; recover() builds a new communicator */
+  MPI_Comm world; /* the session's; recover() builds new communicators */
   double timeout_s;
   int rank, size;
-  int aborted; /* set once the communicator was aborted: no use until recover() */
+  int aborted; /* set once the communicators were aborted: no use until recover() */
 } refit_nccl_ctx_t;
 
 static void refit_nccl_abort(refit_nccl_ctx_t *c) {
-  if (c->comm != NULL && !c->aborted) {
-    REFIT_WARN("nccl transport: aborting the communicator");
-    ncclCommAbort(c->comm);
-    c->aborted = 1;
-  }
+  if (c->aborted)
+    return;
+  int any = 0;
+  for (int m = 0; m < c->nmine; m++)
+    if (c->mine[m].comm != NULL) {
+      ncclCommAbort(c->mine[m].comm);
+      any = 1;
+    }
+  if (any)
+    REFIT_WARN("nccl transport: aborted %d communicator%s", c->nmine,
+               c->nmine == 1 ? "" : "s");
+  c->aborted = 1;
 }
 
-/* Wait until the communicator has left ncclInProgress, by `deadline`.
- * `what` names the operation for messages. */
-static refit_status_t refit_nccl_settle(refit_nccl_ctx_t *c, double deadline,
-                                        const char *what) {
+/* Wait until communicator m has left ncclInProgress, by `deadline`; on an
+ * error or at the deadline every communicator is aborted. `what` names the
+ * operation for messages. */
+static refit_status_t refit_nccl_settle_one(refit_nccl_ctx_t *c, int m,
+                                            double deadline, const char *what) {
   unsigned spins = 0;
+  ncclComm_t comm = c->mine[m].comm;
   for (;;) {
     ncclResult_t state = ncclInProgress;
-    ncclResult_t res = ncclCommGetAsyncError(c->comm, &state);
-    if (res != ncclSuccess)
-      return refit_nccl_error(res, c->comm, "ncclCommGetAsyncError", __FILE__,
-                              __LINE__);
+    ncclResult_t res = ncclCommGetAsyncError(comm, &state);
+    if (res != ncclSuccess) {
+      refit_status_t st =
+          refit_nccl_error(res, comm, "ncclCommGetAsyncError", __FILE__, __LINE__);
+      refit_nccl_abort(c);
+      return st;
+    }
     if (state == ncclSuccess)
       return REFIT_OK;
     if (state != ncclInProgress) {
-      refit_status_t st =
-          refit_nccl_error(state, c->comm, what, __FILE__, __LINE__);
+      refit_status_t st = refit_nccl_error(state, comm, what, __FILE__, __LINE__);
       refit_nccl_abort(c);
       return st;
     }
     if (MPI_Wtime() > deadline) {
       refit_nccl_abort(c);
       return REFIT_ERR(REFIT_ERR_TIMEOUT,
-                       "nccl transport: %s still in progress at the deadline; "
-                       "communicator aborted",
-                       what);
+                       "nccl transport: %s still in progress at the deadline "
+                       "(communicator %d of %d ranks); communicators aborted",
+                       what, c->mine[m].group, c->mine[m].size);
     }
     refit_poll_nap(&spins);
   }
+}
+
+static refit_status_t refit_nccl_settle(refit_nccl_ctx_t *c, double deadline,
+                                        const char *what) {
+  for (int m = 0; m < c->nmine; m++)
+    REFIT_CHECK(refit_nccl_settle_one(c, m, deadline, what));
+  return REFIT_OK;
 }
 
 static refit_status_t refit_nccl_query(const refit_transport_args_t *args) {
@@ -82,8 +117,8 @@ static refit_status_t refit_nccl_query(const refit_transport_args_t *args) {
     st = REFIT_ERR(REFIT_ERR_CONFIG,
                    "nccl transport: ranks %d and %d use the same GPU (%d "
                    "ranks on %d GPUs); one NCCL communicator cannot hold two "
-                   "ranks of one GPU: use refit.transport ipc (one node) or "
-                   "give every rank its own GPU",
+                   "ranks of one GPU: use refit.transport auto (CUDA IPC between "
+                   "ranks of one node), ipc, or give every rank its own GPU",
                    loc.shared_a, loc.shared_b, loc.size, loc.ngpus);
   refit_device_locality_free(&loc);
   return st;
@@ -91,52 +126,74 @@ static refit_status_t refit_nccl_query(const refit_transport_args_t *args) {
 
 static void refit_nccl_destroy(void *ctx);
 
-/* Collective: a new communicator over the world, by `deadline`. Rank 0
- * makes the id; every rank enters the broadcast even if that failed, and the
- * failure travels as an all-zero "ok" word beside the id. */
+/* Collective over the world: new communicators for this rank's groups, by
+ * `deadline`. Rank 0 makes every group's id; every rank enters the broadcast
+ * even if that failed, and the failure travels as an all-zero "ok" word
+ * after the ids. */
 static refit_status_t refit_nccl_connect(refit_nccl_ctx_t *c, double deadline) {
   refit_status_t st = REFIT_OK;
-  struct {
-    ncclUniqueId id;
-    int ok;
-  } msg;
-  memset(&msg, 0, sizeof(msg));
-  msg.ok = 1;
-  if (c->rank == 0) {
-    ncclResult_t res = ncclGetUniqueId(&msg.id);
-    if (res != ncclSuccess) {
-      st = refit_nccl_error(res, NULL, "ncclGetUniqueId", __FILE__, __LINE__);
-      msg.ok = 0;
+  const size_t idbytes = (size_t)c->ngroups * sizeof(ncclUniqueId);
+  unsigned char *msg = calloc(1, idbytes + sizeof(int));
+  if (msg == NULL) /* the others fail at the broadcast's deadline */
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: %d ids", c->ngroups);
+  int ok = 1;
+  if (c->rank == 0)
+    for (int k = 0; k < c->ngroups && ok; k++) {
+      ncclUniqueId id;
+      ncclResult_t res = ncclGetUniqueId(&id);
+      if (res != ncclSuccess) {
+        st = refit_nccl_error(res, NULL, "ncclGetUniqueId", __FILE__, __LINE__);
+        ok = 0;
+      }
+      memcpy(msg + (size_t)k * sizeof(id), &id, sizeof(id));
     }
-  }
+  memcpy(msg + idbytes, &ok, sizeof(ok));
   MPI_Request req = MPI_REQUEST_NULL;
-  if (MPI_Ibcast(&msg, (int)sizeof(msg), MPI_BYTE, 0, c->world, &req) != MPI_SUCCESS)
-    return REFIT_ERR(REFIT_ERR_MPI, "nccl transport: broadcast of the id");
+  if (MPI_Ibcast(msg, (int)(idbytes + sizeof(int)), MPI_BYTE, 0, c->world, &req) !=
+      MPI_SUCCESS) {
+    free(msg);
+    return REFIT_ERR(REFIT_ERR_MPI, "nccl transport: broadcast of the ids");
+  }
+  /* At the deadline the broadcast is still pending and may yet write into
+   * msg: it is left allocated (the session cannot go on after a timeout). */
   REFIT_CHECK(refit_mpi_request_wait(&req, deadline,
-                                     "nccl transport: broadcast of the id"));
-  if (!msg.ok)
+                                     "nccl transport: broadcast of the ids"));
+  memcpy(&ok, msg + idbytes, sizeof(ok));
+  if (!ok) {
+    free(msg);
     return st != REFIT_OK ? st
                           : REFIT_ERR(REFIT_ERR_PEER, "nccl transport: rank 0 could "
-                                                      "not create the NCCL unique id");
+                                                      "not create the NCCL unique ids");
+  }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  c->comm = NULL;
   c->aborted = 0;
-  ncclResult_t res =
-      ncclCommInitRankConfig(&c->comm, c->size, msg.id, c->rank, &config);
+  for (int m = 0; m < c->nmine; m++)
+    c->mine[m].comm = NULL;
+  ncclResult_t res = ncclGroupStart();
+  for (int m = 0; m < c->nmine && (res == ncclSuccess || res == ncclInProgress); m++) {
+    ncclUniqueId id;
+    memcpy(&id, msg + (size_t)c->mine[m].group * sizeof(ncclUniqueId), sizeof(id));
+    res = ncclCommInitRankConfig(&c->mine[m].comm, c->mine[m].size, id,
+                                 c->mine[m].rank, &config);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  free(msg);
+  if (res == ncclSuccess || res == ncclInProgress)
+    res = end;
   if (res != ncclSuccess && res != ncclInProgress) {
-    st = refit_nccl_error(res, c->comm, "ncclCommInitRankConfig", __FILE__, __LINE__);
+    st = refit_nccl_error(res, NULL, "ncclCommInitRankConfig", __FILE__, __LINE__);
     refit_nccl_abort(c);
     return st;
   }
   REFIT_CHECK(refit_nccl_settle(c, deadline, "ncclCommInitRankConfig"));
-  REFIT_INFO("nccl transport: communicator of %d ranks ready", c->size);
+  REFIT_INFO("nccl transport: %d communicator%s ready (sizes from %d)", c->nmine,
+             c->nmine == 1 ? "" : "s", c->nmine > 0 ? c->mine[0].size : 0);
   return REFIT_OK;
 }
 
-static refit_status_t refit_nccl_create(const refit_transport_args_t *args,
-                                        void **out) {
-  refit_status_t st = REFIT_OK;
+static refit_status_t refit_nccl_ctx_new(const refit_transport_args_t *args,
+                                         refit_nccl_ctx_t **out) {
   refit_nccl_ctx_t *c = calloc(1, sizeof(*c));
   if (c == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: context");
@@ -144,6 +201,62 @@ static refit_status_t refit_nccl_create(const refit_transport_args_t *args,
   c->rank = args->world_rank;
   c->size = args->world_size;
   c->world = args->world;
+  c->route = malloc((size_t)c->size * sizeof(int));
+  c->peer_rank = malloc((size_t)c->size * sizeof(int));
+  if (c->route == NULL || c->peer_rank == NULL) {
+    refit_nccl_destroy(c);
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: routes of %d ranks",
+                     c->size);
+  }
+  for (int r = 0; r < c->size; r++)
+    c->route[r] = c->peer_rank[r] = -1;
+  *out = c;
+  return REFIT_OK;
+}
+
+refit_status_t refit_nccl_create_groups(const refit_transport_args_t *args,
+                                        const refit_nccl_groups_t *g, void **out) {
+  refit_status_t st = REFIT_OK;
+  refit_nccl_ctx_t *c = NULL;
+  REFIT_CHECK(refit_nccl_ctx_new(args, &c));
+  c->ngroups = g->ngroups;
+  int n = 0;
+  for (int k = 0; k < g->ngroups; k++)
+    for (int i = g->begin[k]; i < g->begin[k + 1]; i++)
+      n += g->ranks[i] == c->rank;
+  c->mine = calloc((size_t)(n ? n : 1), sizeof(*c->mine));
+  if (c->mine == NULL) {
+    refit_nccl_destroy(c);
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: %d communicators", n);
+  }
+  for (int k = 0; k < g->ngroups; k++) {
+    const int *r = g->ranks + g->begin[k], size = g->begin[k + 1] - g->begin[k];
+    int me = -1;
+    for (int i = 0; i < size; i++)
+      if (r[i] == c->rank)
+        me = i;
+    if (me < 0)
+      continue;
+    refit_nccl_member_t *m = &c->mine[c->nmine];
+    m->group = k;
+    m->size = size;
+    m->rank = me;
+    for (int i = 0; i < size; i++) {
+      if (i == me)
+        continue;
+      if (c->route[r[i]] >= 0) {
+        st = REFIT_ERR(REFIT_ERR_INTERNAL,
+                       "nccl transport: ranks %d and %d share communicators %d "
+                       "and %d; a pair needs exactly one",
+                       c->rank, r[i], c->mine[c->route[r[i]]].group, k);
+        refit_nccl_destroy(c);
+        return st;
+      }
+      c->route[r[i]] = c->nmine;
+      c->peer_rank[r[i]] = i;
+    }
+    c->nmine++;
+  }
   REFIT_CHECK_GOTO(refit_device_stream_create(&c->stream), st, err);
   REFIT_CHECK_GOTO(refit_nccl_connect(c, MPI_Wtime() + args->timeout_s), st, err);
   *out = c;
@@ -154,28 +267,44 @@ err:
   return st;
 }
 
+static refit_status_t refit_nccl_create(const refit_transport_args_t *args,
+                                        void **out) {
+  int *ranks = malloc((size_t)args->world_size * sizeof(int));
+  if (ranks == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: world of %d",
+                     args->world_size);
+  for (int r = 0; r < args->world_size; r++)
+    ranks[r] = r;
+  const int begin[2] = {0, args->world_size};
+  const refit_nccl_groups_t world = {1, begin, ranks};
+  refit_status_t st = refit_nccl_create_groups(args, &world, out);
+  free(ranks);
+  return st;
+}
+
 static int refit_nccl_healthy(void *ctx) {
   const refit_nccl_ctx_t *c = ctx;
   return !c->aborted;
 }
 
-/* After a failed refit every rank replaces its communicator: one aborted on
+/* After a failed refit every rank replaces its communicators: one aborted on
  * any rank cannot serve the others, and aborting a healthy one also ends
  * kernels still waiting on the failed exchange. */
 static refit_status_t refit_nccl_recover(void *ctx, double deadline) {
   refit_nccl_ctx_t *c = ctx;
   const int was_aborted = c->aborted;
-  if (c->comm != NULL && !c->aborted) {
-    ncclCommAbort(c->comm);
-    c->aborted = 1;
-  }
+  if (!c->aborted)
+    for (int m = 0; m < c->nmine; m++)
+      if (c->mine[m].comm != NULL)
+        ncclCommAbort(c->mine[m].comm);
+  c->aborted = 1;
   cudaError_t err = cudaStreamSynchronize(c->stream);
   if (err != cudaSuccess)
     return refit_cuda_error(err, "cudaStreamSynchronize (nccl recover)", __FILE__,
                             __LINE__);
   REFIT_CHECK(refit_nccl_connect(c, deadline));
-  REFIT_INFO("nccl transport: new communicator after the failed refit%s",
-             was_aborted ? " (this rank's was aborted)" : "");
+  REFIT_INFO("nccl transport: new communicators after the failed refit%s",
+             was_aborted ? " (this rank's were aborted)" : "");
   return REFIT_OK;
 }
 
@@ -185,6 +314,19 @@ static void refit_nccl_exchange_free(refit_exchange_t *ex) {
   refit_device_event_destroy(ex->done);
   free(ex->peer);
   free(ex);
+}
+
+/* The communicator and rank that reach world rank `peer`. */
+static refit_status_t refit_nccl_route(const refit_nccl_ctx_t *c, int peer,
+                                       ncclComm_t *comm, int *rank) {
+  if (peer < 0 || peer >= c->size || c->route[peer] < 0)
+    return REFIT_ERR(REFIT_ERR_INTERNAL,
+                     "nccl transport: no communicator of rank %d reaches rank "
+                     "%d (the transport was built for other pairs)",
+                     c->rank, peer);
+  *comm = c->mine[c->route[peer]].comm;
+  *rank = c->peer_rank[peer];
+  return REFIT_OK;
 }
 
 static refit_status_t refit_nccl_start(void *ctx, const refit_xfer_t *sends,
@@ -200,7 +342,7 @@ static refit_status_t refit_nccl_start(void *ctx, const refit_xfer_t *sends,
   (void)tag;
 
   if (c->aborted)
-    return REFIT_ERR(REFIT_ERR_STATE, "nccl transport: the communicator was "
+    return REFIT_ERR(REFIT_ERR_STATE, "nccl transport: the communicators were "
                                       "aborted after an earlier failure");
   ex = calloc(1, sizeof(*ex));
   if (ex == NULL)
@@ -210,29 +352,37 @@ static refit_status_t refit_nccl_start(void *ctx, const refit_xfer_t *sends,
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: %d peers", n);
     goto err;
   }
+  for (int i = 0; i < n; i++) {
+    const refit_xfer_t *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
+    ncclComm_t comm;
+    int rank;
+    REFIT_CHECK_GOTO(refit_nccl_route(c, x->peer, &comm, &rank), st, err);
+  }
   REFIT_CHECK_GOTO(refit_device_event_create(&ex->done), st, err);
 
   /* A non-blocking communicator takes no new call while the previous one is
    * still being set up (first contact with a peer connects in the
    * background). */
   const double deadline = MPI_Wtime() + c->timeout_s;
-  REFIT_CHECK_GOTO(refit_nccl_settle(c, deadline, "previous exchange"), st,
-                   err);
-  REFIT_NCCL_CHECK_GOTO(ncclGroupStart(), c->comm, st, err);
-  for (int i = 0; i < nrecvs; i++) {
-    ex->peer[ex->n++] = recvs[i].peer;
-    REFIT_NCCL_CHECK_GOTO(ncclRecv(recvs[i].buf, recvs[i].bytes, ncclUint8,
-                                   recvs[i].peer, c->comm, c->stream),
-                          c->comm, st, err_group);
+  REFIT_CHECK_GOTO(refit_nccl_settle(c, deadline, "previous exchange"), st, err);
+  REFIT_NCCL_CHECK_GOTO(ncclGroupStart(), NULL, st, err);
+  for (int i = 0; i < n; i++) {
+    const int is_recv = i < nrecvs;
+    const refit_xfer_t *x = is_recv ? &recvs[i] : &sends[i - nrecvs];
+    ncclComm_t comm;
+    int rank;
+    refit_nccl_route(c, x->peer, &comm, &rank);
+    ex->peer[ex->n++] = x->peer;
+    if (is_recv) {
+      REFIT_NCCL_CHECK_GOTO(ncclRecv(x->buf, x->bytes, ncclUint8, rank, comm, c->stream),
+                            comm, st, err_group);
+    } else {
+      ex->nsends++;
+      REFIT_NCCL_CHECK_GOTO(ncclSend(x->buf, x->bytes, ncclUint8, rank, comm, c->stream),
+                            comm, st, err_group);
+    }
   }
-  for (int i = 0; i < nsends; i++) {
-    ex->peer[ex->n++] = sends[i].peer;
-    ex->nsends++;
-    REFIT_NCCL_CHECK_GOTO(ncclSend(sends[i].buf, sends[i].bytes, ncclUint8,
-                                   sends[i].peer, c->comm, c->stream),
-                          c->comm, st, err_group);
-  }
-  REFIT_NCCL_CHECK_GOTO(ncclGroupEnd(), c->comm, st, err_abort);
+  REFIT_NCCL_CHECK_GOTO(ncclGroupEnd(), NULL, st, err_abort);
   /* The operations are on the stream only once the group has settled. */
   REFIT_CHECK_GOTO(refit_nccl_settle(c, deadline, "ncclGroupEnd"), st, err);
   REFIT_CUDA_CHECK_GOTO(cudaEventRecord(ex->done, c->stream), st, err_abort);
@@ -242,11 +392,31 @@ static refit_status_t refit_nccl_start(void *ctx, const refit_xfer_t *sends,
 err_group:
   ncclGroupEnd();
 err_abort:
-  /* Part of a group may be queued: the communicator is in an unknown state. */
+  /* Part of a group may be queued: the communicators are in an unknown state. */
   refit_nccl_abort(c);
 err:
   refit_nccl_exchange_free(ex);
   return st;
+}
+
+/* One look at an exchange: *done once its event completed; an asynchronous
+ * NCCL error aborts. */
+static refit_status_t refit_nccl_poll(refit_nccl_ctx_t *c, refit_exchange_t *ex,
+                                      const char *phase, int *done) {
+  REFIT_CHECK(refit_device_event_done(ex->done, done));
+  if (*done)
+    return REFIT_OK;
+  for (int m = 0; m < c->nmine; m++) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t res = ncclCommGetAsyncError(c->mine[m].comm, &state);
+    if (res != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+      refit_status_t st = refit_nccl_error(res != ncclSuccess ? res : state,
+                                           c->mine[m].comm, phase, __FILE__, __LINE__);
+      refit_nccl_abort(c);
+      return st;
+    }
+  }
+  return REFIT_OK;
 }
 
 static refit_status_t refit_nccl_wait(void *ctx, refit_exchange_t *ex,
@@ -257,23 +427,16 @@ static refit_status_t refit_nccl_wait(void *ctx, refit_exchange_t *ex,
 
   if (c->aborted) {
     st = REFIT_ERR(REFIT_ERR_STATE,
-                   "%s: nccl transport: the communicator was aborted after an "
+                   "%s: nccl transport: the communicators were aborted after an "
                    "earlier failure",
                    phase);
     goto out;
   }
   for (;;) {
     int done = 0;
-    REFIT_CHECK_GOTO(refit_device_event_done(ex->done, &done), st, abort);
+    REFIT_CHECK_GOTO(refit_nccl_poll(c, ex, phase, &done), st, abort);
     if (done)
       break;
-    ncclResult_t state = ncclSuccess;
-    ncclResult_t res = ncclCommGetAsyncError(c->comm, &state);
-    if (res != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
-      st = refit_nccl_error(res != ncclSuccess ? res : state, c->comm, phase,
-                            __FILE__, __LINE__);
-      goto abort;
-    }
     if (MPI_Wtime() > deadline) {
       /* A group completes as one kernel: every peer of it is outstanding. */
       char peers[256] = "";
@@ -285,7 +448,7 @@ static refit_status_t refit_nccl_wait(void *ctx, refit_exchange_t *ex,
                                  ex->peer[i]);
       st = REFIT_ERR(REFIT_ERR_TIMEOUT,
                      "%s: nccl transport: %d messages still outstanding at the "
-                     "deadline (peer ranks: %s); communicator aborted",
+                     "deadline (peer ranks: %s); communicators aborted",
                      phase, ex->n, peers);
       goto abort;
     }
@@ -302,22 +465,46 @@ out:
   return st;
 }
 
+static refit_status_t refit_nccl_test(void *ctx, refit_exchange_t *ex, int *done) {
+  refit_nccl_ctx_t *c = ctx;
+  *done = 0;
+  refit_status_t st = c->aborted
+                          ? REFIT_ERR(REFIT_ERR_STATE,
+                                      "nccl transport: the communicators were "
+                                      "aborted after an earlier failure")
+                          : refit_nccl_poll(c, ex, "nccl exchange", done);
+  if (st != REFIT_OK || *done)
+    refit_nccl_exchange_free(ex);
+  return st;
+}
+
 static void refit_nccl_destroy(void *ctx) {
   refit_nccl_ctx_t *c = ctx;
   if (c == NULL)
     return;
-  if (c->comm != NULL && !c->aborted) {
+  if (!c->aborted) {
     /* Finalize flushes outstanding work, polled against the timeout; a
      * communicator that cannot finish is aborted instead of hanging. */
-    ncclResult_t res = ncclCommFinalize(c->comm);
-    if ((res == ncclSuccess || res == ncclInProgress) &&
-        refit_nccl_settle(c, MPI_Wtime() + c->timeout_s,
-                          "ncclCommFinalize") == REFIT_OK)
-      ncclCommDestroy(c->comm);
-    else
+    int ok = 1;
+    for (int m = 0; m < c->nmine && ok; m++) {
+      ncclResult_t res = c->mine[m].comm != NULL ? ncclCommFinalize(c->mine[m].comm)
+                                                 : ncclSuccess;
+      ok = res == ncclSuccess || res == ncclInProgress;
+    }
+    if (ok && refit_nccl_settle(c, MPI_Wtime() + c->timeout_s, "ncclCommFinalize") ==
+                  REFIT_OK) {
+      for (int m = 0; m < c->nmine; m++)
+        if (c->mine[m].comm != NULL)
+          ncclCommDestroy(c->mine[m].comm);
+    } else {
       refit_nccl_abort(c);
+    }
   }
-  refit_device_stream_destroy(c->stream);
+  if (c->stream != NULL)
+    refit_device_stream_destroy(c->stream);
+  free(c->mine);
+  free(c->route);
+  free(c->peer_rank);
   free(c);
 }
 
@@ -329,6 +516,7 @@ const refit_transport_ops_t refit_transport_nccl = {
     .create = refit_nccl_create,
     .start = refit_nccl_start,
     .wait = refit_nccl_wait,
+    .test = refit_nccl_test,
     .destroy = refit_nccl_destroy,
     .register_buffer = NULL,
     .healthy = refit_nccl_healthy,

@@ -11,9 +11,12 @@
  * each message against refit_pattern_byte, each gap still poison.
  *
  *   test_gpu_transport --transport nccl|ipc|ucx|auto [--same-gpu] [--buckets N]
- *                      [--timeout S] [--expect ipc|nccl]
+ *                      [--timeout S] [--expect NAME] [--locality host|gpu]
  *                      [--die-rank R --die-bucket B]
  *
+ * --locality gpu makes each GPU a node for auto (refit.locality: gpu): ranks
+ * of one GPU then exchange over CUDA IPC and all other pairs over NCCL (the
+ * per-pair "ipc+nccl" transport, as across hosts), on one machine.
  * --same-gpu binds every rank to GPU 0. A forced NCCL on ranks that share a
  * GPU must be refused with REFIT_ERR_CONFIG (checked, then PASS). With
  * --die-rank, rank R kills itself (SIGKILL) right after starting bucket B;
@@ -43,6 +46,7 @@ typedef struct {
   const char *kind_name;
   const char *expect;
   int same_gpu, buckets, die_rank, die_bucket;
+  refit_locality_t locality;
   double timeout_s;
 } opts_t;
 
@@ -102,6 +106,9 @@ static int parse(int argc, char **argv, opts_t *o) {
                 : strcmp(v, "ipc") == 0 ? REFIT_TRANSPORT_IPC
                 : strcmp(v, "ucx") == 0 ? REFIT_TRANSPORT_UCX
                                         : REFIT_TRANSPORT_AUTO;
+      i++;
+    } else if (strcmp(a, "--locality") == 0 && v) {
+      o->locality = strcmp(v, "gpu") == 0 ? REFIT_LOCALITY_GPU : REFIT_LOCALITY_HOST;
       i++;
     } else if (strcmp(a, "--same-gpu") == 0) {
       o->same_gpu = 1;
@@ -174,16 +181,40 @@ int main(int argc, char **argv) {
     FAILF("locality: %s", refit_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  const int shared = loc.shared_a >= 0;
+  const int shared = loc.shared_a >= 0, ngpus = loc.ngpus;
   refit_device_locality_free(&loc);
+  if (o.locality == REFIT_LOCALITY_GPU && ngpus < 2) {
+    if (rank == 0)
+      printf("test_gpu_transport: SKIP: --locality gpu needs ranks on two GPUs "
+             "(%d here)\n", ngpus);
+    MPI_Finalize();
+    return 77;
+  }
 
+  /* Every rank sends to every other rank. */
+  int *pairs = malloc((size_t)size * (size_t)size * 2 * sizeof(int)), npairs = 0;
+  if (pairs == NULL) {
+    FAILF("pairs of %d ranks", size);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  for (int a = 0; a < size; a++)
+    for (int b = 0; b < size; b++)
+      if (a != b) {
+        pairs[2 * npairs] = a;
+        pairs[2 * npairs + 1] = b;
+        npairs++;
+      }
   refit_transport_args_t args = {.world = MPI_COMM_WORLD,
                                  .world_rank = rank,
                                  .world_size = size,
                                  .timeout_s = o.timeout_s,
-                                 .memory = REFIT_MEMORY_DEVICE};
+                                 .memory = REFIT_MEMORY_DEVICE,
+                                 .pairs = pairs,
+                                 .npairs = npairs,
+                                 .locality = o.locality};
   refit_transport_t t = {0};
   st = refit_transport_open(o.kind, &args, &t);
+  free(pairs);
   if (o.kind == REFIT_TRANSPORT_NCCL && shared) {
     /* Two ranks on one GPU: NCCL must refuse, naming the reason. */
     int ok = st == REFIT_ERR_CONFIG &&

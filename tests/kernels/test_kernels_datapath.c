@@ -20,14 +20,22 @@
 
 #include <cmocka.h> /* after setjmp.h, stdarg.h, stddef.h */
 
-/* The digest written out from its definition, word by word, byte by byte. */
+/* The digest written out from its definition (core/digest.h), word by word,
+ * byte by byte, with the halves' arithmetic done in 64 bits and reduced. */
 static uint64_t slow_digest(const uint8_t *p, int64_t len) {
   uint64_t d = (uint64_t)len * REFIT_DIGEST_P1;
   for (int64_t i = 0; 8 * i < len; i++) {
-    uint64_t w = 0;
-    for (int b = 0; b < 8 && 8 * i + b < len; b++)
-      w |= (uint64_t)p[8 * i + b] << (8 * b);
-    d += refit_digest_mix(w + (uint64_t)i * REFIT_DIGEST_P2);
+    uint64_t lo = 0, hi = 0;
+    for (int b = 0; b < 8 && 8 * i + b < len; b++) {
+      if (b < 4)
+        lo |= (uint64_t)p[8 * i + b] << (8 * b);
+      else
+        hi |= (uint64_t)p[8 * i + b] << (8 * (b - 4));
+    }
+    const uint64_t k = ((uint64_t)i * REFIT_DIGEST_K1) % 4294967296ull;
+    const uint64_t a = (lo + k) % 4294967296ull;
+    const uint64_t b = (hi + (k ^ REFIT_DIGEST_K2)) % 4294967296ull;
+    d += a * b;
   }
   return d;
 }
