@@ -1,6 +1,10 @@
 /*
- * NCCL transport over device memory. Each exchange is one ncclGroupStart/End
- * of ncclSend/ncclRecv on the transport's stream.
+ * NCCL transport over device memory. Each exchange is, per communicator it
+ * uses, one ncclGroupStart/End of ncclSend/ncclRecv on that communicator's
+ * own stream, followed by an event there; the exchange is complete when
+ * every one of its events is. Communicators never share a group or a
+ * stream, so a communicator stuck on a dead peer (and its abort) leaves the
+ * others' kernels alone.
  *
  * Communicators: named `nccl`, one over the world. Inside the per-pair
  * transport (transport_pairs.c), a set of them for the pairs it gives NCCL
@@ -29,7 +33,8 @@
 #include <string.h>
 
 struct refit_exchange {
-  cudaEvent_t done;
+  cudaEvent_t *done; /* [nmine]: NULL where the communicator has no operation */
+  int ndone;
   int n, nsends;
   int *peer; /* receives first, then sends */
 };
@@ -39,6 +44,7 @@ typedef struct {
   int group; /* index among all groups (its id's place in the broadcast) */
   int size, rank;
   ncclComm_t comm;
+  cudaStream_t stream; /* this communicator's operations */
 } refit_nccl_member_t;
 
 typedef struct {
@@ -46,7 +52,6 @@ typedef struct {
   int nmine, ngroups;
   int *route;     /* [world size] index into mine reaching that peer, or -1 */
   int *peer_rank; /* [world size] the peer's rank in that communicator */
-  cudaStream_t stream;
   MPI_Comm world; /* the session's; recover() builds new communicators */
   double timeout_s;
   int rank, size;
@@ -257,7 +262,8 @@ refit_status_t refit_nccl_create_groups(const refit_transport_args_t *args,
     }
     c->nmine++;
   }
-  REFIT_CHECK_GOTO(refit_device_stream_create(&c->stream), st, err);
+  for (int m = 0; m < c->nmine; m++)
+    REFIT_CHECK_GOTO(refit_device_stream_create(&c->mine[m].stream), st, err);
   REFIT_CHECK_GOTO(refit_nccl_connect(c, MPI_Wtime() + args->timeout_s), st, err);
   *out = c;
   return REFIT_OK;
@@ -298,10 +304,12 @@ static refit_status_t refit_nccl_recover(void *ctx, double deadline) {
       if (c->mine[m].comm != NULL)
         ncclCommAbort(c->mine[m].comm);
   c->aborted = 1;
-  cudaError_t err = cudaStreamSynchronize(c->stream);
-  if (err != cudaSuccess)
-    return refit_cuda_error(err, "cudaStreamSynchronize (nccl recover)", __FILE__,
-                            __LINE__);
+  for (int m = 0; m < c->nmine; m++) {
+    cudaError_t err = cudaStreamSynchronize(c->mine[m].stream);
+    if (err != cudaSuccess)
+      return refit_cuda_error(err, "cudaStreamSynchronize (nccl recover)", __FILE__,
+                              __LINE__);
+  }
   REFIT_CHECK(refit_nccl_connect(c, deadline));
   REFIT_INFO("nccl transport: new communicators after the failed refit%s",
              was_aborted ? " (this rank's were aborted)" : "");
@@ -311,7 +319,11 @@ static refit_status_t refit_nccl_recover(void *ctx, double deadline) {
 static void refit_nccl_exchange_free(refit_exchange_t *ex) {
   if (ex == NULL)
     return;
-  refit_device_event_destroy(ex->done);
+  if (ex->done != NULL)
+    for (int m = 0; m < ex->ndone; m++)
+      if (ex->done[m] != NULL)
+        refit_device_event_destroy(ex->done[m]);
+  free(ex->done);
   free(ex->peer);
   free(ex);
 }
@@ -348,44 +360,67 @@ static refit_status_t refit_nccl_start(void *ctx, const refit_xfer_t *sends,
   if (ex == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: exchange");
   ex->peer = malloc((size_t)(n ? n : 1) * sizeof(*ex->peer));
-  if (ex->peer == NULL) {
+  ex->done = calloc((size_t)(c->nmine ? c->nmine : 1), sizeof(*ex->done));
+  if (ex->peer == NULL || ex->done == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: %d peers", n);
+    goto err;
+  }
+  ex->ndone = c->nmine;
+  int *uses = calloc((size_t)(c->nmine ? c->nmine : 1), sizeof(int));
+  if (uses == NULL) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: %d communicators", c->nmine);
     goto err;
   }
   for (int i = 0; i < n; i++) {
     const refit_xfer_t *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
     ncclComm_t comm;
     int rank;
-    REFIT_CHECK_GOTO(refit_nccl_route(c, x->peer, &comm, &rank), st, err);
+    st = refit_nccl_route(c, x->peer, &comm, &rank);
+    if (st != REFIT_OK) {
+      free(uses);
+      goto err;
+    }
+    uses[c->route[x->peer]] = 1;
+    ex->peer[ex->n++] = x->peer;
+    ex->nsends += i >= nrecvs;
   }
-  REFIT_CHECK_GOTO(refit_device_event_create(&ex->done), st, err);
+  for (int m = 0; m < c->nmine && st == REFIT_OK; m++)
+    if (uses[m])
+      st = refit_device_event_create(&ex->done[m]);
+  free(uses);
+  if (st != REFIT_OK)
+    goto err;
 
   /* A non-blocking communicator takes no new call while the previous one is
    * still being set up (first contact with a peer connects in the
    * background). */
   const double deadline = MPI_Wtime() + c->timeout_s;
   REFIT_CHECK_GOTO(refit_nccl_settle(c, deadline, "previous exchange"), st, err);
-  REFIT_NCCL_CHECK_GOTO(ncclGroupStart(), NULL, st, err);
-  for (int i = 0; i < n; i++) {
-    const int is_recv = i < nrecvs;
-    const refit_xfer_t *x = is_recv ? &recvs[i] : &sends[i - nrecvs];
-    ncclComm_t comm;
-    int rank;
-    refit_nccl_route(c, x->peer, &comm, &rank);
-    ex->peer[ex->n++] = x->peer;
-    if (is_recv) {
-      REFIT_NCCL_CHECK_GOTO(ncclRecv(x->buf, x->bytes, ncclUint8, rank, comm, c->stream),
-                            comm, st, err_group);
-    } else {
-      ex->nsends++;
-      REFIT_NCCL_CHECK_GOTO(ncclSend(x->buf, x->bytes, ncclUint8, rank, comm, c->stream),
-                            comm, st, err_group);
+  for (int m = 0; m < c->nmine; m++) {
+    if (ex->done[m] == NULL)
+      continue;
+    const refit_nccl_member_t *mb = &c->mine[m];
+    REFIT_NCCL_CHECK_GOTO(ncclGroupStart(), mb->comm, st, err);
+    for (int i = 0; i < n; i++) {
+      const int is_recv = i < nrecvs;
+      const refit_xfer_t *x = is_recv ? &recvs[i] : &sends[i - nrecvs];
+      if (c->route[x->peer] != m)
+        continue;
+      const int rank = c->peer_rank[x->peer];
+      if (is_recv)
+        REFIT_NCCL_CHECK_GOTO(
+            ncclRecv(x->buf, x->bytes, ncclUint8, rank, mb->comm, mb->stream),
+            mb->comm, st, err_group);
+      else
+        REFIT_NCCL_CHECK_GOTO(
+            ncclSend(x->buf, x->bytes, ncclUint8, rank, mb->comm, mb->stream),
+            mb->comm, st, err_group);
     }
+    REFIT_NCCL_CHECK_GOTO(ncclGroupEnd(), mb->comm, st, err_abort);
+    /* The operations are on the stream only once the group has settled. */
+    REFIT_CHECK_GOTO(refit_nccl_settle_one(c, m, deadline, "ncclGroupEnd"), st, err);
+    REFIT_CUDA_CHECK_GOTO(cudaEventRecord(ex->done[m], mb->stream), st, err_abort);
   }
-  REFIT_NCCL_CHECK_GOTO(ncclGroupEnd(), NULL, st, err_abort);
-  /* The operations are on the stream only once the group has settled. */
-  REFIT_CHECK_GOTO(refit_nccl_settle(c, deadline, "ncclGroupEnd"), st, err);
-  REFIT_CUDA_CHECK_GOTO(cudaEventRecord(ex->done, c->stream), st, err_abort);
   *out = ex;
   return REFIT_OK;
 
@@ -403,7 +438,10 @@ err:
  * NCCL error aborts. */
 static refit_status_t refit_nccl_poll(refit_nccl_ctx_t *c, refit_exchange_t *ex,
                                       const char *phase, int *done) {
-  REFIT_CHECK(refit_device_event_done(ex->done, done));
+  *done = 1;
+  for (int m = 0; m < ex->ndone && *done; m++)
+    if (ex->done[m] != NULL)
+      REFIT_CHECK(refit_device_event_done(ex->done[m], done));
   if (*done)
     return REFIT_OK;
   for (int m = 0; m < c->nmine; m++) {
@@ -500,8 +538,9 @@ static void refit_nccl_destroy(void *ctx) {
       refit_nccl_abort(c);
     }
   }
-  if (c->stream != NULL)
-    refit_device_stream_destroy(c->stream);
+  for (int m = 0; m < c->nmine; m++)
+    if (c->mine[m].stream != NULL)
+      refit_device_stream_destroy(c->mine[m].stream);
   free(c->mine);
   free(c->route);
   free(c->peer_rank);

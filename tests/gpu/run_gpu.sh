@@ -17,8 +17,9 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # NVLink multicast stays off on shared GPU machines, whatever the caller set.
 export NCCL_NVLS_ENABLE=0
-[ $dead -eq 1 ] && export OMPI_MCA_orte_enable_recovery=1
-timeout 150 "$root/launch/refit-launch" --np "$np" --build-dir "$build" \
+limit=150
+[ $dead -eq 1 ] && export OMPI_MCA_orte_enable_recovery=1 && limit=60
+timeout $limit "$root/launch/refit-launch" --np "$np" --build-dir "$build" \
   "$root/tests/gpu/gpu_link.yaml" -- "$build/tests/gpu/test_gpu_transport" "$@" \
   >"$out" 2>&1
 rc=$?
@@ -28,7 +29,7 @@ if grep -q "SKIP:" "$out"; then
   exit 77
 fi
 if [ $rc -eq 124 ]; then
-  echo "run_gpu: FAIL: the job did not end within 150 s (a hang)"
+  echo "run_gpu: FAIL: the job did not end within $limit s (a hang)"
   exit 1
 fi
 if [ $dead -eq 1 ]; then
