@@ -28,6 +28,7 @@
 #include "device.h"
 #include "transport.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,21 +57,79 @@ typedef struct {
   double timeout_s;
   int rank, size;
   int aborted; /* set once the communicators were aborted: no use until recover() */
+  int lost;    /* an abort never returned: recover() refuses */
 } refit_nccl_ctx_t;
 
+/* ncclCommAbort in a thread of its own, so that an abort that never returns
+ * (seen when a peer process died while two survivors shared a GPU) cannot
+ * hang the caller. */
+typedef struct {
+  ncclComm_t comm;
+  volatile int finished;
+} refit_nccl_abort_job_t;
+
+static void *refit_nccl_abort_thread(void *arg) {
+  refit_nccl_abort_job_t *job = arg;
+  ncclCommAbort(job->comm);
+  __atomic_store_n(&job->finished, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Abort every communicator of the rank, each in its own thread, waiting for
+ * them up to REFIT_NCCL_ABORT_S. One that does not return is left to its
+ * thread (its memory with it) and the transport is marked lost: recover()
+ * then refuses, and the job must restart. */
+#define REFIT_NCCL_ABORT_S 5.0
 static void refit_nccl_abort(refit_nccl_ctx_t *c) {
   if (c->aborted)
     return;
-  int any = 0;
-  for (int m = 0; m < c->nmine; m++)
-    if (c->mine[m].comm != NULL) {
-      ncclCommAbort(c->mine[m].comm);
-      any = 1;
-    }
-  if (any)
-    REFIT_WARN("nccl transport: aborted %d communicator%s", c->nmine,
-               c->nmine == 1 ? "" : "s");
   c->aborted = 1;
+  int n = 0;
+  refit_nccl_abort_job_t *jobs = calloc((size_t)(c->nmine ? c->nmine : 1), sizeof(*jobs));
+  pthread_t *threads = calloc((size_t)(c->nmine ? c->nmine : 1), sizeof(*threads));
+  int *started = calloc((size_t)(c->nmine ? c->nmine : 1), sizeof(int));
+  for (int m = 0; m < c->nmine; m++) {
+    if (c->mine[m].comm == NULL)
+      continue;
+    n++;
+    if (jobs == NULL || threads == NULL || started == NULL) {
+      ncclCommAbort(c->mine[m].comm); /* no memory for a thread: inline */
+      continue;
+    }
+    jobs[m].comm = c->mine[m].comm;
+    started[m] = pthread_create(&threads[m], NULL, refit_nccl_abort_thread, &jobs[m]) == 0;
+    if (!started[m])
+      ncclCommAbort(c->mine[m].comm);
+  }
+  const double until = MPI_Wtime() + REFIT_NCCL_ABORT_S;
+  int stuck = 0;
+  for (int m = 0; started != NULL && m < c->nmine; m++) {
+    if (!started[m])
+      continue;
+    unsigned spins = 0;
+    while (!__atomic_load_n(&jobs[m].finished, __ATOMIC_ACQUIRE) && MPI_Wtime() < until)
+      refit_poll_nap(&spins);
+    if (__atomic_load_n(&jobs[m].finished, __ATOMIC_ACQUIRE)) {
+      pthread_join(threads[m], NULL);
+    } else {
+      pthread_detach(threads[m]);
+      stuck++;
+    }
+  }
+  if (stuck > 0) {
+    c->lost = 1;
+    REFIT_WARN("nccl transport: %d of %d communicator aborts did not return within "
+               "%.0f s; left behind (this job's NCCL transport cannot be repaired: "
+               "restart the job)",
+               stuck, n, REFIT_NCCL_ABORT_S);
+    /* The stuck threads still use their jobs: leave them allocated. */
+    jobs = NULL;
+  } else if (n > 0) {
+    REFIT_WARN("nccl transport: aborted %d communicator%s", n, n == 1 ? "" : "s");
+  }
+  free(jobs);
+  free(threads);
+  free(started);
 }
 
 /* Wait until communicator m has left ncclInProgress, by `deadline`; on an
@@ -299,11 +358,12 @@ static int refit_nccl_healthy(void *ctx) {
 static refit_status_t refit_nccl_recover(void *ctx, double deadline) {
   refit_nccl_ctx_t *c = ctx;
   const int was_aborted = c->aborted;
-  if (!c->aborted)
-    for (int m = 0; m < c->nmine; m++)
-      if (c->mine[m].comm != NULL)
-        ncclCommAbort(c->mine[m].comm);
-  c->aborted = 1;
+  refit_nccl_abort(c); /* a healthy one too: it may hold the failed exchange */
+  if (c->lost)
+    return REFIT_ERR(REFIT_ERR_PEER,
+                     "nccl transport: a communicator of rank %d could not be "
+                     "aborted after the failed refit; restart the job",
+                     c->rank);
   for (int m = 0; m < c->nmine; m++) {
     cudaError_t err = cudaStreamSynchronize(c->mine[m].stream);
     if (err != cudaSuccess)

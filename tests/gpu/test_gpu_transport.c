@@ -51,6 +51,15 @@ typedef struct {
 } opts_t;
 
 static int g_rank = -1;
+static int g_trace; /* REFIT_TRACE set: each step of the loop on stderr */
+#define TRACE(...)                                                             \
+  do {                                                                         \
+    if (g_trace) {                                                             \
+      fprintf(stderr, "trace: rank %d %.3f: ", g_rank, MPI_Wtime());            \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fprintf(stderr, "\n");                                                   \
+    }                                                                          \
+  } while (0)
 
 #define FAILF(...)                                                             \
   do {                                                                         \
@@ -148,6 +157,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   g_rank = rank;
+  g_trace = getenv("REFIT_TRACE") != NULL;
   refit_log_set_rank(rank);
   /* A rule of the shared GPU machines, kept also where the environment was
    * not passed on: no NVLink multicast. */
@@ -299,7 +309,9 @@ int main(int argc, char **argv) {
       char phase[64];
       snprintf(phase, sizeof(phase), "bucket %d", vb);
       const double w0 = MPI_Wtime();
+      TRACE("wait %s", phase);
       st = t.ops->wait(t.ctx, inflight[slot], w0 + o.timeout_s, phase);
+      TRACE("wait %s: %s", phase, refit_status_name(st));
       const double waited = MPI_Wtime() - w0;
       inflight[slot] = NULL;
       if (o.die_rank >= 0 && st != REFIT_OK) {
@@ -312,6 +324,7 @@ int main(int argc, char **argv) {
         refit_exchange_t *again = NULL;
         refit_xfer_t from_dead = {o.die_rank, stage[0], 1};
         const double s0 = MPI_Wtime();
+        TRACE("a later exchange");
         refit_status_t st2 =
             t.ops->start(t.ctx, NULL, 0, &from_dead, 1, 9999, &again);
         if (st2 == REFIT_OK && again != NULL)
@@ -372,13 +385,16 @@ int main(int argc, char **argv) {
       recvs[nr++] = (refit_xfer_t){peer, stage[slot] + recv_offset(b, rank, peer),
                                    msg_bytes(b, peer, rank)};
     }
+    TRACE("prepare bucket %d", b);
     if (refit_device_memcpy(sendbuf[slot], host_send, send_offset(b, rank, size)) !=
             REFIT_OK ||
         refit_device_memset(stage[slot], POISON, stage_cap) != REFIT_OK) {
       FAILF("preparing bucket %d: %s", b, refit_last_error());
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    TRACE("start bucket %d", b);
     st = t.ops->start(t.ctx, sends, ns, recvs, nr, b, &inflight[slot]);
+    TRACE("start bucket %d: %s", b, refit_status_name(st));
     inflight_bucket[slot] = b;
     if (st != REFIT_OK) {
       if (o.die_rank >= 0)
