@@ -153,8 +153,9 @@ extern const refit_transport_ops_t refit_transport_pairs;
 
 /* NCCL communicators over groups of world ranks: group k holds
  * ranks[begin[k] .. begin[k+1]) (ascending), and a pair of ranks that
- * exchanges bytes must share exactly one group; no group may hold two ranks
- * of one GPU. Every rank passes the same groups. */
+ * exchanges bytes over NCCL must share exactly one group (pairs that share
+ * several get no route); no group may hold two ranks of one GPU. Every rank
+ * passes the same groups. */
 typedef struct {
   int ngroups;
   const int *begin; /* [ngroups + 1] */

@@ -51,7 +51,7 @@ typedef struct {
 typedef struct {
   refit_nccl_member_t *mine; /* the groups holding this rank */
   int nmine, ngroups;
-  int *route;     /* [world size] index into mine reaching that peer, or -1 */
+  int *route; /* [world size] index into mine reaching that peer; -1 none, -2 several */
   int *peer_rank; /* [world size] the peer's rank in that communicator */
   MPI_Comm world; /* the session's; recover() builds new communicators */
   double timeout_s;
@@ -308,16 +308,14 @@ refit_status_t refit_nccl_create_groups(const refit_transport_args_t *args,
     for (int i = 0; i < size; i++) {
       if (i == me)
         continue;
-      if (c->route[r[i]] >= 0) {
-        st = REFIT_ERR(REFIT_ERR_INTERNAL,
-                       "nccl transport: ranks %d and %d share communicators %d "
-                       "and %d; a pair needs exactly one",
-                       c->rank, r[i], c->mine[c->route[r[i]]].group, k);
-        refit_nccl_destroy(c);
-        return st;
+      /* A peer met in two groups (ranks of one node in the per-pair
+       * transport, which never exchange over NCCL) has no route. */
+      if (c->route[r[i]] == -1) {
+        c->route[r[i]] = c->nmine;
+        c->peer_rank[r[i]] = i;
+      } else {
+        c->route[r[i]] = -2;
       }
-      c->route[r[i]] = c->nmine;
-      c->peer_rank[r[i]] = i;
     }
     c->nmine++;
   }
@@ -393,8 +391,10 @@ static refit_status_t refit_nccl_route(const refit_nccl_ctx_t *c, int peer,
                                        ncclComm_t *comm, int *rank) {
   if (peer < 0 || peer >= c->size || c->route[peer] < 0)
     return REFIT_ERR(REFIT_ERR_INTERNAL,
-                     "nccl transport: no communicator of rank %d reaches rank "
+                     "nccl transport: %s communicator of rank %d reaches rank "
                      "%d (the transport was built for other pairs)",
+                     peer >= 0 && peer < c->size && c->route[peer] == -2 ? "more than one"
+                                                                         : "no",
                      c->rank, peer);
   *comm = c->mine[c->route[peer]].comm;
   *rank = c->peer_rank[peer];

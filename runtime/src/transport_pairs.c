@@ -23,6 +23,7 @@
  * transports to their own repair (recover) at the next begin.
  */
 #include "device.h"
+#include "pair_groups.h"
 #include "transport.h"
 
 #include <stdlib.h>
@@ -64,96 +65,6 @@ static refit_status_t refit_pairs_query(const refit_transport_args_t *args) {
   return REFIT_OK;
 }
 
-static int refit_pairs_cmp_int(const void *a, const void *b) {
-  const int x = *(const int *)a, y = *(const int *)b;
-  return (x > y) - (x < y);
-}
-
-/*
- * The NCCL groups for the cross-node pairs (see the header comment), built
- * from the same pair list on every rank: begin/ranks as refit_nccl_groups_t.
- */
-static refit_status_t refit_pairs_groups(const refit_transport_args_t *args,
-                                         const refit_device_locality_t *loc,
-                                         const int *node_of, int *ngroups_out,
-                                         int **begin_out, int **ranks_out) {
-  refit_status_t st = REFIT_OK;
-  const int n = args->world_size, np = args->npairs;
-  int *slot = calloc((size_t)n, sizeof(int));
-  int *key = malloc((size_t)(np ? np : 1) * 4 * sizeof(int));
-  int *group_of = malloc((size_t)(np ? np : 1) * sizeof(int));
-  int *begin = NULL, *ranks = NULL, ngroups = 0;
-  if (slot == NULL || key == NULL || group_of == NULL) {
-    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "ipc+nccl transport: groups of %d pairs", np);
-    goto out;
-  }
-  /* Slot: the rank's place among the ranks of its GPU. */
-  for (int r = 0; r < n; r++)
-    for (int q = 0; q < r; q++)
-      slot[r] += loc->gpu_of[q] == loc->gpu_of[r];
-  /* Key of a pair: its two (node, slot), the smaller first, so that both
-   * directions of a pair share the group. */
-  const int keyed = loc->shared_a >= 0;
-  for (int i = 0; i < np; i++) {
-    const int s = args->pairs[2 * i], d = args->pairs[2 * i + 1];
-    group_of[i] = -1;
-    if (node_of[s] == node_of[d])
-      continue;
-    const int lo = node_of[s] < node_of[d] ? s : d, hi = lo == s ? d : s;
-    const int k[4] = {keyed ? node_of[lo] : 0, keyed ? slot[lo] : 0,
-                      keyed ? node_of[hi] : 0, keyed ? slot[hi] : 0};
-    int g = 0;
-    while (g < ngroups && memcmp(&key[4 * g], k, sizeof(k)) != 0)
-      g++;
-    if (g == ngroups)
-      memcpy(&key[4 * ngroups++], k, sizeof(k));
-    group_of[i] = g;
-  }
-  /* Members: the ranks of the pairs of each group, ascending, once each. */
-  begin = calloc((size_t)ngroups + 1, sizeof(int));
-  ranks = malloc((size_t)(np ? 2 * np : 1) * sizeof(int));
-  if (begin == NULL || ranks == NULL) {
-    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "ipc+nccl transport: %d groups", ngroups);
-    goto out;
-  }
-  int used = 0;
-  for (int g = 0; g < ngroups; g++) {
-    begin[g] = used;
-    for (int i = 0; i < np; i++)
-      if (group_of[i] == g) {
-        ranks[used++] = args->pairs[2 * i];
-        ranks[used++] = args->pairs[2 * i + 1];
-      }
-    qsort(ranks + begin[g], (size_t)(used - begin[g]), sizeof(int), refit_pairs_cmp_int);
-    int w = begin[g];
-    for (int i = begin[g]; i < used; i++)
-      if (i == begin[g] || ranks[i] != ranks[w - 1])
-        ranks[w++] = ranks[i];
-    used = w;
-    for (int i = begin[g]; i < used; i++)
-      for (int j = begin[g]; j < i; j++)
-        if (loc->gpu_of[ranks[i]] == loc->gpu_of[ranks[j]]) {
-          st = REFIT_ERR(REFIT_ERR_INTERNAL,
-                         "ipc+nccl transport: NCCL group %d would hold ranks %d "
-                         "and %d of one GPU",
-                         g, ranks[j], ranks[i]);
-          goto out;
-        }
-  }
-  begin[ngroups] = used;
-  *ngroups_out = ngroups;
-  *begin_out = begin;
-  *ranks_out = ranks;
-  begin = ranks = NULL;
-out:
-  free(slot);
-  free(key);
-  free(group_of);
-  free(begin);
-  free(ranks);
-  return st;
-}
-
 static void refit_pairs_destroy(void *ctx);
 
 static refit_status_t refit_pairs_create(const refit_transport_args_t *args,
@@ -175,7 +86,9 @@ static refit_status_t refit_pairs_create(const refit_transport_args_t *args,
   /* Every rank computes the same groups from the same pairs and locality;
    * a failure here is the same on every rank (out of memory aside, which the
    * session's agreement after opening reports). */
-  REFIT_CHECK_GOTO(refit_pairs_groups(args, &loc, node_of, &ngroups, &begin, &ranks),
+  REFIT_CHECK_GOTO(refit_pair_groups(args->pairs, args->npairs, args->world_size,
+                                     node_of, loc.gpu_of, loc.shared_a >= 0, &ngroups,
+                                     &begin, &ranks),
                    st, err);
   REFIT_CHECK_GOTO(refit_transport_ipc.create(args, &c->ipc), st, err);
   if (ngroups > 0) {
