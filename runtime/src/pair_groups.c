@@ -59,7 +59,8 @@ refit_status_t refit_pair_groups(const int *pairs, int np, int n, const int *nod
         ranks[used++] = pairs[2 * i];
         ranks[used++] = pairs[2 * i + 1];
       }
-    qsort(ranks + begin[g], (size_t)(used - begin[g]), sizeof(int), refit_pair_groups_cmp);
+    qsort(ranks + begin[g], (size_t)(used - begin[g]), sizeof(int),
+          refit_pair_groups_cmp);
     int w = begin[g];
     for (int i = begin[g]; i < used; i++)
       if (i == begin[g] || ranks[i] != ranks[w - 1])
@@ -88,4 +89,3 @@ out:
   free(ranks);
   return st;
 }
-

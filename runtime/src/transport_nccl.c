@@ -97,7 +97,8 @@ static void refit_nccl_abort(refit_nccl_ctx_t *c) {
       continue;
     }
     jobs[m].comm = c->mine[m].comm;
-    started[m] = pthread_create(&threads[m], NULL, refit_nccl_abort_thread, &jobs[m]) == 0;
+    started[m] =
+        pthread_create(&threads[m], NULL, refit_nccl_abort_thread, &jobs[m]) == 0;
     if (!started[m])
       ncclCommAbort(c->mine[m].comm);
   }
@@ -135,8 +136,8 @@ static void refit_nccl_abort(refit_nccl_ctx_t *c) {
 /* Wait until communicator m has left ncclInProgress, by `deadline`; on an
  * error or at the deadline every communicator is aborted. `what` names the
  * operation for messages. */
-static refit_status_t refit_nccl_settle_one(refit_nccl_ctx_t *c, int m,
-                                            double deadline, const char *what) {
+static refit_status_t refit_nccl_settle_one(refit_nccl_ctx_t *c, int m, double deadline,
+                                            const char *what) {
   unsigned spins = 0;
   ncclComm_t comm = c->mine[m].comm;
   for (;;) {
@@ -220,8 +221,8 @@ static refit_status_t refit_nccl_connect(refit_nccl_ctx_t *c, double deadline) {
   }
   /* At the deadline the broadcast is still pending and may yet write into
    * msg: it is left allocated (the session cannot go on after a timeout). */
-  REFIT_CHECK(refit_mpi_request_wait(&req, deadline,
-                                     "nccl transport: broadcast of the ids"));
+  REFIT_CHECK(
+      refit_mpi_request_wait(&req, deadline, "nccl transport: broadcast of the ids"));
   memcpy(&ok, msg + idbytes, sizeof(ok));
   if (!ok) {
     free(msg);
@@ -238,8 +239,8 @@ static refit_status_t refit_nccl_connect(refit_nccl_ctx_t *c, double deadline) {
   for (int m = 0; m < c->nmine && (res == ncclSuccess || res == ncclInProgress); m++) {
     ncclUniqueId id;
     memcpy(&id, msg + (size_t)c->mine[m].group * sizeof(ncclUniqueId), sizeof(id));
-    res = ncclCommInitRankConfig(&c->mine[m].comm, c->mine[m].size, id,
-                                 c->mine[m].rank, &config);
+    res = ncclCommInitRankConfig(&c->mine[m].comm, c->mine[m].size, id, c->mine[m].rank,
+                                 &config);
   }
   ncclResult_t end = ncclGroupEnd();
   free(msg);
@@ -269,8 +270,7 @@ static refit_status_t refit_nccl_ctx_new(const refit_transport_args_t *args,
   c->peer_rank = malloc((size_t)c->size * sizeof(int));
   if (c->route == NULL || c->peer_rank == NULL) {
     refit_nccl_destroy(c);
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: routes of %d ranks",
-                     c->size);
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: routes of %d ranks", c->size);
   }
   for (int r = 0; r < c->size; r++)
     c->route[r] = c->peer_rank[r] = -1;
@@ -330,8 +330,7 @@ err:
   return st;
 }
 
-static refit_status_t refit_nccl_create(const refit_transport_args_t *args,
-                                        void **out) {
+static refit_status_t refit_nccl_create(const refit_transport_args_t *args, void **out) {
   int *ranks = malloc((size_t)args->world_size * sizeof(int));
   if (ranks == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: world of %d",
@@ -401,9 +400,8 @@ static refit_status_t refit_nccl_route(const refit_nccl_ctx_t *c, int peer,
   return REFIT_OK;
 }
 
-static refit_status_t refit_nccl_start(void *ctx, const refit_xfer_t *sends,
-                                       int nsends, const refit_xfer_t *recvs,
-                                       int nrecvs, int tag,
+static refit_status_t refit_nccl_start(void *ctx, const refit_xfer_t *sends, int nsends,
+                                       const refit_xfer_t *recvs, int nrecvs, int tag,
                                        refit_exchange_t **out) {
   refit_nccl_ctx_t *c = ctx;
   refit_status_t st = REFIT_OK;
@@ -469,12 +467,12 @@ static refit_status_t refit_nccl_start(void *ctx, const refit_xfer_t *sends,
       const int rank = c->peer_rank[x->peer];
       if (is_recv)
         REFIT_NCCL_CHECK_GOTO(
-            ncclRecv(x->buf, x->bytes, ncclUint8, rank, mb->comm, mb->stream),
-            mb->comm, st, err_group);
+            ncclRecv(x->buf, x->bytes, ncclUint8, rank, mb->comm, mb->stream), mb->comm,
+            st, err_group);
       else
         REFIT_NCCL_CHECK_GOTO(
-            ncclSend(x->buf, x->bytes, ncclUint8, rank, mb->comm, mb->stream),
-            mb->comm, st, err_group);
+            ncclSend(x->buf, x->bytes, ncclUint8, rank, mb->comm, mb->stream), mb->comm,
+            st, err_group);
     }
     REFIT_NCCL_CHECK_GOTO(ncclGroupEnd(), mb->comm, st, err_abort);
     /* The operations are on the stream only once the group has settled. */
@@ -517,8 +515,8 @@ static refit_status_t refit_nccl_poll(refit_nccl_ctx_t *c, refit_exchange_t *ex,
   return REFIT_OK;
 }
 
-static refit_status_t refit_nccl_wait(void *ctx, refit_exchange_t *ex,
-                                      double deadline, const char *phase) {
+static refit_status_t refit_nccl_wait(void *ctx, refit_exchange_t *ex, double deadline,
+                                      const char *phase) {
   refit_nccl_ctx_t *c = ctx;
   refit_status_t st = REFIT_OK;
   unsigned spins = 0;
@@ -541,8 +539,7 @@ static refit_status_t refit_nccl_wait(void *ctx, refit_exchange_t *ex,
       size_t used = 0;
       for (int i = 0; i < ex->n && used + 16 < sizeof(peers); i++)
         used += (size_t)snprintf(peers + used, sizeof(peers) - used, "%s%s %d",
-                                 used ? ", " : "",
-                                 i < ex->n - ex->nsends ? "from" : "to",
+                                 used ? ", " : "", i < ex->n - ex->nsends ? "from" : "to",
                                  ex->peer[i]);
       st = REFIT_ERR(REFIT_ERR_TIMEOUT,
                      "%s: nccl transport: %d messages still outstanding at the "
@@ -566,11 +563,10 @@ out:
 static refit_status_t refit_nccl_test(void *ctx, refit_exchange_t *ex, int *done) {
   refit_nccl_ctx_t *c = ctx;
   *done = 0;
-  refit_status_t st = c->aborted
-                          ? REFIT_ERR(REFIT_ERR_STATE,
-                                      "nccl transport: the communicators were "
-                                      "aborted after an earlier failure")
-                          : refit_nccl_poll(c, ex, "nccl exchange", done);
+  refit_status_t st =
+      c->aborted ? REFIT_ERR(REFIT_ERR_STATE, "nccl transport: the communicators were "
+                                              "aborted after an earlier failure")
+                 : refit_nccl_poll(c, ex, "nccl exchange", done);
   if (st != REFIT_OK || *done)
     refit_nccl_exchange_free(ex);
   return st;
@@ -585,8 +581,8 @@ static void refit_nccl_destroy(void *ctx) {
      * communicator that cannot finish is aborted instead of hanging. */
     int ok = 1;
     for (int m = 0; m < c->nmine && ok; m++) {
-      ncclResult_t res = c->mine[m].comm != NULL ? ncclCommFinalize(c->mine[m].comm)
-                                                 : ncclSuccess;
+      ncclResult_t res =
+          c->mine[m].comm != NULL ? ncclCommFinalize(c->mine[m].comm) : ncclSuccess;
       ok = res == ncclSuccess || res == ncclInProgress;
     }
     if (ok && refit_nccl_settle(c, MPI_Wtime() + c->timeout_s, "ncclCommFinalize") ==

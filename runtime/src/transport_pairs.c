@@ -67,8 +67,7 @@ static refit_status_t refit_pairs_query(const refit_transport_args_t *args) {
 
 static void refit_pairs_destroy(void *ctx);
 
-static refit_status_t refit_pairs_create(const refit_transport_args_t *args,
-                                         void **out) {
+static refit_status_t refit_pairs_create(const refit_transport_args_t *args, void **out) {
   refit_status_t st = REFIT_OK;
   refit_device_locality_t loc = {0};
   int *node_of = NULL, nnodes = 0, ngroups = 0, *begin = NULL, *ranks = NULL;
@@ -86,9 +85,9 @@ static refit_status_t refit_pairs_create(const refit_transport_args_t *args,
   /* Every rank computes the same groups from the same pairs and locality;
    * a failure here is the same on every rank (out of memory aside, which the
    * session's agreement after opening reports). */
-  REFIT_CHECK_GOTO(refit_pair_groups(args->pairs, args->npairs, args->world_size,
-                                     node_of, loc.gpu_of, loc.shared_a >= 0, &ngroups,
-                                     &begin, &ranks),
+  REFIT_CHECK_GOTO(refit_pair_groups(args->pairs, args->npairs, args->world_size, node_of,
+                                     loc.gpu_of, loc.shared_a >= 0, &ngroups, &begin,
+                                     &ranks),
                    st, err);
   REFIT_CHECK_GOTO(refit_transport_ipc.create(args, &c->ipc), st, err);
   if (ngroups > 0) {
@@ -128,9 +127,8 @@ static void refit_pairs_drop(refit_pairs_ctx_t *c, refit_exchange_t *ex) {
   refit_pairs_exchange_free(ex);
 }
 
-static refit_status_t refit_pairs_start(void *ctx, const refit_xfer_t *sends,
-                                        int nsends, const refit_xfer_t *recvs,
-                                        int nrecvs, int tag,
+static refit_status_t refit_pairs_start(void *ctx, const refit_xfer_t *sends, int nsends,
+                                        const refit_xfer_t *recvs, int nrecvs, int tag,
                                         refit_exchange_t **out) {
   refit_pairs_ctx_t *c = ctx;
   refit_status_t st = REFIT_OK;
@@ -184,8 +182,8 @@ static refit_status_t refit_pairs_start(void *ctx, const refit_xfer_t *sends,
   return REFIT_OK;
 }
 
-static refit_status_t refit_pairs_wait(void *ctx, refit_exchange_t *ex,
-                                       double deadline, const char *phase) {
+static refit_status_t refit_pairs_wait(void *ctx, refit_exchange_t *ex, double deadline,
+                                       const char *phase) {
   refit_pairs_ctx_t *c = ctx;
   refit_status_t st = REFIT_OK;
   if (ex->ipc != NULL) {

@@ -43,9 +43,9 @@ static int groups_with(const int *begin, const int *ranks, int ngroups, int a, i
 static void check_rules(const int *pairs, int np, int n, const int *node_of,
                         const int *gpu_of, int keyed) {
   int ngroups = -1, *begin = NULL, *ranks = NULL;
-  assert_int_equal(refit_pair_groups(pairs, np, n, node_of, gpu_of, keyed, &ngroups,
-                                     &begin, &ranks),
-                   REFIT_OK);
+  assert_int_equal(
+      refit_pair_groups(pairs, np, n, node_of, gpu_of, keyed, &ngroups, &begin, &ranks),
+      REFIT_OK);
   assert_true(ngroups >= 0);
   if (!keyed)
     assert_true(ngroups <= 1);
@@ -85,7 +85,8 @@ static void test_random_jobs(void **state) {
     const int nodes = 1 + rnd(4), gpus = 1 + rnd(4);
     const int per_gpu = trial % 2 ? 1 : 1 + rnd(3);
     const int n = nodes * gpus * per_gpu;
-    int *node_of = malloc((size_t)n * sizeof(int)), *gpu_of = malloc((size_t)n * sizeof(int));
+    int *node_of = malloc((size_t)n * sizeof(int)),
+        *gpu_of = malloc((size_t)n * sizeof(int));
     int *slots = malloc((size_t)n * sizeof(int));
     assert_non_null(node_of);
     assert_non_null(gpu_of);
@@ -142,9 +143,9 @@ static void test_colocated_two_nodes(void **state) {
     }
   check_rules(pairs, np, N, node_of, gpu_of, 1);
   int ngroups = 0, *begin = NULL, *ranks = NULL;
-  assert_int_equal(refit_pair_groups(pairs, np, N, node_of, gpu_of, 1, &ngroups, &begin,
-                                     &ranks),
-                   REFIT_OK);
+  assert_int_equal(
+      refit_pair_groups(pairs, np, N, node_of, gpu_of, 1, &ngroups, &begin, &ranks),
+      REFIT_OK);
   /* Trainers of node 0 with generators of node 1, and the reverse. */
   assert_int_equal(ngroups, 2);
   assert_int_equal(begin[1] - begin[0], 8);
@@ -157,9 +158,9 @@ static void test_no_pairs(void **state) {
   (void)state;
   const int node_of[2] = {0, 1}, gpu_of[2] = {0, 1};
   int ngroups = -1, *begin = NULL, *ranks = NULL;
-  assert_int_equal(refit_pair_groups(NULL, 0, 2, node_of, gpu_of, 0, &ngroups, &begin,
-                                     &ranks),
-                   REFIT_OK);
+  assert_int_equal(
+      refit_pair_groups(NULL, 0, 2, node_of, gpu_of, 0, &ngroups, &begin, &ranks),
+      REFIT_OK);
   assert_int_equal(ngroups, 0);
   free(begin);
   free(ranks);
