@@ -26,6 +26,7 @@
 #include "pair_groups.h"
 #include "transport.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,8 +116,12 @@ err:
 static void refit_pairs_exchange_free(refit_exchange_t *ex) { free(ex); }
 
 /* Complete what is left of `ex` at once, ignoring the outcome: after a
- * failure of the other half. */
-static void refit_pairs_drop(refit_pairs_ctx_t *c, refit_exchange_t *ex) {
+ * failure `st` of the other half, whose message stays the one reported.
+ * Returns st. */
+static refit_status_t refit_pairs_drop(refit_pairs_ctx_t *c, refit_exchange_t *ex,
+                                       refit_status_t st) {
+  char why[1024];
+  snprintf(why, sizeof(why), "%s", refit_last_error());
   if (ex->ipc != NULL)
     (void)refit_transport_ipc.wait(c->ipc, ex->ipc, MPI_Wtime() - 1.0,
                                    "ipc+nccl: dropped after a failure");
@@ -125,6 +130,7 @@ static void refit_pairs_drop(refit_pairs_ctx_t *c, refit_exchange_t *ex) {
                                     "ipc+nccl: dropped after a failure");
   ex->ipc = ex->nccl = NULL;
   refit_pairs_exchange_free(ex);
+  return refit_error_set(st, "%s", why);
 }
 
 static refit_status_t refit_pairs_start(void *ctx, const refit_xfer_t *sends, int nsends,
@@ -175,8 +181,7 @@ static refit_status_t refit_pairs_start(void *ctx, const refit_xfer_t *sends, in
   }
   free(x);
   if (st != REFIT_OK) {
-    refit_pairs_drop(c, ex);
-    return st;
+    return refit_pairs_drop(c, ex, st);
   }
   *out = ex;
   return REFIT_OK;
@@ -195,8 +200,7 @@ static refit_status_t refit_pairs_wait(void *ctx, refit_exchange_t *ex, double d
     ex->nccl = NULL;
   }
   if (st != REFIT_OK) {
-    refit_pairs_drop(c, ex);
-    return st;
+    return refit_pairs_drop(c, ex, st);
   }
   refit_pairs_exchange_free(ex);
   return REFIT_OK;
@@ -218,8 +222,7 @@ static refit_status_t refit_pairs_test(void *ctx, refit_exchange_t *ex, int *don
       ex->nccl = NULL;
   }
   if (st != REFIT_OK) {
-    refit_pairs_drop(c, ex);
-    return st;
+    return refit_pairs_drop(c, ex, st);
   }
   if (ex->ipc == NULL && ex->nccl == NULL) {
     refit_pairs_exchange_free(ex);
