@@ -385,18 +385,15 @@ static void refit_nccl_exchange_free(refit_exchange_t *ex) {
   free(ex);
 }
 
-/* The communicator and rank that reach world rank `peer`. */
-static refit_status_t refit_nccl_route(const refit_nccl_ctx_t *c, int peer,
-                                       ncclComm_t *comm, int *rank) {
-  if (peer < 0 || peer >= c->size || c->route[peer] < 0)
+/* The communicator (index into mine) that reaches world rank `peer`. */
+static refit_status_t refit_nccl_member_of(const refit_nccl_ctx_t *c, int peer, int *m) {
+  const int r = peer >= 0 && peer < c->size ? c->route[peer] : -1;
+  if (r < 0)
     return REFIT_ERR(REFIT_ERR_INTERNAL,
                      "nccl transport: %s communicator of rank %d reaches rank "
                      "%d (the transport was built for other pairs)",
-                     peer >= 0 && peer < c->size && c->route[peer] == -2 ? "more than one"
-                                                                         : "no",
-                     c->rank, peer);
-  *comm = c->mine[c->route[peer]].comm;
-  *rank = c->peer_rank[peer];
+                     r == -2 ? "more than one" : "no", c->rank, peer);
+  *m = r;
   return REFIT_OK;
 }
 
@@ -424,30 +421,16 @@ static refit_status_t refit_nccl_start(void *ctx, const refit_xfer_t *sends, int
     goto err;
   }
   ex->ndone = c->nmine;
-  int *uses = calloc((size_t)(c->nmine ? c->nmine : 1), sizeof(int));
-  if (uses == NULL) {
-    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "nccl transport: %d communicators", c->nmine);
-    goto err;
-  }
+  /* An event for each communicator the exchange uses. */
   for (int i = 0; i < n; i++) {
     const refit_xfer_t *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
-    ncclComm_t comm;
-    int rank;
-    st = refit_nccl_route(c, x->peer, &comm, &rank);
-    if (st != REFIT_OK) {
-      free(uses);
-      goto err;
-    }
-    uses[c->route[x->peer]] = 1;
+    int m = 0;
+    REFIT_CHECK_GOTO(refit_nccl_member_of(c, x->peer, &m), st, err);
+    if (ex->done[m] == NULL)
+      REFIT_CHECK_GOTO(refit_device_event_create(&ex->done[m]), st, err);
     ex->peer[ex->n++] = x->peer;
     ex->nsends += i >= nrecvs;
   }
-  for (int m = 0; m < c->nmine && st == REFIT_OK; m++)
-    if (uses[m])
-      st = refit_device_event_create(&ex->done[m]);
-  free(uses);
-  if (st != REFIT_OK)
-    goto err;
 
   /* A non-blocking communicator takes no new call while the previous one is
    * still being set up (first contact with a peer connects in the

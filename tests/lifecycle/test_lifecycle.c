@@ -110,9 +110,21 @@ static void scenario_basic(refit_session_h s) {
   EXPECT(refit_committed_version(s) == 1, "committed %llu",
          (unsigned long long)refit_committed_version(s));
   expect_holds(s, 1);
-  /* The registered memory is the runtime storage. */
+  /* The registered memory is the runtime storage; a lookup by name finds
+   * the same tensor, and an absent name is refused, named. */
   EXPECT_OK(refit_tensor_get(s, 0, &t));
   EXPECT(t.data == mem[0], "tensor 0 at %p, registered %p", t.data, mem[0]);
+  for (int64_t i = 0; i < n; i += n - 1) {
+    refit_tensor_t found;
+    EXPECT_OK(refit_tensor_get(s, i, &t));
+    EXPECT_OK(refit_tensor_find(s, t.name, &found));
+    EXPECT(strcmp(found.name, t.name) == 0 && found.data == mem[i] &&
+               found.bytes == t.bytes,
+           "find(%s) gave %s, %zu bytes at %p", t.name, found.name, found.bytes,
+           found.data);
+  }
+  EXPECT_STATUS(refit_tensor_find(s, "model.layers.99.mlp.gate.weight", &t),
+                REFIT_ERR_INVALID_ARGUMENT, "model.layers.99.mlp.gate.weight");
 
   /* Abort is idempotent, also in IDLE; nothing changes. */
   EXPECT_OK(refit_abort(s));

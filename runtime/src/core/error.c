@@ -44,4 +44,3 @@ refit_status_t refit_error_set(refit_status_t status, const char *fmt, ...) {
   return status;
 }
 
-void refit_error_clear(void) { refit_error_msg[0] = '\0'; }

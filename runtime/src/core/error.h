@@ -21,7 +21,6 @@ refit_status_t refit_error_set(refit_status_t status, const char *fmt, ...)
     REFIT_PRINTF(2, 3);
 refit_status_t refit_error_setv(refit_status_t status, const char *fmt,
                                 va_list ap);
-void refit_error_clear(void);
 
 #define REFIT_ERR(status, ...) refit_error_set((status), __VA_ARGS__)
 
