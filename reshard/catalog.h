@@ -1,9 +1,18 @@
 /*
  * The model catalog: what each side holds.
  *
- * Trainer side: the Hugging Face named parameters with their global shapes and
- * the Megatron-Core sharding of each (which trainer ranks hold which rows or
- * columns, and which ranks are replicas of each other).
+ * The model itself is its Hugging Face tensors (`hf`): one per projection,
+ * norm and expert, under their checkpoint names and full shapes. Sources
+ * (synthetic values, checkpoints) and the reference rules speak of these.
+ *
+ * Trainer side (`src`): the tensors the trainer holds, with their global
+ * shapes and the Megatron-Core sharding of each (which trainer ranks hold
+ * which rows or columns, and which ranks are replicas of each other). With
+ * trainer.names hf they are the Hugging Face tensors themselves; with
+ * megatron they are Megatron-Core's fused tensors under the names
+ * named_parameters() gives on their holders (linear_qkv, linear_fc1, experts
+ * numbered per ep rank, layers numbered per pipeline stage). Each trainer
+ * tensor's rows are runs of Hugging Face rows (`runs`); columns are the same.
  *
  * Generator side: the vLLM runtime tensors of one tensor-parallel rank (all
  * engines hold the same set), each described as a list of rectangular
@@ -51,7 +60,18 @@ typedef struct {
   int32_t nparts, nreplicas;
   int32_t stage, base, part_stride, replica_stride;
   int32_t layer; /* -1 for non-layer tensors */
+  /* Rows of this tensor that are rows of Hugging Face tensors:
+   * catalog->runs[run_begin .. run_begin + run_count). Rows in no run are
+   * padding (Megatron's vocabulary padding): never sent. */
+  int64_t run_begin, run_count;
 } refit_src_tensor_t;
+
+/* Rows [src_row, src_row + rows) of a trainer tensor (global coordinates)
+ * are rows [hf_row, hf_row + rows) of Hugging Face tensor `hf`. */
+typedef struct {
+  int32_t src, hf;
+  int64_t src_row, hf_row, rows;
+} refit_row_run_t;
 
 /* A rectangle of a trainer tensor (global coordinates) placed into a runtime
  * tensor's matrix at (dst_row, dst_col). */
@@ -94,8 +114,18 @@ typedef struct {
   int32_t ranks_per_stage;         /* trainer tp * dp */
   int64_t stage_first_layer[65];   /* pp + 1 entries */
 
+  /* The trainer's tensors (see above) and the model's Hugging Face
+   * tensors; with trainer.names hf, hf == src. Only src carry sharding. */
   refit_src_tensor_t *src;
   int64_t nsrc;
+  refit_src_tensor_t *hf;
+  int64_t nhf;
+  refit_row_run_t *runs; /* by trainer tensor, then src_row */
+  int64_t nruns;
+  /* Runs of Hugging Face tensor h, by hf_row:
+   * runs[hf_runs[hf_run_begin[h] .. hf_run_begin[h + 1])]. */
+  int64_t *hf_runs;
+  int64_t *hf_run_begin;
 
   /* Runtime tensors of generator tp rank t: gen[gen_begin[t] ..
    * gen_begin[t+1]). Engines share these descriptions. */
@@ -104,9 +134,11 @@ typedef struct {
   refit_segment_t *segs;
   int64_t nsegs;
 
-  /* Open-addressing index of src names: slots hold src index + 1, 0 = free. */
-  int32_t *src_index;
-  int64_t src_index_mask;
+  /* Open-addressing indexes of src and hf names: slots hold index + 1,
+   * 0 = free. Megatron names repeat across ranks (weight0 of every ep
+   * rank), so a src name may fill several slots. */
+  int32_t *src_index, *hf_index;
+  int64_t src_index_mask, hf_index_mask;
 } refit_catalog_t;
 
 /*
@@ -141,7 +173,25 @@ static inline void refit_src_shard_shape(const refit_src_tensor_t *t,
   *cols = t->split == REFIT_SPLIT_COLS ? t->cols / t->nparts : t->cols;
 }
 
-/* Index of a trainer tensor by name, or -1. */
-int64_t refit_catalog_find_src(const refit_catalog_t *cat, const char *name);
+/* The trainer tensor named `name` that trainer rank `rank` holds (any
+ * holder when rank < 0), or -1. */
+int64_t refit_catalog_find_src(const refit_catalog_t *cat, const char *name,
+                               int32_t rank);
+
+/* Rows of model.embed_tokens / lm_head on one generator tp rank: vLLM pads
+ * the vocabulary to a multiple of 64 and splits the padded rows. */
+int64_t refit_catalog_vocab_rows(const refit_model_t *m, int gen_tp);
+
+/* Rows of the trainer's embedding and output layer: V, or with Megatron
+ * names V padded to a multiple of vocab_divisible_by * tp. */
+int64_t refit_catalog_trainer_vocab(const refit_model_t *m,
+                                    const refit_trainer_layout_t *t);
+
+/* Index of a Hugging Face tensor by name, or -1. */
+int64_t refit_catalog_find_hf(const refit_catalog_t *cat, const char *name);
+
+/* Part index of trainer tensor t that trainer rank `rank` holds, or -1. */
+int32_t refit_src_part_of(const refit_catalog_t *cat, const refit_src_tensor_t *t,
+                          int32_t rank);
 
 #endif /* REFIT_RESHARD_CATALOG_H */

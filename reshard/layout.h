@@ -35,11 +35,43 @@ typedef struct {
   int tie_word_embeddings;       /* no lm_head.weight when set */
 } refit_model_t;
 
+/* How the trainer names and fuses its tensors. */
+typedef enum {
+  REFIT_TRAINER_NAMES_AUTO = 0,    /* config only: megatron for source caller */
+  REFIT_TRAINER_NAMES_HF = 1,      /* Hugging Face names, one tensor per
+                                      projection and per expert */
+  REFIT_TRAINER_NAMES_MEGATRON = 2 /* Megatron-Core named_parameters() */
+} refit_trainer_names_t;
+
+/* Megatron-Core layer spec: Transformer Engine modules fuse the norms into
+ * the following linear layer; the local spec keeps them apart. */
+typedef enum { REFIT_SPEC_TE = 0, REFIT_SPEC_LOCAL = 1 } refit_trainer_spec_t;
+
+/* Megatron-Core expert modules: TEGroupedMLP (weight{k}) or SequentialMLP
+ * (local_experts.{k}). AUTO: grouped with the TE spec, sequential with the
+ * local one. */
+typedef enum {
+  REFIT_EXPERTS_AUTO = 0,
+  REFIT_EXPERTS_GROUPED = 1,
+  REFIT_EXPERTS_SEQUENTIAL = 2
+} refit_trainer_experts_t;
+
+#define REFIT_NAME_PREFIX_MAX 32
+
 typedef struct {
   int tp, pp, ep, etp, dp;
   /* Layers on the first and last pipeline stage; 0 means "split evenly". */
   int64_t first_stage_layers;
   int64_t last_stage_layers;
+  /* Naming (refit_trainer_names_t), spec and expert module of a Megatron
+   * trainer, the prefix training wrappers add ("module.module."), and
+   * Megatron's vocabulary padding: V is padded to a multiple of
+   * vocab_divisible_by * tp (make_vocab_size_divisible_by). */
+  int names;
+  int spec;
+  int experts;
+  char name_prefix[REFIT_NAME_PREFIX_MAX];
+  int64_t vocab_divisible_by;
 } refit_trainer_layout_t;
 
 typedef struct {

@@ -23,8 +23,13 @@ refit_status_t refit_reference_source_row(const refit_model_t *m,
   *col_offset = 0;
   if (strcmp(name, "model.embed_tokens.weight") == 0 ||
       strcmp(name, "lm_head.weight") == 0) {
+    /* VocabParallelEmbedding / ParallelLMHead (vllm 0.25,
+     * model_executor/layers/vocab_parallel_embedding.py): the vocabulary is
+     * padded to a multiple of 64 and every rank holds padded / tp rows. */
+    const int64_t padded = (m->vocab_size + 63) / 64 * 64;
+    const int64_t v = t * (padded / tp) + row;
     snprintf(src_name, REFIT_NAME_MAX, "%s", name);
-    *src_row = t * (m->vocab_size / tp) + row;
+    *src_row = v < m->vocab_size ? v : -1;
     return REFIT_OK;
   }
   if (strcmp(name, "model.norm.weight") == 0) {

@@ -16,8 +16,10 @@
  * Row `row` of runtime tensor `name` (2-D matrix view) on generator tp rank
  * `tp_rank` is, element for element, row *src_row of trainer tensor
  * `src_name` starting at column *col_offset (runtime column c holds source
- * column c + *col_offset). Returns REFIT_ERR_INVALID_ARGUMENT for a name the
- * rules do not know.
+ * column c + *col_offset) of the Hugging Face tensor `src_name`. A row of
+ * vocabulary padding (vLLM pads embed_tokens and lm_head to a multiple of
+ * 64 rows; the padding holds zeros) has *src_row = -1. Returns
+ * REFIT_ERR_INVALID_ARGUMENT for a name the rules do not know.
  */
 refit_status_t refit_reference_source_row(const refit_model_t *model,
                                           const refit_generator_layout_t *gen,

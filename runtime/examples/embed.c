@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
     int done = 0, served = 0;
     /* Trainer: a training step would update the shards here (the demo's
      * synthetic source fills them inside refit_begin). */
-    CHECK(refit_begin(s, version));
+    CHECK(refit_begin(s, version, NULL));
     while (!done) {
       if (!trainer) {
         serve_one_step(s); /* still version - 1: nothing changed yet */
@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
       }
       CHECK(refit_progress(s, &done));
     }
-    CHECK(refit_commit(s)); /* the engine's safe point */
+    CHECK(refit_commit(s, NULL)); /* the engine's safe point */
     int64_t bad = 0;
     CHECK(refit_verify(s, version, &bad));
     printf("rank %d (%s): version %llu committed, %d serving steps during the "

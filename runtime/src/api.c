@@ -94,12 +94,12 @@ refit_status_t refit_tensor_register(refit_session_h s, const refit_tensor_t *t)
   if (t == NULL || t->name == NULL || t->data == NULL)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "refit_tensor_register: NULL tensor, name or data");
-  return refit_session_register(s, t->name, t->data, t->bytes, (int)t->dtype);
+  return refit_session_register(s, t);
 }
 
-refit_status_t refit_begin(refit_session_h s, uint64_t version) {
+refit_status_t refit_begin(refit_session_h s, uint64_t version, void *stream) {
   REFIT_API_HANDLE(s);
-  return refit_session_begin(s, version);
+  return refit_session_begin(s, version, stream);
 }
 
 refit_status_t refit_progress(refit_session_h s, int *done) {
@@ -109,9 +109,9 @@ refit_status_t refit_progress(refit_session_h s, int *done) {
   return refit_session_progress(s, done);
 }
 
-refit_status_t refit_commit(refit_session_h s) {
+refit_status_t refit_commit(refit_session_h s, void *stream) {
   REFIT_API_HANDLE(s);
-  return refit_session_commit(s);
+  return refit_session_commit(s, stream);
 }
 
 refit_status_t refit_abort(refit_session_h s) {

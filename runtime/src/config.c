@@ -1414,8 +1414,22 @@ static void refit_config_check_tp(refit_config_ctx_t *c, int tp_row,
   const refit_model_t *m = &c->cfg.model;
   refit_config_require_divides(c, tp_row, ROW(MODEL_NUM_ATTENTION_HEADS),
                                "query heads are split over tp");
-  refit_config_require_divides(c, tp_row, ROW(MODEL_VOCAB_SIZE),
-                               "embeddings and lm_head are vocab-parallel");
+  /* The vocabulary: a trainer under Hugging Face names splits V itself,
+   * a Megatron trainer pads it first (trainer.vocab_divisible_by), vLLM
+   * pads it to a multiple of 64 (refit_catalog_vocab_rows). */
+  if (!kv_replication && c->cfg.trainer.names != REFIT_TRAINER_NAMES_MEGATRON)
+    refit_config_require_divides(c, tp_row, ROW(MODEL_VOCAB_SIZE),
+                                 "embeddings and lm_head are vocab-parallel; "
+                                 "trainer.layout megatron pads the vocabulary");
+  if (kv_replication && ROWS_OK(tp_row, ROW(MODEL_VOCAB_SIZE)) &&
+      ((m->vocab_size + 63) / 64 * 64) % refit_config_int(c, tp_row) != 0)
+    refit_config_rule(c, tp_row,
+                      "%s: %" PRId64 " does not divide model.vocab_size %" PRId64
+                      " padded to a multiple of 64 = %" PRId64
+                      " (vLLM's vocab-parallel embedding and lm_head)",
+                      refit_config_row_path(&refit_config_rows[tp_row]),
+                      refit_config_int(c, tp_row), m->vocab_size,
+                      (m->vocab_size + 63) / 64 * 64);
   if (ROWS_OK(ROW(MODEL_FAMILY)) && m->family == REFIT_FAMILY_QWEN3)
     refit_config_require_divides(c, tp_row, ROW(MODEL_INTERMEDIATE_SIZE),
                                  "the dense MLP is split over tp");
@@ -1568,16 +1582,90 @@ static void refit_config_check_world(refit_config_ctx_t *c, int world_size) {
 }
 
 static void refit_config_check_source(refit_config_ctx_t *c) {
-  const bool hdf5 = c->cfg.source.kind == REFIT_SOURCE_HDF5;
-  if (!ROWS_OK(ROW(SOURCE_KIND), ROW(SOURCE_PATH)))
+  const refit_config_t *cfg = &c->cfg;
+  const bool hdf5 = cfg->source.kind == REFIT_SOURCE_HDF5;
+  const bool caller = cfg->source.kind == REFIT_SOURCE_CALLER;
+  if (!ROWS_OK(ROW(SOURCE_KIND), ROW(SOURCE_PATH), ROW(SOURCE_SEED)))
     return;
-  if (hdf5 && c->cfg.source.path[0] == '\0')
+  if (hdf5 && cfg->source.path[0] == '\0')
     refit_config_rule(c, ROW(SOURCE_KIND),
                       "source.path: required when source.kind is hdf5");
-  else if (!hdf5 && c->cfg.source.path[0] != '\0')
+  else if (!hdf5 && cfg->source.path[0] != '\0')
     refit_config_rule(c, ROW(SOURCE_PATH),
-                      "source.path: given but source.kind is synthetic; "
-                      "remove it or set source.kind: hdf5");
+                      "source.path: given but source.kind is %s; "
+                      "remove it or set source.kind: hdf5",
+                      caller ? "caller" : "synthetic");
+  if (!ROWS_OK(ROW(REFERENCE_KIND), ROW(REFERENCE_PATH)))
+    return;
+  /* The reference exists for caller-owned weights only: every other source
+   * is its own reference. (Values, not the keys' presence, are checked, so
+   * that refit_config_format's output, which writes every key, reads back.) */
+  if (!caller && (cfg->reference.kind != REFIT_SOURCE_SYNTHETIC ||
+                  cfg->reference.path[0] != '\0')) {
+    refit_config_rule(c, ROW(REFERENCE_KIND),
+                      "reference: a %s reference is given but source.kind is "
+                      "not caller (a synthetic or hdf5 source is its own "
+                      "reference); remove it or set source.kind: caller",
+                      cfg->reference.kind == REFIT_SOURCE_HDF5 ? "hdf5" : "synthetic");
+    return;
+  }
+  if (cfg->reference.kind == REFIT_SOURCE_CALLER) {
+    refit_config_rule(c, ROW(REFERENCE_KIND),
+                      "reference.kind: caller is not a reference (the trainer's "
+                      "weights cannot check themselves); use synthetic or hdf5");
+    return;
+  }
+  if (!caller)
+    return;
+  const bool ref_hdf5 = cfg->reference.kind == REFIT_SOURCE_HDF5;
+  if (ref_hdf5 && cfg->reference.path[0] == '\0')
+    refit_config_rule(c, ROW(REFERENCE_KIND),
+                      "reference.path: required when reference.kind is hdf5");
+  else if (!ref_hdf5 && cfg->reference.path[0] != '\0')
+    refit_config_rule(c, ROW(REFERENCE_PATH),
+                      "reference.path: given but reference.kind is synthetic; "
+                      "remove it or set reference.kind: hdf5");
+}
+
+/* trainer.layout auto means megatron for caller-owned weights (a live
+ * trainer holds Megatron-Core's tensors) and hf for the made-up and
+ * checkpoint sources. The Megatron keys mean nothing under hf names. */
+static void refit_config_check_names(refit_config_ctx_t *c) {
+  refit_trainer_layout_t *t = &c->cfg.trainer;
+  if (!ROWS_OK(ROW(TRAINER_LAYOUT), ROW(SOURCE_KIND)))
+    return;
+  if (t->names == REFIT_TRAINER_NAMES_AUTO)
+    t->names = c->cfg.source.kind == REFIT_SOURCE_CALLER ? REFIT_TRAINER_NAMES_MEGATRON
+                                                          : REFIT_TRAINER_NAMES_HF;
+  /* Values, not presence: refit_config_format writes every key. */
+  const struct {
+    int row;
+    bool set;
+  } megatron_only[] = {
+      {ROW(TRAINER_SPEC), t->spec != REFIT_SPEC_TE},
+      {ROW(TRAINER_EXPERTS), t->experts != REFIT_EXPERTS_AUTO},
+      {ROW(TRAINER_NAME_PREFIX), t->name_prefix[0] != '\0'},
+      {ROW(TRAINER_VOCAB_DIVISIBLE_BY), t->vocab_divisible_by != 128},
+  };
+  if (t->names == REFIT_TRAINER_NAMES_HF)
+    for (size_t i = 0; i < sizeof(megatron_only) / sizeof(megatron_only[0]); i++)
+      if (megatron_only[i].set && ROWS_OK(megatron_only[i].row))
+        refit_config_rule(c, megatron_only[i].row,
+                          "%s: set but the trainer holds Hugging Face names "
+                          "(trainer.layout hf); remove it or set "
+                          "trainer.layout: megatron",
+                          refit_config_row_path(&refit_config_rows[megatron_only[i].row]));
+  if (ROWS_OK(ROW(TRAINER_SPEC), ROW(TRAINER_EXPERTS)) &&
+      t->spec == REFIT_SPEC_LOCAL && t->experts == REFIT_EXPERTS_GROUPED)
+    refit_config_rule(c, ROW(TRAINER_EXPERTS),
+                      "trainer.experts: grouped needs trainer.spec te "
+                      "(Megatron-Core's local spec has SequentialMLP experts "
+                      "only)");
+  if (ROWS_OK(ROW(TRAINER_EXPERTS), ROW(MODEL_FAMILY)) &&
+      c->cfg.model.family == REFIT_FAMILY_QWEN3 && t->experts != REFIT_EXPERTS_AUTO)
+    refit_config_rule(c, ROW(TRAINER_EXPERTS),
+                      "trainer.experts: given but model.family is qwen3 "
+                      "(dense); remove it");
 }
 
 /* ---- MXFP8 shape rules ----------------------------------------------------
@@ -1606,8 +1694,7 @@ typedef enum {
   REFIT_CONFIG_N_KV,     /* KV*D / tp, or D when tp replicates KV heads */
   REFIT_CONFIG_N_HIDDEN, /* H */
   REFIT_CONFIG_N_FFN,    /* F / tp */
-  REFIT_CONFIG_N_ROUTER, /* X */
-  REFIT_CONFIG_N_VOCAB   /* V / tp */
+  REFIT_CONFIG_N_VOCAB   /* V padded to 64 (vLLM), / tp */
 } refit_config_ndim_t;
 
 #define REFIT_CONFIG_ANY_FAMILY (-1)
@@ -1635,8 +1722,6 @@ static const struct {
      REFIT_CONFIG_N_FFN, false},
     {"model.layers.*.mlp.down_proj", REFIT_FAMILY_QWEN3, REFIT_CONFIG_K_FFN,
      REFIT_CONFIG_N_HIDDEN, false},
-    {"model.layers.*.mlp.gate", REFIT_FAMILY_QWEN3_MOE, REFIT_CONFIG_K_HIDDEN,
-     REFIT_CONFIG_N_ROUTER, false},
     {"model.layers.*.mlp.experts.*.gate_proj", REFIT_FAMILY_QWEN3_MOE,
      REFIT_CONFIG_K_HIDDEN, REFIT_CONFIG_N_HIDDEN, true},
     {"model.layers.*.mlp.experts.*.up_proj", REFIT_FAMILY_QWEN3_MOE,
@@ -1690,11 +1775,8 @@ static int64_t refit_config_weight_n(const refit_config_t *cfg, size_t w) {
   case REFIT_CONFIG_N_FFN:
     n = m->intermediate_size / tp;
     break;
-  case REFIT_CONFIG_N_ROUTER:
-    n = m->num_experts;
-    break;
   case REFIT_CONFIG_N_VOCAB:
-    n = m->vocab_size / tp;
+    n = refit_catalog_vocab_rows(m, (int)tp);
     break;
   }
   return n > 0 ? n : 1; /* a bad N is reported by its own rule */
@@ -1952,6 +2034,7 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
 
 /* Every rule that relates several keys; each reports independently. */
 static void refit_config_check_layout(refit_config_ctx_t *c, int world_size) {
+  refit_config_check_names(c);
   refit_config_check_model(c);
   refit_config_check_trainer(c);
   refit_config_check_generator(c);

@@ -27,7 +27,11 @@ typedef enum {
 
 typedef enum { REFIT_PRECISION_BF16 = 0, REFIT_PRECISION_MXFP8 = 1 } refit_precision_t;
 
-typedef enum { REFIT_SOURCE_SYNTHETIC = 0, REFIT_SOURCE_HDF5 = 1 } refit_source_kind_t;
+typedef enum {
+  REFIT_SOURCE_SYNTHETIC = 0,
+  REFIT_SOURCE_HDF5 = 1,
+  REFIT_SOURCE_CALLER = 2 /* trainers send what they registered, as it is */
+} refit_source_kind_t;
 
 /* Dense MXFP8 GEMM backend of the generator; the same order as
  * refit_kernels_dense_backend_t in kernels/layout.h (config.c asserts it). */
@@ -122,10 +126,18 @@ typedef struct {
     } fault;
   } refit;
   struct {
-    refit_source_kind_t kind; /* synthetic (default) | hdf5 */
+    refit_source_kind_t kind; /* synthetic (default) | hdf5 | caller */
     uint64_t seed;            /* default 1234 */
     char path[REFIT_PATH_MAX];
   } source;
+  /* What generators verify against when source.kind is caller (the
+   * trainer's weights are then the caller's, so verification needs an
+   * independent statement of them): synthetic or hdf5 only. */
+  struct {
+    refit_source_kind_t kind;
+    uint64_t seed;
+    char path[REFIT_PATH_MAX];
+  } reference;
   int verify;                    /* default true */
   char dump[REFIT_PATH_MAX];     /* "" = no dump */
 } refit_config_t;

@@ -84,6 +84,24 @@
   X(TRAINER_LAST_STAGE_LAYERS, "trainer", "last_stage_layers", INT,            \
     trainer.last_stage_layers, "0", 0, INT64_MAX, "", 0,                       \
     "layers on the last pipeline stage, 0 = split evenly")                     \
+  X(TRAINER_LAYOUT, "trainer", "layout", ENUM, trainer.names, "auto", 0, 0,    \
+    "auto|hf|megatron", 0,                                                     \
+    "trainer tensor names: Hugging Face, or Megatron-Core's named_parameters() " \
+    "(auto: megatron when source.kind is caller, else hf)")                    \
+  X(TRAINER_SPEC, "trainer", "spec", ENUM, trainer.spec, "te", 0, 0,           \
+    "te|local", 0, "Megatron-Core layer spec: Transformer Engine or local")    \
+  X(TRAINER_EXPERTS, "trainer", "experts", ENUM, trainer.experts, "auto", 0,   \
+    0, "auto|grouped|sequential", 0,                                           \
+    "Megatron-Core expert module: TEGroupedMLP (weight{k}) or SequentialMLP "  \
+    "(local_experts.{k}); auto: grouped with spec te, else sequential")        \
+  X(TRAINER_NAME_PREFIX, "trainer", "name_prefix", STRING, trainer.name_prefix, \
+    "", 0, 0, "", 0,                                                           \
+    "prefix of every Megatron name, as training wrappers add it "             \
+    "(module.module.)")                                                        \
+  X(TRAINER_VOCAB_DIVISIBLE_BY, "trainer", "vocab_divisible_by", INT,          \
+    trainer.vocab_divisible_by, "128", 1, 65536, "", 0,                        \
+    "Megatron pads the vocabulary to a multiple of this times trainer.tp "     \
+    "(make_vocab_size_divisible_by)")                                          \
   X(GENERATOR_TP, "generator", "tp", INT, generator.tp, "1", 1,                \
     REFIT_CONFIG_MAX_RANKS, "", 0, "ranks per generator engine")               \
   X(GENERATOR_EP, "generator", "ep", INT, generator.ep, "1", 1,                \
@@ -149,11 +167,20 @@
     refit.fault.probability, "1", 0, 1, "", 0,                                 \
     "chance per refit, drawn with source.seed when below 1")                   \
   X(SOURCE_KIND, "source", "kind", ENUM, source.kind, "synthetic", 0, 0,       \
-    "synthetic|hdf5", 0, "where trainer weights come from")                    \
+    "synthetic|hdf5|caller", 0,                                                \
+    "where trainer weights come from: made up, a checkpoint, or the tensors "  \
+    "the trainer registered (caller)")                                         \
   X(SOURCE_SEED, "source", "seed", U64, source.seed, "1234", 0, 0, "", 0,      \
     "seed of the synthetic weights")                                           \
   X(SOURCE_PATH, "source", "path", STRING, source.path, "", 0, 0, "", 0,       \
     "checkpoint file for source.kind hdf5")                                    \
+  X(REFERENCE_KIND, "reference", "kind", ENUM, reference.kind, "synthetic", 0, \
+    0, "synthetic|hdf5", 0,                                                    \
+    "what generators verify against when source.kind is caller")               \
+  X(REFERENCE_SEED, "reference", "seed", U64, reference.seed, "1234", 0, 0,    \
+    "", 0, "seed of the synthetic reference")                                  \
+  X(REFERENCE_PATH, "reference", "path", STRING, reference.path, "", 0, 0, "", \
+    0, "checkpoint file for reference.kind hdf5")                              \
   X(VERIFY, "", "verify", BOOL, verify, "true", 0, 0, "", 0,                   \
     "compare every generator byte with its reference after a refit")           \
   X(DUMP, "", "dump", STRING, dump, "", 0, 0, "", 0,                           \

@@ -529,6 +529,8 @@ static refit_status_t refit_loader_expected(const refit_loader_t *l,
   int64_t si = -1;
   uint64_t key = 0;
   int norm = 0;
+  /* Vocabulary padding rows (zeros, never sent) end a tensor. */
+  int64_t valid = g->rows;
   for (int64_t row = 0; row < g->rows; row++) {
     char name[REFIT_NAME_MAX];
     int64_t src_row, col_off;
@@ -536,9 +538,13 @@ static refit_status_t refit_loader_expected(const refit_loader_t *l,
                                                 l->tp_rank, g->name, row, name,
                                                 &src_row, &col_off),
                      st, out);
+    if (src_row < 0) {
+      valid = row;
+      break;
+    }
     /* Consecutive rows mostly share a source tensor: look it up once. */
     if (si < 0 || strcmp(name, prev) != 0) {
-      si = refit_catalog_find_src(cat, name);
+      si = refit_catalog_find_hf(cat, name);
       if (si < 0) {
         st = REFIT_ERR(REFIT_ERR_INTERNAL,
                        "verify: %s row %lld names unknown source %s", g->name,
@@ -547,11 +553,11 @@ static refit_status_t refit_loader_expected(const refit_loader_t *l,
       }
       memcpy(prev, name, sizeof(prev));
       if (synth)
-        REFIT_CHECK_GOTO(src->ops->synth_key(src->ctx, &cat->src[si], version, &key,
+        REFIT_CHECK_GOTO(src->ops->synth_key(src->ctx, &cat->hf[si], version, &key,
                                              &norm),
                          st, out);
     }
-    const refit_src_tensor_t *t = &cat->src[si];
+    const refit_src_tensor_t *t = &cat->hf[si];
     if (synth) {
       keys[row] = key;
       norms[row] = norm;
@@ -562,11 +568,17 @@ static refit_status_t refit_loader_expected(const refit_loader_t *l,
                        st, out);
     }
   }
-  if (synth)
-    st = refit_mem_synth_rows(l->mem, keys, norms, bases, g->rows, g->cols, out);
-  else
+  if (synth) {
+    st = refit_mem_synth_rows(l->mem, keys, norms, bases, valid, g->cols, out);
+    if (st == REFIT_OK && valid < g->rows)
+      st = refit_mem_zero(l->mem, out + valid * g->cols,
+                          (size_t)((g->rows - valid) * g->cols) * sizeof(*out));
+  } else {
+    memset(host + valid * g->cols, 0,
+           (size_t)((g->rows - valid) * g->cols) * sizeof(*host));
     st = refit_mem_from_host(l->mem, out, host,
                              (size_t)(g->rows * g->cols) * sizeof(*host));
+  }
 out:
   free(keys);
   free(bases);

@@ -22,7 +22,8 @@ struct refit_mem {
 #endif
 #ifdef REFIT_HAVE_CUDA
   cudaStream_t stream;
-  int64_t *scratch; /* device: bad chunk, count, first */
+  cudaEvent_t order; /* orders refit's stream with a caller's stream */
+  int64_t *scratch;  /* device: bad chunk, count, first */
 #endif
 };
 
@@ -39,6 +40,30 @@ int refit_mem_gpu_count(void) {
 
 int refit_mem_on_device(const refit_mem_t *m) { return m->device; }
 
+refit_status_t refit_mem_after_stream(refit_mem_t *m, void *stream) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    REFIT_CUDA_CHECK(cudaEventRecord(m->order, (cudaStream_t)stream));
+    REFIT_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->order, 0));
+  }
+#endif
+  (void)m;
+  (void)stream;
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_before_stream(refit_mem_t *m, void *stream) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    REFIT_CUDA_CHECK(cudaEventRecord(m->order, m->stream));
+    REFIT_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, m->order, 0));
+  }
+#endif
+  (void)m;
+  (void)stream;
+  return REFIT_OK;
+}
+
 refit_status_t refit_mem_create(int device, refit_mem_t **out) {
   refit_mem_t *m = calloc(1, sizeof(*m));
   if (m == NULL)
@@ -47,6 +72,8 @@ refit_status_t refit_mem_create(int device, refit_mem_t **out) {
 #ifdef REFIT_HAVE_CUDA
   if (device) {
     refit_status_t st = refit_device_stream_create(&m->stream);
+    if (st == REFIT_OK)
+      st = refit_device_event_create(&m->order);
     if (st == REFIT_OK)
       st = refit_device_alloc((void **)&m->scratch, 4 * sizeof(int64_t));
     if (st != REFIT_OK) {
@@ -75,6 +102,8 @@ void refit_mem_destroy(refit_mem_t *m) {
       cudaStreamSynchronize(m->stream);
       refit_device_stream_destroy(m->stream);
     }
+    if (m->order != NULL)
+      refit_device_event_destroy(m->order);
     refit_device_free(m->scratch);
     refit_device_free(m->run_bad_device);
   }
@@ -218,6 +247,13 @@ refit_status_t refit_mem_table_upload(refit_mem_t *m, refit_mem_table_t *t,
   (void)m;
   (void)elem_bytes;
   return REFIT_OK;
+}
+
+refit_status_t refit_mem_table_refresh(refit_mem_t *m, refit_mem_table_t *t,
+                                       size_t elem_bytes) {
+  if (t->device == NULL)
+    return REFIT_OK;
+  return refit_mem_from_host(m, t->device, t->host, (size_t)t->count * elem_bytes);
 }
 
 void refit_mem_table_free(refit_mem_t *m, refit_mem_table_t *t) {

@@ -27,6 +27,17 @@ void refit_mem_destroy(refit_mem_t *m);
 /* 1 when this rank's refit memory is device memory. */
 int refit_mem_on_device(const refit_mem_t *m);
 
+/*
+ * Ordering with a caller's CUDA stream (a cudaStream_t; NULL is the legacy
+ * default stream), the way NCCL orders with the stream it is given. After
+ * refit_mem_after_stream, work refit queues runs only once everything queued
+ * on `stream` so far is done; after refit_mem_before_stream, work queued on
+ * `stream` from then on runs only once everything refit queued so far is
+ * done. Neither blocks the host. Host memory: nothing to order.
+ */
+refit_status_t refit_mem_after_stream(refit_mem_t *m, void *stream);
+refit_status_t refit_mem_before_stream(refit_mem_t *m, void *stream);
+
 /* How many GPUs this process sees (0 without CUDA or a driver). */
 int refit_mem_gpu_count(void);
 
@@ -66,6 +77,10 @@ typedef struct {
 refit_status_t refit_mem_table_upload(refit_mem_t *m, refit_mem_table_t *t,
                                       size_t elem_bytes);
 void refit_mem_table_free(refit_mem_t *m, refit_mem_table_t *t);
+/* Copy an uploaded table's host entries to its device copy again (after the
+ * host entries changed: a trainer tensor registered at a new address). */
+refit_status_t refit_mem_table_refresh(refit_mem_t *m, refit_mem_table_t *t,
+                                       size_t elem_bytes);
 
 /* Pack descriptors [first, first + n) of `t` into `buf`. */
 refit_status_t refit_mem_pack(refit_mem_t *m, const refit_mem_table_t *t,

@@ -9,6 +9,7 @@
 #endif
 
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,12 +118,52 @@ static refit_status_t refit_session_plan(refit_session_t *s) {
   return REFIT_OK;
 }
 
-/* Trainer: new weights of `version` into every shard this rank holds.
- * Synthetic sources fill device memory on the device; sources that read data
- * go through a host buffer. */
+/* Rows [row0, +rows) x cols [col0, +cols) of Hugging Face tensor `hf` of
+ * `version` into `dst` (this rank's memory, leading dimension `ld`).
+ * Synthetic sources fill device memory on the device; sources that read
+ * data go through a host buffer (*bounce, grown as needed). */
+static refit_status_t refit_trainer_fill(refit_session_t *s, const refit_src_tensor_t *hf,
+                                         uint64_t version, int64_t row0, int64_t col0,
+                                         int64_t rows, int64_t cols, int64_t ld,
+                                         uint16_t *dst, uint16_t **bounce,
+                                         size_t *bounce_bytes) {
+  const int on_device = refit_mem_on_device(s->mem);
+  if (on_device && s->source.ops->synth_key != NULL) {
+    uint64_t key;
+    int norm;
+    REFIT_CHECK(s->source.ops->synth_key(s->source.ctx, hf, version, &key, &norm));
+    if (ld == cols)
+      return refit_mem_synth_rect(s->mem, key, norm, hf->cols, row0, col0, rows, cols,
+                                  dst);
+    for (int64_t r = 0; r < rows; r++)
+      REFIT_CHECK(refit_mem_synth_rect(s->mem, key, norm, hf->cols, row0 + r, col0, 1,
+                                       cols, dst + r * ld));
+    return REFIT_OK;
+  }
+  if (!on_device && ld == cols)
+    return s->source.ops->read(s->source.ctx, hf, version, row0, col0, rows, cols, dst);
+  const size_t bytes = (size_t)(rows * cols) * sizeof(uint16_t);
+  if (bytes > *bounce_bytes) {
+    free(*bounce);
+    *bounce = malloc(bytes);
+    *bounce_bytes = *bounce != NULL ? bytes : 0;
+    if (*bounce == NULL)
+      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "source bounce buffer of %zu bytes", bytes);
+  }
+  REFIT_CHECK(s->source.ops->read(s->source.ctx, hf, version, row0, col0, rows, cols,
+                                  *bounce));
+  for (int64_t r = 0; r < rows; r++)
+    REFIT_CHECK(refit_mem_from_host(s->mem, dst + r * ld, *bounce + r * cols,
+                                    (size_t)cols * sizeof(uint16_t)));
+  return REFIT_OK;
+}
+
+/* Trainer: new weights of `version` into every shard this rank holds, from
+ * the source's Hugging Face tensors through each trainer tensor's row runs
+ * (rows in no run, Megatron's vocabulary padding, become zeros). Not called
+ * for source.kind caller: the trainer's tensors are then the caller's. */
 static refit_status_t refit_trainer_source(refit_session_t *s, uint64_t version) {
   const refit_catalog_t *cat = s->cat;
-  const int on_device = refit_mem_on_device(s->mem);
   uint16_t *bounce = NULL;
   size_t bounce_bytes = 0;
   refit_status_t st = REFIT_OK;
@@ -135,34 +176,24 @@ static refit_status_t refit_trainer_source(refit_session_t *s, uint64_t version)
     const int32_t p = s->shard_part[i];
     const int64_t row0 = t->split == REFIT_SPLIT_ROWS ? p * rows : 0;
     const int64_t col0 = t->split == REFIT_SPLIT_COLS ? p * cols : 0;
-    if (on_device && s->source.ops->synth_key != NULL) {
-      uint64_t key;
-      int norm;
-      st = s->source.ops->synth_key(s->source.ctx, t, version, &key, &norm);
-      if (st == REFIT_OK)
-        st = refit_mem_synth_rect(s->mem, key, norm, t->cols, row0, col0, rows,
-                                  cols, s->shards[i]);
-      continue;
+    int64_t covered = 0;
+    for (int64_t k = t->run_begin; k < t->run_begin + t->run_count && st == REFIT_OK;
+         k++) {
+      const refit_row_run_t *r = &cat->runs[k];
+      const int64_t lo = r->src_row > row0 ? r->src_row : row0;
+      const int64_t hi =
+          r->src_row + r->rows < row0 + rows ? r->src_row + r->rows : row0 + rows;
+      if (hi <= lo)
+        continue;
+      covered += hi - lo;
+      st = refit_trainer_fill(s, &cat->hf[r->hf], version, r->hf_row + (lo - r->src_row),
+                              col0, hi - lo, cols, cols, s->shards[i] + (lo - row0) * cols,
+                              &bounce, &bounce_bytes);
     }
-    if (!on_device) {
-      st = s->source.ops->read(s->source.ctx, t, version, row0, col0, rows, cols,
-                               s->shards[i]);
-      continue;
-    }
-    const size_t bytes = (size_t)(rows * cols) * sizeof(uint16_t);
-    if (bytes > bounce_bytes) {
-      free(bounce);
-      bounce = malloc(bytes);
-      bounce_bytes = bounce != NULL ? bytes : 0;
-      if (bounce == NULL) {
-        st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "source bounce buffer of %zu bytes", bytes);
-        break;
-      }
-    }
-    st = s->source.ops->read(s->source.ctx, t, version, row0, col0, rows, cols,
-                             bounce);
-    if (st == REFIT_OK)
-      st = refit_mem_from_host(s->mem, s->shards[i], bounce, bytes);
+    /* Padding rows are at the end of a tensor (the padded vocabulary). */
+    if (st == REFIT_OK && covered < rows)
+      st = refit_mem_zero(s->mem, s->shards[i] + covered * cols,
+                          (size_t)((rows - covered) * cols) * sizeof(uint16_t));
   }
   free(bounce);
   if (st == REFIT_OK)
@@ -207,7 +238,10 @@ static refit_status_t refit_trainer_tables(refit_session_t *s) {
   refit_pack_desc_t *d = calloc((size_t)(n ? n : 1), sizeof(*d));
   s->pack_begin = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
   s->msg_wire = calloc((size_t)(nmine ? nmine : 1), sizeof(int64_t));
-  if (d == NULL || s->pack_begin == NULL || s->msg_wire == NULL) {
+  s->pack_src = calloc((size_t)(n ? n : 1), sizeof(int64_t));
+  s->pack_elem = calloc((size_t)(n ? n : 1), sizeof(int64_t));
+  if (d == NULL || s->pack_begin == NULL || s->msg_wire == NULL ||
+      s->pack_src == NULL || s->pack_elem == NULL) {
     free(d);
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "pack tables of %lld chunks", (long long)n);
   }
@@ -232,7 +266,11 @@ static refit_status_t refit_trainer_tables(refit_session_t *s) {
         const refit_chunk_t *ch = &p->chunks[c];
         int64_t shard_rows, shard_cols;
         refit_src_shard_shape(&s->cat->src[ch->src_tensor], &shard_rows, &shard_cols);
-        d[j].src = s->shards[ch->src_tensor] + ch->src_row * shard_cols + ch->src_col;
+        /* Where in its shard, kept so that a tensor registered again at a
+         * new address needs only its descriptors rewritten. */
+        s->pack_src[j] = ch->src_tensor;
+        s->pack_elem[j] = ch->src_row * shard_cols + ch->src_col;
+        d[j].src = s->shards[ch->src_tensor] + s->pack_elem[j];
         d[j].src_pitch = shard_cols * 2;
         d[j].dst_offset = used + (ch->offset - m->offset);
         d[j].rows = ch->rows;
@@ -260,6 +298,20 @@ static refit_status_t refit_trainer_tables(refit_session_t *s) {
   if (st == REFIT_OK)
     st = refit_mem_table_upload(s->mem, &s->pack, sizeof(refit_pack_desc_t));
   return st;
+}
+
+/* Trainer: point the pack descriptors at the shards' current addresses
+ * after refit_tensor_register moved some (Megatron's distributed optimizer
+ * frees and re-grows its buffers between steps). No re-planning: only the
+ * addresses in the descriptor table change, and the table is copied to the
+ * device again. */
+static refit_status_t refit_trainer_repoint(refit_session_t *s) {
+  refit_pack_desc_t *d = s->pack.host;
+  for (int64_t j = 0; j < s->pack.count; j++)
+    d[j].src = s->shards[s->pack_src[j]] + s->pack_elem[j];
+  s->moved = 0;
+  REFIT_CHECK(refit_pack_descs_check(d, s->pack.count));
+  return refit_mem_table_refresh(s->mem, &s->pack, sizeof(refit_pack_desc_t));
 }
 
 /* Trainer: pack bucket b into `buf` (messages with the same bytes share
@@ -306,15 +358,8 @@ static refit_status_t refit_session_index_trainer(refit_session_t *s) {
   if (s->shards == NULL || s->shard_part == NULL || s->shard_owned == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "shard table");
   for (int64_t i = 0; i < cat->nsrc; i++) {
-    const refit_src_tensor_t *t = &cat->src[i];
-    s->shard_part[i] = -1;
-    for (int32_t p = 0; p < t->nparts && s->shard_part[i] < 0; p++)
-      for (int32_t r = 0; r < t->nreplicas; r++)
-        if (refit_src_holder(cat, t, p, r) == s->role_rank) {
-          s->shard_part[i] = p;
-          s->nshards++;
-          break;
-        }
+    s->shard_part[i] = refit_src_part_of(cat, &cat->src[i], s->role_rank);
+    s->nshards += s->shard_part[i] >= 0;
   }
   return REFIT_OK;
 }
@@ -527,7 +572,18 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   free(pairs);
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the transport"), st,
                    err);
-  st = refit_source_open(&s->cfg, s->cat, &s->source);
+  /* The source generators verify against, and trainers produce from: with
+   * caller-owned weights, the configured reference (trainers produce
+   * nothing). */
+  if (s->cfg.source.kind == REFIT_SOURCE_CALLER) {
+    refit_config_t ref = s->cfg;
+    ref.source.kind = s->cfg.reference.kind;
+    ref.source.seed = s->cfg.reference.seed;
+    memcpy(ref.source.path, s->cfg.reference.path, sizeof(ref.source.path));
+    st = s->is_trainer ? REFIT_OK : refit_source_open(&ref, s->cat, &s->source);
+  } else {
+    st = refit_source_open(&s->cfg, s->cat, &s->source);
+  }
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the source"), st, err);
   if (s->is_trainer) {
     st = refit_session_index_trainer(s);
@@ -585,6 +641,8 @@ void refit_session_destroy(refit_session_t *s) {
     refit_mem_table_free(s->mem, &s->pack);
   free(s->pack_begin);
   free(s->msg_wire);
+  free(s->pack_src);
+  free(s->pack_elem);
   refit_mem_destroy(s->mem);
   free(s->xfers);
   free(s->my_msgs);
@@ -597,67 +655,170 @@ void refit_session_destroy(refit_session_t *s) {
   free(s);
 }
 
-refit_status_t refit_session_register(refit_session_t *s, const char *name,
-                                      void *data, size_t bytes, int dtype) {
-  if (!refit_mem_usable(s->mem, data))
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "register %s: %s rank %d runs on %s, but this memory is "
-                     "not there; register %s",
-                     name, s->is_trainer ? "trainer" : "generator", s->role_rank,
-                     refit_mem_on_device(s->mem) ? "its GPU" : "the host",
-                     refit_mem_on_device(s->mem) ? "cudaMalloc'd memory of that GPU"
-                                                 : "host memory");
-  if (s->bound)
+/* Append one problem to a registration's list ("; "-separated). */
+static void refit_register_problem(char *buf, size_t len, size_t *used, int *n,
+                                   const char *fmt, ...) REFIT_PRINTF(5, 6);
+static void refit_register_problem(char *buf, size_t len, size_t *used, int *n,
+                                   const char *fmt, ...) {
+  va_list ap;
+  if (*used < len)
+    *used += (size_t)snprintf(buf + *used, len - *used, "%s", *n ? "; " : "");
+  va_start(ap, fmt);
+  if (*used < len)
+    *used += (size_t)vsnprintf(buf + *used, len - *used, fmt, ap);
+  va_end(ap);
+  (*n)++;
+}
+
+/* "[a, b]" of a registration's shape, or of an expected one. */
+static void refit_shape_str(int ndim, const int64_t *shape, char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "[");
+  for (int d = 0; d < ndim && used < len; d++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%lld", d ? ", " : "",
+                             (long long)shape[d]);
+  if (used < len)
+    snprintf(buf + used, len - used, "]");
+}
+
+/* Does a registration's shape match? ndim 0 gives none (bytes decide); a
+ * tensor of one row may come as [n] or [1, n]. */
+static int refit_shape_matches(const refit_tensor_t *t, int ndim, const int64_t *shape) {
+  if (t->ndim == 0)
+    return 1;
+  if (t->ndim == ndim && memcmp(t->shape, shape, (size_t)ndim * sizeof(int64_t)) == 0)
+    return 1;
+  return ndim == 2 && shape[0] == 1 && t->ndim == 1 && t->shape[0] == shape[1];
+}
+
+/* vLLM spells the expert stacks "mlp.experts.w13_weight" or, in newer
+ * versions, "mlp.experts.routed_experts.w13_weight": the engine registers
+ * its own spelling, which becomes the store's name. */
+static int refit_store_name_matches(const char *store, const char *name) {
+  static const char nested[] = ".mlp.experts.routed_experts.";
+  const char *at = strstr(name, nested);
+  if (strcmp(store, name) == 0)
+    return 1;
+  if (at == NULL)
+    return 0;
+  const size_t head = (size_t)(at - name) + strlen(".mlp.experts.");
+  return strncmp(store, name, head) == 0 &&
+         strcmp(store + head, at + strlen(nested)) == 0;
+}
+
+refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *t) {
+  const char *side = s->is_trainer ? "trainer" : "generator";
+  const char *name = t->name;
+  char problems[1024] = "", want[64], got[64];
+  size_t used = 0;
+  int n = 0;
+
+  if (s->bound && !s->is_trainer)
     return REFIT_ERR(REFIT_ERR_STATE,
-                     "register %s: tensors must be registered before the first "
-                     "refit_begin",
+                     "register %s: generator runtime storage never moves (CUDA "
+                     "graphs captured its addresses); register it before the "
+                     "first refit_begin",
                      name);
+  if (s->bound && s->state != REFIT_STATE_IDLE && s->state != REFIT_STATE_POISONED)
+    return REFIT_ERR(REFIT_ERR_STATE,
+                     "register %s: trainer rank %d is in a refit (%s); move a "
+                     "tensor only between refit_commit and the next refit_begin",
+                     name, s->role_rank, refit_state_str(s->state));
+  int ndim;
+  int64_t shape[3] = {0, 0, 0};
+  size_t bytes;
+  refit_dtype_t dtype;
+  int64_t index = -1;
   if (s->is_trainer) {
-    const int64_t i = refit_catalog_find_src(s->cat, name);
-    if (i < 0 || s->shard_part[i] < 0)
+    index = refit_catalog_find_src(s->cat, name, s->role_rank);
+    if (index < 0)
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                        "register: trainer rank %d holds no tensor '%s' (an "
-                       "unexpected tensor)",
-                       s->role_rank, name);
-    int64_t rows, cols;
-    refit_src_shard_shape(&s->cat->src[i], &rows, &cols);
-    if (s->shards[i] != NULL)
+                       "unexpected tensor; refit_tensor_get lists what this "
+                       "rank holds under trainer.layout %s)",
+                       s->role_rank, name,
+                       s->cfg.trainer.names == REFIT_TRAINER_NAMES_MEGATRON ? "megatron"
+                                                                            : "hf");
+    refit_src_shard_shape(&s->cat->src[index], &shape[0], &shape[1]);
+    ndim = 2;
+    bytes = (size_t)(shape[0] * shape[1]) * 2;
+    dtype = REFIT_DTYPE_BF16;
+    if (s->shards[index] != NULL && !s->bound)
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                        "register: tensor '%s' registered twice on trainer rank %d",
                        name, s->role_rank);
-    if (dtype != REFIT_DTYPE_BF16 || bytes != (size_t)(rows * cols) * 2)
+  } else {
+    for (int64_t i = 0; i < s->nstores && index < 0; i++)
+      if (refit_store_name_matches(s->stores[i].name, name))
+        index = i;
+    if (index < 0)
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "register: trainer rank %d tensor '%s': expected bfloat16 "
-                       "shard [%lld, %lld] (%lld bytes), got %s of %zu bytes",
-                       s->role_rank, name, (long long)rows, (long long)cols,
-                       (long long)(rows * cols * 2),
-                       refit_dtype_name((refit_dtype_t)dtype), bytes);
-    s->shards[i] = data;
-    s->nregistered++;
-    return REFIT_OK;
-  }
-  for (int64_t i = 0; i < s->nstores; i++) {
-    refit_store_t *st = &s->stores[i];
-    if (strcmp(st->name, name) != 0)
-      continue;
+                       "register: generator rank %d holds no tensor '%s' (an "
+                       "unexpected tensor)",
+                       s->role_rank, name);
+    const refit_store_t *st = &s->stores[index];
     if (st->data != NULL)
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                        "register: tensor '%s' registered twice on generator rank %d",
                        name, s->role_rank);
-    if (dtype != (int)st->dtype || bytes != st->bytes)
-      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "register: generator rank %d tensor '%s': expected %s of "
-                       "%zu bytes (layout %s), got %s of %zu bytes",
-                       s->role_rank, name, refit_dtype_name(st->dtype), st->bytes,
-                       st->layout, refit_dtype_name((refit_dtype_t)dtype), bytes);
-    st->data = data;
+    ndim = st->ndim;
+    memcpy(shape, st->shape, sizeof(shape));
+    bytes = st->bytes;
+    dtype = st->dtype;
+  }
+  /* Every problem of this tensor at once. */
+  refit_shape_str(ndim, shape, want, sizeof(want));
+  refit_shape_str(t->ndim, t->shape, got, sizeof(got));
+  if (!refit_shape_matches(t, ndim, shape))
+    refit_register_problem(problems, sizeof(problems), &used, &n,
+                           "shape: expected %s, got %s", want, got);
+  if ((int)t->dtype != (int)dtype)
+    refit_register_problem(
+        problems, sizeof(problems), &used, &n, "dtype: expected %s, got %s%s",
+        refit_dtype_name(dtype), refit_dtype_name((refit_dtype_t)t->dtype),
+        s->is_trainer ? ""
+        : dtype == REFIT_DTYPE_BF16
+            ? " (refit keeps this module in bf16: it is not quantized under "
+              "refit.precision, or refit.quantization_ignore names it)"
+            : " (refit quantizes this module: add it to refit.quantization_ignore "
+              "to keep it in bf16)");
+  if (t->bytes != bytes)
+    refit_register_problem(problems, sizeof(problems), &used, &n,
+                           "bytes: expected %zu, got %zu", bytes, t->bytes);
+  if (!refit_mem_usable(s->mem, t->data))
+    refit_register_problem(problems, sizeof(problems), &used, &n,
+                           "device: the rank runs on %s, this memory is not there "
+                           "(register %s)",
+                           refit_mem_on_device(s->mem) ? "its GPU" : "the host",
+                           refit_mem_on_device(s->mem) ? "cudaMalloc'd memory of that GPU"
+                                                       : "host memory");
+  if (n > 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "register: %s rank %d tensor '%s': %s",
+                     side, s->role_rank, name, problems);
+  if (!s->is_trainer) {
+    refit_store_t *st = &s->stores[index];
+    if (strcmp(st->name, name) != 0)
+      snprintf(st->name, sizeof(st->name), "%s", name);
+    st->data = t->data;
     s->nregistered++;
     return REFIT_OK;
   }
-  return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                   "register: generator rank %d holds no tensor '%s' (an "
-                   "unexpected tensor)",
-                   s->role_rank, name);
+  if (s->bound) {
+    /* Between refits: a new address for a tensor the caller owns. */
+    if (s->shard_owned[index])
+      return REFIT_ERR(REFIT_ERR_STATE,
+                       "register %s: trainer rank %d allocated this tensor itself "
+                       "(nothing was registered before the first refit_begin); "
+                       "register every tensor before it to own them",
+                       name, s->role_rank);
+    if (s->shards[index] != t->data) {
+      s->shards[index] = t->data;
+      s->moved = 1;
+    }
+    return REFIT_OK;
+  }
+  s->shards[index] = t->data;
+  s->nregistered++;
+  return REFIT_OK;
 }
 
 /* First refit: every tensor either registered by the caller or, when the
@@ -667,7 +828,10 @@ static refit_status_t refit_session_bind(refit_session_t *s) {
   char missing[1024] = "";
   size_t used = 0;
   int64_t nmissing = 0;
-  if (s->nregistered > 0) {
+  /* Caller-owned weights must be the caller's: refit allocating them would
+   * send zeros. */
+  const int caller = s->is_trainer && s->cfg.source.kind == REFIT_SOURCE_CALLER;
+  if (s->nregistered > 0 || caller) {
     if (s->is_trainer) {
       for (int64_t i = 0; i < s->cat->nsrc; i++)
         if (s->shard_part[i] >= 0 && s->shards[i] == NULL && nmissing++ < 8 &&
@@ -682,10 +846,13 @@ static refit_status_t refit_session_bind(refit_session_t *s) {
     }
     if (nmissing > 0)
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "%s rank %d: %lld tensor%s not registered: %s%s",
+                       "%s rank %d: %lld tensor%s not registered%s: %s%s",
                        s->is_trainer ? "trainer" : "generator", s->role_rank,
-                       (long long)nmissing, nmissing == 1 ? "" : "s", missing,
-                       nmissing > 8 ? ", ..." : "");
+                       (long long)nmissing, nmissing == 1 ? "" : "s",
+                       caller ? " (source.kind caller: the trainer registers "
+                                "every tensor it holds)"
+                              : "",
+                       missing, nmissing > 8 ? ", ..." : "");
   }
   if (s->is_trainer) {
     for (int64_t i = 0; i < s->cat->nsrc; i++) {
@@ -807,7 +974,7 @@ static refit_status_t refit_session_recover_transport(refit_session_t *s,
   return REFIT_OK;
 }
 
-refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
+refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *stream) {
   refit_status_t st;
   if (s->broken)
     return REFIT_ERR(REFIT_ERR_PEER, "begin %llu: an earlier collective timed out; "
@@ -822,6 +989,13 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
     st = refit_session_bind(s);
   else
     st = refit_session_acquire_staging(s);
+  if (st == REFIT_OK && s->moved)
+    st = refit_trainer_repoint(s);
+  /* Nothing refit does on the device starts before the caller's work
+   * queued on `stream` so far: a trainer's last optimizer step, an engine's
+   * last forward over the storage a sync refit overwrites. */
+  if (st == REFIT_OK)
+    st = refit_mem_after_stream(s->mem, stream);
   const double acquire_s = MPI_Wtime() - t_acquire;
 
   /* Everyone's (run id, version, plan hash, committed version) before a
@@ -907,7 +1081,8 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version) {
   s->state = REFIT_STATE_RECEIVING;
   if (s->is_trainer) {
     double t = MPI_Wtime();
-    st = refit_trainer_source(s, version);
+    if (s->cfg.source.kind != REFIT_SOURCE_CALLER)
+      st = refit_trainer_source(s, version);
     s->times.source = MPI_Wtime() - t;
   } else {
     refit_loader_begin(s->loader);
@@ -1104,7 +1279,7 @@ refit_status_t refit_session_progress(refit_session_t *s, int *done) {
   return REFIT_OK;
 }
 
-refit_status_t refit_session_commit(refit_session_t *s) {
+refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
   refit_status_t st = REFIT_OK;
   int ok = s->state == REFIT_STATE_READY, *votes = NULL;
   if (s->broken)
@@ -1176,6 +1351,12 @@ refit_status_t refit_session_commit(refit_session_t *s) {
       s->state = REFIT_STATE_POISONED;
       return st;
     }
+  }
+  /* The engine's work queued on `stream` from now on reads the new
+   * version (the async shadow copy above is on refit's stream). */
+  if (!s->is_trainer && (st = refit_mem_before_stream(s->mem, stream)) != REFIT_OK) {
+    s->state = REFIT_STATE_POISONED;
+    return st;
   }
   s->times.commit = MPI_Wtime() - t;
   s->committed = s->pending;

@@ -84,6 +84,8 @@ typedef struct refit_session {
   refit_mem_table_t pack;
   int64_t *pack_begin;
   int64_t *msg_wire;
+  int64_t *pack_src, *pack_elem; /* per descriptor: shard and element offset */
+  int moved;                     /* a shard was registered at a new address */
   int64_t shared_msgs, shared_bytes; /* messages and bytes not packed again */
 
   /* Send buffers (trainer) or staging areas (generator), one per exchange
@@ -124,15 +126,15 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
                                     refit_session_t **out);
 void refit_session_destroy(refit_session_t *s);
 
-/* Attach caller memory to a tensor this rank holds (before the first
- * begin). dtype is a refit_dtype_t. */
-refit_status_t refit_session_register(refit_session_t *s, const char *name,
-                                      void *data, size_t bytes, int dtype);
+/* Attach caller memory to a tensor this rank holds (before the first begin;
+ * trainers may register a tensor again at a new address between refits).
+ * Checks name, shape, dtype, size and memory, every problem in one message. */
+refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *t);
 
 /* The lifecycle: see runtime/include/refit/refit.h for the contract. */
-refit_status_t refit_session_begin(refit_session_t *s, uint64_t version);
+refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *stream);
 refit_status_t refit_session_progress(refit_session_t *s, int *done);
-refit_status_t refit_session_commit(refit_session_t *s);
+refit_status_t refit_session_commit(refit_session_t *s, void *stream);
 refit_status_t refit_session_abort(refit_session_t *s);
 
 

@@ -147,7 +147,7 @@ out:
 /* Shape, element type and data of the dataset of src tensor i. */
 static refit_status_t refit_h5_check_tensor(refit_h5_source_t *c, int64_t i,
                                             off_t file_size) {
-  const refit_src_tensor_t *t = &c->cat->src[i];
+  const refit_src_tensor_t *t = &c->cat->hf[i];
   refit_status_t st = REFIT_OK;
   hid_t dset = -1, space = -1, dcpl = -1;
   hsize_t dims[H5S_MAX_RANK];
@@ -294,14 +294,14 @@ static refit_status_t refit_h5_source_open(const refit_config_t *cfg,
                       c->path, (long long)sb.st_size);
   REFIT_H5_CHECK_GOTO(c->f16 = refit_h5_type_f16(), st, err_free,
                       "checkpoint %s: float16 type", c->path);
-  c->elem = calloc((size_t)cat->nsrc, 1);
-  c->rank = calloc((size_t)cat->nsrc, 1);
+  c->elem = calloc((size_t)cat->nhf, 1);
+  c->rank = calloc((size_t)cat->nhf, 1);
   if (c->elem == NULL || c->rank == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "hdf5 source: %lld tensors",
-                   (long long)cat->nsrc);
+                   (long long)cat->nhf);
     goto err_free;
   }
-  for (int64_t i = 0; i < cat->nsrc; i++)
+  for (int64_t i = 0; i < cat->nhf; i++)
     REFIT_CHECK_GOTO(refit_h5_check_tensor(c, i, sb.st_size), st, err_free);
   *ctx = c;
   return REFIT_OK;
@@ -320,9 +320,9 @@ static refit_status_t refit_h5_source_read(void *ctx, const refit_src_tensor_t *
   hid_t fspace = -1, mspace = -1;
   (void)version; /* a checkpoint holds one version */
 
-  int64_t i = t - c->cat->src;
-  if (i < 0 || i >= c->cat->nsrc)
-    i = refit_catalog_find_src(c->cat, t->name);
+  int64_t i = t - c->cat->hf;
+  if (i < 0 || i >= c->cat->nhf)
+    i = refit_catalog_find_hf(c->cat, t->name);
   if (i < 0)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "checkpoint %s: tensor '%s' is not in the catalog", c->path,

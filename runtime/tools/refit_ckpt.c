@@ -164,9 +164,9 @@ int main(int argc, char **argv) {
   synth.ops = &refit_source_synthetic;
 
   int64_t max_cols = 1;
-  for (int64_t i = 0; i < cat->nsrc; i++)
-    if (cat->src[i].cols > max_cols)
-      max_cols = cat->src[i].cols;
+  for (int64_t i = 0; i < cat->nhf; i++)
+    if (cat->hf[i].cols > max_cols)
+      max_cols = cat->hf[i].cols;
   const int64_t block = REFIT_CKPT_BLOCK_ELEMS / max_cols > 0
                             ? REFIT_CKPT_BLOCK_ELEMS / max_cols
                             : 1;
@@ -192,11 +192,11 @@ int main(int argc, char **argv) {
   REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "synthetic_seed", &seed, 0), st,
                    done);
   uint64_t bytes = 0;
-  for (int64_t i = 0; i < cat->nsrc; i++) {
-    REFIT_CHECK_GOTO(refit_ckpt_write_tensor(file, tmp, &synth, &cat->src[i],
+  for (int64_t i = 0; i < cat->nhf; i++) {
+    REFIT_CHECK_GOTO(refit_ckpt_write_tensor(file, tmp, &synth, &cat->hf[i],
                                              dtype, version, f16, bf, conv, block),
                      st, done);
-    bytes += (uint64_t)(cat->src[i].rows * cat->src[i].cols) *
+    bytes += (uint64_t)(cat->hf[i].rows * cat->hf[i].cols) *
              (dtype == REFIT_CKPT_F32 ? 4u : 2u);
   }
   if (H5Fclose(file) < 0) {
@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
   }
   printf("refit-ckpt: wrote %s: %lld tensors, %.1f MiB of %s, version %llu, "
          "seed %llu\n",
-         out, (long long)cat->nsrc, (double)bytes / 1048576.0,
+         out, (long long)cat->nhf, (double)bytes / 1048576.0,
          dtype == REFIT_CKPT_BF16 ? "bfloat16"
          : dtype == REFIT_CKPT_F32 ? "float32"
                                    : "float16",

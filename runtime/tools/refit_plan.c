@@ -93,8 +93,8 @@ int main(int argc, char **argv) {
   refit_plan_stats_t s;
   refit_plan_stats(plan, gbps, &s);
   int64_t params = 0;
-  for (int64_t i = 0; i < cat->nsrc; i++)
-    params += cat->src[i].rows * cat->src[i].cols;
+  for (int64_t i = 0; i < cat->nhf; i++)
+    params += cat->hf[i].rows * cat->hf[i].cols;
 
   printf("refit-plan %s\n", path);
   printf("  model            %.3f B parameters, %lld trainer tensors\n",

@@ -66,7 +66,7 @@ static refit_run_outcome_t refit_run_one(refit_session_h s, uint64_t version,
     last = now_;                                                               \
   } while (0)
 
-  o.st = refit_begin(s, version);
+  o.st = refit_begin(s, version, NULL);
   if (o.st != REFIT_OK)
     return o;
   while (!done && o.st == REFIT_OK) {
@@ -82,7 +82,7 @@ static refit_run_outcome_t refit_run_one(refit_session_h s, uint64_t version,
   }
   /* Every rank votes, also one whose part failed: nobody waits for it.
    * The commit's message then carries the earlier failure. */
-  refit_status_t cst = refit_commit(s);
+  refit_status_t cst = refit_commit(s, NULL);
   if (o.st == REFIT_OK || cst != REFIT_ERR_STATE)
     o.st = cst == REFIT_OK ? o.st : cst;
   REFIT_RUN_SERVED();

@@ -109,13 +109,22 @@ static refit_status_t refit_check_tensor(refit_check_t *c, hid_t group, int g,
                                                 tp_rank, gt->name, row, name,
                                                 &src_row, &col_off),
                      st, out);
-    const int64_t si = refit_catalog_find_src(cat, name);
+    if (src_row < 0) { /* vocabulary padding: zeros */
+      for (int64_t col = 0; col < gt->cols; col++)
+        if (got[row * gt->cols + col] != 0 && bad++ == 0)
+          refit_check_fail(c, "/rank%d/%s [%lld, %lld]: 0x%04x in a vocabulary "
+                           "padding row, expected 0",
+                           g, gt->name, (long long)row, (long long)col,
+                           got[row * gt->cols + col]);
+      continue;
+    }
+    const int64_t si = refit_catalog_find_hf(cat, name);
     if (si < 0) {
       st = REFIT_ERR(REFIT_ERR_INTERNAL, "%s row %lld: unknown source %s",
                      gt->name, (long long)row, name);
       goto out;
     }
-    REFIT_CHECK_GOTO(src->ops->read(src->ctx, &cat->src[si], value_version, src_row,
+    REFIT_CHECK_GOTO(src->ops->read(src->ctx, &cat->hf[si], value_version, src_row,
                                     col_off, 1, gt->cols, want),
                      st, out);
     const uint16_t *r = got + row * gt->cols;

@@ -47,14 +47,14 @@ static int rank_;
 
 static void run_refit(refit_session_h s, uint64_t version) {
   int done = 0;
-  EXPECT_OK(refit_begin(s, version));
+  EXPECT_OK(refit_begin(s, version, NULL));
   EXPECT(refit_state(s) == REFIT_STATE_RECEIVING, "state %s",
          refit_state_str(refit_state(s)));
   while (!done)
     EXPECT_OK(refit_progress(s, &done));
   EXPECT(refit_state(s) == REFIT_STATE_READY, "state %s",
          refit_state_str(refit_state(s)));
-  EXPECT_OK(refit_commit(s));
+  EXPECT_OK(refit_commit(s, NULL));
 }
 
 static void expect_holds(refit_session_h s, uint64_t version) {
@@ -95,7 +95,7 @@ static void scenario_basic(refit_session_h s) {
 
   /* Missing: only tensor 0 is registered. */
   EXPECT_OK(refit_tensor_get(s, 1, &t));
-  EXPECT_STATUS(refit_begin(s, 1), REFIT_ERR_INVALID_ARGUMENT, "not registered");
+  EXPECT_STATUS(refit_begin(s, 1, NULL), REFIT_ERR_INVALID_ARGUMENT, "not registered");
   EXPECT(strstr(refit_last_error(), t.name) != NULL, "missing list \"%s\" lacks %s",
          refit_last_error(), t.name);
   EXPECT(refit_state(s) == REFIT_STATE_IDLE, "state %s",
@@ -128,7 +128,7 @@ static void scenario_basic(refit_session_h s) {
 
   /* Abort is idempotent, also in IDLE; nothing changes. */
   EXPECT_OK(refit_abort(s));
-  EXPECT_OK(refit_begin(s, 2));
+  EXPECT_OK(refit_begin(s, 2, NULL));
   EXPECT_OK(refit_abort(s));
   EXPECT_OK(refit_abort(s));
   EXPECT(refit_state(s) == REFIT_STATE_IDLE, "state %s",
@@ -136,15 +136,15 @@ static void scenario_basic(refit_session_h s) {
   EXPECT(refit_committed_version(s) == 1, "committed %llu",
          (unsigned long long)refit_committed_version(s));
   /* The aborted attempt still owes its vote: every rank votes no. */
-  EXPECT_STATUS(refit_commit(s), REFIT_ERR_STATE, "this rank failed");
+  EXPECT_STATUS(refit_commit(s, NULL), REFIT_ERR_STATE, "this rank failed");
   expect_holds(s, 1);
 
   /* Stale and replayed versions are refused before a byte moves. */
-  EXPECT_STATUS(refit_begin(s, 1), REFIT_ERR_STATE, "versions must increase");
-  EXPECT_STATUS(refit_begin(s, 0), REFIT_ERR_STATE, "versions must increase");
+  EXPECT_STATUS(refit_begin(s, 1, NULL), REFIT_ERR_STATE, "versions must increase");
+  EXPECT_STATUS(refit_begin(s, 0, NULL), REFIT_ERR_STATE, "versions must increase");
   run_refit(s, 5);
-  EXPECT_STATUS(refit_begin(s, 5), REFIT_ERR_STATE, "versions must increase");
-  EXPECT_STATUS(refit_commit(s), REFIT_ERR_STATE, "no refit to commit");
+  EXPECT_STATUS(refit_begin(s, 5, NULL), REFIT_ERR_STATE, "versions must increase");
+  EXPECT_STATUS(refit_commit(s, NULL), REFIT_ERR_STATE, "no refit to commit");
   expect_holds(s, 5);
   EXPECT(refit_committed_version(s) == 5, "committed %llu",
          (unsigned long long)refit_committed_version(s));
@@ -160,7 +160,7 @@ static void scenario_async(refit_session_h s) {
   run_refit(s, 1);
   expect_holds(s, 1);
   int done = 0, steps = 0, checked = 0;
-  EXPECT_OK(refit_begin(s, 2));
+  EXPECT_OK(refit_begin(s, 2, NULL));
   while (!done) {
     EXPECT_OK(refit_progress(s, &done));
     steps++;
@@ -172,7 +172,7 @@ static void scenario_async(refit_session_h s) {
   }
   if (gen)
     expect_holds(s, 1); /* READY, not yet committed */
-  EXPECT_OK(refit_commit(s));
+  EXPECT_OK(refit_commit(s, NULL));
   expect_holds(s, 2);
   EXPECT(!gen || checked, "the refit finished before a mid-refit check (%d steps)",
          steps);
@@ -184,10 +184,10 @@ static void scenario_poison(refit_session_h s, int world_rank) {
   expect_holds(s, 1);
   /* The config injects a flipped bit on world rank 2 late in refit 2. */
   int done = 0;
-  refit_status_t st = refit_begin(s, 2);
+  refit_status_t st = refit_begin(s, 2, NULL);
   while (st == REFIT_OK && !done)
     st = refit_progress(s, &done);
-  refit_status_t cst = refit_commit(s);
+  refit_status_t cst = refit_commit(s, NULL);
   EXPECT(cst != REFIT_OK, "refit 2 committed despite the fault (%s)",
          refit_status_name(cst));
   EXPECT(refit_committed_version(s) == 1, "committed %llu",

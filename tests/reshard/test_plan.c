@@ -385,8 +385,8 @@ static void test_catalog_qwen3_30b(void **state) {
   assert_int_equal(gen_params, params);
   assert_int_equal(cat->nsrc, 3 + 48 * (9 + 3 * 128));
   for (int64_t i = 0; i < cat->nsrc; i++)
-    assert_int_equal(refit_catalog_find_src(cat, cat->src[i].name), i);
-  assert_int_equal(refit_catalog_find_src(cat, "model.layers.48.mlp.gate.weight"), -1);
+    assert_int_equal(refit_catalog_find_src(cat, cat->src[i].name, -1), i);
+  assert_int_equal(refit_catalog_find_src(cat, "model.layers.48.mlp.gate.weight", -1), -1);
   refit_catalog_destroy(cat);
 }
 

@@ -267,12 +267,18 @@ static void test_defaults_applied(void **state) {
   assert_int_equal(cfg.model.hidden_size, 256);
   assert_int_equal(cfg.model.intermediate_size, 512);
   assert_int_equal(cfg.model.num_experts, 0);
+  /* trainer.layout auto resolves to hf for a synthetic source. */
+  assert_int_equal(d.trainer.names, REFIT_TRAINER_NAMES_AUTO);
+  assert_int_equal(cfg.trainer.names, REFIT_TRAINER_NAMES_HF);
+  refit_trainer_layout_t resolved = d.trainer;
+  resolved.names = REFIT_TRAINER_NAMES_HF;
   assert_int_equal(refit_config_hash(&cfg), refit_config_hash(&(refit_config_t){
                                                 .model = cfg.model,
-                                                .trainer = d.trainer,
+                                                .trainer = resolved,
                                                 .generator = d.generator,
                                                 .refit = d.refit,
                                                 .source = d.source,
+                                                .reference = d.reference,
                                                 .verify = d.verify,
                                             }));
   assert_int_equal(cfg.refit.bucket_bytes, UINT64_C(256) << 20);
@@ -657,7 +663,7 @@ static void test_unknown_key_top_level(void **state) {
              "'refit.steps'?)");
   EXPECT_ERR(cat(moe, "banana: 3\n"), 0, REFIT_ERR_CONFIG,
              "demo.yaml:21:1: unknown key 'banana'; valid top-level keys "
-             "are: model, trainer, generator, refit, source, verify, dump");
+             "are: model, trainer, generator, refit, source, reference, verify, dump");
 }
 
 static void test_wrong_type(void **state) {
@@ -835,9 +841,21 @@ static void test_trainer_tp_vocab_and_mlp(void **state) {
   EXPECT_ERR(edit(dense, "  vocab_size: 1024\n", "  vocab_size: 1025\n"), 0,
              REFIT_ERR_CONFIG,
              "demo.yaml:11:3: trainer.tp: 2 does not divide model.vocab_size "
-             "1025",
-             "demo.yaml:15:3: generator.tp: 2 does not divide "
-             "model.vocab_size 1025");
+             "1025");
+  /* vLLM pads the vocabulary to 1088 = 2 * 544, and so does a Megatron
+   * trainer (to 1280, a multiple of 128 * tp). */
+  assert_int_equal(count_lines(EXPECT_ERR(edit(dense, "  vocab_size: 1024\n",
+                                               "  vocab_size: 1025\n"),
+                                          0, REFIT_ERR_CONFIG, "trainer.tp")),
+                   1);
+  refit_config_t cfg;
+  EXPECT_OK(edit(edit(dense, "  vocab_size: 1024\n", "  vocab_size: 1025\n"),
+                 "trainer:\n", "trainer:\n  layout: megatron\n"),
+            0, &cfg);
+  assert_int_equal(cfg.trainer.names, REFIT_TRAINER_NAMES_MEGATRON);
+  EXPECT_ERR(edit(edit(dense, "  vocab_size: 1024\n", "  vocab_size: 1000\n"),
+                  GEN_TP, "generator:\n  tp: 3\n"),
+             0, REFIT_ERR_CONFIG, "generator.tp: 3 does not divide model.vocab_size 1000 padded");
   const char *errors = EXPECT_ERR(
       edit(edit(dense, "  tp: 2\n", "  tp: 4\n"), "  intermediate_size: 512\n",
            "  intermediate_size: 510\n"),

@@ -10,12 +10,21 @@
  *
  *   trainer                          generator (inference engine)
  *   -------                          ----------------------------
- *   refit_begin(s, v)                refit_begin(s, v)
+ *   (optimizer step on stream)       (forward passes on stream)
+ *   refit_begin(s, v, stream)        refit_begin(s, v, stream)
  *   while (!done)                    while (!done) {
  *     refit_progress(s, &done);        serve a step;      (async mode)
  *                                      refit_progress(s, &done);
  *                                    }
- *   refit_commit(s)                  refit_commit(s)      at a safe point
+ *   refit_commit(s, stream)          refit_commit(s, stream)  at a safe point
+ *
+ * CUDA streams, as NCCL takes them: `stream` is a cudaStream_t passed as
+ * void * (NULL is the legacy default stream; PyTorch's is
+ * torch.cuda.current_stream().cuda_stream). refit_begin orders refit's own
+ * device work after everything the caller queued on `stream` before the
+ * call; refit_commit orders what the caller queues on `stream` after it
+ * returns after refit's writes. Neither blocks the host on the stream.
+ * Sessions on host memory ignore it.
  *
  * Every call that involves other ranks is collective over the session's
  * communicator and bounded by refit.timeout_s: a dead or stalled peer gives a
@@ -68,13 +77,16 @@ typedef enum {
   REFIT_TENSOR_E8M0 = 2  /* block scale exponents */
 } refit_tensor_dtype_t;
 
-/* A tensor a side holds: trainer shards under their Hugging Face names,
- * generator runtime storage under vLLM names. */
+/* A tensor a side holds: trainer shards under the trainer's names
+ * (trainer.layout megatron: Megatron-Core's named_parameters(), without
+ * the trainer.name_prefix wrappers add only when configured; hf: Hugging
+ * Face names), generator runtime storage under vLLM's names. Contiguous,
+ * row-major. */
 typedef struct {
   const char *name;
   void *data;        /* host memory (device memory with the GPU path) */
   size_t bytes;
-  int ndim;
+  int ndim;          /* 0 when registering: check bytes only */
   int64_t shape[3];
   refit_tensor_dtype_t dtype;
 } refit_tensor_t;
@@ -116,10 +128,16 @@ refit_status_t refit_tensor_find(refit_session_h s, const char *name,
 /*
  * Start refitting `version`: collective. Every rank checks that all agree on
  * (run id, version, plan hash) and generators refuse a version that does not
- * increase, before a byte moves. On the trainer side the session's source
- * (synthetic, checkpoint) fills the shards. Allowed in IDLE.
+ * increase, before a byte moves. Trainers: with source.kind caller the
+ * registered tensors are sent as they are (refit never writes them; do not
+ * change them until refit_commit returns); with a synthetic or checkpoint
+ * source, the source fills the shards here. `stream`: refit reads trainer
+ * tensors, and a sync generator overwrites runtime storage, only after the
+ * work queued on it before this call (see the top of this file). A tensor
+ * missing from the registration is named here, before a byte moves.
+ * Allowed in IDLE.
  */
-refit_status_t refit_begin(refit_session_h s, uint64_t version);
+refit_status_t refit_begin(refit_session_h s, uint64_t version, void *stream);
 
 /*
  * Advance the refit by one bucket; *done becomes 1 once this rank's part is
@@ -138,9 +156,10 @@ refit_status_t refit_progress(refit_session_h s, int *done);
  * in place and drops the saved copy; async mode copies the shadow into
  * runtime storage (same addresses) — the pause the engine sees. Otherwise
  * every generator keeps or restores version V and REFIT_ERR_PEER (or the
- * local error) is returned. Allowed in READY.
+ * local error) is returned. Generators: work queued on `stream` after this
+ * returns reads the committed version. Allowed in READY.
  */
-refit_status_t refit_commit(refit_session_h s);
+refit_status_t refit_commit(refit_session_h s, void *stream);
 
 /*
  * Abandon the refit in progress: generators keep or restore version V (sync
@@ -169,13 +188,21 @@ typedef struct {
 refit_status_t refit_last_times(refit_session_h s, refit_times_t *out);
 
 /* Attach caller-owned memory to a tensor this rank holds, instead of the
- * session allocating it: name and size must be one of refit_tensor_get's
- * (call before the first refit_begin; the memory must outlive the session).
- * Either register every tensor of the rank or none: refit_begin lists the
- * missing ones. Duplicate or unknown names are errors naming the tensor.
- * On a machine with GPUs the session runs on the rank's GPU and the memory
- * must be cudaMalloc'd memory of that GPU (refit_tensor_get says where the
- * session's own tensors live); other memory is refused. */
+ * session allocating it: name, shape (ndim 0: bytes only), dtype and size
+ * must be one of refit_tensor_get's; every problem is named at once (tensor,
+ * rank, expected, actual). Call before the first refit_begin; the memory
+ * must stay valid while the session may read or write it. Either register
+ * every tensor of the rank or none (source.kind caller: every one on
+ * trainers): refit_begin lists the missing ones. Duplicate or unknown names
+ * are errors naming the tensor. Generators may register the expert stacks
+ * under vLLM's nested spelling (mlp.experts.routed_experts.w13_weight).
+ * Trainers may register a tensor again between refits (IDLE) at a new
+ * address, e.g. after the distributed optimizer re-grew its buffers: the
+ * next refit_begin only rewrites the addresses it reads (no re-planning).
+ * Generator storage never moves. On a machine with GPUs the session runs on
+ * the rank's GPU and the memory must be device memory of that GPU (also a
+ * pointer inside a larger cudaMalloc block, as PyTorch's caching allocator
+ * hands out); other memory is refused. */
 refit_status_t refit_tensor_register(refit_session_h s, const refit_tensor_t *t);
 
 /* One paragraph about the job and its plan (ranks, bytes, buckets, balance,
@@ -190,6 +217,36 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len);
  */
 refit_status_t refit_verify(refit_session_h s, uint64_t version,
                             int64_t *mismatches);
+
+/*
+ * Trainer and generator jobs started by separate launches (two mpirun
+ * commands, two srun steps): make one communicator of them to open the
+ * session over. Collective over `local` (this job's ranks, usually
+ * MPI_COMM_WORLD) and, through MPI's ports, with the other job.
+ *
+ * The generator job opens a port (MPI_Open_port) and its rank 0 writes the
+ * port name to `port_file` atomically (a temporary file renamed into place);
+ * the trainer job's rank 0 waits for the file, claims it (renames it away,
+ * so a port is used once) and connects. The intercommunicator is merged with
+ * the trainers first, as refit_session_open expects; *merged is set only on
+ * success and belongs to the caller (MPI_Comm_free). Use a path both jobs
+ * see and no earlier job left behind (a file of a dead generator of the same
+ * host is detected and refused).
+ *
+ * Blocking, bounded by `timeout_s` on each side: REFIT_ERR_TIMEOUT names the
+ * file when the other job never came. A helper thread on rank 0 bounds the
+ * accept, so MPI must run with MPI_THREAD_MULTIPLE (mpi4py's default);
+ * otherwise REFIT_ERR_NOT_AVAILABLE. One wait MPI cannot cancel remains: a
+ * generator that died between publishing and accepting leaves the trainer's
+ * connect hanging; past the deadline the trainer job is aborted
+ * (MPI_Abort) with a message saying so. Under Open MPI's mpirun the two
+ * launches must share an ompi-server (`ompi-server --report-uri FILE`, then
+ * `mpirun --ompi-server file:FILE ...` for both); without one this returns
+ * REFIT_ERR_NOT_AVAILABLE saying so before anything is opened.
+ */
+refit_status_t refit_comm_join(MPI_Comm local, refit_side_t side,
+                               const char *port_file, double timeout_s,
+                               MPI_Comm *merged);
 
 #ifdef __cplusplus
 }
