@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Refit a fresh random checkpoint with the config's layout and check every
+# generator byte against the independent vLLM reference (vllm_rules.py).
+#   run_reference.sh BUILD_DIR CONFIG
+# Each run draws a new source.seed and, from it, the checkpoint's element
+# type (bf16, f32 or f16, so that the reader's conversions are exercised too)
+# and prints both; REFIT_REFERENCE_SEED=N repeats a run and
+# REFIT_REFERENCE_DTYPE overrides the element type. PYTHON names the interpreter (it needs numpy, h5py, PyYAML);
+# by default the first of python3, /usr/bin/python3 that has them.
+set -euo pipefail
+build=$(cd "$1" && pwd) config=$2
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+python=${PYTHON:-}
+if [ -z "$python" ]; then
+  for candidate in python3 /usr/bin/python3; do
+    if "$candidate" -c 'import numpy, h5py, yaml' 2>/dev/null; then
+      python=$candidate
+      break
+    fi
+  done
+fi
+if [ -z "$python" ]; then
+  echo "run_reference: FAIL: no python3 with numpy, h5py and yaml (apt-get install" \
+       "python3-numpy python3-h5py python3-yaml, or set PYTHON)"
+  exit 1
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+seed=${REFIT_REFERENCE_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+dtypes=(bf16 f32 f16)
+dtype=${REFIT_REFERENCE_DTYPE:-${dtypes[$((seed % 3))]}}
+echo "run_reference: $config with source.seed $seed, checkpoint $dtype" \
+     "(REFIT_REFERENCE_SEED=$seed repeats it)"
+
+# Two copies of the config: one that makes the checkpoint from the seed, one
+# that refits from that checkpoint and dumps the generator tensors.
+steps=$("$python" - "$config" "$work" "$seed" <<'EOF'
+import sys, yaml
+config, work, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(config) as f:
+    cfg = yaml.safe_load(f)
+cfg["source"] = {"kind": "synthetic", "seed": seed}
+with open(f"{work}/ckpt.yaml", "w") as f:
+    yaml.safe_dump(cfg, f, sort_keys=False)
+cfg["source"] = {"kind": "hdf5", "path": f"{work}/ckpt.h5", "seed": seed}
+cfg["dump"] = f"{work}/dump.h5"
+with open(f"{work}/run.yaml", "w") as f:
+    yaml.safe_dump(cfg, f, sort_keys=False)
+print((cfg.get("refit") or {}).get("steps", 3))
+EOF
+)
+
+# refit-run refits versions 1..steps and an HDF5 checkpoint holds one version
+# that every refit reads, so the dump (version `steps`) holds the checkpoint's
+# values whatever version they were made for; making them for version `steps`
+# keeps the version attributes of checkpoint and dump equal.
+"$build/runtime/refit-ckpt" "$work/ckpt.yaml" "$work/ckpt.h5" --version "$steps" --dtype "$dtype"
+if ! "$root/launch/refit-launch" --build-dir "$build" "$work/run.yaml" >"$work/run.log" 2>&1; then
+  cat "$work/run.log"
+  echo "run_reference: FAIL: refit-launch exited non-zero"
+  exit 1
+fi
+tail -n 1 "$work/run.log"
+"$python" "$here/check_dump.py" "$work/run.yaml" "$work/ckpt.h5" "$work/dump.h5"

@@ -1,0 +1,538 @@
+"""What a vLLM generator rank holds after a refit: an independent statement.
+
+This module computes, from the full Hugging Face-named weights of a Qwen3 or
+Qwen3-MoE model and a refit job config, the runtime tensors of one generator
+tensor-parallel rank exactly as vLLM holds them after
+process_weights_after_loading: names, shapes, element types and bytes. It is
+written from the rules in /work/shared/reference/*.md and from the public
+sources of vLLM and FlashInfer cited next to each rule, and shares no code
+with refit's C kernels or planner, so that a byte-for-byte agreement between
+the two is evidence and not an echo.
+
+Sources (read with the project's search tools, 2026-08 snapshots):
+  vLLM    vllm/model_executor/models/qwen3_moe.py (Qwen3MoeSparseMoeBlock,
+          Qwen3MoeForCausalLM), vllm/model_executor/layers/linear.py
+          (QKVParallelLinear / MergedColumnParallelLinear / RowParallelLinear
+          weight_loader), vllm/model_executor/layers/vocab_parallel_embedding.py
+          (pad_vocab_size, VocabParallelEmbedding._get_indices, weight_loader),
+          vllm/model_executor/layers/fused_moe/layer.py (FusedMoE _load_w13,
+          _load_w2, determine_expert_map), vllm/model_executor/layers/
+          quantization/mxfp8.py (Mxfp8Config.get_quant_method,
+          Mxfp8OnlineLinearMethod, Mxfp8OnlineMoEMethod),
+          .../quantization/utils/mxfp8_utils.py (swizzle_mxfp8_scale),
+          .../quantization/utils/flashinfer_utils.py (swap_w13_to_w31,
+          prepare_fp8_moe_layer_for_fi, _shuffle_mxfp8_moe_weights).
+  FlashInfer (fb28d72) csrc/nv_internal/tensorrt_llm/kernels/
+          quantization_utils.cuh (cvt_warp_fp16_to_mxfp8,
+          get_sf_out_offset_128x4), csrc/nv_internal/cpp/kernels/
+          quantization.cu (block_scale_interleave_kernel), flashinfer/utils.py
+          (srcToDstBlk32RowMap, get_shuffle_matrix_a_row_indices),
+          flashinfer/fused_moe/core.py
+          (get_reorder_rows_for_gated_act_gemm_row_indices,
+          _maybe_get_cached_w3_w1_permute_indices),
+          flashinfer/quantization/fp4_quantization.py (shuffle_matrix_a,
+          shuffle_matrix_sf_a), flashinfer/gemm/gemm_base.py (mm_mxfp8),
+          tests/gemm/test_mm_mxfp8.py (the trtllm weight preparation).
+
+Store naming (which stores exist beside a weight, their shapes when the
+scale bytes are padded, the [K, N] view of the CuTe-DSL backend) follows
+refit's dump schema (runtime/src/dump.h); only names and shapes are taken
+from there, never a byte value.
+
+Weights are numpy uint16 arrays of bfloat16 bit patterns; results are numpy
+arrays of the stored bytes: uint16 for bfloat16, uint8 for float8_e4m3fn and
+for E8M0 scales.
+"""
+
+import collections
+
+import numpy as np
+
+# vocab_parallel_embedding.py: DEFAULT_VOCAB_PADDING_SIZE.
+VOCAB_PADDING = 64
+# mxfp8_utils.py: MXFP8_BLOCK_SIZE, one E8M0 scale per 32 elements along K.
+MXFP8_BLOCK = 32
+# flashinfer_utils.py _shuffle_mxfp8_moe_weights and test_mm_mxfp8.py use an
+# epilogue tile of 128 rows, which selects FlashInfer's 32-row shuffle blocks
+# (flashinfer/utils.py get_shuffle_block_size).
+SHUFFLE_BLOCK = 32
+# The 128x4 scale layout works on tiles of 128 rows by 4 scale columns
+# (quantization_utils.cuh get_sf_out_offset_128x4).
+SF_TILE_ROWS = 128
+SF_TILE_COLS = 4
+E4M3_MAX = 448.0
+
+# Defaults of refit's config table (runtime/src/config_table.h) for the keys
+# this module reads; a config dict from PyYAML may leave any of them out.
+_DEFAULTS = {
+    "model": {"intermediate_size": 0, "num_experts": 0,
+              "moe_intermediate_size": 0, "tie_word_embeddings": False},
+    "generator": {"tp": 1, "ep": 1, "engines": 1},
+    "refit": {"precision": "bf16", "linear_backend": "flashinfer_cutlass",
+              "moe_backend": "flashinfer_trtllm",
+              "quantization_ignore": ["lm_head"]},
+}
+
+_LINEAR_BACKENDS = ("flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm")
+
+
+class Job:
+    """The parts of a refit config that decide what a generator rank holds."""
+
+    def __init__(self, cfg):
+        def section(name):
+            merged = dict(_DEFAULTS.get(name, {}))
+            merged.update(cfg.get(name) or {})
+            return merged
+
+        model, gen, refit = section("model"), section("generator"), section("refit")
+        self.family = model["family"]
+        if self.family not in ("qwen3", "qwen3_moe"):
+            raise ValueError(f"model.family {self.family!r}: expected qwen3 or qwen3_moe")
+        self.hidden = int(model["hidden_size"])
+        self.layers = int(model["num_layers"])
+        self.heads = int(model["num_attention_heads"])
+        self.kv_heads = int(model["num_kv_heads"])
+        self.head_dim = int(model["head_dim"])
+        self.vocab = int(model["vocab_size"])
+        self.ffn = int(model["intermediate_size"])
+        self.experts = int(model["num_experts"])
+        self.moe_ffn = int(model["moe_intermediate_size"])
+        self.tied = bool(model["tie_word_embeddings"])
+        self.tp = int(gen["tp"])
+        self.ep = int(gen["ep"])
+        self.precision = refit["precision"]
+        self.linear_backend = refit["linear_backend"]
+        self.moe_backend = refit["moe_backend"]
+        self.ignore = list(refit["quantization_ignore"] or [])
+        self._validate()
+
+    @property
+    def moe(self):
+        return self.family == "qwen3_moe"
+
+    @property
+    def mxfp8(self):
+        return self.precision == "mxfp8"
+
+    def _validate(self):
+        tp = self.tp
+        # qwen3_moe.py Qwen3MoeAttention: heads split evenly; KV heads either
+        # split evenly or replicated over tp / KV ranks each.
+        if self.heads % tp:
+            raise ValueError(f"num_attention_heads {self.heads} not divisible by tp {tp}")
+        if (self.kv_heads >= tp and self.kv_heads % tp) or (self.kv_heads < tp and tp % self.kv_heads):
+            raise ValueError(f"num_kv_heads {self.kv_heads} and tp {tp}: one must divide the other")
+        # vocab_parallel_embedding.py: divide(num_embeddings_padded, tp_size).
+        if padded_vocab(self.vocab) % tp:
+            raise ValueError(f"padded vocabulary {padded_vocab(self.vocab)} not divisible by tp {tp}")
+        if self.ep not in (1, tp):
+            raise ValueError(f"generator.ep {self.ep}: expected 1 or tp ({tp})")
+        if self.moe:
+            if self.ep == 1 and self.moe_ffn % tp:
+                raise ValueError(f"moe_intermediate_size {self.moe_ffn} not divisible by tp {tp}")
+            if self.ep == tp and self.experts % tp:
+                raise ValueError(f"num_experts {self.experts} not divisible by ep {tp}")
+        elif self.ffn % tp:
+            raise ValueError(f"intermediate_size {self.ffn} not divisible by tp {tp}")
+        if self.precision not in ("bf16", "mxfp8"):
+            raise ValueError(f"refit.precision {self.precision!r}: expected bf16 or mxfp8")
+        if self.linear_backend not in _LINEAR_BACKENDS:
+            raise ValueError(f"refit.linear_backend {self.linear_backend!r}")
+        if self.moe_backend != "flashinfer_trtllm":
+            raise ValueError(f"refit.moe_backend {self.moe_backend!r}: expected flashinfer_trtllm")
+
+
+def _job(cfg):
+    return cfg if isinstance(cfg, Job) else Job(cfg)
+
+
+def _round_up(n, m):
+    return -(-n // m) * m
+
+
+def padded_vocab(vocab):
+    """vocab_parallel_embedding.py pad_vocab_size: round up to a multiple of 64."""
+    return _round_up(vocab, VOCAB_PADDING)
+
+
+def _layer(i, rest):
+    return f"model.layers.{i}.{rest}"
+
+
+def hf_tensor_shapes(cfg):
+    """Every Hugging Face tensor of the model with its full shape (sharding.md)."""
+    job = _job(cfg)
+    h, d = job.hidden, job.head_dim
+    shapes = collections.OrderedDict()
+    shapes["model.embed_tokens.weight"] = (job.vocab, h)
+    for i in range(job.layers):
+        attn = {"q_proj": (job.heads * d, h), "k_proj": (job.kv_heads * d, h),
+                "v_proj": (job.kv_heads * d, h), "o_proj": (h, job.heads * d),
+                "q_norm": (d,), "k_norm": (d,)}
+        for name, shape in attn.items():
+            shapes[_layer(i, f"self_attn.{name}.weight")] = shape
+        shapes[_layer(i, "input_layernorm.weight")] = (h,)
+        shapes[_layer(i, "post_attention_layernorm.weight")] = (h,)
+        if job.moe:
+            shapes[_layer(i, "mlp.gate.weight")] = (job.experts, h)
+            for e in range(job.experts):
+                expert = f"mlp.experts.{e}"
+                shapes[_layer(i, f"{expert}.gate_proj.weight")] = (job.moe_ffn, h)
+                shapes[_layer(i, f"{expert}.up_proj.weight")] = (job.moe_ffn, h)
+                shapes[_layer(i, f"{expert}.down_proj.weight")] = (h, job.moe_ffn)
+        else:
+            shapes[_layer(i, "mlp.gate_proj.weight")] = (job.ffn, h)
+            shapes[_layer(i, "mlp.up_proj.weight")] = (job.ffn, h)
+            shapes[_layer(i, "mlp.down_proj.weight")] = (h, job.ffn)
+    shapes["model.norm.weight"] = (h,)
+    if not job.tied:
+        shapes["lm_head.weight"] = (job.vocab, h)
+    return shapes
+
+
+# ---------------------------------------------------------------------------
+# Which modules are MXFP8
+# ---------------------------------------------------------------------------
+
+# Qwen3MoeForCausalLM.packed_modules_mapping: the checkpoint modules that a
+# fused vLLM module is made of.
+_PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"),
+           "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def _matches(module, pattern):
+    """True when the dotted segments of `pattern` occur, in order and
+    contiguous, among those of `module` (refit's quantization_ignore rule:
+    "whole dotted segments of the name", so mlp.gate never matches
+    mlp.gate_up_proj)."""
+    mod, pat = module.split("."), pattern.split(".")
+    return any(mod[k:k + len(pat)] == pat for k in range(len(mod) - len(pat) + 1))
+
+
+def _ignored(job, module):
+    """quant_utils.py is_layer_skipped with a fused mapping: a fused module is
+    skipped when its checkpoint shards are, and shards that disagree are an
+    error, as in vLLM."""
+    leaf = module.rsplit(".", 1)[-1]
+    names = [module[: -len(leaf)] + shard for shard in _PACKED.get(leaf, ())] or [module]
+    skipped = {any(_matches(n, p) for p in job.ignore) for n in names}
+    if len(skipped) > 1:
+        raise ValueError(f"quantization_ignore {job.ignore} skips only some shards of {module}")
+    return skipped.pop() or any(_matches(module, p) for p in job.ignore)
+
+
+def _quantized(job, module):
+    """Mxfp8Config.get_quant_method (vllm/.../quantization/mxfp8.py) quantizes
+    LinearBase and FusedMoE layers that are not skipped. The router is a
+    ReplicatedLinear built with quant_config=None (qwen3_moe.py
+    Qwen3MoeSparseMoeBlock), and VocabParallelEmbedding / ParallelLMHead are
+    not LinearBase, so neither ever reaches that method: callers pass only the
+    attention, dense-MLP and expert modules here."""
+    return job.mxfp8 and not _ignored(job, module)
+
+
+# ---------------------------------------------------------------------------
+# Sharding (vLLM weight loaders)
+# ---------------------------------------------------------------------------
+
+def _rows(w, start, count):
+    return w[start:start + count]
+
+
+def _cols(w, start, count):
+    return w[:, start:start + count]
+
+
+def _qkv(job, w, i, t):
+    """QKVParallelLinear.weight_loader (linear.py): q shard t; k and v shard
+    t // num_kv_head_replicas, where replicas = tp / KV when tp > KV."""
+    d = job.head_dim
+    q_loc = job.heads // job.tp
+    kv_loc = max(1, job.kv_heads // job.tp)
+    replicas = max(1, job.tp // job.kv_heads)
+    kv_shard = t // replicas
+    q = _rows(w[_layer(i, "self_attn.q_proj.weight")], t * q_loc * d, q_loc * d)
+    k = _rows(w[_layer(i, "self_attn.k_proj.weight")], kv_shard * kv_loc * d, kv_loc * d)
+    v = _rows(w[_layer(i, "self_attn.v_proj.weight")], kv_shard * kv_loc * d, kv_loc * d)
+    return np.concatenate([q, k, v])
+
+
+def _column_pair(job, gate, up, t, width):
+    """MergedColumnParallelLinear.weight_loader (linear.py): rank t holds rows
+    [t*width/tp, (t+1)*width/tp) of gate, then the same rows of up."""
+    n = width // job.tp
+    return np.concatenate([_rows(gate, t * n, n), _rows(up, t * n, n)])
+
+
+def _vocab_shard(job, w, t):
+    """VocabParallelEmbedding: the vocabulary is padded to a multiple of 64
+    and split evenly; weight_loader copies the rank's real rows and fills the
+    rest (rows >= V) with zeros."""
+    per_rank = padded_vocab(job.vocab) // job.tp
+    out = np.zeros((per_rank, job.hidden), dtype=np.uint16)
+    start = t * per_rank
+    real = max(0, min(per_rank, job.vocab - start))
+    out[:real] = w[start:start + real]
+    return out
+
+
+def _expert_range(job, t):
+    """FusedMoE determine_expert_map, linear placement: with ep == tp, rank t
+    holds experts [t*E/tp, (t+1)*E/tp), whole; with ep == 1 every expert."""
+    if job.ep == 1:
+        return range(job.experts)
+    n = job.experts // job.tp
+    return range(t * n, (t + 1) * n)
+
+
+def _experts(job, w, i, t):
+    """FusedMoE._load_w13 / _load_w2: w13 [E_loc, 2I_loc, H] = [gate; up] per
+    expert, w2 [E_loc, H, I_loc]; intermediate split over tp only when ep == 1."""
+    shard_tp = job.tp if job.ep == 1 else 1
+    shard_t = t if job.ep == 1 else 0
+    n = job.moe_ffn // shard_tp
+    w13, w2 = [], []
+    for e in _expert_range(job, t):
+        pre = f"mlp.experts.{e}"
+        gate, up = w[_layer(i, f"{pre}.gate_proj.weight")], w[_layer(i, f"{pre}.up_proj.weight")]
+        w13.append(np.concatenate([_rows(gate, shard_t * n, n), _rows(up, shard_t * n, n)]))
+        w2.append(_cols(w[_layer(i, f"{pre}.down_proj.weight")], shard_t * n, n))
+    return np.stack(w13), np.stack(w2)
+
+
+# ---------------------------------------------------------------------------
+# MXFP8 quantization (FlashInfer cvt_warp_fp16_to_mxfp8)
+# ---------------------------------------------------------------------------
+
+def bf16_to_float(bits):
+    """bfloat16 bit patterns to float64 values (exact)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _e8m0_round_up(t):
+    """__nv_cvt_float_to_e8m0(t, __NV_SATFINITE, cudaRoundPosInf): the biased
+    exponent of the smallest power of two >= t, at least 0 (2^-127) and at
+    most 254 (satfinite; 255 is NaN). t is float32 and non-negative."""
+    frac, exp = np.frexp(t.astype(np.float64))
+    # t = frac * 2^exp with frac in [0.5, 1): a power of two exactly when
+    # frac == 0.5, and then ceil(log2 t) = exp - 1.
+    ceil_log2 = np.where(frac == 0.5, exp - 1, exp)
+    return np.where(t == 0, 0, np.clip(ceil_log2 + 127, 0, 254)).astype(np.int64)
+
+
+def _e4m3_encode(v):
+    """float64 values to float8_e4m3fn bytes: round to nearest even, satfinite
+    (cvt.rn.satfinite.e4m3x2.f32 after FlashInfer's clamp to +-448). E4M3fn:
+    bias 7, 3 mantissa bits, subnormal step 2^-9, max 448 = 0x7E."""
+    mag = np.abs(v)
+    _, exp = np.frexp(mag)
+    # Values below 2^-6 share the subnormal binade, whose quantum is 2^-9.
+    binade = np.maximum(exp - 1, -6)
+    quantum = np.ldexp(1.0, binade - 3)
+    q = np.minimum(np.rint(mag / quantum) * quantum, E4M3_MAX)
+    _, qexp = np.frexp(q)
+    normal = q >= 2.0 ** -6
+    field = np.where(normal, qexp - 1 + 7, 0)
+    mant = np.where(normal, q / np.ldexp(1.0, qexp - 1) * 8 - 8, q / 2.0 ** -9)
+    code = (field.astype(np.int64) << 3) | mant.astype(np.int64)
+    return (code | (np.signbit(v).astype(np.int64) << 7)).astype(np.uint8)
+
+
+# FlashInfer multiplies the block maximum by reciprocal_approximate_ftz(448),
+# which is 1/448 correctly rounded to float32 (0x3b124925, as
+# mxfp8-and-trtllm-layouts.md section 1 states).
+_RCP_448 = np.float32(1.0) / np.float32(E4M3_MAX)
+
+
+def mxfp8_quantize(bits):
+    """BF16 [..., K] -> (E4M3 bytes [..., K], E8M0 scales [..., K/32]) in the
+    linear scale layout.
+
+    FlashInfer cvt_warp_fp16_to_mxfp8: amax over 32 elements of a row; the
+    scale is amax * fp32(1/448) rounded up to a power of two (E8M0); elements
+    are x / scale, clamped to +-448 and rounded to E4M3 (the division by a
+    power of two is exact). mxfp8-and-trtllm-layouts.md section 1 adds two
+    rules kept here: a block whose scale byte is 0 quantizes to zeros, and
+    that scale byte is then written as 1 (the TRTLLM kernels reject 0).
+    NaN and infinity are outside the bit-exact contract: refused."""
+    k = bits.shape[-1]
+    if k % MXFP8_BLOCK:
+        raise ValueError(f"MXFP8 needs K % 32 == 0, got K = {k}")
+    x = bf16_to_float(bits)
+    if not np.isfinite(x).all():
+        raise ValueError("MXFP8 reference: non-finite input is outside the bit-exact contract")
+    blocks = x.reshape(bits.shape[:-1] + (k // MXFP8_BLOCK, MXFP8_BLOCK))
+    amax = np.abs(blocks).max(axis=-1).astype(np.float32)
+    scale = _e8m0_round_up(amax * _RCP_448)
+    inverse = np.where(scale == 0, 0.0, np.ldexp(1.0, 127 - scale))
+    values = _e4m3_encode(blocks * inverse[..., None]).reshape(bits.shape)
+    return values, np.where(scale == 0, 1, scale).astype(np.uint8)
+
+
+# ---------------------------------------------------------------------------
+# FlashInfer layouts
+# ---------------------------------------------------------------------------
+
+def swizzle_128x4(scales):
+    """The 128x4 scale layout of block_scale_interleave / get_sf_out_offset_128x4
+    (and vLLM's swizzle_mxfp8_scale): rows padded to 128 and scale columns to 4
+    with zero bytes, then each [128, 4] tile stored as 32 rows of 16 bytes,
+    row r of the tile at (r % 32) * 16 + (r / 32) * 4; tiles ordered by row
+    tile, then column tile. [..., M, C] -> [..., Mp * Cp]."""
+    *batch, m, c = scales.shape
+    mp, cp = _round_up(m, SF_TILE_ROWS), _round_up(c, SF_TILE_COLS)
+    padded = np.zeros(tuple(batch) + (mp, cp), dtype=np.uint8)
+    padded[..., :m, :c] = scales
+    tiles = padded.reshape(tuple(batch) + (mp // 128, 4, 32, cp // 4, 4))
+    # (row tile, row / 32, row % 32, column tile, column % 4) ->
+    # (row tile, column tile, row % 32, row / 32, column % 4)
+    return np.swapaxes(tiles, -4, -2).reshape(tuple(batch) + (mp * cp,))
+
+
+# flashinfer/utils.py srcToDstBlk32RowMap: within each 32-row block, source
+# row i of the block lands on row _BLK32_DST[i] of the shuffled block.
+_BLK32_DST = np.array([0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+                       4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31])
+
+
+def shuffle_rows(m):
+    """get_shuffle_matrix_a_row_indices(epilogue_tile_m=128): the row gather
+    (output row j = input row idx[j]) of shuffle_matrix_a and
+    shuffle_matrix_sf_a."""
+    if m % SHUFFLE_BLOCK:
+        raise ValueError(f"the epilogue-tile shuffle needs rows % 32 == 0, got {m}")
+    src = np.arange(m)
+    idx = np.empty(m, dtype=np.int64)
+    idx[(src // SHUFFLE_BLOCK) * SHUFFLE_BLOCK + _BLK32_DST[src % SHUFFLE_BLOCK]] = src
+    return idx
+
+
+def gated_interleave_rows(m):
+    """get_reorder_rows_for_gated_act_gemm_row_indices: output rows 2i and
+    2i+1 take input rows i and m/2 + i."""
+    idx = np.empty(m, dtype=np.int64)
+    idx[0::2] = np.arange(m // 2)
+    idx[1::2] = np.arange(m // 2, m)
+    return idx
+
+
+def _dense_layout(job, values, scales):
+    """The dense MXFP8 backends (mxfp8-and-trtllm-layouts.md section 6).
+    cutlass: vLLM Mxfp8OnlineLinearMethod keeps the [N, K] weight and stores
+    swizzle_mxfp8_scale of the scales. cutedsl: the same bytes, viewed [K, N]
+    (mm_mxfp8 takes b as the column-major [K, N] transpose). trtllm: N padded
+    to 128 with zero rows, then shuffle_matrix_a on the weight and
+    shuffle_matrix_sf_a (the same row gather, then the 128x4 layout) on the
+    scales, as tests/gemm/test_mm_mxfp8.py prepares them; mm_mxfp8's trtllm
+    runner requires K % 256 == 0 (gemm_base.py)."""
+    n, k = values.shape
+    if job.linear_backend == "flashinfer_trtllm":
+        if k % 256:
+            raise ValueError(f"flashinfer_trtllm dense MXFP8 needs K % 256 == 0, got K = {k}")
+        np_rows = _round_up(n, SF_TILE_ROWS)
+        padded_v = np.zeros((np_rows, k), dtype=np.uint8)
+        padded_v[:n] = values
+        padded_s = np.zeros((np_rows, scales.shape[1]), dtype=np.uint8)
+        padded_s[:n] = scales
+        idx = shuffle_rows(np_rows)
+        values, scales = padded_v[idx], padded_s[idx]
+    swizzled = swizzle_128x4(scales).reshape(_round_up(values.shape[0], SF_TILE_ROWS), -1)
+    if job.linear_backend == "flashinfer_cutedsl":
+        values = values.reshape(k, n)
+    return values, swizzled
+
+
+def _moe_layout(values13, scales13, values2, scales2):
+    """prepare_fp8_moe_layer_for_fi with MXFP8 and TRT-LLM
+    (flashinfer_utils.py): swap_w13_to_w31 turns [gate; up] into [up; gate]
+    (values and scales), then _shuffle_mxfp8_moe_weights gathers w13 rows
+    with the gated-activation interleave followed by the epilogue-tile
+    shuffle (FlashInfer _maybe_get_cached_w3_w1_permute_indices composes them
+    as interleave[shuffle]), w2 rows with the shuffle alone, and writes both
+    scales in the 128x4 layout (block_scale_interleave), one block per
+    expert."""
+    rows13, rows2 = values13.shape[1], values2.shape[1]
+    if rows13 % SF_TILE_ROWS or rows2 % SF_TILE_ROWS:
+        raise ValueError(f"TRTLLM MoE needs 2I and H multiples of 128, got {rows13} and {rows2}")
+    half = rows13 // 2
+
+    def swap(x):
+        return np.concatenate([x[:, half:], x[:, :half]], axis=1)
+
+    idx13 = gated_interleave_rows(rows13)[shuffle_rows(rows13)]
+    idx2 = shuffle_rows(rows2)
+    return (swap(values13)[:, idx13], swizzle_128x4(swap(scales13)[:, idx13]),
+            values2[:, idx2], swizzle_128x4(scales2[:, idx2]))
+
+
+# ---------------------------------------------------------------------------
+# The runtime tensors of one rank
+# ---------------------------------------------------------------------------
+
+def _linear(job, out, module, weight):
+    if _quantized(job, module):
+        values, scales = _dense_layout(job, *mxfp8_quantize(weight))
+        out[module + ".weight"] = values
+        out[module + ".weight_scale"] = scales
+    else:
+        out[module + ".weight"] = weight
+
+
+def runtime_tensors(cfg, full_weights, tp_rank):
+    """The runtime tensors of generator tp rank `tp_rank`: an ordered dict
+    name -> numpy array of the bytes as stored (uint16 bfloat16, uint8 E4M3 /
+    E8M0), in model order. `full_weights` maps every name of
+    hf_tensor_shapes(cfg) to its full uint16 array."""
+    job = _job(cfg)
+    if not 0 <= tp_rank < job.tp:
+        raise ValueError(f"tp_rank {tp_rank} outside generator tp {job.tp}")
+    w, t = full_weights, tp_rank
+    out = collections.OrderedDict()
+    out["model.embed_tokens.weight"] = _vocab_shard(job, w["model.embed_tokens.weight"], t)
+    for i in range(job.layers):
+        _linear(job, out, _layer(i, "self_attn.qkv_proj"), _qkv(job, w, i, t))
+        o = w[_layer(i, "self_attn.o_proj.weight")]
+        o_loc = o.shape[1] // job.tp
+        _linear(job, out, _layer(i, "self_attn.o_proj"), _cols(o, t * o_loc, o_loc))
+        for norm in ("self_attn.q_norm", "self_attn.k_norm", "input_layernorm",
+                     "post_attention_layernorm"):
+            out[_layer(i, norm + ".weight")] = w[_layer(i, norm + ".weight")]
+        if job.moe:
+            _moe(job, out, w, i, t)
+        else:
+            gate_up = _column_pair(job, w[_layer(i, "mlp.gate_proj.weight")],
+                                   w[_layer(i, "mlp.up_proj.weight")], t, job.ffn)
+            _linear(job, out, _layer(i, "mlp.gate_up_proj"), gate_up)
+            down = w[_layer(i, "mlp.down_proj.weight")]
+            f_loc = job.ffn // job.tp
+            _linear(job, out, _layer(i, "mlp.down_proj"), _cols(down, t * f_loc, f_loc))
+    out["model.norm.weight"] = w["model.norm.weight"]
+    if not job.tied:
+        # Qwen3MoeForCausalLM: with tied embeddings lm_head *is* embed_tokens,
+        # one tensor; otherwise ParallelLMHead pads and shards like the
+        # embedding and is not a LinearBase, so it stays BF16.
+        out["lm_head.weight"] = _vocab_shard(job, w["lm_head.weight"], t)
+    return out
+
+
+def _moe(job, out, w, i, t):
+    # The router: ReplicatedLinear(quant_config=None), replicated and BF16.
+    out[_layer(i, "mlp.gate.weight")] = w[_layer(i, "mlp.gate.weight")]
+    w13, w2 = _experts(job, w, i, t)
+    module = _layer(i, "mlp.experts")
+    if not _quantized(job, module):
+        out[module + ".w13_weight"], out[module + ".w2_weight"] = w13, w2
+        return
+    # Mxfp8OnlineMoEMethod quantizes expert by expert along K (H for w13, I
+    # for w2); blocks never span rows, so quantizing the stack is the same.
+    v13, s13, v2, s2 = _moe_layout(*mxfp8_quantize(w13), *mxfp8_quantize(w2))
+    out[module + ".w13_weight"], out[module + ".w13_weight_scale"] = v13, s13
+    out[module + ".w2_weight"], out[module + ".w2_weight_scale"] = v2, s2
+
+
+def dtype_name(name, array):
+    """The element type a runtime store holds, as refit's dump names it."""
+    if array.dtype == np.uint16:
+        return "bfloat16"
+    return "e8m0" if name.endswith("_scale") else "float8_e4m3fn"
