@@ -335,6 +335,7 @@ static refit_status_t refit_add_seg(refit_catalog_builder_t *b,
     s->dst_row = dst_row + (lo - hf_row);
     s->dst_col = dst_col;
     g->seg_count++;
+    g->elements += (hi - lo) * cols;
     covered += hi - lo;
   }
   if (covered != rows)

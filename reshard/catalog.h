@@ -100,6 +100,9 @@ typedef struct {
   refit_role_t role;
   int32_t layer;
   int64_t seg_begin, seg_count; /* into catalog->segs, in dst row order */
+  /* Elements the segments fill: rows * cols, less vLLM's vocabulary
+   * padding (rows that hold zeros and are never sent). */
+  int64_t elements;
   /* Quantized to MXFP8 on the generator. The catalog leaves it 0; the
    * runtime sets it from the precision and the ignore list before planning,
    * and the planner reads it to size rows on the wire. Only kinds other than

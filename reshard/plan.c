@@ -485,7 +485,7 @@ refit_status_t refit_plan_assembly(const refit_plan_t *plan,
       offsets[i] = refit_arena_take(free_list, &nfree, &top,
                                     refit_plan_assembly_bytes(g));
     seen[i] += ch->rows * ch->cols;
-    if (seen[i] == g->rows * g->cols)
+    if (seen[i] == g->elements)
       refit_arena_give(free_list, &nfree, offsets[i], refit_plan_assembly_bytes(g));
   }
   free(order);

@@ -82,7 +82,8 @@ refit_status_t refit_tensor_find(refit_session_h s, const char *name,
   const int64_t n = refit_tensor_count(s);
   for (int64_t i = 0; i < n; i++) {
     REFIT_CHECK(refit_api_tensor(s, i, out));
-    if (strcmp(out->name, name) == 0)
+    if (s->is_trainer ? strcmp(out->name, name) == 0
+                      : refit_store_name_matches(out->name, name))
       return REFIT_OK;
   }
   return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s rank %d holds no tensor '%s'",

@@ -212,7 +212,7 @@ static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
     l->desc_tensor[k] = i;
     l->desc_chunk[k] = c;
     seen[i] += ch->rows * ch->cols;
-    l->desc_completes[k] = g->quantized && seen[i] == g->rows * g->cols;
+    l->desc_completes[k] = g->quantized && seen[i] == g->elements;
     l->land_begin[ch->bucket + 1] = k + 1;
     k++;
   }
@@ -409,7 +409,7 @@ static refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
   const int64_t i = l->desc_tensor[k];
   const refit_chunk_t *ch = &l->plan->chunks[l->desc_chunk[k]];
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
-  const int64_t total = g->rows * g->cols;
+  const int64_t total = g->elements;
   if (l->filled[i] + ch->rows * ch->cols > total)
     return REFIT_ERR(REFIT_ERR_INTEGRITY,
                      "generator rank %d: tensor %s received more elements than "
@@ -488,12 +488,12 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
 refit_status_t refit_loader_end(refit_loader_t *l) {
   for (int64_t i = 0; i < l->ntensors; i++) {
     const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
-    if (l->filled[i] != g->rows * g->cols)
+    if (l->filled[i] != g->elements)
       return REFIT_ERR(REFIT_ERR_INTEGRITY,
                        "generator rank %d: tensor %s incomplete: %lld of %lld "
                        "elements landed (a chunk was lost)",
                        l->generator_rank, g->name, (long long)l->filled[i],
-                       (long long)(g->rows * g->cols));
+                       (long long)g->elements);
   }
   return REFIT_OK;
 }

@@ -693,7 +693,7 @@ static int refit_shape_matches(const refit_tensor_t *t, int ndim, const int64_t 
 /* vLLM spells the expert stacks "mlp.experts.w13_weight" or, in newer
  * versions, "mlp.experts.routed_experts.w13_weight": the engine registers
  * its own spelling, which becomes the store's name. */
-static int refit_store_name_matches(const char *store, const char *name) {
+int refit_store_name_matches(const char *store, const char *name) {
   static const char nested[] = ".mlp.experts.routed_experts.";
   const char *at = strstr(name, nested);
   if (strcmp(store, name) == 0)

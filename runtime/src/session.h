@@ -131,6 +131,11 @@ void refit_session_destroy(refit_session_t *s);
  * Checks name, shape, dtype, size and memory, every problem in one message. */
 refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *t);
 
+/* Does `name`, as an engine registers it, name runtime store `store`? Equal
+ * names, or vLLM's nested spelling of the expert stacks
+ * (mlp.experts.routed_experts.w13_weight for mlp.experts.w13_weight). */
+int refit_store_name_matches(const char *store, const char *name);
+
 /* The lifecycle: see runtime/include/refit/refit.h for the contract. */
 refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *stream);
 refit_status_t refit_session_progress(refit_session_t *s, int *done);

@@ -492,7 +492,7 @@ static void test_assembly_areas(void **state) {
         open[i] = 1;
       }
       seen[i] += c->rows * c->cols;
-      if (seen[i] == gt->rows * gt->cols)
+      if (seen[i] == gt->elements)
         open[i] = 0;
     }
     for (int64_t i = 0; i < n; i++)

@@ -234,15 +234,16 @@ refit_status_t refit_verify(refit_session_h s, uint64_t version,
  * host is detected and refused).
  *
  * Blocking, bounded by `timeout_s` on each side: REFIT_ERR_TIMEOUT names the
- * file when the other job never came. A helper thread on rank 0 bounds the
- * accept, so MPI must run with MPI_THREAD_MULTIPLE (mpi4py's default);
- * otherwise REFIT_ERR_NOT_AVAILABLE. One wait MPI cannot cancel remains: a
- * generator that died between publishing and accepting leaves the trainer's
- * connect hanging; past the deadline the trainer job is aborted
- * (MPI_Abort) with a message saying so. Under Open MPI's mpirun the two
- * launches must share an ompi-server (`ompi-server --report-uri FILE`, then
- * `mpirun --ompi-server file:FILE ...` for both); without one this returns
- * REFIT_ERR_NOT_AVAILABLE saying so before anything is opened.
+ * file when the other job never came. Neither side enters MPI_Comm_accept
+ * or MPI_Comm_connect (which MPI cannot cancel) before the claim shows the
+ * other is there; should the other process die between the claim and the
+ * connection, a watchdog thread aborts this job (MPI_Abort) with a message
+ * saying so after another `timeout_s`. MPI must therefore run with
+ * MPI_THREAD_MULTIPLE (mpi4py's default), else REFIT_ERR_NOT_AVAILABLE.
+ * Under Open MPI's mpirun the two launches must share an ompi-server
+ * (`ompi-server --report-uri FILE`, then `mpirun --ompi-server file:FILE ...`
+ * for both); without one this returns REFIT_ERR_NOT_AVAILABLE saying so
+ * before anything is opened.
  */
 refit_status_t refit_comm_join(MPI_Comm local, refit_side_t side,
                                const char *port_file, double timeout_s,

@@ -1,0 +1,170 @@
+"""A live trainer refits its own Megatron-Core tensors; checked independently.
+
+Run on every rank of a job (through launch/refit-launch):
+
+    caller_refit.py CONFIG [--versions N] [--nested-experts] [--move]
+
+CONFIG has source.kind caller. Every rank draws the same full Hugging Face
+weights for each version from a seed (fresh random bits, chosen by rank 0
+and printed); trainer ranks build the tensors Megatron-Core would hold from
+them with tests/caller/megatron_rules.py, register them once and write each
+new version into them in place (--move: into new arrays, registered again
+at their new addresses, as a distributed optimizer that re-grows its
+buffers does); generator ranks register runtime tensors of their own
+(--nested-experts: under vLLM's nested expert spelling) and after every
+refit compare each of them, byte for byte, with what
+tests/reference/vllm_rules.py says vLLM holds for those weights. Neither
+rule module shares code with refit's catalog or kernels.
+
+Before the first refit each side also tries bad registrations (unknown
+name, wrong shape, wrong dtype, duplicate, a missing tensor at begin) and
+requires an error that names the tensor.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import yaml
+from mpi4py import MPI
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(here, "..", "reference"), here,
+                os.path.join(here, "..", "..", "python")]
+import megatron_rules  # noqa: E402
+import refit  # noqa: E402
+import vllm_rules  # noqa: E402
+
+
+def fail(msg):
+    print("caller_refit: rank %d: FAIL: %s" % (MPI.COMM_WORLD.rank, msg), flush=True)
+    MPI.COMM_WORLD.Abort(1)
+
+
+def full_weights(cfg, seed, version):
+    """Fresh Hugging Face weights of `version`: normal values of realistic
+    magnitude as bfloat16 bits (round to nearest even), norms near 1."""
+    rng = np.random.default_rng([seed, version])
+    out = {}
+    for name, shape in vllm_rules.hf_tensor_shapes(cfg).items():
+        scale = 1.0 if "norm" in name else 0.02
+        f = (rng.standard_normal(shape, dtype=np.float32) * scale + (1.0 if "norm" in name else 0.0))
+        bits = f.view(np.uint32)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        out[name] = bits.astype(np.uint16)
+    return out
+
+
+def expect_error(what, call, *words):
+    try:
+        call()
+    except refit.Error as e:
+        for w in words:
+            if w not in str(e):
+                fail("%s: the error lacks %r: %s" % (what, w, e))
+        return
+    fail("%s: no error" % what)
+
+
+def nested(name):
+    return name.replace(".mlp.experts.", ".mlp.experts.routed_experts.")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("config")
+    ap.add_argument("--versions", type=int, default=3)
+    ap.add_argument("--nested-experts", action="store_true")
+    ap.add_argument("--move", action="store_true")
+    args = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    with open(args.config) as f:
+        cfg = yaml.safe_load(f)
+    seed = comm.bcast(int.from_bytes(os.urandom(4), "little") if comm.rank == 0 else None)
+    if comm.rank == 0:
+        print("caller_refit: seed %d" % seed, flush=True)
+    t = cfg.get("trainer", {})
+    ntrainer = t.get("tp", 1) * t.get("pp", 1) * t.get("dp", 1)
+    gen_tp = cfg.get("generator", {}).get("tp", 1)
+    pad_rng = np.random.default_rng([seed, comm.rank])
+
+    s = refit.Session(args.config)
+    expected = {name: (shape, dtype) for name, shape, dtype in s.expected()}
+    held = {}
+    if s.side == "trainer":
+        mine = megatron_rules.trainer_tensors(cfg, full_weights(cfg, seed, 1), comm.rank, pad_rng)
+        if set(mine) != set(expected):
+            fail("Megatron-Core holds %s; refit expects %s" % (
+                sorted(set(mine) - set(expected))[:4], sorted(set(expected) - set(mine))[:4]))
+        for name, a in mine.items():
+            if tuple(a.shape) != tuple(n for n in expected[name][0] if a.ndim == 2 or n != 1):
+                fail("%s: Megatron shape %s, refit expects %s" % (name, a.shape, expected[name][0]))
+        held = mine
+    else:
+        for name, (shape, dtype) in expected.items():
+            held[name] = np.zeros(shape, np.uint16 if dtype == "bfloat16" else np.uint8)
+
+    # Bad registrations, each named.
+    first = next(iter(held))
+    expect_error("unknown name", lambda: s.register("decoder.layers.999.bogus.weight", held[first]),
+                 "decoder.layers.999.bogus.weight")
+    expect_error("wrong shape", lambda: s.register(first, held[first].reshape(-1)[:-1]), first, "shape")
+    expect_error("wrong dtype", lambda: s.register(first, held[first].astype(np.float32)), first,
+                 "dtype")
+    s.register(first, held[first])
+    expect_error("duplicate", lambda: s.register(first, held[first]), first, "twice")
+    names = list(held)
+    last = names[-1]
+    for name in names[1:-1]:
+        s.register(nested(name) if args.nested_experts and s.side == "generator" else name,
+                   held[name])
+    # A tensor missing at begin (collective: every rank begins, the trainers
+    # name what they lack, the generators learn that a peer could not start).
+    if s.side == "trainer":
+        expect_error("missing", lambda: s.begin(1), "not registered", last)
+    else:
+        s.register(nested(last) if args.nested_experts else last, held[last])
+        expect_error("a trainer missing a tensor", lambda: s.begin(1), "could not start")
+    if s.side == "trainer":
+        s.register(last, held[last])
+
+    for version in range(1, args.versions + 1):
+        full = full_weights(cfg, seed, version)
+        if s.side == "trainer":
+            new = megatron_rules.trainer_tensors(cfg, full, comm.rank, pad_rng)
+            for name, a in new.items():
+                if args.move and version > 1:
+                    held[name] = a.copy()  # a new address
+                    s.register(name, held[name])
+                else:
+                    np.copyto(held[name], a)
+        times = s.refit(version)
+        if s.committed_version != version:
+            fail("committed %d after refit %d" % (s.committed_version, version))
+        if s.side == "generator":
+            want = vllm_rules.runtime_tensors(cfg, full, (comm.rank - ntrainer) % gen_tp)
+            if set(want) != set(held):
+                fail("vLLM holds %s; refit holds %s" % (sorted(set(want) - set(held))[:4],
+                                                       sorted(set(held) - set(want))[:4]))
+            for name, w in want.items():
+                got = held[name].reshape(-1).view(np.uint8)
+                ref = np.ascontiguousarray(w).reshape(-1).view(np.uint8)
+                if got.size != ref.size:
+                    fail("%s: %d bytes, vLLM holds %d" % (name, got.size, ref.size))
+                bad = np.flatnonzero(got != ref)
+                if bad.size:
+                    fail("version %d, %s: %d of %d bytes differ, first at byte %d: %d, expected %d" % (
+                        version, name, bad.size, got.size, bad[0], got[bad[0]], ref[bad[0]]))
+        comm.Barrier()
+        if comm.rank == 0:
+            print("caller_refit: version %d refitted and matches vLLM's rules on every "
+                  "generator rank (%.4f s)" % (version, times["total"]), flush=True)
+    s.close()
+    comm.Barrier()
+    if comm.rank == 0:
+        print("caller_refit: passed on every rank", flush=True)
+
+
+if __name__ == "__main__":
+    main()
