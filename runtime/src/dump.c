@@ -94,7 +94,7 @@ out:
 refit_status_t refit_h5_attr_read_str(hid_t obj, const char *name, char *buf,
                                       size_t len, int *found) {
   refit_status_t st = REFIT_OK;
-  hid_t attr = -1, ftype = -1, mtype = -1;
+  hid_t attr = -1, ftype = -1, mtype = -1, space = -1;
   htri_t exists;
   buf[0] = '\0';
   *found = 0;
@@ -109,10 +109,23 @@ refit_status_t refit_h5_attr_read_str(hid_t obj, const char *name, char *buf,
     st = REFIT_ERR(REFIT_ERR_HDF5, "attribute %s is not a string", name);
     goto out;
   }
+  /* Exactly one string: an array of strings (or of anything) is refused,
+   * never read into a buffer sized for one. */
+  REFIT_H5_CHECK_GOTO(space = H5Aget_space(attr), st, out, "attribute %s", name);
+  if (H5Sget_simple_extent_type(space) != H5S_SCALAR) {
+    st = REFIT_ERR(REFIT_ERR_HDF5,
+                   "attribute %s holds an array of %lld strings; expected one "
+                   "scalar string",
+                   name, (long long)H5Sget_simple_extent_npoints(space));
+    goto out;
+  }
   if (H5Tis_variable_str(ftype) > 0) {
     char *v = NULL;
     REFIT_H5_CHECK_GOTO(mtype = H5Tcopy(H5T_C_S1), st, out, "attribute %s", name);
     REFIT_H5_CHECK_GOTO(H5Tset_size(mtype, H5T_VARIABLE), st, out,
+                        "attribute %s", name);
+    /* h5py writes UTF-8; HDF5 converts no character set into another. */
+    REFIT_H5_CHECK_GOTO(H5Tset_cset(mtype, H5Tget_cset(ftype)), st, out,
                         "attribute %s", name);
     REFIT_H5_CHECK_GOTO(H5Aread(attr, mtype, &v), st, out, "attribute %s", name);
     snprintf(buf, len, "%s", v ? v : "");
@@ -139,6 +152,8 @@ out:
     H5Tclose(mtype);
   if (ftype >= 0)
     H5Tclose(ftype);
+  if (space >= 0)
+    H5Sclose(space);
   if (attr >= 0)
     H5Aclose(attr);
   return st;

@@ -87,9 +87,13 @@ static refit_status_t refit_h5_check_type(refit_h5_source_t *c, hid_t dset,
   hid_t type = -1;
   REFIT_H5_CHECK_GOTO(type = H5Dget_type(dset), st, out,
                       "checkpoint %s: dataset '%s'", c->path, name);
-  REFIT_CHECK_GOTO(refit_h5_attr_read_str(dset, "dtype", attr, sizeof(attr),
-                                          &has_attr),
-                   st, out);
+  st = refit_h5_attr_read_str(dset, "dtype", attr, sizeof(attr), &has_attr);
+  if (st != REFIT_OK) {
+    char why[512];
+    snprintf(why, sizeof(why), "%s", refit_last_error());
+    st = REFIT_ERR(st, "checkpoint %s: dataset '%s': %s", c->path, name, why);
+    goto out;
+  }
   refit_h5_type_str(type, tstr, sizeof(tstr));
   const H5T_class_t cls = H5Tget_class(type);
   const size_t size = H5Tget_size(type);

@@ -3,6 +3,7 @@
 Run on every rank of a job (through launch/refit-launch):
 
     caller_refit.py CONFIG [--versions N] [--nested-experts] [--move]
+                           [--hdf5-reference FILE]
 
 CONFIG has source.kind caller. Every rank draws the same full Hugging Face
 weights for each version from a seed (fresh random bits, chosen by rank 0
@@ -15,6 +16,11 @@ buffers does); generator ranks register runtime tensors of their own
 refit compare each of them, byte for byte, with what
 tests/reference/vllm_rules.py says vLLM holds for those weights. Neither
 rule module shares code with refit's catalog or kernels.
+
+--hdf5-reference FILE: rank 0 writes the weights with h5py as a checkpoint
+(the config's reference.path, reference.kind hdf5), every version sends
+those weights, and generators also require refit's own verification against
+that file (refit_verify) to find no difference.
 
 Before the first refit each side also tries bad registrations (unknown
 name, wrong shape, wrong dtype, duplicate, a missing tensor at begin) and
@@ -77,6 +83,7 @@ def main():
     ap.add_argument("--versions", type=int, default=3)
     ap.add_argument("--nested-experts", action="store_true")
     ap.add_argument("--move", action="store_true")
+    ap.add_argument("--hdf5-reference")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     with open(args.config) as f:
@@ -88,12 +95,24 @@ def main():
     ntrainer = t.get("tp", 1) * t.get("pp", 1) * t.get("dp", 1)
     gen_tp = cfg.get("generator", {}).get("tp", 1)
     pad_rng = np.random.default_rng([seed, comm.rank])
+    if args.hdf5_reference:
+        # One checkpoint, written by another tool than refit, for every version.
+        weights_of = lambda version: full_weights(cfg, seed, 0)  # noqa: E731
+        if comm.rank == 0:
+            import h5py
+            with h5py.File(args.hdf5_reference + ".tmp", "w") as f:
+                for name, a in weights_of(0).items():
+                    f.create_dataset(name, data=a).attrs["dtype"] = "bfloat16"
+            os.replace(args.hdf5_reference + ".tmp", args.hdf5_reference)
+        comm.Barrier()
+    else:
+        weights_of = lambda version: full_weights(cfg, seed, version)  # noqa: E731
 
     s = refit.Session(args.config)
     expected = {name: (shape, dtype) for name, shape, dtype in s.expected()}
     held = {}
     if s.side == "trainer":
-        mine = megatron_rules.trainer_tensors(cfg, full_weights(cfg, seed, 1), comm.rank, pad_rng)
+        mine = megatron_rules.trainer_tensors(cfg, weights_of(1), comm.rank, pad_rng)
         if set(mine) != set(expected):
             fail("Megatron-Core holds %s; refit expects %s" % (
                 sorted(set(mine) - set(expected))[:4], sorted(set(expected) - set(mine))[:4]))
@@ -130,7 +149,7 @@ def main():
         s.register(last, held[last])
 
     for version in range(1, args.versions + 1):
-        full = full_weights(cfg, seed, version)
+        full = weights_of(version)
         if s.side == "trainer":
             new = megatron_rules.trainer_tensors(cfg, full, comm.rank, pad_rng)
             for name, a in new.items():
@@ -156,6 +175,9 @@ def main():
                 if bad.size:
                     fail("version %d, %s: %d of %d bytes differ, first at byte %d: %d, expected %d" % (
                         version, name, bad.size, got.size, bad[0], got[bad[0]], ref[bad[0]]))
+            if args.hdf5_reference and s.verify(version) != 0:
+                fail("version %d: refit's verification against %s found differences" % (
+                    version, args.hdf5_reference))
         comm.Barrier()
         if comm.rank == 0:
             print("caller_refit: version %d refitted and matches vLLM's rules on every "

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Run caller_refit.py on every rank of CONFIG's job through the project's
 # launcher; pass only when every rank passed.
-#   run_caller.sh BUILD_DIR CONFIG [caller_refit.py options]
+#   run_caller.sh BUILD_DIR CONFIG [--matrix] [--hdf5-reference]
+#                 [caller_refit.py options]
+# --matrix: CONFIG is a test layout with its own source (tests/mpi): it is
+#   refitted from caller-owned Megatron-Core tensors instead.
+# --hdf5-reference: the program writes its weights as a checkpoint with h5py
+#   and refit verifies against it (reference.kind hdf5).
 # PYTHON names the interpreter (it needs numpy, PyYAML and mpi4py); by
 # default the first of python3, /usr/bin/python3 that has them.
 set -uo pipefail
@@ -23,11 +28,38 @@ if [ -z "$python" ]; then
        "python3-numpy python3-yaml python3-mpi4py, or set PYTHON)"
   exit 1
 fi
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+out=$work/out.log
+matrix=0 hdf5=0 pass=()
+for a in "$@"; do
+  case "$a" in
+    --matrix) matrix=1 ;;
+    --hdf5-reference) hdf5=1 ;;
+    *) pass+=("$a") ;;
+  esac
+done
+if [ $matrix -eq 1 ] || [ $hdf5 -eq 1 ]; then
+  "$python" - "$config" "$work/job.yaml" "$matrix" "$hdf5" "$work/reference.h5" <<'PY' || exit 1
+import sys, yaml
+src, dst, matrix, hdf5, ref = sys.argv[1:]
+cfg = yaml.safe_load(open(src))
+if matrix == "1":
+    cfg.setdefault("trainer", {})["layout"] = "megatron"
+    cfg["source"] = {"kind": "caller"}
+    cfg["verify"] = False
+    cfg.pop("dump", None)
+if hdf5 == "1":
+    cfg["reference"] = {"kind": "hdf5", "path": ref}
+    cfg["verify"] = True
+yaml.safe_dump(cfg, open(dst, "w"))
+PY
+  config=$work/job.yaml
+  [ $hdf5 -eq 1 ] && pass+=(--hdf5-reference "$work/reference.h5")
+fi
 REFIT_LIBRARY="$build/runtime/librefit.so" \
   "$root/launch/refit-launch" --build-dir "$build" "$config" -- \
-  "$python" "$here/caller_refit.py" "$config" "$@" >"$out" 2>&1
+  "$python" "$here/caller_refit.py" "$config" "${pass[@]}" >"$out" 2>&1
 rc=$?
 cat "$out"
 if [ $rc -ne 0 ] || ! grep -q "caller_refit: passed on every rank" "$out"; then

@@ -31,7 +31,8 @@ static int copy_file(const char *from, const char *to) {
 
 int main(int argc, char **argv) {
   if (argc != 5) {
-    fprintf(stderr, "usage: make_bad_ckpt GOOD.h5 missing|shape|dtype|attr TENSOR OUT.h5\n");
+    fprintf(stderr, "usage: make_bad_ckpt GOOD.h5 missing|shape|dtype|attr|attr-array "
+                    "TENSOR OUT.h5\n");
     return 2;
   }
   const char *kind = argv[2], *name = argv[3];
@@ -54,6 +55,24 @@ int main(int argc, char **argv) {
   if (strcmp(kind, "attr") == 0) {
     rc = H5Adelete(dset, "dtype") < 0 ||
          refit_h5_attr_write_str(dset, "dtype", "float16") != REFIT_OK;
+    H5Dclose(dset);
+    goto out;
+  }
+  if (strcmp(kind, "attr-array") == 0) {
+    /* dtype as two fixed-length strings: an array where one string belongs
+     * (it once overflowed the reader's buffer). */
+    hsize_t two = 2;
+    hid_t str = H5Tcopy(H5T_C_S1);
+    hid_t aspace = H5Screate_simple(1, &two, NULL);
+    H5Tset_size(str, 8);
+    hid_t attr = H5Adelete(dset, "dtype") < 0
+                     ? -1
+                     : H5Acreate2(dset, "dtype", str, aspace, H5P_DEFAULT, H5P_DEFAULT);
+    rc = attr < 0 || H5Awrite(attr, str, "bfloat16float16\0") < 0;
+    if (attr >= 0)
+      H5Aclose(attr);
+    H5Sclose(aspace);
+    H5Tclose(str);
     H5Dclose(dset);
     goto out;
   }

@@ -101,6 +101,8 @@ dump: $tmp/dump.h5")
     expect dtype "dataset '$t': unsupported element type (32-bit signed integer)"
     "$bad_bin" "$tmp/good.h5" attr "$t" "$tmp/bad.h5" || fail make_bad_ckpt
     expect attr "dataset '$t': 16-bit unsigned integers with dtype attribute \"float16\"; expected dtype = \"bfloat16\""
+    "$bad_bin" "$tmp/good.h5" attr-array "$t" "$tmp/bad.h5" || fail make_bad_ckpt
+    expect attr-array "attribute dtype holds an array of 2 strings; expected one scalar string"
     size=$(stat -c %s "$tmp/good.h5")
     head -c $((size / 2)) "$tmp/good.h5" >"$tmp/bad.h5"
     expect truncated "cannot open it as HDF5; the file is damaged or truncated"
