@@ -16,10 +16,14 @@ what=${1:-}
 jobs=$(nproc)
 
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
-          libyaml-dev libhdf5-dev libucx-dev libcmocka-dev)
-# Test-only packages: a one-node Slurm cluster for tests/launch (label slurm).
-# Installed by `test` only; nothing at build or run time needs them.
-test_packages=(slurmctld slurmd slurm-client munge)
+          libyaml-dev libhdf5-dev libucx-dev libcmocka-dev
+          python3 python3-numpy python3-mpi4py)  # what `import refit` needs
+# Test-only packages: a one-node Slurm cluster for tests/launch (label slurm),
+# and what the Python tests import (label python). Installed by `test` only;
+# nothing at build or run time needs them.
+test_packages=(slurmctld slurmd slurm-client munge
+               python3-numpy python3-h5py python3-yaml python3-pytest python3-mpi4py
+               python3-torch)
 
 install_missing() { # install_missing [PACKAGE...] (default: packages)
   local missing=() want=("${@:-}")
@@ -50,20 +54,36 @@ build() { # build DIR [cmake args...]
   cmake --build "$dir" -j "$jobs"
 }
 
+# `import refit` for Debian's python3: a .pth file putting python/ on its
+# path; the package finds build/runtime/librefit.so beside it (REFIT_LIBRARY
+# overrides).
+install_python_path() {
+  local py=/usr/bin/python3 site
+  [ -x "$py" ] || return 0
+  site=$("$py" -c 'import site; print(site.getsitepackages()[0])')
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo=sudo
+  $sudo mkdir -p "$site"
+  echo "$root/python" | $sudo tee "$site/refit.pth" >/dev/null
+}
+
 case "$what" in
   build)
     install_missing
     build build
+    install_python_path
     ;;
   demo)
     install_missing
     build build
+    install_python_path
     exec "$root/launch/refit-launch" --build-dir "$root/build" "$root/configs/demo.yaml"
     ;;
   test)
     install_missing
     install_missing "${test_packages[@]}"
     build build
+    install_python_path
     (cd build && ctest --output-on-failure -j "$jobs")
     # The sanitizer build runs the same suite. Open MPI keeps some memory
     # until exit by design: the fault tests (100 refits with injected

@@ -1,0 +1,156 @@
+"""torch tensors and numpy arrays <-> refit_tensor_t: what the caller's
+object is (pointer, bytes, shape, refit dtype, device), the checks that only
+Python can make before C sees a bare pointer (contiguity, device, element
+type), and zero-copy views of refit's memory.
+
+refit's dtypes and the framework types that carry them:
+  bfloat16        torch.bfloat16; numpy uint16 (bit patterns)
+  float8_e4m3fn   torch.float8_e4m3fn where torch has it; torch/numpy uint8
+  float8_e8m0fnu  torch.float8_e8m0fnu where torch has it; torch/numpy uint8
+uint8 stands for either float8 type: PyTorch's DLPack export refuses float8,
+so engines pass uint8 views of them.
+"""
+
+import ctypes
+
+import numpy as np
+
+from . import _lib
+from .errors import error
+
+try:
+    import torch
+except ImportError:  # numpy-only use
+    torch = None
+
+_BYTE_TYPES = ("float8_e4m3fn", "float8_e8m0fnu")
+
+
+class Described:
+    """A caller's tensor as refit sees it."""
+
+    def __init__(self, ptr, nbytes, shape, dtype, device, contiguous, writable, text):
+        self.ptr, self.nbytes, self.shape, self.dtype = ptr, nbytes, shape, dtype
+        self.device, self.contiguous, self.writable, self.text = (
+            device, contiguous, writable, text)
+
+
+def _torch_dtype(t):
+    if t.dtype == torch.bfloat16:
+        return "bfloat16"
+    if t.dtype == torch.uint8:
+        return "uint8"
+    for name in _BYTE_TYPES:
+        if getattr(torch, name, None) is not None and t.dtype == getattr(torch, name):
+            return name
+    return str(t.dtype).replace("torch.", "")
+
+
+def describe(obj):
+    """Pointer, size, shape, dtype and device of a torch tensor or numpy
+    array; TypeError for anything else."""
+    if torch is not None and isinstance(obj, torch.Tensor):
+        dev = obj.device.index if obj.device.type == "cuda" else -1
+        if obj.device.type not in ("cpu", "cuda"):
+            dev = None
+        where = "host" if dev == -1 else str(obj.device)
+        return Described(obj.data_ptr(), obj.numel() * obj.element_size(),
+                         tuple(obj.shape), _torch_dtype(obj), dev, obj.is_contiguous(),
+                         True, "torch %s %s on %s" % (
+                             str(obj.dtype).replace("torch.", ""), list(obj.shape), where))
+    if isinstance(obj, np.ndarray):
+        dtype = {np.dtype(np.uint16): "bfloat16(uint16)",
+                 np.dtype(np.uint8): "uint8"}.get(obj.dtype, str(obj.dtype))
+        return Described(obj.ctypes.data, obj.nbytes, tuple(obj.shape), dtype, -1,
+                         obj.flags.c_contiguous, obj.flags.writeable,
+                         "numpy %s %s" % (obj.dtype, list(obj.shape)))
+    raise TypeError("refit: expected a torch.Tensor or numpy.ndarray, got %s"
+                    % type(obj).__name__)
+
+
+def _dtype_ok(actual, expected):
+    if actual in ("bfloat16", "bfloat16(uint16)"):
+        return expected == "bfloat16"
+    if actual == "uint8":
+        return expected in _BYTE_TYPES
+    return actual == expected
+
+
+def where_text(device):
+    if device is None:
+        return "an unknown place"
+    return "host memory" if device < 0 else "cuda:%d" % device
+
+
+def check(name, d, expected_dtype, side, session_device):
+    """Refuse what C cannot see behind a bare pointer: a layout other than
+    row-major contiguous, an element type that is not the expected one,
+    memory on the wrong device, read-only memory refit must write.
+    refit_tensor_register then checks name, shape, size and memory itself.
+    session_device is the session's CUDA device, -1 for the host, None when
+    unknown (then the library's own check decides)."""
+    problems = []
+    if not d.contiguous:
+        problems.append("not contiguous (refit reads and writes the bytes in "
+                        "row-major order: pass .contiguous() storage of your own)")
+    if not _dtype_ok(d.dtype, expected_dtype):
+        problems.append("dtype: expected %s, got %s" % (expected_dtype, d.dtype))
+    if len(d.shape) > 3:
+        problems.append("shape: %d dimensions, refit's tensors have at most 3"
+                        % len(d.shape))
+    if session_device is not None and d.device != session_device:
+        problems.append("device: expected %s (where this %s rank's session runs), "
+                        "got %s" % (where_text(session_device), side,
+                                    where_text(d.device)))
+    if side == "generator" and not d.writable:
+        problems.append("read-only (refit writes runtime tensors in place)")
+    if problems:
+        raise error("INVALID_ARGUMENT", "register %s: %s rank: %s; got %s" % (
+            name, side, "; ".join(problems), d.text))
+
+
+def refit_dtype(d, expected_dtype):
+    """The refit dtype code of a described tensor: uint8 stands for the
+    float8 type expected."""
+    codes = {v: k for k, v in _lib.DTYPES.items()}
+    if d.dtype in ("bfloat16", "bfloat16(uint16)"):
+        return codes["bfloat16"]
+    if d.dtype == "uint8":
+        return codes[expected_dtype if expected_dtype in _BYTE_TYPES else "float8_e4m3fn"]
+    return codes.get(d.dtype, codes["bfloat16"])
+
+
+def view(ptr, nbytes, shape, dtype, device, framework):
+    """A zero-copy view of refit's memory: numpy (host memory only) or torch.
+    bfloat16 is uint16 bits in numpy, torch.bfloat16 in torch; the float8
+    types are uint8 (torch's float8 type where it exists)."""
+    if device < 0:
+        raw = (ctypes.c_uint8 * nbytes).from_address(ptr)
+        arr = np.frombuffer(raw, dtype=np.uint8)
+        if framework == "numpy":
+            return arr.view(np.uint16 if dtype == "bfloat16" else np.uint8).reshape(shape)
+        if torch is None:
+            raise ImportError("refit: torch views need torch")
+        # torch has no uint16: bfloat16 goes through int16 bits.
+        if dtype == "bfloat16":
+            return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16).reshape(shape)
+        t = torch.from_numpy(arr)
+        ft = getattr(torch, dtype, None)
+        return (t.view(ft) if ft is not None else t).reshape(shape)
+    if framework == "numpy":
+        raise TypeError("refit: a numpy view of device memory (cuda:%d) is not "
+                        "possible; use framework='torch'" % device)
+    if torch is None:
+        raise ImportError("refit: views of device memory need torch")
+
+    class _Cuda:  # __cuda_array_interface__ v3: torch.as_tensor wraps it
+        __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                    "data": (ptr, False), "version": 3,
+                                    "strides": None}
+
+    with torch.cuda.device(device):
+        t = torch.as_tensor(_Cuda(), device="cuda:%d" % device)
+    if dtype == "bfloat16":
+        return t.view(torch.bfloat16).reshape(shape)
+    ft = getattr(torch, dtype, None)
+    return (t.view(ft) if ft is not None else t).reshape(shape)
