@@ -71,6 +71,9 @@ class Session:
             self._free_comm()
             raise
         self._h = h
+        # The mpi4py communicator the session runs over (the merged one with
+        # join): trainers first, then generators.
+        self.comm = MPI.COMM_WORLD if comm is None else comm
         self.side = _lib.SIDES[_lib.session_side(h)]
         self.device = self._find_device()
 

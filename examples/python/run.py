@@ -1,0 +1,21 @@
+"""One MPI job, both roles: the first ranks train (train.py), the others
+serve (engine.py), as the config's trainer and generator sections say.
+
+    launch/refit-launch examples/python/moe.yaml -- python3 examples/python/run.py examples/python/moe.yaml [--steps N]
+"""
+
+import argparse
+
+import yaml
+
+import engine
+import refit
+import train
+
+ap = argparse.ArgumentParser()
+ap.add_argument("config")
+ap.add_argument("--steps", type=int, default=5)
+args = ap.parse_args()
+cfg = yaml.safe_load(open(args.config))
+with refit.Session(args.config) as s:
+    (train if s.side == "trainer" else engine).run(s, cfg, args.steps)
