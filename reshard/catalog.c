@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "reshard/rules.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -70,133 +71,16 @@ static void refit_name_fmt(char *dst, const char *fmt, ...) {
   va_end(ap);
 }
 
-refit_status_t refit_stage_layers(const refit_model_t *model,
-                                  const refit_trainer_layout_t *trainer,
-                                  int64_t *first_layer) {
-  const int64_t L = model->num_layers;
-  const int pp = trainer->pp;
-  const int64_t f = trainer->first_stage_layers;
-  const int64_t l = trainer->last_stage_layers;
-
-  if (pp < 1 || pp > 64)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "trainer.pp = %d: expected 1..64", pp);
-  if (f < 0 || l < 0 || f > L || l > L)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "stage layers: first %lld / last %lld outside 0..num_layers "
-                     "%lld",
-                     (long long)f, (long long)l, (long long)L);
-  first_layer[0] = 0;
-  if (pp == 1) {
-    if ((f != 0 && f != L) || (l != 0 && l != L))
-      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "with trainer.pp = 1 the stage holds all %lld layers",
-                       (long long)L);
-    first_layer[1] = L;
-    return REFIT_OK;
-  }
-  if (f == 0 && l == 0) {
-    if (L % pp != 0)
-      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "num_layers %lld is not divisible by trainer.pp %d",
-                       (long long)L, pp);
-    for (int s = 1; s <= pp; s++)
-      first_layer[s] = first_layer[s - 1] + L / pp;
-    return REFIT_OK;
-  }
-  /* The stages not given split what the given ones leave, evenly (with
-   * pp 2 and both given, that is nothing: they must add up). */
-  const int64_t rest = L - f - l;
-  const int stages = pp - (f != 0) - (l != 0);
-  if ((stages == 0 && rest != 0) ||
-      (stages > 0 && (rest < stages || rest % stages != 0)))
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "stage layers: first %lld + last %lld leave %lld layers, "
-                     "which %d middle stages cannot split evenly",
-                     (long long)f, (long long)l, (long long)rest, stages);
-  for (int s = 0; s < pp; s++) {
-    const int64_t n = s == 0 && f ? f : (s == pp - 1 && l ? l : rest / stages);
-    first_layer[s + 1] = first_layer[s] + n;
-  }
-  return REFIT_OK;
-}
-
+/* The layout rules (rules.c) as one error: the first broken rule. */
 static refit_status_t refit_layout_check(const refit_model_t *m,
                                          const refit_trainer_layout_t *t,
                                          const refit_generator_layout_t *g) {
-  const int moe = m->family == REFIT_FAMILY_QWEN3_MOE;
-  const int megatron = t->names == REFIT_TRAINER_NAMES_MEGATRON;
-  const int64_t per_stage = (int64_t)t->tp * t->dp;
-
-#define REFIT_RULE(cond, ...)                                                  \
-  do {                                                                         \
-    if (!(cond))                                                               \
-      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, __VA_ARGS__);               \
-  } while (0)
-  REFIT_RULE(t->tp >= 1 && t->pp >= 1 && t->dp >= 1 && t->ep >= 1 &&
-                 t->etp >= 1 && g->tp >= 1 && g->ep >= 1 && g->engines >= 1,
-             "every parallel size must be >= 1");
-  REFIT_RULE(m->hidden_size > 0 && m->num_layers > 0 &&
-                 m->num_attention_heads > 0 && m->num_kv_heads > 0 &&
-                 m->head_dim > 0 && m->vocab_size > 0,
-             "every model dimension must be > 0");
-  REFIT_RULE(m->num_attention_heads % m->num_kv_heads == 0,
-             "num_attention_heads %lld is not a multiple of num_kv_heads %lld",
-             (long long)m->num_attention_heads, (long long)m->num_kv_heads);
-  /* Megatron-Core divides the query groups over tp and asserts that it can
-   * (megatron/core/transformer/attention.py, num_query_groups_per_partition
-   * = divide(num_query_groups, tp), Megatron-LM d98e8a64): a trainer never
-   * has fewer KV heads than tp ranks. */
-  REFIT_RULE(m->num_attention_heads % t->tp == 0 && m->num_kv_heads % t->tp == 0,
-             "trainer.tp %d must divide num_attention_heads %lld and "
-             "num_kv_heads %lld",
-             t->tp, (long long)m->num_attention_heads, (long long)m->num_kv_heads);
-  REFIT_RULE(m->num_attention_heads % g->tp == 0 &&
-                 (m->num_kv_heads % g->tp == 0 || g->tp % m->num_kv_heads == 0),
-             "generator.tp %d must divide num_attention_heads %lld and divide "
-             "or be a multiple of num_kv_heads %lld",
-             g->tp, (long long)m->num_attention_heads, (long long)m->num_kv_heads);
-  REFIT_RULE(megatron || m->vocab_size % t->tp == 0,
-             "vocab_size %lld must be divisible by trainer.tp %d (Hugging Face "
-             "names keep the vocabulary unpadded)",
-             (long long)m->vocab_size, t->tp);
-  REFIT_RULE(refit_round_up(m->vocab_size, REFIT_VLLM_VOCAB_PADDING) % g->tp == 0,
-             "vocab_size %lld padded to a multiple of %d (vLLM) must be "
-             "divisible by generator.tp %d",
-             (long long)m->vocab_size, REFIT_VLLM_VOCAB_PADDING, g->tp);
-  REFIT_RULE(!megatron || t->spec == REFIT_SPEC_TE ||
-                 t->experts != REFIT_EXPERTS_GROUPED,
-             "trainer.experts grouped needs trainer.spec te (Megatron-Core's "
-             "local spec has only SequentialMLP experts)");
-  if (!moe) {
-    REFIT_RULE(m->intermediate_size > 0 && m->intermediate_size % t->tp == 0 &&
-                   m->intermediate_size % g->tp == 0,
-               "intermediate_size %lld must be > 0 and divisible by trainer.tp "
-               "%d and generator.tp %d",
-               (long long)m->intermediate_size, t->tp, g->tp);
-    REFIT_RULE(t->ep == 1 && t->etp == 1 && g->ep == 1,
-               "expert parallelism needs family qwen3_moe");
-  } else {
-    REFIT_RULE(m->num_experts > 0 && m->moe_intermediate_size > 0,
-               "qwen3_moe needs num_experts and moe_intermediate_size > 0");
-    REFIT_RULE(per_stage % ((int64_t)t->ep * t->etp) == 0,
-               "trainer.ep %d * trainer.etp %d must divide tp*dp = %lld",
-               t->ep, t->etp, (long long)per_stage);
-    REFIT_RULE(m->num_experts % t->ep == 0,
-               "trainer.ep %d must divide num_experts %lld", t->ep,
-               (long long)m->num_experts);
-    REFIT_RULE(m->moe_intermediate_size % t->etp == 0,
-               "trainer.etp %d must divide moe_intermediate_size %lld", t->etp,
-               (long long)m->moe_intermediate_size);
-    REFIT_RULE(g->ep == 1 || g->ep == g->tp,
-               "generator.ep %d must be 1 or generator.tp %d", g->ep, g->tp);
-    REFIT_RULE(g->ep == 1 ? m->moe_intermediate_size % g->tp == 0
-                          : m->num_experts % g->tp == 0,
-               "generator.tp %d must divide %s", g->tp,
-               g->ep == 1 ? "moe_intermediate_size" : "num_experts");
-  }
-#undef REFIT_RULE
-  return REFIT_OK;
+  refit_violations_t v;
+  refit_layout_rules(m, t, g, 0, &v);
+  if (v.count == 0)
+    return REFIT_OK;
+  return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "layout: %s%s", v.v[0].text,
+                   v.count + v.dropped > 1 ? " (and other broken layout rules)" : "");
 }
 
 /* Append a trainer tensor. Dense tensors are split over the tp ranks of their
@@ -456,6 +340,7 @@ static refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l,
 
   REFIT_GEN("self_attn.qkv_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2,
             q_rows + 2 * kv_rows, H, 0);
+  g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
   REFIT_CHECK(refit_add_seg(b, g, ls->q, t * q_rows, 0, q_rows, H, 0, 0));
   REFIT_CHECK(refit_add_seg(b, g, ls->k, kv_row0, 0, kv_rows, H, q_rows, 0));
   REFIT_CHECK(refit_add_seg(b, g, ls->v, kv_row0, 0, kv_rows, H,
@@ -463,6 +348,7 @@ static refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l,
 
   REFIT_GEN("self_attn.o_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, H,
             q_rows, 0);
+  g->k_field = REFIT_FIELD_MODEL_HEAD_DIM;
   REFIT_CHECK(refit_add_seg(b, g, ls->o, 0, t * q_rows, H, q_rows, 0, 0));
 
   REFIT_GEN("self_attn.q_norm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, D, 0, 0);
@@ -478,10 +364,12 @@ static refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l,
     const int64_t f = m->intermediate_size / gtp;
     REFIT_GEN("mlp.gate_up_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2,
               2 * f, H, 0);
+    g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
     REFIT_CHECK(refit_add_seg(b, g, ls->gate, t * f, 0, f, H, 0, 0));
     REFIT_CHECK(refit_add_seg(b, g, ls->up, t * f, 0, f, H, f, 0));
     REFIT_GEN("mlp.down_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, H,
               f, 0);
+    g->k_field = REFIT_FIELD_MODEL_INTERMEDIATE_SIZE;
     REFIT_CHECK(refit_add_seg(b, g, ls->down, 0, t * f, H, f, 0, 0));
     return REFIT_OK;
   }
@@ -500,6 +388,7 @@ static refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l,
   REFIT_CHECK(refit_add_seg(b, g, ls->router, 0, 0, X, H, 0, 0));
   REFIT_GEN("mlp.experts.w13_weight", REFIT_ROLE_EXPERT, REFIT_GEN_MOE_W13, 3,
             E, 2 * i, H);
+  g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
   for (int64_t e = 0; e < E; e++) {
     int32_t gate = ls->expert0 + (int32_t)(3 * (e0 + e));
     REFIT_CHECK(refit_add_seg(b, g, gate, i0, 0, i, H, e * 2 * i, 0));
@@ -507,6 +396,7 @@ static refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l,
   }
   REFIT_GEN("mlp.experts.w2_weight", REFIT_ROLE_EXPERT, REFIT_GEN_MOE_W2, 3, E,
             H, i);
+  g->k_field = REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE;
   for (int64_t e = 0; e < E; e++) {
     int32_t down = ls->expert0 + (int32_t)(3 * (e0 + e)) + 2;
     REFIT_CHECK(refit_add_seg(b, g, down, 0, i0, H, i, e * H, 0));
@@ -803,6 +693,9 @@ refit_status_t refit_catalog_create(const refit_model_t *model,
   refit_catalog_t *cat;
 
   REFIT_CHECK(refit_layout_check(model, trainer, generator));
+  if (trainer->pp > 64)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "trainer.pp = %d: the catalog holds at most 64 stages", trainer->pp);
   cat = calloc(1, sizeof(*cat));
   if (cat == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "catalog: allocation failed");

@@ -27,6 +27,7 @@
 #define REFIT_RESHARD_CATALOG_H
 
 #include "reshard/layout.h"
+#include "reshard/rules.h" /* refit_stage_layers */
 
 #include <stdint.h>
 
@@ -99,6 +100,10 @@ typedef struct {
   refit_gen_kind_t kind;
   refit_role_t role;
   int32_t layer;
+  /* The model field K (cols, or the last dimension) is made of, for
+   * messages about quantizable kinds: hidden_size, head_dim (K = heads *
+   * head_dim), intermediate_size or moe_intermediate_size. */
+  refit_field_t k_field;
   int64_t seg_begin, seg_count; /* into catalog->segs, in dst row order */
   /* Elements the segments fill: rows * cols, less vLLM's vocabulary
    * padding (rows that hold zeros and are never sent). */
@@ -145,21 +150,16 @@ typedef struct {
 } refit_catalog_t;
 
 /*
- * Build the catalog for a model and the two layouts. Checks the layout rules
- * again (config.c reports them to the user with line numbers; this guards
- * programmatic callers). On success *out is owned by the caller, released
- * with refit_catalog_destroy().
+ * Build the catalog for a model and the two layouts. Refuses a layout that
+ * breaks a layout rule (reshard/rules.h; config.c reports the same rules to
+ * the user with line numbers) or has more than 64 pipeline stages. On success *out is
+ * owned by the caller, released with refit_catalog_destroy().
  */
 refit_status_t refit_catalog_create(const refit_model_t *model,
                                     const refit_trainer_layout_t *trainer,
                                     const refit_generator_layout_t *generator,
                                     refit_catalog_t **out);
 void refit_catalog_destroy(refit_catalog_t *cat);
-
-/* Layer range of pipeline stage s: [first, last). */
-refit_status_t refit_stage_layers(const refit_model_t *model,
-                                  const refit_trainer_layout_t *trainer,
-                                  int64_t *first_layer /* pp + 1 */);
 
 /* Holder of part p, replica r of trainer tensor t. */
 static inline int32_t refit_src_holder(const refit_catalog_t *cat,

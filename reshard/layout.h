@@ -80,6 +80,50 @@ typedef struct {
   int engines; /* independent replicas, each needs the whole model */
 } refit_generator_layout_t;
 
+/*
+ * The fields above that the layout rules (reshard/rules.h) read, so that a
+ * broken rule can say which one to change. The name is the field's path,
+ * which is also its key in the YAML config ("trainer.tp"); config.c finds
+ * the key by it.
+ */
+#define REFIT_FIELDS(X)                                                                  \
+  X(MODEL_FAMILY, "model.family", model, family)                                         \
+  X(MODEL_HIDDEN_SIZE, "model.hidden_size", model, hidden_size)                          \
+  X(MODEL_NUM_LAYERS, "model.num_layers", model, num_layers)                             \
+  X(MODEL_NUM_ATTENTION_HEADS, "model.num_attention_heads", model, num_attention_heads)  \
+  X(MODEL_NUM_KV_HEADS, "model.num_kv_heads", model, num_kv_heads)                       \
+  X(MODEL_HEAD_DIM, "model.head_dim", model, head_dim)                                   \
+  X(MODEL_VOCAB_SIZE, "model.vocab_size", model, vocab_size)                             \
+  X(MODEL_INTERMEDIATE_SIZE, "model.intermediate_size", model, intermediate_size)        \
+  X(MODEL_NUM_EXPERTS, "model.num_experts", model, num_experts)                          \
+  X(MODEL_MOE_INTERMEDIATE_SIZE, "model.moe_intermediate_size", model,                   \
+    moe_intermediate_size)                                                               \
+  X(MODEL_TIE_WORD_EMBEDDINGS, "model.tie_word_embeddings", model, tie_word_embeddings)  \
+  X(TRAINER_TP, "trainer.tp", trainer, tp)                                               \
+  X(TRAINER_PP, "trainer.pp", trainer, pp)                                               \
+  X(TRAINER_EP, "trainer.ep", trainer, ep)                                               \
+  X(TRAINER_ETP, "trainer.etp", trainer, etp)                                            \
+  X(TRAINER_DP, "trainer.dp", trainer, dp)                                               \
+  X(TRAINER_FIRST_STAGE_LAYERS, "trainer.first_stage_layers", trainer,                   \
+    first_stage_layers)                                                                  \
+  X(TRAINER_LAST_STAGE_LAYERS, "trainer.last_stage_layers", trainer, last_stage_layers)  \
+  X(TRAINER_LAYOUT, "trainer.layout", trainer, names)                                    \
+  X(TRAINER_SPEC, "trainer.spec", trainer, spec)                                         \
+  X(TRAINER_EXPERTS, "trainer.experts", trainer, experts)                                \
+  X(TRAINER_VOCAB_DIVISIBLE_BY, "trainer.vocab_divisible_by", trainer,                   \
+    vocab_divisible_by)                                                                  \
+  X(GENERATOR_TP, "generator.tp", generator, tp)                                         \
+  X(GENERATOR_EP, "generator.ep", generator, ep)                                         \
+  X(GENERATOR_ENGINES, "generator.engines", generator, engines)
+
+typedef enum {
+  REFIT_FIELD_NONE = 0,
+#define REFIT_FIELD_ENUM_(id, name, side, member) REFIT_FIELD_##id,
+  REFIT_FIELDS(REFIT_FIELD_ENUM_)
+#undef REFIT_FIELD_ENUM_
+      REFIT_FIELD_COUNT
+} refit_field_t;
+
 static inline int refit_trainer_world(const refit_trainer_layout_t *t) {
   return t->tp * t->pp * t->dp;
 }

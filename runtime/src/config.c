@@ -10,9 +10,12 @@
  *
  * Two layers of checks, in order:
  *   1. the walk: syntax, unknown and duplicate keys, types and bounds;
- *   2. refit_config_check_layout(): rules between keys (divisibility, world
- *      size, pipeline stage layers), each skipped when one of its inputs was
- *      already reported, so one mistake yields one message.
+ *   2. refit_config_check_layout(): rules between keys, each skipped when
+ *      one of its inputs was already reported, so one mistake yields one
+ *      message. The layout rules (divisibility, the family's dimensions,
+ *      pipeline stage layers) are reshard/rules.c's, the ones the catalog
+ *      enforces, reported here at the key each blames; the MXFP8 shape rules
+ *      are the kernels' own, asked about the catalog's quantized tensors.
  * Every value the table accepts is implemented; what a machine cannot do
  * (a GPU transport without a GPU) is reported when the job starts.
  *
@@ -758,6 +761,10 @@ typedef struct {
   bool oom;
   refit_config_pos_t key_pos[REFIT_CONFIG_ROW_COUNT];
   bool bad[REFIT_CONFIG_ROW_COUNT]; /* already reported, or missing */
+  /* Where each item of the list row (refit.quantization_ignore, the only
+   * one) is; line 0 for the default's items. */
+  refit_config_pos_t item_pos[REFIT_QUANT_IGNORE_MAX];
+  bool layout_ok; /* every layout rule was checked and holds */
   struct {
     const char *name;
     refit_config_pos_t pos;
@@ -1041,7 +1048,11 @@ static void refit_config_read_list(refit_config_ctx_t *c, int id,
                            "%s[%d])",
                            path, index, shown, path, first);
     } else {
-      continue; /* REFIT_CONFIG_ITEM_OK; FULL cannot happen below cap */
+      /* REFIT_CONFIG_ITEM_OK; FULL cannot happen below cap */
+      const int n = refit_config_list_count(r, &c->cfg);
+      if (n <= REFIT_QUANT_IGNORE_MAX)
+        c->item_pos[n - 1] = at;
+      continue;
     }
     c->bad[id] = true;
   }
@@ -1261,201 +1272,52 @@ static void refit_config_rule(refit_config_ctx_t *c, int id, const char *fmt,
   va_end(ap);
 }
 
-/*
- * Layers per pipeline stage (see refit_config_stage_layers); `layers` may be
- * NULL to only validate. On failure,
- * returns -1 with the message in `why` and the row to blame in *culprit.
- */
-static int refit_config_stage_split(const refit_config_t *cfg, int64_t *layers,
-                                    int *culprit, char *why, size_t n) {
-  const int64_t L = cfg->model.num_layers;
-  const int pp = cfg->trainer.pp;
-  const int64_t f = cfg->trainer.first_stage_layers;
-  const int64_t l = cfg->trainer.last_stage_layers;
-  if (f > L || l > L) {
-    *culprit = f > L ? ROW(TRAINER_FIRST_STAGE_LAYERS)
-                     : ROW(TRAINER_LAST_STAGE_LAYERS);
-    snprintf(why, n,
-             "trainer.%s_stage_layers: %" PRId64
-             " exceeds model.num_layers %" PRId64,
-             f > L ? "first" : "last", f > L ? f : l, L);
-    return -1;
-  }
-  if (pp == 1) {
-    if ((f != 0 && f != L) || (l != 0 && l != L)) {
-      bool first = f != 0 && f != L;
-      *culprit = first ? ROW(TRAINER_FIRST_STAGE_LAYERS)
-                       : ROW(TRAINER_LAST_STAGE_LAYERS);
-      snprintf(why, n,
-               "trainer.%s_stage_layers: %" PRId64
-               " must be 0 or model.num_layers %" PRId64
-               " when trainer.pp is 1 (the only stage holds every layer)",
-               first ? "first" : "last", first ? f : l, L);
-      return -1;
-    }
-    if (layers)
-      layers[0] = L;
-    return 0;
-  }
-  if (f == 0 && l == 0) {
-    if (L % pp != 0) {
-      *culprit = ROW(TRAINER_PP);
-      snprintf(why, n,
-               "trainer.pp: %d does not divide model.num_layers %" PRId64
-               "; set trainer.first_stage_layers or last_stage_layers for "
-               "an uneven split",
-               pp, L);
-      return -1;
-    }
-    for (int s = 0; layers && s < pp; s++)
-      layers[s] = L / pp;
-    return 0;
-  }
-  *culprit =
-      f ? ROW(TRAINER_FIRST_STAGE_LAYERS) : ROW(TRAINER_LAST_STAGE_LAYERS);
-  if (pp == 2 && f && l) {
-    if (f + l != L) {
-      snprintf(why, n,
-               "trainer.first_stage_layers %" PRId64
-               " + trainer.last_stage_layers %" PRId64 " = %" PRId64
-               ", but model.num_layers is %" PRId64
-               " (trainer.pp 2 has no middle stages)",
-               f, l, f + l, L);
-      return -1;
-    }
-    if (layers) {
-      layers[0] = f;
-      layers[1] = l;
-    }
-    return 0;
-  }
-  /* The stages not given split what the given ones leave, evenly. */
-  const int64_t rest = L - f - l;
-  const int stages = pp - (f != 0) - (l != 0);
-  if (rest < stages || rest % stages != 0) {
-    char given[128];
-    if (f && l)
-      snprintf(given, sizeof(given),
-               "trainer.first_stage_layers %" PRId64
-               " and trainer.last_stage_layers %" PRId64 " leave",
-               f, l);
-    else
-      snprintf(given, sizeof(given),
-               "trainer.%s_stage_layers %" PRId64 " leaves",
-               f ? "first" : "last", f ? f : l);
-    snprintf(why, n,
-             "%s %" PRId64 " of model.num_layers %" PRId64
-             " for the other %d stage%s of trainer.pp %d, which must split "
-             "them evenly with at least one layer each",
-             given, rest, L, stages, stages == 1 ? "" : "s", pp);
-    return -1;
-  }
-  for (int s = 0; layers && s < pp; s++)
-    layers[s] = s == 0 && f ? f : s == pp - 1 && l ? l : rest / stages;
-  return 0;
-}
-
-refit_status_t refit_config_stage_layers(const refit_config_t *cfg,
-                                         int64_t *layers, int n) {
-  char why[512];
-  int culprit;
-  if (cfg == NULL || layers == NULL || cfg->trainer.pp < 1 ||
-      n < cfg->trainer.pp)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "refit_config_stage_layers: need room for trainer.pp %d "
-                     "stages, got %d",
-                     cfg ? cfg->trainer.pp : 0, n);
-  if (refit_config_stage_split(cfg, layers, &culprit, why, sizeof(why)) != 0)
-    return REFIT_ERR(REFIT_ERR_CONFIG, "%s", why);
-  return REFIT_OK;
-}
-
 /* The integer value of row `id` in the working configuration. */
 static int64_t refit_config_int(const refit_config_ctx_t *c, int id) {
   const refit_config_row_t *r = &refit_config_rows[id];
   return refit_config_load_int((const char *)&c->cfg + r->offset, r->size);
 }
 
-/*
- * The one divisibility rule: the value of row `divisor` must divide the value
- * of row `dividend` (0 = not used by this model, nothing to split). Reported
- * at the divisor's key, which is the one a person usually changes.
- */
-static void refit_config_require_divides(refit_config_ctx_t *c, int divisor,
-                                         int dividend, const char *why) {
-  if (!ROWS_OK(divisor, dividend))
-    return;
-  int64_t d = refit_config_int(c, divisor), v = refit_config_int(c, dividend);
-  if (d > 0 && v > 0 && v % d != 0)
-    refit_config_rule(c, divisor,
-                      "%s: %" PRId64 " does not divide %s %" PRId64 "%s%s%s",
-                      refit_config_row_path(&refit_config_rows[divisor]), d,
-                      refit_config_row_path(&refit_config_rows[dividend]), v,
-                      why ? " (" : "", why ? why : "", why ? ")" : "");
-}
-
-/* Expert parallelism on a dense model has nothing to split. */
-static void refit_config_require_no_experts(refit_config_ctx_t *c, int id) {
-  if (ROWS_OK(id) && refit_config_int(c, id) > 1)
-    refit_config_rule(c, id,
-                      "%s: %" PRId64 " needs experts, but model.family is "
-                      "qwen3 (dense); use 1",
-                      refit_config_row_path(&refit_config_rows[id]),
-                      refit_config_int(c, id));
+/* The row of a layout field: the key of the same path, or -1. */
+static int refit_config_field_row(refit_field_t f) {
+  const char *name = refit_field_name(f);
+  for (int i = 0; name[0] != '\0' && i < REFIT_CONFIG_ROW_COUNT; i++)
+    if (strcmp(refit_config_row_path(&refit_config_rows[i]), name) == 0)
+      return i;
+  return -1;
 }
 
 /*
- * Tensor parallelism on either side splits query heads, the vocabulary
- * (embed_tokens and lm_head) and the dense MLP. KV heads are split whole; a
- * generator may instead replicate each KV head over tp/KV ranks.
+ * The layout rules (reshard/rules.c: divisibility by tp, ep and etp, the
+ * family's dimensions, the pipeline split), each reported at the key of the
+ * field it blames. A rule that reads a value already reported is not
+ * checked. True when every rule was checked and holds.
  */
-static void refit_config_check_tp(refit_config_ctx_t *c, int tp_row,
-                                  bool kv_replication) {
-  const refit_model_t *m = &c->cfg.model;
-  refit_config_require_divides(c, tp_row, ROW(MODEL_NUM_ATTENTION_HEADS),
-                               "query heads are split over tp");
-  /* The vocabulary: a trainer under Hugging Face names splits V itself,
-   * a Megatron trainer pads it first (trainer.vocab_divisible_by), vLLM
-   * pads it to a multiple of 64 (refit_catalog_vocab_rows). */
-  if (!kv_replication && c->cfg.trainer.names != REFIT_TRAINER_NAMES_MEGATRON)
-    refit_config_require_divides(c, tp_row, ROW(MODEL_VOCAB_SIZE),
-                                 "embeddings and lm_head are vocab-parallel; "
-                                 "trainer.layout megatron pads the vocabulary");
-  if (kv_replication && ROWS_OK(tp_row, ROW(MODEL_VOCAB_SIZE)) &&
-      ((m->vocab_size + 63) / 64 * 64) % refit_config_int(c, tp_row) != 0)
-    refit_config_rule(c, tp_row,
-                      "%s: %" PRId64 " does not divide model.vocab_size %" PRId64
-                      " padded to a multiple of 64 = %" PRId64
-                      " (vLLM's vocab-parallel embedding and lm_head)",
-                      refit_config_row_path(&refit_config_rows[tp_row]),
-                      refit_config_int(c, tp_row), m->vocab_size,
-                      (m->vocab_size + 63) / 64 * 64);
-  if (ROWS_OK(ROW(MODEL_FAMILY)) && m->family == REFIT_FAMILY_QWEN3)
-    refit_config_require_divides(c, tp_row, ROW(MODEL_INTERMEDIATE_SIZE),
-                                 "the dense MLP is split over tp");
-  if (!ROWS_OK(tp_row, ROW(MODEL_NUM_KV_HEADS)))
-    return;
-  int64_t tp = refit_config_int(c, tp_row);
-  if (!kv_replication || tp <= m->num_kv_heads)
-    refit_config_require_divides(c, tp_row, ROW(MODEL_NUM_KV_HEADS),
-                                 "KV heads are split whole over tp");
-  else if (tp % m->num_kv_heads != 0)
-    refit_config_rule(c, tp_row,
-                      "%s: %" PRId64 " is larger than model.num_kv_heads "
-                      "%" PRId64 " but not a multiple of it (each KV head is "
-                      "replicated on tp/KV ranks)",
-                      refit_config_row_path(&refit_config_rows[tp_row]), tp,
-                      m->num_kv_heads);
+static bool refit_config_check_layout_rules(refit_config_ctx_t *c) {
+  refit_fields_t unknown = 0;
+  refit_violations_t v;
+  for (int f = REFIT_FIELD_NONE + 1; f < REFIT_FIELD_COUNT; f++) {
+    const int row = refit_config_field_row((refit_field_t)f);
+    if (row < 0 || c->bad[row])
+      unknown |= REFIT_FIELD_BIT(f);
+  }
+  refit_layout_rules(&c->cfg.model, &c->cfg.trainer, &c->cfg.generator, unknown, &v);
+  for (int i = 0; i < v.count; i++) {
+    int row = refit_config_field_row(v.v[i].field);
+    const int alt = refit_config_field_row(v.v[i].or_field);
+    if (row >= 0 && alt >= 0 && c->key_pos[row].line == 0 && c->key_pos[alt].line > 0)
+      row = alt;
+    if (row >= 0)
+      refit_config_rule(c, row, "%s", v.v[i].text);
+    else
+      refit_config_problem(c, (refit_config_pos_t){1, 1}, "%s", v.v[i].text);
+  }
+  return unknown == 0 && v.count == 0;
 }
 
+/* Keys of the other family are errors, not silently ignored (the family's
+ * own dimensions are a layout rule). */
 static void refit_config_check_model(refit_config_ctx_t *c) {
-  const refit_model_t *m = &c->cfg.model;
-  refit_config_require_divides(
-      c, ROW(MODEL_NUM_KV_HEADS), ROW(MODEL_NUM_ATTENTION_HEADS),
-      "each KV head serves a whole group of query heads");
-  if (!ROWS_OK(ROW(MODEL_FAMILY)))
-    return;
-  /* Keys of the other family are errors, not silently ignored. */
   static const struct {
     int row;
     refit_family_t family; /* the family the key belongs to */
@@ -1464,98 +1326,22 @@ static void refit_config_check_model(refit_config_ctx_t *c) {
       {ROW(MODEL_NUM_EXPERTS), REFIT_FAMILY_QWEN3_MOE},
       {ROW(MODEL_MOE_INTERMEDIATE_SIZE), REFIT_FAMILY_QWEN3_MOE},
   };
+  if (!ROWS_OK(ROW(MODEL_FAMILY)))
+    return;
   for (size_t i = 0; i < sizeof(specific) / sizeof(specific[0]); i++) {
     const int id = specific[i].row;
-    const refit_config_row_t *r = &refit_config_rows[id];
-    if (!ROWS_OK(id))
+    if (!ROWS_OK(id) || c->cfg.model.family == specific[i].family ||
+        refit_config_int(c, id) == 0)
       continue;
-    int64_t v = refit_config_int(c, id);
     char family[32];
     refit_config_choice_name(refit_config_rows[ROW(MODEL_FAMILY)].choices,
                              specific[i].family, family, sizeof(family));
-    if (m->family == specific[i].family && v == 0)
-      refit_config_rule(c, c->key_pos[id].line > 0 ? id : ROW(MODEL_FAMILY),
-                        "%s: a positive value is required when model.family "
-                        "is %s (%s)",
-                        refit_config_row_path(r), family, r->doc);
-    else if (m->family != specific[i].family && v != 0)
-      refit_config_rule(c, id,
-                        "%s: %" PRId64 " is given but applies only to "
-                        "model.family %s; remove it or change model.family",
-                        refit_config_row_path(r), v, family);
+    refit_config_rule(c, id,
+                      "%s: %" PRId64 " is given but applies only to "
+                      "model.family %s; remove it or change model.family",
+                      refit_config_row_path(&refit_config_rows[id]),
+                      refit_config_int(c, id), family);
   }
-}
-
-static void refit_config_check_trainer(refit_config_ctx_t *c) {
-  const refit_trainer_layout_t *t = &c->cfg.trainer;
-  const bool family_ok = ROWS_OK(ROW(MODEL_FAMILY));
-
-  refit_config_check_tp(c, ROW(TRAINER_TP), false);
-  if (family_ok && c->cfg.model.family == REFIT_FAMILY_QWEN3) {
-    refit_config_require_no_experts(c, ROW(TRAINER_EP));
-    refit_config_require_no_experts(c, ROW(TRAINER_ETP));
-  }
-  if (family_ok && c->cfg.model.family == REFIT_FAMILY_QWEN3_MOE) {
-    refit_config_require_divides(c, ROW(TRAINER_EP), ROW(MODEL_NUM_EXPERTS),
-                                 "experts are split contiguously over ep");
-    refit_config_require_divides(c, ROW(TRAINER_ETP),
-                                 ROW(MODEL_MOE_INTERMEDIATE_SIZE),
-                                 "each expert is split over etp");
-    if (ROWS_OK(ROW(TRAINER_TP), ROW(TRAINER_DP), ROW(TRAINER_EP),
-                ROW(TRAINER_ETP))) {
-      int64_t dense = (int64_t)t->tp * t->dp;
-      int64_t expert = (int64_t)t->etp * t->ep;
-      if (dense % expert != 0)
-        refit_config_rule(
-            c,
-            c->key_pos[ROW(TRAINER_ETP)].line > 0 &&
-                    c->key_pos[ROW(TRAINER_EP)].line == 0
-                ? ROW(TRAINER_ETP)
-                : ROW(TRAINER_EP),
-            "trainer.etp * trainer.ep = %d * %d = %" PRId64
-            " does not divide trainer.tp * trainer.dp = %d * %d = %" PRId64
-            " (MoE parallel folding re-views each stage's tp*dp ranks as "
-            "etp*ep*edp)",
-            t->etp, t->ep, expert, t->tp, t->dp, dense);
-    }
-  }
-
-  if (ROWS_OK(ROW(MODEL_NUM_LAYERS), ROW(TRAINER_PP),
-              ROW(TRAINER_FIRST_STAGE_LAYERS),
-              ROW(TRAINER_LAST_STAGE_LAYERS))) {
-    char why[512];
-    int culprit;
-    if (refit_config_stage_split(&c->cfg, NULL, &culprit, why, sizeof(why)) !=
-        0)
-      refit_config_rule(c, culprit, "%s", why);
-  }
-}
-
-static void refit_config_check_generator(refit_config_ctx_t *c) {
-  const refit_generator_layout_t *g = &c->cfg.generator;
-
-  refit_config_check_tp(c, ROW(GENERATOR_TP), true);
-  if (!ROWS_OK(ROW(MODEL_FAMILY)))
-    return;
-  if (c->cfg.model.family == REFIT_FAMILY_QWEN3) {
-    refit_config_require_no_experts(c, ROW(GENERATOR_EP));
-    return;
-  }
-  if (!ROWS_OK(ROW(GENERATOR_TP), ROW(GENERATOR_EP)))
-    return;
-  if (g->ep != 1 && g->ep != g->tp)
-    refit_config_rule(c, ROW(GENERATOR_EP),
-                      "generator.ep: expected 1 or generator.tp (%d), got %d",
-                      g->tp, g->ep);
-  else if (g->ep > 1)
-    refit_config_require_divides(c, ROW(GENERATOR_EP), ROW(MODEL_NUM_EXPERTS),
-                                 "with generator.ep == tp each rank holds "
-                                 "whole experts");
-  else
-    refit_config_require_divides(c, ROW(GENERATOR_TP),
-                                 ROW(MODEL_MOE_INTERMEDIATE_SIZE),
-                                 "with generator.ep 1 every rank holds a tp "
-                                 "shard of each expert");
 }
 
 static void refit_config_check_world(refit_config_ctx_t *c, int world_size) {
@@ -1655,12 +1441,6 @@ static void refit_config_check_names(refit_config_ctx_t *c) {
                           "(trainer.layout hf); remove it or set "
                           "trainer.layout: megatron",
                           refit_config_row_path(&refit_config_rows[megatron_only[i].row]));
-  if (ROWS_OK(ROW(TRAINER_SPEC), ROW(TRAINER_EXPERTS)) &&
-      t->spec == REFIT_SPEC_LOCAL && t->experts == REFIT_EXPERTS_GROUPED)
-    refit_config_rule(c, ROW(TRAINER_EXPERTS),
-                      "trainer.experts: grouped needs trainer.spec te "
-                      "(Megatron-Core's local spec has SequentialMLP experts "
-                      "only)");
   if (ROWS_OK(ROW(TRAINER_EXPERTS), ROW(MODEL_FAMILY)) &&
       c->cfg.model.family == REFIT_FAMILY_QWEN3 && t->experts != REFIT_EXPERTS_AUTO)
     refit_config_rule(c, ROW(TRAINER_EXPERTS),
@@ -1674,66 +1454,13 @@ static void refit_config_check_names(refit_config_ctx_t *c) {
 /*
  * MXFP8 keeps one E8M0 scale per REFIT_MXFP8_BLOCK elements along K (a
  * weight's input dimension), so every quantized K must be a multiple of the
- * block, and so must every shard boundary along K: a row-parallel shard that
- * cut a block would need a scale that neither side owns. On top of that the
- * generator's kernels have their own rules (kernels/layout.h), which are
- * asked here rather than restated.
+ * block, and so must every trainer shard boundary along K: a row-parallel
+ * shard that cut a block would need a scale that neither side owns. On top
+ * of that the generator's kernels have their own rules (kernels/layout.h),
+ * which are asked here rather than restated. The tensors checked are the
+ * generator's runtime tensors that the catalog holds and
+ * refit_config_quantizes() marks: what the generator will quantize.
  */
-typedef enum {
-  REFIT_CONFIG_K_HIDDEN, /* H: never split along K */
-  REFIT_CONFIG_K_ATTN,   /* Q*D of o_proj: row-parallel over tp */
-  REFIT_CONFIG_K_FFN,    /* F of the dense down_proj: row-parallel over tp */
-  REFIT_CONFIG_K_EXPERT, /* I of experts' down_proj: over trainer.etp, and
-                            over generator.tp when generator.ep is 1 */
-  REFIT_CONFIG_K_COUNT
-} refit_config_kdim_t;
-
-/* N of a weight on one generator rank, for the kernels' shape check. */
-typedef enum {
-  REFIT_CONFIG_N_Q,      /* Q*D / tp */
-  REFIT_CONFIG_N_KV,     /* KV*D / tp, or D when tp replicates KV heads */
-  REFIT_CONFIG_N_HIDDEN, /* H */
-  REFIT_CONFIG_N_FFN,    /* F / tp */
-  REFIT_CONFIG_N_VOCAB   /* V padded to 64 (vLLM), / tp */
-} refit_config_ndim_t;
-
-#define REFIT_CONFIG_ANY_FAMILY (-1)
-
-/* The quantized linear weights of a Qwen3 layer stack (module names as the
- * generator sees them; a "*" stands for every layer or expert). */
-static const struct {
-  const char *module;
-  int family; /* refit_family_t or REFIT_CONFIG_ANY_FAMILY */
-  refit_config_kdim_t k;
-  refit_config_ndim_t n;
-  bool expert; /* laid out by refit.moe_backend, not refit.linear_backend */
-} refit_config_mxfp8_weights[] = {
-    {"model.layers.*.self_attn.q_proj", REFIT_CONFIG_ANY_FAMILY,
-     REFIT_CONFIG_K_HIDDEN, REFIT_CONFIG_N_Q, false},
-    {"model.layers.*.self_attn.k_proj", REFIT_CONFIG_ANY_FAMILY,
-     REFIT_CONFIG_K_HIDDEN, REFIT_CONFIG_N_KV, false},
-    {"model.layers.*.self_attn.v_proj", REFIT_CONFIG_ANY_FAMILY,
-     REFIT_CONFIG_K_HIDDEN, REFIT_CONFIG_N_KV, false},
-    {"model.layers.*.self_attn.o_proj", REFIT_CONFIG_ANY_FAMILY,
-     REFIT_CONFIG_K_ATTN, REFIT_CONFIG_N_HIDDEN, false},
-    {"model.layers.*.mlp.gate_proj", REFIT_FAMILY_QWEN3, REFIT_CONFIG_K_HIDDEN,
-     REFIT_CONFIG_N_FFN, false},
-    {"model.layers.*.mlp.up_proj", REFIT_FAMILY_QWEN3, REFIT_CONFIG_K_HIDDEN,
-     REFIT_CONFIG_N_FFN, false},
-    {"model.layers.*.mlp.down_proj", REFIT_FAMILY_QWEN3, REFIT_CONFIG_K_FFN,
-     REFIT_CONFIG_N_HIDDEN, false},
-    {"model.layers.*.mlp.experts.*.gate_proj", REFIT_FAMILY_QWEN3_MOE,
-     REFIT_CONFIG_K_HIDDEN, REFIT_CONFIG_N_HIDDEN, true},
-    {"model.layers.*.mlp.experts.*.up_proj", REFIT_FAMILY_QWEN3_MOE,
-     REFIT_CONFIG_K_HIDDEN, REFIT_CONFIG_N_HIDDEN, true},
-    {"model.layers.*.mlp.experts.*.down_proj", REFIT_FAMILY_QWEN3_MOE,
-     REFIT_CONFIG_K_EXPERT, REFIT_CONFIG_N_HIDDEN, true},
-    {"lm_head", REFIT_CONFIG_ANY_FAMILY, REFIT_CONFIG_K_HIDDEN,
-     REFIT_CONFIG_N_VOCAB, false},
-};
-
-#define REFIT_CONFIG_NWEIGHTS                                                  \
-  (sizeof(refit_config_mxfp8_weights) / sizeof(refit_config_mxfp8_weights[0]))
 
 /* Does an ignore entry name whole dotted segments of `module`? */
 static bool refit_config_module_matches(const char *module, const char *entry) {
@@ -1744,151 +1471,121 @@ static bool refit_config_module_matches(const char *module, const char *entry) {
   return false;
 }
 
-/* Is weight w of this model quantized under refit.quantization_ignore? */
-static bool refit_config_weight_quantized(const refit_config_t *cfg, size_t w) {
-  const int family = refit_config_mxfp8_weights[w].family;
-  const char *module = refit_config_mxfp8_weights[w].module;
-  if (family != REFIT_CONFIG_ANY_FAMILY && family != (int)cfg->model.family)
-    return false;
-  if (strcmp(module, "lm_head") == 0 && cfg->model.tie_word_embeddings)
-    return false; /* a tied lm_head is embed_tokens, which stays bf16 */
-  for (int i = 0; i < cfg->refit.quantization_ignore_count; i++)
-    if (refit_config_module_matches(module, cfg->refit.quantization_ignore[i]))
-      return false;
-  return true;
+/* A runtime tensor's name for every layer at once:
+ * "model.layers.*.self_attn.qkv_proj.weight". */
+static void refit_config_tensor_pattern(const char *name, char *buf, size_t n) {
+  const char *layer = strstr(name, "layers.");
+  const char *end = layer ? layer + strlen("layers.") : NULL;
+  if (end == NULL || !isdigit((unsigned char)*end)) {
+    snprintf(buf, n, "%s", name);
+    return;
+  }
+  const char *rest = end;
+  while (isdigit((unsigned char)*rest))
+    rest++;
+  snprintf(buf, n, "%.*s*%s", (int)(end - name), name, rest);
 }
 
-static int64_t refit_config_weight_n(const refit_config_t *cfg, size_t w) {
-  const refit_model_t *m = &cfg->model;
-  const int64_t tp = cfg->generator.tp;
-  int64_t n = 1;
-  switch (refit_config_mxfp8_weights[w].n) {
-  case REFIT_CONFIG_N_Q:
-    n = m->num_attention_heads / tp * m->head_dim;
-    break;
-  case REFIT_CONFIG_N_KV:
-    n = tp > m->num_kv_heads ? m->head_dim : m->num_kv_heads / tp * m->head_dim;
-    break;
-  case REFIT_CONFIG_N_HIDDEN:
-    n = m->hidden_size;
-    break;
-  case REFIT_CONFIG_N_FFN:
-    n = m->intermediate_size / tp;
-    break;
-  case REFIT_CONFIG_N_VOCAB:
-    n = refit_catalog_vocab_rows(m, (int)tp);
-    break;
-  }
-  return n > 0 ? n : 1; /* a bad N is reported by its own rule */
+/* The module of tensor pattern `tensor`: its name less the last segment. */
+static void refit_config_tensor_module(const char *tensor, char *buf, size_t n) {
+  const char *dot = strrchr(tensor, '.');
+  snprintf(buf, n, "%.*s", dot ? (int)(dot - tensor) : (int)strlen(tensor), tensor);
 }
 
-/* One K dimension: its value, the key to blame for it, and its splits. */
-typedef struct {
-  int64_t k;
-  int model_row;
-  char expr[160]; /* how K is made, for messages */
-  int trainer_row, gen_row;
-  int64_t trainer_split, gen_split; /* 1 = not split */
-} refit_config_kdim_info_t;
-
-/* False when an input was already reported (or a split does not divide K,
- * which its own rule reports). */
-static bool refit_config_kdim_info(refit_config_ctx_t *c, refit_config_kdim_t d,
-                                   refit_config_kdim_info_t *k) {
-  const refit_model_t *m = &c->cfg.model;
-  const refit_trainer_layout_t *t = &c->cfg.trainer;
-  const refit_generator_layout_t *g = &c->cfg.generator;
-  *k = (refit_config_kdim_info_t){0, -1, "", -1, -1, 1, 1};
-  switch (d) {
-  case REFIT_CONFIG_K_HIDDEN:
-    if (!ROWS_OK(ROW(MODEL_HIDDEN_SIZE)))
-      return false;
-    k->k = m->hidden_size;
-    k->model_row = ROW(MODEL_HIDDEN_SIZE);
-    snprintf(k->expr, sizeof(k->expr), "model.hidden_size %" PRId64, k->k);
-    return true;
-  case REFIT_CONFIG_K_ATTN:
-    if (!ROWS_OK(ROW(MODEL_NUM_ATTENTION_HEADS), ROW(MODEL_HEAD_DIM),
-                 ROW(TRAINER_TP), ROW(GENERATOR_TP)) ||
-        m->num_attention_heads > INT64_MAX / m->head_dim ||
-        m->num_attention_heads % t->tp != 0 ||
-        m->num_attention_heads % g->tp != 0)
-      return false;
-    k->k = m->num_attention_heads * m->head_dim;
-    k->model_row = ROW(MODEL_HEAD_DIM);
-    snprintf(k->expr, sizeof(k->expr),
-             "model.num_attention_heads * model.head_dim = %" PRId64
-             " * %" PRId64 " = %" PRId64,
-             m->num_attention_heads, m->head_dim, k->k);
-    k->trainer_row = ROW(TRAINER_TP);
-    k->trainer_split = t->tp;
-    k->gen_row = ROW(GENERATOR_TP);
-    k->gen_split = g->tp;
-    return true;
-  case REFIT_CONFIG_K_FFN:
-    if (!ROWS_OK(ROW(MODEL_INTERMEDIATE_SIZE), ROW(TRAINER_TP),
-                 ROW(GENERATOR_TP)))
-      return false;
-    k->k = m->intermediate_size;
-    k->model_row = ROW(MODEL_INTERMEDIATE_SIZE);
-    snprintf(k->expr, sizeof(k->expr), "model.intermediate_size %" PRId64,
-             k->k);
-    k->trainer_row = ROW(TRAINER_TP);
-    k->trainer_split = t->tp;
-    k->gen_row = ROW(GENERATOR_TP);
-    k->gen_split = g->tp;
-    break;
-  case REFIT_CONFIG_K_EXPERT:
-    if (!ROWS_OK(ROW(MODEL_MOE_INTERMEDIATE_SIZE), ROW(TRAINER_ETP),
-                 ROW(GENERATOR_TP), ROW(GENERATOR_EP)) ||
-        (g->ep != 1 && g->ep != g->tp))
-      return false;
-    k->k = m->moe_intermediate_size;
-    k->model_row = ROW(MODEL_MOE_INTERMEDIATE_SIZE);
-    snprintf(k->expr, sizeof(k->expr), "model.moe_intermediate_size %" PRId64,
-             k->k);
-    k->trainer_row = ROW(TRAINER_ETP);
-    k->trainer_split = t->etp;
-    k->gen_row = ROW(GENERATOR_TP);
-    k->gen_split = g->ep == 1 ? g->tp : 1;
-    break;
-  case REFIT_CONFIG_K_COUNT:
-    return false;
+/* The modules of layer 0 that MXFP8 can quantize, for messages:
+ * "self_attn.qkv_proj, self_attn.o_proj, mlp.experts". */
+static void refit_config_quantizable_modules(const refit_catalog_t *cat, char *buf,
+                                             size_t n) {
+  size_t off = 0;
+  buf[0] = '\0';
+  for (int64_t i = cat->gen_begin[0]; i < cat->gen_begin[1]; i++) {
+    const refit_gen_tensor_t *g = &cat->gen[i];
+    char module[REFIT_NAME_MAX], *seg;
+    if (g->kind == REFIT_GEN_PLAIN || g->layer != 0)
+      continue;
+    refit_config_tensor_module(g->name, module, sizeof(module));
+    seg = strstr(module, "layers.0.");
+    seg = seg ? seg + strlen("layers.0.") : module;
+    if (!refit_config_module_matches(buf, seg) && off < n)
+      off += (size_t)snprintf(buf + off, n - off, "%s%s", off ? ", " : "", seg);
   }
-  return k->k > 0 && k->k % k->trainer_split == 0 && k->k % k->gen_split == 0;
 }
 
 /*
- * The rules of one K dimension, reported once for the first quantized weight
- * that has it. Returns false when K itself breaks a rule (so later checks
- * that use it stay quiet).
+ * refit.quantization_ignore names runtime modules (vLLM's names, as
+ * refit_config_quantizes matches them): an entry that matches none would
+ * leave the module the person meant quantized. The default's entries are
+ * exempt ([lm_head] has nothing to match when the embeddings are tied).
  */
-static bool refit_config_check_kdim(refit_config_ctx_t *c,
-                                    refit_config_kdim_t d) {
+static void refit_config_check_ignore(refit_config_ctx_t *c, const refit_catalog_t *cat) {
   const refit_config_t *cfg = &c->cfg;
-  const refit_kernels_dense_backend_t backend =
-      (refit_kernels_dense_backend_t)cfg->refit.linear_backend;
-  refit_config_kdim_info_t k;
-  size_t w = REFIT_CONFIG_NWEIGHTS;
-  bool dense = false;
-  if (!refit_config_kdim_info(c, d, &k))
-    return true;
-  /* Prefer a weight of the dense backend: it has the strictest rules. */
-  for (size_t i = 0; i < REFIT_CONFIG_NWEIGHTS; i++) {
-    if (refit_config_mxfp8_weights[i].k != d ||
-        !refit_config_weight_quantized(cfg, i))
+  refit_config_t defaults;
+  refit_config_defaults(&defaults);
+  for (int e = 0; e < cfg->refit.quantization_ignore_count; e++) {
+    const char *entry = cfg->refit.quantization_ignore[e];
+    bool known = false;
+    for (int d = 0; d < defaults.refit.quantization_ignore_count; d++)
+      known |= strcmp(entry, defaults.refit.quantization_ignore[d]) == 0;
+    for (int64_t i = cat->gen_begin[0]; !known && i < cat->gen_begin[1]; i++)
+      known = refit_config_module_matches(cat->gen[i].name, entry);
+    if (known)
       continue;
-    if (w == REFIT_CONFIG_NWEIGHTS ||
-        (!dense && !refit_config_mxfp8_weights[i].expert))
-      w = i;
-    dense |= !refit_config_mxfp8_weights[i].expert;
+    char shown[80], modules[512];
+    refit_config_quote(entry, shown, sizeof(shown));
+    refit_config_quantizable_modules(cat, modules, sizeof(modules));
+    refit_config_problem(
+        c,
+        c->item_pos[e].line > 0 ? c->item_pos[e]
+                                : refit_config_row_pos(c, ROW(REFIT_QUANTIZATION_IGNORE)),
+        "refit.quantization_ignore[%d]: '%s' matches no module of the "
+        "generator; entries name vLLM's runtime modules (the quantized ones "
+        "of this model are %s)",
+        e, shown, modules);
   }
-  if (w == REFIT_CONFIG_NWEIGHTS)
-    return true; /* nothing with this K is quantized */
-  char tensor[128];
-  snprintf(tensor, sizeof(tensor), "%s.weight",
-           refit_config_mxfp8_weights[w].module);
-  const int64_t n = refit_config_weight_n(cfg, w);
+}
+
+/* How the K of a quantized runtime tensor is made, and what splits it. */
+typedef struct {
+  int64_t k;                        /* the whole K: the trainer tensor's columns */
+  int model_row;                    /* the key K is made of */
+  char expr[160];                   /* how K is made, for messages */
+  int trainer_row;                  /* trainer.tp or trainer.etp */
+  int64_t trainer_split, gen_split; /* 1 = not split */
+} refit_config_kdim_t;
+
+static void refit_config_kdim(const refit_config_ctx_t *c, const refit_catalog_t *cat,
+                              const refit_gen_tensor_t *g, refit_config_kdim_t *k) {
+  const refit_model_t *m = &c->cfg.model;
+  const refit_src_tensor_t *src = &cat->src[cat->segs[g->seg_begin].src];
+  k->k = src->cols;
+  k->model_row = refit_config_field_row(g->k_field);
+  k->trainer_row = g->role == REFIT_ROLE_EXPERT ? ROW(TRAINER_ETP) : ROW(TRAINER_TP);
+  k->trainer_split = src->split == REFIT_SPLIT_COLS ? src->nparts : 1;
+  k->gen_split = k->k / g->cols;
+  if (g->k_field == REFIT_FIELD_MODEL_HEAD_DIM)
+    snprintf(k->expr, sizeof(k->expr),
+             "model.num_attention_heads * model.head_dim = %" PRId64 " * %" PRId64
+             " = %" PRId64,
+             m->num_attention_heads, m->head_dim, k->k);
+  else
+    snprintf(k->expr, sizeof(k->expr), "%s %" PRId64, refit_field_name(g->k_field), k->k);
+}
+
+/*
+ * The rules of one K, for the tensor `g` chosen to stand for every quantized
+ * tensor with that K. Returns false when the whole K breaks a rule (so the
+ * MoE layout check, which uses it, stays quiet).
+ */
+static bool refit_config_check_kdim(refit_config_ctx_t *c, const refit_catalog_t *cat,
+                                    const refit_gen_tensor_t *g) {
+  const refit_kernels_dense_backend_t backend =
+      (refit_kernels_dense_backend_t)c->cfg.refit.linear_backend;
+  const bool dense = g->kind == REFIT_GEN_LINEAR;
+  const int64_t n = g->rows;
+  refit_config_kdim_t k;
+  char tensor[REFIT_NAME_MAX + 8];
+  refit_config_kdim(c, cat, g, &k);
+  refit_config_tensor_pattern(g->name, tensor, sizeof(tensor));
 
   /* The whole K: the block, and the dense backend's own rule. */
   if (dense && refit_kernels_check_shape(backend, tensor, n, k.k) != REFIT_OK) {
@@ -1920,39 +1617,28 @@ static bool refit_config_check_kdim(refit_config_ctx_t *c,
 
   /* Generator shards: what its dense kernels get (experts: see the MoE
    * layout check, whose rules include the block). */
-  const int64_t kg = k.k / k.gen_split;
   if (dense && k.gen_split > 1 &&
-      refit_kernels_check_shape(backend, tensor, n, kg) != REFIT_OK)
-    refit_config_rule(c, k.gen_row,
-                      "%s (K = %s split over generator.tp %" PRId64
-                      " = %" PRId64 " per rank; refit.precision mxfp8)",
-                      refit_last_error(), k.expr, k.gen_split, kg);
+      refit_kernels_check_shape(backend, tensor, n, g->cols) != REFIT_OK)
+    refit_config_rule(c, ROW(GENERATOR_TP),
+                      "%s (K = %s split over generator.tp %" PRId64 " = %" PRId64
+                      " per rank; refit.precision mxfp8)",
+                      refit_last_error(), k.expr, k.gen_split, g->cols);
   return true;
 }
 
-/* The generator's experts in the TRTLLM-gen MoE layout (refit.moe_backend). */
-static void refit_config_check_moe_layout(refit_config_ctx_t *c) {
+/* The generator's experts (expert stack g, w13 or w2) in the TRTLLM-gen MoE
+ * layout (refit.moe_backend). */
+static void refit_config_check_moe_layout(refit_config_ctx_t *c,
+                                          const refit_gen_tensor_t *g) {
   const refit_model_t *m = &c->cfg.model;
-  const refit_generator_layout_t *g = &c->cfg.generator;
-  bool quantized = false;
-  for (size_t i = 0; i < REFIT_CONFIG_NWEIGHTS; i++)
-    quantized |= refit_config_mxfp8_weights[i].expert &&
-                 refit_config_weight_quantized(&c->cfg, i);
-  if (!quantized ||
-      !ROWS_OK(ROW(MODEL_HIDDEN_SIZE), ROW(MODEL_MOE_INTERMEDIATE_SIZE),
-               ROW(MODEL_NUM_EXPERTS), ROW(GENERATOR_TP), ROW(GENERATOR_EP),
-               ROW(REFIT_MOE_BACKEND)) ||
-      (g->ep != 1 && g->ep != g->tp))
-    return;
-  const int64_t split = g->ep == 1 ? g->tp : 1;
-  const int64_t experts = g->ep > 1 ? m->num_experts / g->ep : m->num_experts;
-  if (m->moe_intermediate_size % split != 0 || experts < 1 ||
-      m->num_experts % g->ep != 0)
-    return; /* reported by the layout rules */
-  refit_kernels_moe_shape_t shape = {experts, m->hidden_size,
-                                     m->moe_intermediate_size / split, 1};
-  if (refit_kernels_moe_check_shape(&shape, "model.layers.*.mlp.experts",
-                                    NULL) == REFIT_OK)
+  const bool w13 = g->kind == REFIT_GEN_MOE_W13;
+  const refit_kernels_moe_shape_t shape = {g->shape[0], w13 ? g->shape[2] : g->shape[1],
+                                           w13 ? g->shape[1] / 2 : g->shape[2], 1};
+  const int64_t split = m->moe_intermediate_size / shape.intermediate;
+  char tensor[REFIT_NAME_MAX + 8], module[REFIT_NAME_MAX + 8];
+  refit_config_tensor_pattern(g->name, tensor, sizeof(tensor));
+  refit_config_tensor_module(tensor, module, sizeof(module));
+  if (refit_kernels_moe_check_shape(&shape, module, NULL) == REFIT_OK)
     return;
   char why[512], expr[160];
   snprintf(why, sizeof(why), "%s", refit_last_error());
@@ -1982,20 +1668,49 @@ static void refit_config_check_moe_layout(refit_config_ctx_t *c) {
                     why, expr);
 }
 
+/* Runs when the layout rules hold, so that the catalog can be built. */
 static void refit_config_check_mxfp8(refit_config_ctx_t *c) {
-  if (!ROWS_OK(ROW(REFIT_PRECISION), ROW(MODEL_FAMILY),
-               ROW(MODEL_TIE_WORD_EMBEDDINGS), ROW(REFIT_LINEAR_BACKEND),
+  if (!ROWS_OK(ROW(REFIT_PRECISION), ROW(REFIT_LINEAR_BACKEND), ROW(REFIT_MOE_BACKEND),
                ROW(REFIT_QUANTIZATION_IGNORE)) ||
-      c->cfg.refit.precision != REFIT_PRECISION_MXFP8)
+      c->cfg.refit.precision != REFIT_PRECISION_MXFP8 || !c->layout_ok)
     return;
+  refit_catalog_t *cat = NULL;
+  if (refit_catalog_create(&c->cfg.model, &c->cfg.trainer, &c->cfg.generator, &cat) !=
+      REFIT_OK) {
+    refit_config_rule(c, ROW(REFIT_PRECISION),
+                      "refit.precision: mxfp8 needs the generator's tensors to "
+                      "check their shapes, which cannot be described: %s",
+                      refit_last_error());
+    return;
+  }
+  refit_config_mark_quantized(&c->cfg, cat);
+  refit_config_check_ignore(c, cat);
+  /* One tensor of generator rank 0 per K (every rank has the same shapes):
+   * the first quantized, one of the dense backend when there is one (its
+   * rules are the strictest); and the first quantized expert stack. */
+  const refit_gen_tensor_t *pick[REFIT_FIELD_COUNT] = {0}, *experts = NULL;
+  for (int64_t i = cat->gen_begin[0]; i < cat->gen_begin[1]; i++) {
+    const refit_gen_tensor_t *g = &cat->gen[i];
+    if (!g->quantized)
+      continue;
+    const refit_gen_tensor_t **p = &pick[g->k_field];
+    if (*p == NULL || ((*p)->kind != REFIT_GEN_LINEAR && g->kind == REFIT_GEN_LINEAR))
+      *p = g;
+    if (g->kind != REFIT_GEN_LINEAR && experts == NULL)
+      experts = g;
+  }
   bool whole_ok = true;
-  for (int d = 0; d < REFIT_CONFIG_K_COUNT; d++) {
-    bool ok = refit_config_check_kdim(c, (refit_config_kdim_t)d);
-    if (d == REFIT_CONFIG_K_HIDDEN || d == REFIT_CONFIG_K_EXPERT)
+  for (int f = 0; f < REFIT_FIELD_COUNT; f++) {
+    if (pick[f] == NULL)
+      continue;
+    const bool ok = refit_config_check_kdim(c, cat, pick[f]);
+    if (f == REFIT_FIELD_MODEL_HIDDEN_SIZE ||
+        f == REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE)
       whole_ok &= ok;
   }
-  if (whole_ok && c->cfg.model.family == REFIT_FAMILY_QWEN3_MOE)
-    refit_config_check_moe_layout(c);
+  if (experts != NULL && whole_ok)
+    refit_config_check_moe_layout(c, experts);
+  refit_catalog_destroy(cat);
 }
 
 /* ---- The refit section ----------------------------------------------------
@@ -2036,8 +1751,7 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
 static void refit_config_check_layout(refit_config_ctx_t *c, int world_size) {
   refit_config_check_names(c);
   refit_config_check_model(c);
-  refit_config_check_trainer(c);
-  refit_config_check_generator(c);
+  c->layout_ok = refit_config_check_layout_rules(c);
   refit_config_check_world(c, world_size);
   refit_config_check_source(c);
   refit_config_check_refit(c, world_size);

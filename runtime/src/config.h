@@ -100,9 +100,11 @@ typedef struct {
     refit_linear_backend_t linear_backend; /* flashinfer_cutlass (default) */
     refit_moe_backend_t moe_backend;       /* flashinfer_trtllm (only) */
     int prequantize; /* quantize on the trainer before sending; default false */
-    /* Modules left in bf16 under mxfp8: an entry matches a module when it
-     * equals whole dotted segments of its name ("mlp.gate" matches
-     * model.layers.*.mlp.gate, not mlp.gate_proj). Default [lm_head]. */
+    /* Modules left in bf16 under mxfp8, by their runtime (vLLM) names: an
+     * entry matches a module when it equals whole dotted segments of its
+     * name ("mlp.gate" matches model.layers.*.mlp.gate, not
+     * mlp.gate_up_proj; "self_attn.qkv_proj", not q_proj). Default
+     * [lm_head]. */
     char quantization_ignore[REFIT_QUANT_IGNORE_MAX][REFIT_MODULE_NAME_MAX];
     int quantization_ignore_count;
     refit_restore_t restore; /* full (default) | none */
@@ -174,17 +176,6 @@ refit_status_t refit_config_load(const char *path, int world_size,
 refit_status_t refit_config_parse_bytes(const char *text, uint64_t *bytes);
 
 /*
- * Layers per trainer pipeline stage, from model.num_layers, trainer.pp and
- * trainer.first_stage_layers / last_stage_layers (0 = split evenly; the
- * stages not given split the remaining layers evenly). Fills layers[0..pp-1];
- * `n` is the capacity of `layers` and must be >= trainer.pp. The same rules
- * validate a configuration, so a parsed config never fails here.
- * Errors: REFIT_ERR_INVALID_ARGUMENT (n too small), REFIT_ERR_CONFIG.
- */
-refit_status_t refit_config_stage_layers(const refit_config_t *cfg,
-                                         int64_t *layers, int n);
-
-/*
  * 64-bit FNV-1a over every configured value (key names included), so ranks
  * can prove they run the same configuration even when their files differ in
  * comments or formatting. Not a cryptographic hash.
@@ -200,7 +191,10 @@ uint64_t refit_config_hash(const refit_config_t *cfg);
 refit_status_t refit_config_format(const refit_config_t *cfg, char **out);
 
 /* True when generator tensor `g` is quantized under `cfg` (precision mxfp8,
- * a quantizable kind, not matched by refit.quantization_ignore). */
+ * a quantizable kind, not matched by refit.quantization_ignore). Ignore
+ * entries are matched against the runtime (vLLM) tensor names of the
+ * catalog, the same ones refit_config_parse() requires every entry given
+ * to match under mxfp8. */
 int refit_config_quantizes(const refit_config_t *cfg, const refit_gen_tensor_t *g);
 
 /* Set every catalog tensor's `quantized` flag from the config: before

@@ -274,7 +274,7 @@ static void test_uneven_stages(void **state) {
 
   tl.first_stage_layers = 2; /* 2 + 1 leaves 3 layers for 2 middle stages */
   assert_int_equal(refit_stage_layers(&m, &tl, first), REFIT_ERR_INVALID_ARGUMENT);
-  assert_non_null(strstr(refit_last_error(), "middle stages"));
+  assert_non_null(strstr(refit_last_error(), "for the other 2 stages of trainer.pp 4"));
 }
 
 /* Replicas spread the load: dp 4 trainer ranks feeding one generator rank
@@ -515,13 +515,15 @@ static void test_layout_rules(void **state) {
   refit_generator_layout_t gl = {.tp = 2, .ep = 2, .engines = 1};
   assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat),
                    REFIT_ERR_INVALID_ARGUMENT);
-  assert_non_null(strstr(refit_last_error(), "must divide num_experts"));
+  assert_non_null(
+      strstr(refit_last_error(), "trainer.ep: 3 does not divide model.num_experts"));
   tl.ep = 1;
   tl.dp = 1;
   gl.ep = 4;
   assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat),
                    REFIT_ERR_INVALID_ARGUMENT);
-  assert_non_null(strstr(refit_last_error(), "generator.ep 4 must be 1 or"));
+  assert_non_null(
+      strstr(refit_last_error(), "generator.ep: expected 1 or generator.tp (2), got 4"));
   assert_null(cat);
 }
 
