@@ -30,6 +30,10 @@ refit_side_t refit_session_side(refit_session_h s) {
   return s->is_trainer ? REFIT_SIDE_TRAINER : REFIT_SIDE_GENERATOR;
 }
 
+int refit_session_device(refit_session_h s) {
+  return s == NULL ? -1 : refit_mem_device_ordinal(s->mem);
+}
+
 int64_t refit_tensor_count(refit_session_h s) {
   return s->is_trainer ? s->nshards : s->nstores;
 }

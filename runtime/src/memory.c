@@ -40,6 +40,16 @@ int refit_mem_gpu_count(void) {
 
 int refit_mem_on_device(const refit_mem_t *m) { return m->device; }
 
+int refit_mem_device_ordinal(const refit_mem_t *m) {
+  int dev = -1;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device && cudaGetDevice(&dev) != cudaSuccess)
+    dev = -1;
+#endif
+  (void)m;
+  return dev;
+}
+
 refit_status_t refit_mem_after_stream(refit_mem_t *m, void *stream) {
 #ifdef REFIT_HAVE_CUDA
   if (m->device) {

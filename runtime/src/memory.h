@@ -38,6 +38,9 @@ int refit_mem_on_device(const refit_mem_t *m);
 refit_status_t refit_mem_after_stream(refit_mem_t *m, void *stream);
 refit_status_t refit_mem_before_stream(refit_mem_t *m, void *stream);
 
+/* The CUDA device ordinal of this rank's memory, -1 for host memory. */
+int refit_mem_device_ordinal(const refit_mem_t *m);
+
 /* How many GPUs this process sees (0 without CUDA or a driver). */
 int refit_mem_gpu_count(void);
 

@@ -3,7 +3,7 @@
 Run on every rank of a job (through launch/refit-launch):
 
     caller_refit.py CONFIG [--versions N] [--nested-experts] [--move]
-                           [--hdf5-reference FILE]
+                           [--hdf5-reference FILE] [--torch-cuda]
 
 CONFIG has source.kind caller. Every rank draws the same full Hugging Face
 weights for each version from a seed (fresh random bits, chosen by rank 0
@@ -21,6 +21,12 @@ rule module shares code with refit's catalog or kernels.
 (the config's reference.path, reference.kind hdf5), every version sends
 those weights, and generators also require refit's own verification against
 that file (refit_verify) to find no difference.
+
+--torch-cuda: every tensor is a torch CUDA tensor from PyTorch's caching
+allocator on the rank's GPU. Trainers write each version with a kernel on a
+stream of their own, queued behind a long GPU sleep, and call refit on that
+stream at once (no synchronization): refit must order its reads after the
+kernel. Generators read back on the same stream after the commit.
 
 Before the first refit each side also tries bad registrations (unknown
 name, wrong shape, wrong dtype, duplicate, a missing tensor at begin) and
@@ -73,6 +79,80 @@ def expect_error(what, call, *words):
     fail("%s: no error" % what)
 
 
+class Host:
+    """numpy arrays in host memory."""
+
+    def adopt(self, a):
+        return a
+
+    def zeros(self, shape, dtype):
+        return np.zeros(shape, np.uint16 if dtype == "bfloat16" else np.uint8)
+
+    def write(self, held, a):
+        np.copyto(held, a)
+
+    def fresh(self, a):
+        return a.copy()
+
+    def numpy(self, t):
+        return t
+
+    def bad_dtype(self, t):
+        return t.astype(np.float32)
+
+    def stream(self):
+        import contextlib
+        return contextlib.nullcontext()
+
+
+class TorchCuda:
+    """torch CUDA tensors from the caching allocator; writes are kernels on
+    a stream of the caller's, behind a GPU sleep."""
+
+    def __init__(self, device):
+        import torch
+        self.torch = torch
+        torch.cuda.set_device(device)
+        self.dev = torch.device("cuda", device)
+        self.side = torch.cuda.Stream(self.dev)
+
+    def _as_torch(self, a):
+        t = self.torch
+        if a.dtype == np.uint16:
+            return t.from_numpy(a.view(np.int16)).to(self.dev).view(t.bfloat16)
+        return t.from_numpy(a).to(self.dev)
+
+    def adopt(self, a):
+        return self._as_torch(np.ascontiguousarray(a))
+
+    def zeros(self, shape, dtype):
+        t = self.torch
+        return t.zeros(shape, dtype=t.bfloat16 if dtype == "bfloat16" else t.uint8, device=self.dev)
+
+    def write(self, held, a):
+        t = self.torch
+        with t.cuda.stream(self.side):
+            x = self._as_torch(a ^ np.array(0x5A5A, a.dtype)).view(t.int16)
+            t.cuda._sleep(20_000_000)  # the kernel below starts late
+            t.bitwise_xor(x, 0x5A5A, out=held.view(t.int16))
+
+    def fresh(self, a):
+        with self.torch.cuda.stream(self.side):
+            return self.adopt(a)
+
+    def numpy(self, t):
+        with self.torch.cuda.stream(self.side):
+            if t.dtype == self.torch.bfloat16:
+                return t.view(self.torch.int16).cpu().numpy().view(np.uint16)
+            return t.cpu().numpy()
+
+    def bad_dtype(self, t):
+        return t.float()
+
+    def stream(self):
+        return self.torch.cuda.stream(self.side)
+
+
 def nested(name):
     return name.replace(".mlp.experts.", ".mlp.experts.routed_experts.")
 
@@ -84,6 +164,7 @@ def main():
     ap.add_argument("--nested-experts", action="store_true")
     ap.add_argument("--move", action="store_true")
     ap.add_argument("--hdf5-reference")
+    ap.add_argument("--torch-cuda", action="store_true")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     with open(args.config) as f:
@@ -110,6 +191,12 @@ def main():
 
     s = refit.Session(args.config)
     expected = {name: (shape, dtype) for name, shape, dtype in s.expected()}
+    if args.torch_cuda:
+        if s.device is None or s.device < 0:
+            fail("--torch-cuda: the session runs on host memory (no GPU here)")
+        mem = TorchCuda(s.device)
+    else:
+        mem = Host()
     held = {}
     if s.side == "trainer":
         mine = megatron_rules.trainer_tensors(cfg, weights_of(1), comm.rank, pad_rng)
@@ -119,17 +206,17 @@ def main():
         for name, a in mine.items():
             if tuple(a.shape) != tuple(n for n in expected[name][0] if a.ndim == 2 or n != 1):
                 fail("%s: Megatron shape %s, refit expects %s" % (name, a.shape, expected[name][0]))
-        held = mine
+        held = {name: mem.adopt(a) for name, a in mine.items()}
     else:
         for name, (shape, dtype) in expected.items():
-            held[name] = np.zeros(shape, np.uint16 if dtype == "bfloat16" else np.uint8)
+            held[name] = mem.zeros(shape, dtype)
 
     # Bad registrations, each named.
     first = next(iter(held))
     expect_error("unknown name", lambda: s.register("decoder.layers.999.bogus.weight", held[first]),
                  "decoder.layers.999.bogus.weight")
     expect_error("wrong shape", lambda: s.register(first, held[first].reshape(-1)[:-1]), first, "shape")
-    expect_error("wrong dtype", lambda: s.register(first, held[first].astype(np.float32)), first,
+    expect_error("wrong dtype", lambda: s.register(first, mem.bad_dtype(held[first])), first,
                  "dtype")
     s.register(first, held[first])
     expect_error("duplicate", lambda: s.register(first, held[first]), first, "twice")
@@ -154,11 +241,12 @@ def main():
             new = megatron_rules.trainer_tensors(cfg, full, comm.rank, pad_rng)
             for name, a in new.items():
                 if args.move and version > 1:
-                    held[name] = a.copy()  # a new address
+                    held[name] = mem.fresh(a)  # a new address
                     s.register(name, held[name])
                 else:
-                    np.copyto(held[name], a)
-        times = s.refit(version)
+                    mem.write(held[name], a)
+        with mem.stream():  # torch: refit takes the current stream
+            times = s.refit(version)
         if s.committed_version != version:
             fail("committed %d after refit %d" % (s.committed_version, version))
         if s.side == "generator":
@@ -167,7 +255,7 @@ def main():
                 fail("vLLM holds %s; refit holds %s" % (sorted(set(want) - set(held))[:4],
                                                        sorted(set(held) - set(want))[:4]))
             for name, w in want.items():
-                got = held[name].reshape(-1).view(np.uint8)
+                got = mem.numpy(held[name]).reshape(-1).view(np.uint8)
                 ref = np.ascontiguousarray(w).reshape(-1).view(np.uint8)
                 if got.size != ref.size:
                     fail("%s: %d bytes, vLLM holds %d" % (name, got.size, ref.size))

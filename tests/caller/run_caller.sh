@@ -36,6 +36,13 @@ for a in "$@"; do
   case "$a" in
     --matrix) matrix=1 ;;
     --hdf5-reference) hdf5=1 ;;
+    --torch-cuda)
+      if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+        2>/dev/null; then
+        echo "run_caller: skipped: --torch-cuda needs torch with a GPU"
+        exit 77
+      fi
+      pass+=("$a") ;;
     *) pass+=("$a") ;;
   esac
 done

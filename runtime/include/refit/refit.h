@@ -108,6 +108,10 @@ void refit_session_close(refit_session_h s);
 
 refit_side_t refit_session_side(refit_session_h s);
 
+/* Where this rank's tensors live: the CUDA device ordinal the session bound
+ * (memory registered must be that GPU's), or -1 for host memory. */
+int refit_session_device(refit_session_h s);
+
 /*
  * The tensors this rank holds: trainer shards (the trainer writes new weights
  * there before refit_begin, unless the source is synthetic or a checkpoint)
