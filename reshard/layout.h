@@ -1,8 +1,8 @@
 /*
  * The model shape and the two parallel layouts that the planner works from.
- * These are plain values; runtime/src/config.c fills them from YAML and
- * validates them (layout rules below), reshard/ turns them into tensors and a
- * plan.
+ * These are plain values; runtime/src/config.c fills them from YAML,
+ * reshard/rules.h checks them (the layout rules, summed up below), reshard/
+ * turns them into tensors and a plan.
  *
  * Layout rules (../shared/reference/sharding.md):
  * - trainer ranks T = tp * pp * dp; expert layers re-view each stage's tp*dp

@@ -1492,22 +1492,33 @@ static void refit_config_tensor_module(const char *tensor, char *buf, size_t n) 
   snprintf(buf, n, "%.*s", dot ? (int)(dot - tensor) : (int)strlen(tensor), tensor);
 }
 
-/* The modules of layer 0 that MXFP8 can quantize, for messages:
+/* The module of runtime tensor g within its layer ("self_attn.qkv_proj",
+ * "mlp.experts"), or "" for a tensor MXFP8 never quantizes or one outside
+ * layer 0. */
+static void refit_config_layer_module(const refit_gen_tensor_t *g, char *buf, size_t n) {
+  const char *prefix = "model.layers.0.";
+  buf[0] = '\0';
+  if (g->kind != REFIT_GEN_PLAIN && g->layer == 0 &&
+      strncmp(g->name, prefix, strlen(prefix)) == 0)
+    refit_config_tensor_module(g->name + strlen(prefix), buf, n);
+}
+
+/* The modules that MXFP8 can quantize, for messages:
  * "self_attn.qkv_proj, self_attn.o_proj, mlp.experts". */
 static void refit_config_quantizable_modules(const refit_catalog_t *cat, char *buf,
                                              size_t n) {
   size_t off = 0;
   buf[0] = '\0';
-  for (int64_t i = cat->gen_begin[0]; i < cat->gen_begin[1]; i++) {
-    const refit_gen_tensor_t *g = &cat->gen[i];
-    char module[REFIT_NAME_MAX], *seg;
-    if (g->kind == REFIT_GEN_PLAIN || g->layer != 0)
-      continue;
-    refit_config_tensor_module(g->name, module, sizeof(module));
-    seg = strstr(module, "layers.0.");
-    seg = seg ? seg + strlen("layers.0.") : module;
-    if (!refit_config_module_matches(buf, seg) && off < n)
-      off += (size_t)snprintf(buf + off, n - off, "%s%s", off ? ", " : "", seg);
+  for (int64_t i = cat->gen_begin[0]; i < cat->gen_begin[1] && off < n; i++) {
+    char module[REFIT_NAME_MAX], earlier[REFIT_NAME_MAX];
+    bool again = false;
+    refit_config_layer_module(&cat->gen[i], module, sizeof(module));
+    for (int64_t j = cat->gen_begin[0]; module[0] && !again && j < i; j++) {
+      refit_config_layer_module(&cat->gen[j], earlier, sizeof(earlier));
+      again = strcmp(module, earlier) == 0;
+    }
+    if (module[0] && !again)
+      off += (size_t)snprintf(buf + off, n - off, "%s%s", off ? ", " : "", module);
   }
 }
 

@@ -1062,6 +1062,39 @@ static void test_stage_layers(void **state) {
              "for the other 1 stage of trainer.pp 2");
 }
 
+/* The layout rules come from reshard/rules.c: each is reported at the key
+ * of the field it blames, which must be a key of the file. */
+static void test_layout_rules_at_their_keys(void **state) {
+  (void)state;
+  for (int f = REFIT_FIELD_NONE + 1; f < REFIT_FIELD_COUNT; f++) {
+    char yaml[160];
+    const char *name = refit_field_name((refit_field_t)f);
+    const char *dot = strchr(name, '.');
+    assert_non_null(dot);
+    snprintf(yaml, sizeof(yaml), "%.*s:\n  %s: 1\n", (int)(dot - name), name, dot + 1);
+    refit_config_t cfg;
+    char *errors = NULL;
+    assert_int_not_equal(
+        refit_config_parse(yaml, strlen(yaml), "demo.yaml", 0, &cfg, &errors), REFIT_OK);
+    keep(errors);
+    if (strstr(errors, "unknown key") != NULL)
+      fail_msg("field %s is no key:\n%s", name, errors);
+  }
+  /* Folding blames trainer.ep, or trainer.etp when only it is given. */
+  const char *errors =
+      EXPECT_ERR(edit(moe, "  ep: 2\n  etp: 1\n", "  etp: 4\n"), 0, REFIT_ERR_CONFIG,
+                 "demo.yaml:14:3: trainer.etp * trainer.ep = 4 * 1 = 4 does not divide "
+                 "trainer.tp * trainer.dp = 2 * 1 = 2");
+  assert_int_equal(count_lines(errors), 1);
+  /* Megatron-Core's local spec has no grouped experts. */
+  errors = EXPECT_ERR(
+      in_trainer(moe, "  layout: megatron\n  spec: local\n  experts: grouped\n"), 0,
+      REFIT_ERR_CONFIG,
+      "demo.yaml:19:3: trainer.experts: grouped needs trainer.spec te "
+      "(Megatron-Core's local spec has SequentialMLP experts only)");
+  assert_int_equal(count_lines(errors), 1);
+}
+
 static void test_source_path(void **state) {
   (void)state;
   EXPECT_ERR(cat(moe, "source:\n  path: w.h5\n"), 0, REFIT_ERR_CONFIG,
@@ -1160,8 +1193,9 @@ static void test_mxfp8_o_proj(void **state) {
   EXPECT_OK(cat(g4, MXFP8 "  quantization_ignore: [lm_head, "
                           "self_attn.o_proj]\n"),
             0, NULL);
-  EXPECT_ERR(cat(g4, MXFP8 "  quantization_ignore: [o_pro]\n"), 0,
-             REFIT_ERR_CONFIG, "self_attn.o_proj.weight: weight [N=256, K=48]");
+  EXPECT_ERR(cat(g4, MXFP8 "  quantization_ignore: [o_pro]\n"), 0, REFIT_ERR_CONFIG,
+             "self_attn.o_proj.weight: weight [N=256, K=48]",
+             "refit.quantization_ignore[0]: 'o_pro' matches no module");
 }
 
 static void test_mxfp8_dense_down_proj(void **state) {
@@ -1256,6 +1290,92 @@ static void test_mxfp8_trtllm_linear(void **state) {
       "demo.yaml:15:3: model.layers.*.mlp.down_proj.weight: weight [N=256, "
       "K=128] cannot use MXFP8 backend flashinfer_trtllm: needs K % 256 == 0");
   assert_int_equal(count_lines(errors), 2);
+}
+
+/* refit.quantization_ignore names the generator's runtime modules (vLLM's
+ * names), the ones refit_config_quantizes matches. */
+static void test_quantization_ignore_runtime_names(void **state) {
+  (void)state;
+  refit_config_t cfg;
+  refit_catalog_t *c = NULL;
+  /* qkv_proj keeps q, k and v in bf16; o_proj and the experts stay MXFP8;
+   * the router never is (vLLM builds it with quant_config=None). */
+  EXPECT_OK(cat(moe, MXFP8 "  quantization_ignore: [lm_head, qkv_proj]\n"), 0, &cfg);
+  assert_int_equal(refit_catalog_create(&cfg.model, &cfg.trainer, &cfg.generator, &c),
+                   REFIT_OK);
+  refit_config_mark_quantized(&cfg, c);
+  int seen = 0;
+  for (int64_t i = 0; i < c->gen_begin[c->generator.tp]; i++) {
+    const refit_gen_tensor_t *g = &c->gen[i];
+    if (strstr(g->name, ".qkv_proj.") || strstr(g->name, ".mlp.gate.") ||
+        strstr(g->name, "norm") || strstr(g->name, "embed_tokens") ||
+        strcmp(g->name, "lm_head.weight") == 0)
+      assert_int_equal(g->quantized, 0);
+    else
+      assert_int_equal(g->quantized, 1); /* o_proj, w13, w2 */
+    seen += strstr(g->name, ".qkv_proj.") != NULL;
+  }
+  assert_int_equal(seen, 2 * 4); /* 2 ranks, 4 layers */
+  refit_catalog_destroy(c);
+
+  /* A checkpoint name matches no runtime module: an error at the entry,
+   * naming it, once. */
+  const char *errors = EXPECT_ERR(
+      cat(moe, MXFP8 "  quantization_ignore: [lm_head, q_proj]\n"), 0, REFIT_ERR_CONFIG,
+      "demo.yaml:23:34: refit.quantization_ignore[1]: 'q_proj' matches no "
+      "module of the generator; entries name vLLM's runtime modules (the "
+      "quantized ones of this model are self_attn.qkv_proj, self_attn.o_proj, "
+      "mlp.experts)");
+  assert_int_equal(count_lines(errors), 1);
+  errors =
+      EXPECT_ERR(cat(dense, MXFP8 "  quantization_ignore:\n    - mlp.gate_up_proj\n"
+                                  "    - gate_proj\n"),
+                 0, REFIT_ERR_CONFIG,
+                 "demo.yaml:21:7: refit.quantization_ignore[1]: 'gate_proj' matches no "
+                 "module of the generator; entries name vLLM's runtime modules (the "
+                 "quantized ones of this model are self_attn.qkv_proj, self_attn.o_proj, "
+                 "mlp.gate_up_proj, mlp.down_proj)");
+  assert_int_equal(count_lines(errors), 1);
+  /* Modules kept in bf16 anyway may be named (mlp.gate, lm_head). */
+  EXPECT_OK(cat(moe, MXFP8 "  quantization_ignore: [lm_head, mlp.gate]\n"), 0, NULL);
+  /* A bf16 refit quantizes nothing and leaves the list unused. */
+  EXPECT_OK(cat(moe, "refit:\n  quantization_ignore: [q_proj]\n"), 0, NULL);
+
+  /* Tied embeddings have no lm_head: the default [lm_head] is no error,
+   * nor is the formatted config, which writes it out. */
+  const char *tied =
+      cat(edit(moe, "  moe_intermediate_size: 128\n",
+               "  moe_intermediate_size: 128\n  tie_word_embeddings: true\n"),
+          MXFP8);
+  EXPECT_OK(tied, 0, &cfg);
+  assert_int_equal(cfg.model.tie_word_embeddings, 1);
+  char *text = NULL;
+  assert_int_equal(refit_config_format(&cfg, &text), REFIT_OK);
+  keep(text);
+  EXPECT_OK(text, 0, NULL);
+}
+
+/* The MXFP8 shape rules follow what is quantized: with qkv_proj in bf16,
+ * K = hidden_size is gate_up_proj's (dense) or the experts' w13. */
+static void test_mxfp8_follows_quantized_tensors(void **state) {
+  (void)state;
+  const char *h240 = edit(dense, "  hidden_size: 256\n", "  hidden_size: 240\n");
+  const char *errors = EXPECT_ERR(
+      cat(h240, MXFP8 "  quantization_ignore: [lm_head, self_attn.qkv_proj]\n"), 0,
+      REFIT_ERR_CONFIG,
+      "demo.yaml:3:3: model.layers.*.mlp.gate_up_proj.weight: weight [N=512, "
+      "K=240] cannot use MXFP8 backend flashinfer_cutlass: needs K % 32 == 0 "
+      "(one scale per 32-element block along K) (K = model.hidden_size 240; "
+      "refit.precision mxfp8)");
+  assert_int_equal(count_lines(errors), 1);
+  EXPECT_OK(cat(h240, MXFP8 "  quantization_ignore: [qkv_proj, gate_up_proj]\n"), 0,
+            NULL);
+  errors = EXPECT_ERR(cat(edit(moe, "  hidden_size: 256\n", "  hidden_size: 240\n"),
+                          MXFP8 "  quantization_ignore: [qkv_proj]\n"),
+                      0, REFIT_ERR_CONFIG,
+                      "demo.yaml:3:3: model.layers.*.mlp.experts.w13_weight: K = "
+                      "model.hidden_size 240 is not a multiple of 32, the MXFP8 block");
+  assert_int_equal(count_lines(errors), 1);
 }
 
 static char *preset_text(const char *name) {
@@ -1446,8 +1566,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_defaults_applied, teardown),
       cmocka_unit_test_teardown(test_values_parsed, teardown),
       cmocka_unit_test_teardown(test_refit_keys_parsed, teardown),
-      cmocka_unit_test_teardown(test_linear_backend_names_match_kernels,
-                                teardown),
+      cmocka_unit_test_teardown(test_linear_backend_names_match_kernels, teardown),
       cmocka_unit_test_teardown(test_enum_bad_value_suggests, teardown),
       cmocka_unit_test_teardown(test_quantization_ignore_list, teardown),
       cmocka_unit_test_teardown(test_fault_mapping, teardown),
@@ -1455,8 +1574,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_unknown_key_nested, teardown),
       cmocka_unit_test_teardown(test_unknown_key_top_level, teardown),
       cmocka_unit_test_teardown(test_wrong_type, teardown),
-      cmocka_unit_test_teardown(test_collection_where_scalar_expected,
-                                teardown),
+      cmocka_unit_test_teardown(test_collection_where_scalar_expected, teardown),
       cmocka_unit_test_teardown(test_out_of_range, teardown),
       cmocka_unit_test_teardown(test_bad_bucket_units, teardown),
       cmocka_unit_test_teardown(test_duplicate_key, teardown),
@@ -1471,11 +1589,11 @@ int main(void) {
       cmocka_unit_test_teardown(test_moe_parallel_folding, teardown),
       cmocka_unit_test_teardown(test_etp_divides_moe_intermediate, teardown),
       cmocka_unit_test_teardown(test_generator_ep_is_1_or_tp, teardown),
-      cmocka_unit_test_teardown(test_generator_tp_divides_moe_intermediate,
-                                teardown),
+      cmocka_unit_test_teardown(test_generator_tp_divides_moe_intermediate, teardown),
       cmocka_unit_test_teardown(test_family_requirements, teardown),
       cmocka_unit_test_teardown(test_dense_rejects_expert_parallel, teardown),
       cmocka_unit_test_teardown(test_stage_layers, teardown),
+      cmocka_unit_test_teardown(test_layout_rules_at_their_keys, teardown),
       cmocka_unit_test_teardown(test_source_path, teardown),
       cmocka_unit_test_teardown(test_many_cross_field_errors_at_once, teardown),
       cmocka_unit_test_teardown(test_bad_values_do_not_cascade, teardown),
@@ -1484,6 +1602,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_mxfp8_dense_down_proj, teardown),
       cmocka_unit_test_teardown(test_mxfp8_experts, teardown),
       cmocka_unit_test_teardown(test_mxfp8_trtllm_linear, teardown),
+      cmocka_unit_test_teardown(test_quantization_ignore_runtime_names, teardown),
+      cmocka_unit_test_teardown(test_mxfp8_follows_quantized_tensors, teardown),
       cmocka_unit_test_teardown(test_mxfp8_presets_pass, teardown),
       cmocka_unit_test_teardown(test_prequantize_needs_mxfp8, teardown),
       cmocka_unit_test_teardown(test_every_option_accepted, teardown),
