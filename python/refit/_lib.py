@@ -95,6 +95,7 @@ session_open = _proto("refit_session_open", _status, Comm, ctypes.c_char_p,
                       ctypes.POINTER(_session))
 session_close = _proto("refit_session_close", None, _session)
 session_side = _proto("refit_session_side", ctypes.c_int, _session)
+session_device = _proto("refit_session_device", ctypes.c_int, _session)
 tensor_count = _proto("refit_tensor_count", ctypes.c_int64, _session)
 tensor_get = _proto("refit_tensor_get", _status, _session, ctypes.c_int64,
                     ctypes.POINTER(Tensor))
@@ -119,45 +120,3 @@ comm_join = _proto("refit_comm_join", _status, Comm, ctypes.c_int, ctypes.c_char
 # (NULL: the legacy default stream; ignored for host memory).
 begin = _proto("refit_begin", _status, _session, ctypes.c_uint64, ctypes.c_void_p)
 commit = _proto("refit_commit", _status, _session, ctypes.c_void_p)
-
-# refit_session_device (requested from the C side): the CUDA device the
-# session's memory is on, -1 for host memory. Until the library has it, the
-# binding asks the CUDA runtime refit links (same thread, after open) and
-# leaves the memory checks to refit_tensor_register.
-session_device = getattr(lib, "refit_session_device", None)
-if session_device is not None:
-    session_device.restype = ctypes.c_int
-    session_device.argtypes = [_session]
-
-
-def _cuda(name, *argtypes):
-    f = getattr(lib, name, None)  # resolved through librefit's own cudart
-    if f is not None:
-        f.restype = ctypes.c_int
-        f.argtypes = list(argtypes)
-    return f
-
-
-cuda_get_device = _cuda("cudaGetDevice", ctypes.POINTER(ctypes.c_int))
-
-
-class _PointerAttributes(ctypes.Structure):
-    """cudaPointerAttributes (CUDA 10 and later)"""
-    _fields_ = [("type", ctypes.c_int), ("device", ctypes.c_int),
-                ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p),
-                ("reserved", ctypes.c_long * 8)]  # room for fields newer CUDAs add
-
-
-_cuda_pointer_attributes = _cuda("cudaPointerGetAttributes",
-                                 ctypes.POINTER(_PointerAttributes), ctypes.c_void_p)
-
-
-def pointer_device(ptr):
-    """The CUDA device holding `ptr`, or -1 for host memory (or a build
-    without CUDA)."""
-    if _cuda_pointer_attributes is None or not ptr:
-        return -1
-    a = _PointerAttributes()
-    if _cuda_pointer_attributes(ctypes.byref(a), ptr) != 0:
-        return -1
-    return a.device if a.type in (2, 3) else -1  # cudaMemoryTypeDevice, Managed

@@ -78,7 +78,7 @@ def _dtype_ok(actual, expected):
 
 def where_text(device):
     if device is None:
-        return "an unknown place"
+        return "a device refit does not use"
     return "host memory" if device < 0 else "cuda:%d" % device
 
 
@@ -87,8 +87,7 @@ def check(name, d, expected_dtype, side, session_device):
     row-major contiguous, an element type that is not the expected one,
     memory on the wrong device, read-only memory refit must write.
     refit_tensor_register then checks name, shape, size and memory itself.
-    session_device is the session's CUDA device, -1 for the host, None when
-    unknown (then the library's own check decides)."""
+    session_device is the session's CUDA device, -1 for the host."""
     problems = []
     if not d.contiguous:
         problems.append("not contiguous (refit reads and writes the bytes in "
@@ -98,7 +97,7 @@ def check(name, d, expected_dtype, side, session_device):
     if len(d.shape) > 3:
         problems.append("shape: %d dimensions, refit's tensors have at most 3"
                         % len(d.shape))
-    if session_device is not None and d.device != session_device:
+    if d.device != session_device:
         problems.append("device: expected %s (where this %s rank's session runs), "
                         "got %s" % (where_text(session_device), side,
                                     where_text(d.device)))

@@ -1,7 +1,9 @@
 """refit.Session: one refit session (refit_session_h) of this rank."""
 
+import atexit
 import ctypes
 import os
+import weakref
 
 from mpi4py import MPI
 
@@ -13,6 +15,18 @@ try:
     import torch
 except ImportError:
     torch = None
+
+
+# Sessions still open at exit are closed before MPI is finalized: mpi4py
+# finalizes in an atexit hook registered when it was imported, before this
+# one, and atexit runs the hooks last in, first out.
+_open = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for s in list(_open):
+        s.close()
 
 
 def comm_handle(comm):
@@ -71,11 +85,13 @@ class Session:
             self._free_comm()
             raise
         self._h = h
+        _open.add(self)
         # The mpi4py communicator the session runs over (the merged one with
         # join): trainers first, then generators.
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.side = _lib.SIDES[_lib.session_side(h)]
-        self.device = self._find_device()
+        # The CUDA device of the session's memory, -1 for host memory.
+        self.device = _lib.session_device(h)
 
     # -- lifetime ---------------------------------------------------------
     def close(self):
@@ -108,15 +124,6 @@ class Session:
         if self._h is None:
             raise ValueError("refit: the session is closed")
         return self._h
-
-    def _find_device(self):
-        """The CUDA device of the session's memory (-1: host memory), or None
-        when this library cannot say (then refit_tensor_register checks)."""
-        if _lib.session_device is not None:
-            return _lib.session_device(self._h)
-        if _lib.cuda_get_device is None:
-            return -1  # built without CUDA: always host memory
-        return None
 
     # -- tensors ----------------------------------------------------------
     def _get(self, index):
@@ -193,8 +200,6 @@ class Session:
             raise error("STATE", "tensor %s: %s rank has no memory for it yet: "
                          "register it or call begin() first" % (name, self.side))
         device = self.device
-        if device is None:
-            device = _lib.pointer_device(t.data)
         if framework is None:
             framework = "numpy" if device < 0 else "torch"
         return _tensors.view(t.data, t.bytes, self._shape(t), _lib.DTYPES[t.dtype],
@@ -205,12 +210,9 @@ class Session:
         """The caller's CUDA stream (torch's current stream), so that work
         queued before begin() is seen and work queued after commit() reads
         the new weights; NULL on the host."""
-        if self.device is not None and self.device < 0:
+        if self.device < 0 or torch is None:
             return None
-        if torch is None or not torch.cuda.is_available():
-            return None
-        dev = self.device if self.device is not None else torch.cuda.current_device()
-        return ctypes.c_void_p(torch.cuda.current_stream(dev).cuda_stream)
+        return ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)
 
     def begin(self, version):
         """Start refitting `version` (collective)."""
