@@ -15,6 +15,11 @@
 #   pairs   scenarios (a) and (b) with refit.locality: gpu (each GPU a node:
 #           the per-pair transport, IPC within a GPU and NCCL between GPUs,
 #           as across hosts), verified and then timed
+#   python  scenario (a) on whatever GPUs there are (one: both ranks share
+#           it): refit-run, then launch/bench_python.py with torch tensors
+#           (synthetic source, verified once), then source.kind caller with
+#           the trainer's torch tensors under Hugging Face and Megatron-Core
+#           names
 #
 # Logs go to OUT_DIR/<scenario>-<what>.log; a summary is printed.
 set -uo pipefail
@@ -78,6 +83,24 @@ for w in "${what[@]}"; do
           "$out/$sc-pairs-time.yaml" >"$out/$sc-pairs-verify.yaml"
         run_cfg "$sc-pairs-verify" "$out/$sc-pairs-verify.yaml"
         run_cfg "$sc-pairs-time" "$out/$sc-pairs-time.yaml"
+      done
+      ;;
+    python)
+      sc=qwen3-30b-a3b-disagg
+      py=${PYTHON:-python3}
+      cp "$root/configs/$sc.yaml" "$out/$sc-python.yaml"
+      sed 's/^  kind: synthetic/  kind: caller/; /^  seed: /d; s/^trainer:/trainer:\n  layout: hf/' \
+        "$root/configs/$sc.yaml" >"$out/$sc-caller-hf.yaml"
+      sed 's/^  kind: synthetic/  kind: caller/; /^  seed: /d; s/^trainer:/trainer:\n  layout: megatron/' \
+        "$root/configs/$sc.yaml" >"$out/$sc-caller-megatron.yaml"
+      run_cfg "$sc-python-refit-run" "$out/$sc-python.yaml"
+      for v in python:"" caller-hf:--caller caller-megatron:--caller; do
+        name=${v%%:*} flag=${v#*:} cfg=$out/$sc-$name.yaml
+        REFIT_LIBRARY=$build/runtime/librefit.so \
+          timeout 500 "$root/launch/refit-launch" --build-dir "$build" "$cfg" -- \
+          "$py" "$root/launch/bench_python.py" "$cfg" $flag >"$out/$sc-$name-bench.log" 2>&1
+        echo "== $sc-$name (bench_python): exit $?"
+        grep -E "^bench_python|Error|error" "$out/$sc-$name-bench.log" | head -5
       done
       ;;
     link)

@@ -51,23 +51,18 @@ static refit_status_t refit_api_tensor(refit_session_h s, int64_t index,
     out->dtype = (refit_tensor_dtype_t)st->dtype;
     return REFIT_OK;
   }
-  for (int64_t i = 0, k = 0; i < s->cat->nsrc; i++) {
-    if (s->shard_part[i] < 0 || k++ != index)
-      continue;
-    const refit_src_tensor_t *t = &s->cat->src[i];
-    int64_t rows, cols;
-    refit_src_shard_shape(t, &rows, &cols);
-    out->name = t->name;
-    out->data = s->shards[i];
-    out->bytes = (size_t)(rows * cols) * 2;
-    out->ndim = 2;
-    out->shape[0] = rows;
-    out->shape[1] = cols;
-    out->dtype = REFIT_TENSOR_BF16;
-    return REFIT_OK;
-  }
-  return REFIT_ERR(REFIT_ERR_INTERNAL, "tensor index %lld not found",
-                   (long long)index);
+  const int64_t i = s->held[index];
+  const refit_src_tensor_t *t = &s->cat->src[i];
+  int64_t rows, cols;
+  refit_src_shard_shape(t, &rows, &cols);
+  out->name = t->name;
+  out->data = s->shards[i];
+  out->bytes = (size_t)(rows * cols) * 2;
+  out->ndim = 2;
+  out->shape[0] = rows;
+  out->shape[1] = cols;
+  out->dtype = REFIT_TENSOR_BF16;
+  return REFIT_OK;
 }
 
 refit_status_t refit_tensor_get(refit_session_h s, int64_t index,
@@ -83,7 +78,12 @@ refit_status_t refit_tensor_get(refit_session_h s, int64_t index,
 refit_status_t refit_tensor_find(refit_session_h s, const char *name,
                                  refit_tensor_t *out) {
   REFIT_API_HANDLE(s);
-  const int64_t n = refit_tensor_count(s);
+  if (s->is_trainer) { /* by the catalog's name index: jobs hold 10^4+ */
+    const int64_t i = refit_catalog_find_src(s->cat, name, s->role_rank);
+    if (i >= 0)
+      return refit_api_tensor(s, s->held_at[i], out);
+  }
+  const int64_t n = s->is_trainer ? 0 : refit_tensor_count(s);
   for (int64_t i = 0; i < n; i++) {
     REFIT_CHECK(refit_api_tensor(s, i, out));
     if (s->is_trainer ? strcmp(out->name, name) == 0

@@ -357,9 +357,17 @@ static refit_status_t refit_session_index_trainer(refit_session_t *s) {
   s->shard_owned = calloc((size_t)cat->nsrc, 1);
   if (s->shards == NULL || s->shard_part == NULL || s->shard_owned == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "shard table");
+  s->held = malloc((size_t)(cat->nsrc ? cat->nsrc : 1) * sizeof(*s->held));
+  s->held_at = malloc((size_t)(cat->nsrc ? cat->nsrc : 1) * sizeof(*s->held_at));
+  if (s->held == NULL || s->held_at == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "shard table");
   for (int64_t i = 0; i < cat->nsrc; i++) {
     s->shard_part[i] = refit_src_part_of(cat, &cat->src[i], s->role_rank);
-    s->nshards += s->shard_part[i] >= 0;
+    s->held_at[i] = -1;
+    if (s->shard_part[i] >= 0) {
+      s->held_at[i] = s->nshards;
+      s->held[s->nshards++] = i;
+    }
   }
   return REFIT_OK;
 }
@@ -631,6 +639,8 @@ void refit_session_destroy(refit_session_t *s) {
       if (s->shard_owned[i])
         refit_mem_free(s->mem, s->shards[i]);
   free(s->shards);
+  free(s->held);
+  free(s->held_at);
   free(s->shard_part);
   free(s->shard_owned);
   refit_loader_destroy(s->loader);

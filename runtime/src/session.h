@@ -67,6 +67,8 @@ typedef struct refit_session {
   int32_t *shard_part;
   unsigned char *shard_owned;
   int64_t nshards;
+  int64_t *held;    /* the src index of this rank's k-th tensor, k < nshards */
+  int64_t *held_at; /* src index -> k, or -1 */
 
   /* Generator: the loader owns the runtime storage of tp rank `tp_rank`;
    * stores / nstores are its stores, for readers such as the dump. */
