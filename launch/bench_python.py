@@ -1,7 +1,7 @@
 """The refit benchmark through Python: torch tensors from PyTorch's caching
 allocator on both sides, timed as refit-run times (refit_s: the slowest
-rank's begin-to-commit less the source, median of the refits after the
-first).
+rank's begin-to-commit less the slowest source, median of the refits after
+the first).
 
     launch/refit-launch CONFIG -- python3 launch/bench_python.py CONFIG [--caller]
 
@@ -56,10 +56,11 @@ def main():
     for version in range(1, args.steps + 1):
         comm.Barrier()
         s.refit(version)
-        # refit-run's refit_s: begin to the end of commit less producing the
-        # weights (the training step's job), the slowest rank's.
+        # refit-run's refit_s: the slowest rank's begin to the end of commit
+        # less the slowest rank's producing of the weights (the training
+        # step's job).
         t = s.last_times()
-        dt = comm.allreduce(t["total"] - t["source"], op=MPI.MAX)
+        dt = comm.allreduce(t["total"], op=MPI.MAX) - comm.allreduce(t["source"], op=MPI.MAX)
         if version == 1:
             first = dt
             if not args.caller and s.verify(version) != 0:
