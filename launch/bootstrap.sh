@@ -16,12 +16,13 @@ what=${1:-}
 jobs=$(nproc)
 
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
-          libyaml-dev libhdf5-dev libucx-dev libcmocka-dev
+          libyaml-dev libjansson-dev libhdf5-dev libucx-dev libcmocka-dev
           python3 python3-numpy python3-mpi4py)  # what `import refit` needs
 # Test-only packages: a one-node Slurm cluster for tests/launch (label slurm),
-# and what the Python tests import (label python). Installed by `test` only;
-# nothing at build or run time needs them.
-test_packages=(slurmctld slurmd slurm-client munge
+# what the Python tests import (label python), and clang for the libFuzzer
+# harnesses (label fuzz, built only where clang is found). Installed by `test`
+# only; nothing at build or run time needs them.
+test_packages=(slurmctld slurmd slurm-client munge clang
                python3-numpy python3-h5py python3-yaml python3-pytest python3-mpi4py
                python3-torch)
 

@@ -28,6 +28,7 @@
 #include "config_table.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "hf_config.h"
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
 
@@ -765,6 +766,10 @@ typedef struct {
    * one) is; line 0 for the default's items. */
   refit_config_pos_t item_pos[REFIT_QUANT_IGNORE_MAX];
   bool layout_ok; /* every layout rule was checked and holds */
+  /* model.hf_config: the config.json read, and per row the JSON key whose
+   * value the row holds (NULL: the row's value is the YAML file's). */
+  char hf_file[REFIT_PATH_MAX];
+  const char *hf_key[REFIT_CONFIG_ROW_COUNT];
   struct {
     const char *name;
     refit_config_pos_t pos;
@@ -1223,7 +1228,7 @@ static void refit_config_check_required(refit_config_ctx_t *c) {
     for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++) {
       const refit_config_row_t *r = &refit_config_rows[i];
       if (!(r->flags & REFIT_CONFIG_REQUIRED) || strcmp(r->section, name) ||
-          c->key_pos[i].line > 0)
+          c->key_pos[i].line > 0 || c->hf_key[i] != NULL)
         continue;
       c->bad[i] = true;
       if (c->sections[s].malformed || absent)
@@ -1240,6 +1245,94 @@ static void refit_config_check_required(refit_config_ctx_t *c) {
       refit_config_problem(c, (refit_config_pos_t){1, 1},
                            "missing required section '%s' (with keys %s)", name,
                            missing);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* model.hf_config                                                           */
+/* ------------------------------------------------------------------------ */
+
+static int64_t refit_config_int(const refit_config_ctx_t *c, int id);
+
+/* The row of YAML key `path` ("model.hidden_size"), or -1. */
+static int refit_config_path_row(const char *path) {
+  for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++)
+    if (strcmp(refit_config_row_path(&refit_config_rows[i]), path) == 0)
+      return i;
+  return -1;
+}
+
+/*
+ * Fill the model keys from the Hugging Face config.json that model.hf_config
+ * names (relative to the YAML file's directory). A key that the YAML file
+ * gives too must agree with the file. Every row the file stands for is
+ * marked (hf_key), so that it is not "missing" and rules blaming it name the
+ * file and its key; when the file cannot be read, those rows are marked bad
+ * too, so that no rule repeats the failure.
+ */
+static void refit_config_read_hf(refit_config_ctx_t *c) {
+  const int at_row = ROW(MODEL_HF_CONFIG);
+  const char *given = c->cfg.hf_config;
+  if (c->bad[at_row] || given[0] == '\0')
+    return;
+  char path[2 * REFIT_PATH_MAX];
+  const char *slash = strrchr(c->filename, '/');
+  if (given[0] != '/' && slash != NULL)
+    snprintf(path, sizeof(path), "%.*s/%s", (int)(slash - c->filename),
+             c->filename, given);
+  else
+    snprintf(path, sizeof(path), "%s", given);
+  refit_hf_config_t hf;
+  char *errors = NULL;
+  const refit_status_t st =
+      refit_hf_config_load(path, &hf, c->hf_file, sizeof(c->hf_file), &errors);
+  const refit_config_pos_t at = refit_config_row_pos(c, at_row);
+  const int family = ROW(MODEL_FAMILY);
+  c->hf_key[family] = "architectures";
+  for (int i = 0; i < refit_hf_config_nkeys; i++) {
+    const int row = refit_config_path_row(refit_hf_config_keys[i].yaml_key);
+    if (row >= 0 && (st != REFIT_OK || (hf.present >> i & 1)))
+      c->hf_key[row] = refit_hf_config_keys[i].json_key;
+  }
+  if (st != REFIT_OK) {
+    for (char *line = errors; line != NULL && *line != '\0';) {
+      char *end = strchr(line, '\n');
+      refit_config_problem(c, at, "model.hf_config: %.*s",
+                           end ? (int)(end - line) : (int)strlen(line), line);
+      line = end ? end + 1 : NULL;
+    }
+    if (errors == NULL)
+      refit_config_problem(c, at, "model.hf_config: %s", refit_last_error());
+    free(errors);
+    for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++)
+      if (c->hf_key[i] != NULL)
+        c->bad[i] = true;
+    return;
+  }
+  for (int i = 0; i < REFIT_CONFIG_ROW_COUNT; i++) {
+    if (c->hf_key[i] == NULL)
+      continue;
+    const refit_config_row_t *r = &refit_config_rows[i];
+    const size_t moff = r->offset - offsetof(refit_config_t, model);
+    const int64_t from_file =
+        refit_config_load_int((const char *)&hf.model + moff, r->size);
+    if (c->key_pos[i].line > 0 && !c->bad[i] &&
+        refit_config_int(c, i) != from_file) {
+      char yaml_value[64], file_value[64];
+      refit_config_value_format(r, &c->cfg, false, yaml_value, sizeof(yaml_value));
+      refit_config_store_int((char *)&c->cfg + r->offset, r->size, from_file);
+      refit_config_value_format(r, &c->cfg, false, file_value, sizeof(file_value));
+      refit_config_problem(c, c->key_pos[i],
+                           "%s: %s disagrees with %s's key '%s' (%s); remove "
+                           "%s or make them agree",
+                           refit_config_row_path(r), yaml_value, c->hf_file,
+                           c->hf_key[i], file_value, refit_config_row_path(r));
+      c->bad[i] = true;
+      continue;
+    }
+    if (c->key_pos[i].line > 0)
+      c->hf_key[i] = NULL; /* the YAML file says it too: blame its key */
+    refit_config_store_int((char *)&c->cfg + r->offset, r->size, from_file);
   }
 }
 
@@ -1263,13 +1356,23 @@ static bool refit_config_rows_ok(const refit_config_ctx_t *c, const int *ids,
 static void refit_config_rule(refit_config_ctx_t *c, int id, const char *fmt,
                               ...) REFIT_PRINTF(3, 4);
 
-/* Report a rule broken, at the key of row `id`. */
+/* Report a rule broken, at the key of row `id`; a value read from
+ * model.hf_config is reported at that key, naming the file and its key. */
 static void refit_config_rule(refit_config_ctx_t *c, int id, const char *fmt,
                               ...) {
+  char text[2048];
   va_list ap;
   va_start(ap, fmt);
-  refit_config_problemv(c, refit_config_row_pos(c, id), fmt, ap);
+  vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
+  if (c->hf_key[id] == NULL) {
+    refit_config_problem(c, refit_config_row_pos(c, id), "%s", text);
+    return;
+  }
+  refit_config_problem(c, refit_config_row_pos(c, ROW(MODEL_HF_CONFIG)),
+                       "%s (%s is %s's key '%s')", text,
+                       refit_config_row_path(&refit_config_rows[id]),
+                       c->hf_file, c->hf_key[id]);
 }
 
 /* The integer value of row `id` in the working configuration. */
@@ -1367,22 +1470,32 @@ static void refit_config_check_world(refit_config_ctx_t *c, int world_size) {
                        g->tp, g->engines, trainer + generator);
 }
 
+/* Does a source or reference of `kind` read the file at its path? */
+static bool refit_config_kind_has_path(refit_source_kind_t kind) {
+  return kind == REFIT_SOURCE_HDF5 || kind == REFIT_SOURCE_SAFETENSORS;
+}
+
 static void refit_config_check_source(refit_config_ctx_t *c) {
   const refit_config_t *cfg = &c->cfg;
-  const bool hdf5 = cfg->source.kind == REFIT_SOURCE_HDF5;
+  const bool file = refit_config_kind_has_path(cfg->source.kind);
   const bool caller = cfg->source.kind == REFIT_SOURCE_CALLER;
+  char kind[32], ref_kind[32];
   if (!ROWS_OK(ROW(SOURCE_KIND), ROW(SOURCE_PATH), ROW(SOURCE_SEED)))
     return;
-  if (hdf5 && cfg->source.path[0] == '\0')
+  refit_config_choice_name(refit_config_rows[ROW(SOURCE_KIND)].choices,
+                           cfg->source.kind, kind, sizeof(kind));
+  if (file && cfg->source.path[0] == '\0')
     refit_config_rule(c, ROW(SOURCE_KIND),
-                      "source.path: required when source.kind is hdf5");
-  else if (!hdf5 && cfg->source.path[0] != '\0')
+                      "source.path: required when source.kind is %s", kind);
+  else if (!file && cfg->source.path[0] != '\0')
     refit_config_rule(c, ROW(SOURCE_PATH),
                       "source.path: given but source.kind is %s; "
-                      "remove it or set source.kind: hdf5",
-                      caller ? "caller" : "synthetic");
+                      "remove it or set source.kind: hdf5 or safetensors",
+                      kind);
   if (!ROWS_OK(ROW(REFERENCE_KIND), ROW(REFERENCE_PATH)))
     return;
+  refit_config_choice_name(refit_config_rows[ROW(REFERENCE_KIND)].choices,
+                           cfg->reference.kind, ref_kind, sizeof(ref_kind));
   /* The reference exists for caller-owned weights only: every other source
    * is its own reference. (Values, not the keys' presence, are checked, so
    * that refit_config_format's output, which writes every key, reads back.) */
@@ -1390,27 +1503,29 @@ static void refit_config_check_source(refit_config_ctx_t *c) {
                   cfg->reference.path[0] != '\0')) {
     refit_config_rule(c, ROW(REFERENCE_KIND),
                       "reference: a %s reference is given but source.kind is "
-                      "not caller (a synthetic or hdf5 source is its own "
+                      "not caller (a synthetic or checkpoint source is its own "
                       "reference); remove it or set source.kind: caller",
-                      cfg->reference.kind == REFIT_SOURCE_HDF5 ? "hdf5" : "synthetic");
+                      ref_kind);
     return;
   }
   if (cfg->reference.kind == REFIT_SOURCE_CALLER) {
     refit_config_rule(c, ROW(REFERENCE_KIND),
                       "reference.kind: caller is not a reference (the trainer's "
-                      "weights cannot check themselves); use synthetic or hdf5");
+                      "weights cannot check themselves); use synthetic, hdf5 "
+                      "or safetensors");
     return;
   }
   if (!caller)
     return;
-  const bool ref_hdf5 = cfg->reference.kind == REFIT_SOURCE_HDF5;
-  if (ref_hdf5 && cfg->reference.path[0] == '\0')
+  const bool ref_file = refit_config_kind_has_path(cfg->reference.kind);
+  if (ref_file && cfg->reference.path[0] == '\0')
     refit_config_rule(c, ROW(REFERENCE_KIND),
-                      "reference.path: required when reference.kind is hdf5");
-  else if (!ref_hdf5 && cfg->reference.path[0] != '\0')
+                      "reference.path: required when reference.kind is %s",
+                      ref_kind);
+  else if (!ref_file && cfg->reference.path[0] != '\0')
     refit_config_rule(c, ROW(REFERENCE_PATH),
                       "reference.path: given but reference.kind is synthetic; "
-                      "remove it or set reference.kind: hdf5");
+                      "remove it or set reference.kind: hdf5 or safetensors");
 }
 
 /* trainer.layout auto means megatron for caller-owned weights (a live
@@ -1895,6 +2010,7 @@ refit_status_t refit_config_parse(const char *text, size_t len,
   if (refit_config_load_yaml(c, &doc)) {
     refit_config_walk(c, &doc);
     yaml_document_delete(&doc);
+    refit_config_read_hf(c);
     refit_config_check_required(c);
     refit_config_check_layout(c, world_size);
   }
@@ -2136,4 +2252,5 @@ void refit_config_plan_options(const refit_config_t *cfg,
   opt->wire = cfg->refit.prequantize ? REFIT_WIRE_MXFP8 : REFIT_WIRE_BF16;
   opt->chunk_trailer = cfg->refit.digests ? 8 : 0;
   opt->per_tensor_buckets = cfg->refit.baseline;
+  opt->arena_bytes = cfg->refit.arena_bytes;
 }

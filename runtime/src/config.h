@@ -30,7 +30,8 @@ typedef enum { REFIT_PRECISION_BF16 = 0, REFIT_PRECISION_MXFP8 = 1 } refit_preci
 typedef enum {
   REFIT_SOURCE_SYNTHETIC = 0,
   REFIT_SOURCE_HDF5 = 1,
-  REFIT_SOURCE_CALLER = 2 /* trainers send what they registered, as it is */
+  REFIT_SOURCE_CALLER = 2, /* trainers send what they registered, as it is */
+  REFIT_SOURCE_SAFETENSORS = 3 /* a file, or a directory with its index */
 } refit_source_kind_t;
 
 /* Dense MXFP8 GEMM backend of the generator; the same order as
@@ -88,6 +89,10 @@ typedef enum {
 
 typedef struct {
   refit_model_t model;
+  /* model.hf_config: the Hugging Face config.json (or its directory) the
+   * model shape was read from, as written in the file (relative paths are
+   * relative to the YAML file's directory); "" when typed in YAML. */
+  char hf_config[REFIT_PATH_MAX];
   refit_trainer_layout_t trainer;
   refit_generator_layout_t generator;
   struct {
@@ -128,13 +133,14 @@ typedef struct {
     } fault;
   } refit;
   struct {
-    refit_source_kind_t kind; /* synthetic (default) | hdf5 | caller */
+    refit_source_kind_t kind; /* synthetic (default) | hdf5 | caller |
+                                 safetensors */
     uint64_t seed;            /* default 1234 */
     char path[REFIT_PATH_MAX];
   } source;
   /* What generators verify against when source.kind is caller (the
    * trainer's weights are then the caller's, so verification needs an
-   * independent statement of them): synthetic or hdf5 only. */
+   * independent statement of them): synthetic, hdf5 or safetensors. */
   struct {
     refit_source_kind_t kind;
     uint64_t seed;

@@ -68,6 +68,8 @@
   X(MODEL_TIE_WORD_EMBEDDINGS, "model", "tie_word_embeddings", BOOL,           \
     model.tie_word_embeddings, "false", 0, 0, "", 0,                           \
     "lm_head shares embed_tokens (no lm_head.weight)")                         \
+  X(MODEL_HF_CONFIG, "model", "hf_config", STRING, hf_config, "", 0, 0, "", 0, \
+    "Hugging Face config.json (or its directory) giving the model keys")      \
   X(TRAINER_TP, "trainer", "tp", INT, trainer.tp, "1", 1,                      \
     REFIT_CONFIG_MAX_RANKS, "", 0, "trainer tensor-parallel size")             \
   X(TRAINER_PP, "trainer", "pp", INT, trainer.pp, "1", 1,                      \
@@ -167,20 +169,21 @@
     refit.fault.probability, "1", 0, 1, "", 0,                                 \
     "chance per refit, drawn with source.seed when below 1")                   \
   X(SOURCE_KIND, "source", "kind", ENUM, source.kind, "synthetic", 0, 0,       \
-    "synthetic|hdf5|caller", 0,                                                \
-    "where trainer weights come from: made up, a checkpoint, or the tensors "  \
-    "the trainer registered (caller)")                                         \
+    "synthetic|hdf5|caller|safetensors", 0,                                    \
+    "where trainer weights come from: made up, a checkpoint (HDF5 or "        \
+    "safetensors), or the tensors the trainer registered (caller)")            \
   X(SOURCE_SEED, "source", "seed", U64, source.seed, "1234", 0, 0, "", 0,      \
     "seed of the synthetic weights")                                           \
   X(SOURCE_PATH, "source", "path", STRING, source.path, "", 0, 0, "", 0,       \
-    "checkpoint file for source.kind hdf5")                                    \
+    "checkpoint for source.kind hdf5 (a file) or safetensors (a file, or a "  \
+    "directory with model.safetensors.index.json)")                            \
   X(REFERENCE_KIND, "reference", "kind", ENUM, reference.kind, "synthetic", 0, \
-    0, "synthetic|hdf5", 0,                                                    \
+    0, "synthetic|hdf5|caller|safetensors", 0,                                 \
     "what generators verify against when source.kind is caller")               \
   X(REFERENCE_SEED, "reference", "seed", U64, reference.seed, "1234", 0, 0,    \
     "", 0, "seed of the synthetic reference")                                  \
   X(REFERENCE_PATH, "reference", "path", STRING, reference.path, "", 0, 0, "", \
-    0, "checkpoint file for reference.kind hdf5")                              \
+    0, "checkpoint for reference.kind hdf5 or safetensors")                    \
   X(VERIFY, "", "verify", BOOL, verify, "true", 0, 0, "", 0,                   \
     "compare every generator byte with its reference after a refit")           \
   X(DUMP, "", "dump", STRING, dump, "", 0, 0, "", 0,                           \

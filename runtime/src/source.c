@@ -6,12 +6,14 @@
 
 #include <stdlib.h>
 
-extern const refit_source_ops_t refit_source_hdf5; /* source_hdf5.c */
+extern const refit_source_ops_t refit_source_hdf5;        /* source_hdf5.c */
+extern const refit_source_ops_t refit_source_safetensors; /* source_safetensors.c */
 
 /* Compiled-in sources, by refit_source_kind_t. */
 static const refit_source_ops_t *const refit_sources[] = {
     &refit_source_synthetic,
     &refit_source_hdf5,
+    &refit_source_safetensors,
 };
 
 refit_status_t refit_source_open(const refit_config_t *cfg,

@@ -10,8 +10,17 @@
 #   run_io.sh BUILD bad                broken checkpoints are rejected before
 #                                      any transfer, with the asserted message
 #   run_io.sh BUILD ucx                refit.transport ucx verifies bit for bit
+#   run_io.sh BUILD st DTYPE SHARDS    a safetensors checkpoint by refit-ckpt
+#                                      (one file, or SHARDS files and an index)
+#                                      refits; its dump equals the dump of the
+#                                      HDF5 checkpoint of the same weights
+#   run_io.sh BUILD bad-st             broken safetensors files and indexes
+#                                      are rejected before any transfer, every
+#                                      problem listed with file and tensor
+#   run_io.sh BUILD hf-presets         configs/*-hf.yaml (shapes from
+#                                      config.json) plan as their typed twins
 set -uo pipefail
-build=$1 mode=$2 arg=${3:-}
+build=$1 mode=$2 arg=${3:-} arg2=${4:-}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 tmp=$(mktemp -d)
@@ -121,6 +130,73 @@ dump: $tmp/dump.h5")
     [ $rc -eq 0 ] || fail "ucx refit"
     grep -q "transport ucx" "$out" || fail "the header does not say transport ucx"
     ;;
-  *) echo "usage: run_io.sh BUILD ckpt bf16|f32|f16 | dump | dump-ckpt | bad | ucx" >&2; exit 2 ;;
+  st)
+    # The same weights twice: HDF5 and safetensors; the dumps (generator
+    # bytes as stored) must be equal, and each refit verifies.
+    h5=$(config sth5 "$gen1" "source:
+  kind: hdf5
+  path: $tmp/ckpt.h5
+dump: $tmp/dump-h5.h5")
+    st=$(config stst "$gen1" "source:
+  kind: safetensors
+  path: $tmp/ckpt-st
+dump: $tmp/dump-st.h5")
+    "$ckpt_bin" "$h5" "$tmp/ckpt.h5" --dtype "$arg" || fail "refit-ckpt hdf5"
+    "$ckpt_bin" "$st" "$tmp/ckpt-st" --dtype "$arg" --format safetensors --shards "$arg2" ||
+      fail "refit-ckpt safetensors"
+    if [ "$arg2" -gt 1 ]; then
+      [ -f "$tmp/ckpt-st/model.safetensors.index.json" ] || fail "no index"
+    else
+      mv "$tmp/ckpt-st" "$tmp/one.safetensors" && sed -i "s#$tmp/ckpt-st#$tmp/one.safetensors#" "$st"
+    fi
+    refit "$h5" "refit-run: verified: 3 refits"
+    refit "$st" "refit-run: verified: 3 refits"
+    # Both checkpoints hold synthetic version 1 (exact in each element
+    # type): each dump must be those values, so the two are equal.
+    for d in h5 st; do
+      "$check_bin" "$tmp/dump-$d.h5" --version 3 --synthetic-version 1 ||
+        fail "the $d dump differs from the weights of its checkpoint"
+    done
+    ;;
+  bad-st)
+    cfg=$(config badst "$gen1" "source:
+  kind: safetensors
+  path: $tmp/bad")
+    "$ckpt_bin" "$cfg" "$tmp/good.safetensors" --format safetensors || fail "refit-ckpt"
+    "$ckpt_bin" "$cfg" "$tmp/good" --format safetensors --shards 2 || fail "refit-ckpt"
+    # expect CASE MESSAGE...: refit-run exits 2 before any refit, saying each.
+    expect() {
+      local what=$1 out=$tmp/out.$1
+      shift
+      "$root/launch/refit-launch" --build-dir "$build" "$cfg" >"$out" 2>&1
+      local rc=$?
+      cat "$out"
+      [ $rc -eq 2 ] || fail "$what: exit status $rc, expected 2"
+      for m in "$@"; do grep -qF -- "$m" "$out" || fail "$what: output lacks '$m'"; done
+      if grep -qE '^ +1 +1 ' "$out"; then fail "$what: a refit ran"; fi
+      grep -qi "segmentation\|sanitizer\|runtime error" "$out" && fail "$what: crashed"
+      echo "run_io: $what rejected: ok"
+    }
+    for c in $(python3 "$here/make_bad_st.py" --list); do
+      rm -rf "$tmp/bad"
+      python3 "$here/make_bad_st.py" "$c" "$tmp/good.safetensors" "$tmp/good" "$tmp/bad" >"$tmp/want" ||
+        fail "make_bad_st.py $c"
+      mapfile -t want <"$tmp/want"
+      expect "st-$c" "$tmp/bad" "${want[@]}"
+    done
+    ;;
+  hf-presets)
+    # Every line but the command and the planning time, hash included.
+    for y in "$root"/configs/*-hf.yaml; do
+      typed=${y%-hf.yaml}.yaml
+      "$build/runtime/refit-plan" "$y" >"$tmp/hf" 2>&1 || { cat "$tmp/hf"; fail "refit-plan $y"; }
+      "$build/runtime/refit-plan" "$typed" >"$tmp/typed" 2>&1 || fail "refit-plan $typed"
+      grep -q "plan hash" "$tmp/hf" || fail "$y: no plan hash"
+      diff <(grep -v "^refit-plan\|planned in" "$tmp/typed") <(grep -v "^refit-plan\|planned in" "$tmp/hf") ||
+        fail "$y plans differently from $typed"
+      echo "run_io: $(basename "$y") plans as $(basename "$typed"): ok"
+    done
+    ;;
+  *) echo "usage: run_io.sh BUILD ckpt bf16|f32|f16 | dump | dump-ckpt | bad | ucx | st DTYPE SHARDS | bad-st | hf-presets" >&2; exit 2 ;;
 esac
 echo "run_io: $mode ${arg} ok"

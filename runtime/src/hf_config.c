@@ -1,0 +1,340 @@
+/*
+ * config.json -> refit_model_t (hf_config.h). Keys and their meaning from
+ * transformers' Qwen3Config and Qwen3MoeConfig (configuration_qwen3.py,
+ * configuration_qwen3_moe.py) and the published Qwen3 configs; the MoE layer
+ * rule from modeling_qwen3_moe.py: layer i has routed experts iff i is not
+ * in mlp_only_layers and (i + 1) % decoder_sparse_step == 0.
+ */
+#include "hf_config.h"
+
+#include "core/error.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define REFIT_HF_KEY_(json, yaml, member, is_bool)                                       \
+  { json, "model." yaml, offsetof(refit_model_t, member), is_bool }
+
+/* The order is the order problems are listed in. Which keys a family
+ * requires is refit_hf_required(). */
+const refit_hf_key_t refit_hf_config_keys[] = {
+    REFIT_HF_KEY_("hidden_size", "hidden_size", hidden_size, 0),
+    REFIT_HF_KEY_("num_hidden_layers", "num_layers", num_layers, 0),
+    REFIT_HF_KEY_("num_attention_heads", "num_attention_heads", num_attention_heads, 0),
+    REFIT_HF_KEY_("num_key_value_heads", "num_kv_heads", num_kv_heads, 0),
+    REFIT_HF_KEY_("head_dim", "head_dim", head_dim, 0),
+    REFIT_HF_KEY_("vocab_size", "vocab_size", vocab_size, 0),
+    REFIT_HF_KEY_("intermediate_size", "intermediate_size", intermediate_size, 0),
+    REFIT_HF_KEY_("num_experts", "num_experts", num_experts, 0),
+    REFIT_HF_KEY_("moe_intermediate_size", "moe_intermediate_size", moe_intermediate_size,
+                  0),
+    REFIT_HF_KEY_("tie_word_embeddings", "tie_word_embeddings", tie_word_embeddings, 1),
+};
+const int refit_hf_config_nkeys =
+    (int)(sizeof(refit_hf_config_keys) / sizeof(refit_hf_config_keys[0]));
+
+enum {
+  REFIT_HF_KEY_INTERMEDIATE = 6,
+  REFIT_HF_KEY_EXPERTS = 7,
+  REFIT_HF_KEY_MOE_INTERMEDIATE = 8,
+  REFIT_HF_KEY_TIE = 9
+};
+
+static const struct {
+  const char *architecture;
+  const char *model_type;
+  refit_family_t family;
+} refit_hf_architectures[] = {
+    {"Qwen3ForCausalLM", "qwen3", REFIT_FAMILY_QWEN3},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", REFIT_FAMILY_QWEN3_MOE},
+};
+#define REFIT_HF_NARCH                                                                   \
+  (sizeof(refit_hf_architectures) / sizeof(refit_hf_architectures[0]))
+
+/* Is key i needed by `family`? tie_word_embeddings defaults to false (both
+ * configs' own default); intermediate_size of a MoE model sizes only dense
+ * layers, which refit refuses, so it is not read there. */
+static bool refit_hf_required(int i, refit_family_t family) {
+  if (i == REFIT_HF_KEY_TIE)
+    return false;
+  if (i == REFIT_HF_KEY_INTERMEDIATE)
+    return family == REFIT_FAMILY_QWEN3;
+  if (i == REFIT_HF_KEY_EXPERTS || i == REFIT_HF_KEY_MOE_INTERMEDIATE)
+    return family == REFIT_FAMILY_QWEN3_MOE;
+  return true;
+}
+
+typedef struct {
+  const char *file;
+  FILE *out; /* one problem per line */
+  size_t n;
+} refit_hf_problems_t;
+
+static void refit_hf_problem(refit_hf_problems_t *p, const char *fmt, ...)
+    REFIT_PRINTF(2, 3);
+
+static void refit_hf_problem(refit_hf_problems_t *p, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(p->out, "%s: ", p->file);
+  vfprintf(p->out, fmt, ap);
+  fputc('\n', p->out);
+  va_end(ap);
+  p->n++;
+}
+
+/* A JSON value as it appears in messages (compact, cut at 60 bytes). */
+static void refit_hf_shown(const json_t *v, char *buf, size_t n) {
+  char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (text == NULL) {
+    snprintf(buf, n, "(a value)");
+    return;
+  }
+  snprintf(buf, n, "%.60s%s", text, strlen(text) > 60 ? "..." : "");
+  free(text);
+}
+
+/* The family from "architectures" (and "model_type" when given). */
+static bool refit_hf_family(refit_hf_problems_t *p, const json_t *root,
+                            refit_family_t *family) {
+  const json_t *arch = json_object_get(root, "architectures");
+  char shown[96];
+  if (arch == NULL) {
+    refit_hf_problem(p, "key 'architectures' is missing (expected "
+                        "[\"Qwen3ForCausalLM\"] or [\"Qwen3MoeForCausalLM\"])");
+    return false;
+  }
+  refit_hf_shown(arch, shown, sizeof(shown));
+  if (!json_is_array(arch) || json_array_size(arch) != 1 ||
+      !json_is_string(json_array_get(arch, 0))) {
+    refit_hf_problem(p, "architectures: expected a list of one name, got %s", shown);
+    return false;
+  }
+  const char *name = json_string_value(json_array_get(arch, 0));
+  size_t a;
+  for (a = 0; a < REFIT_HF_NARCH; a++)
+    if (strcmp(name, refit_hf_architectures[a].architecture) == 0)
+      break;
+  if (a == REFIT_HF_NARCH) {
+    refit_hf_problem(p,
+                     "architectures: %s is not supported; refit reads "
+                     "Qwen3ForCausalLM and Qwen3MoeForCausalLM",
+                     shown);
+    return false;
+  }
+  const json_t *type = json_object_get(root, "model_type");
+  if (type != NULL &&
+      (!json_is_string(type) ||
+       strcmp(json_string_value(type), refit_hf_architectures[a].model_type))) {
+    refit_hf_shown(type, shown, sizeof(shown));
+    refit_hf_problem(p,
+                     "model_type: %s disagrees with architectures %s "
+                     "(expected \"%s\")",
+                     shown, name, refit_hf_architectures[a].model_type);
+    return false;
+  }
+  *family = refit_hf_architectures[a].family;
+  return true;
+}
+
+/* An integer key: a JSON integer in [lo, hi]. */
+static bool refit_hf_int(refit_hf_problems_t *p, const char *key, const json_t *v,
+                         int64_t lo, int64_t hi, int64_t *out) {
+  char shown[96];
+  if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+    refit_hf_shown(v, shown, sizeof(shown));
+    refit_hf_problem(p, "%s: expected an integer from %" PRId64 " to %" PRId64 ", got %s",
+                     key, lo, hi, shown);
+    return false;
+  }
+  *out = (int64_t)json_integer_value(v);
+  return true;
+}
+
+/* Keys whose values refit cannot represent are refused, not ignored. */
+static void refit_hf_unsupported(refit_hf_problems_t *p, const json_t *root,
+                                 refit_family_t family) {
+  char shown[96];
+  const json_t *bias = json_object_get(root, "attention_bias");
+  if (bias != NULL && !json_is_boolean(bias)) {
+    refit_hf_shown(bias, shown, sizeof(shown));
+    refit_hf_problem(p, "attention_bias: expected true or false, got %s", shown);
+  } else if (json_is_true(bias)) {
+    refit_hf_problem(p, "attention_bias: true is not supported (Qwen3 has no "
+                        "q/k/v/o biases and refit moves none)");
+  }
+  if (family != REFIT_FAMILY_QWEN3_MOE)
+    return;
+  const json_t *step = json_object_get(root, "decoder_sparse_step");
+  int64_t s = 1;
+  if (step != NULL && refit_hf_int(p, "decoder_sparse_step", step, 1, INT64_MAX, &s) &&
+      s != 1)
+    refit_hf_problem(p,
+                     "decoder_sparse_step: %" PRId64 " makes layers with "
+                     "(i + 1) %% %" PRId64 " != 0 dense MLP layers inside a "
+                     "MoE model; refit does not support mixed dense and "
+                     "MoE layers yet (use 1)",
+                     s, s);
+  const json_t *only = json_object_get(root, "mlp_only_layers");
+  if (only == NULL || json_is_null(only))
+    return;
+  refit_hf_shown(only, shown, sizeof(shown));
+  if (!json_is_array(only))
+    refit_hf_problem(p,
+                     "mlp_only_layers: expected a list of layer indices, "
+                     "got %s",
+                     shown);
+  else if (json_array_size(only) > 0)
+    refit_hf_problem(p,
+                     "mlp_only_layers: %s makes those layers dense MLP "
+                     "layers inside a MoE model; refit does not support "
+                     "mixed dense and MoE layers yet (use [])",
+                     shown);
+}
+
+static void refit_hf_read(refit_hf_problems_t *p, const json_t *root,
+                          refit_hf_config_t *hf) {
+  if (!json_is_object(root)) {
+    refit_hf_problem(p, "expected a JSON object at the top level");
+    return;
+  }
+  refit_family_t family = REFIT_FAMILY_QWEN3;
+  const bool known = refit_hf_family(p, root, &family);
+  hf->model.family = family;
+  refit_hf_unsupported(p, root, family);
+  for (int i = 0; i < refit_hf_config_nkeys; i++) {
+    const refit_hf_key_t *k = &refit_hf_config_keys[i];
+    const json_t *v = json_object_get(root, k->json_key);
+    char *field = (char *)&hf->model + k->offset;
+    char shown[96];
+    if (!known || !refit_hf_required(i, family)) {
+      if (k->is_bool && v != NULL) {
+        if (!json_is_boolean(v)) {
+          refit_hf_shown(v, shown, sizeof(shown));
+          refit_hf_problem(p, "%s: expected true or false, got %s", k->json_key, shown);
+        } else {
+          *(int *)field = json_is_true(v);
+          hf->present |= UINT64_C(1) << i;
+        }
+      }
+      continue;
+    }
+    int64_t value = 0;
+    if (v == NULL) {
+      refit_hf_problem(p, "key '%s' is missing (%s reads it explicitly)", k->json_key,
+                       k->yaml_key);
+      continue;
+    }
+    if (!refit_hf_int(p, k->json_key, v, 1, INT64_MAX / 4, &value))
+      continue;
+    memcpy(field, &value, sizeof(value));
+    hf->present |= UINT64_C(1) << i;
+  }
+}
+
+refit_status_t refit_hf_config_parse(const char *text, size_t len, const char *filename,
+                                     refit_hf_config_t *out, char **errors) {
+  char *list = NULL;
+  size_t list_len = 0;
+  refit_hf_problems_t p = {filename ? filename : "config.json", NULL, 0};
+  refit_hf_config_t hf;
+  json_error_t jerr;
+  if (errors)
+    *errors = NULL;
+  memset(&hf, 0, sizeof(hf));
+  p.out = open_memstream(&list, &list_len);
+  if (p.out == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "%s: out of memory", p.file);
+  if (len > REFIT_HF_CONFIG_MAX_BYTES) {
+    refit_hf_problem(&p, "%zu bytes; a config.json is at most %u", len,
+                     REFIT_HF_CONFIG_MAX_BYTES);
+  } else {
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+      refit_hf_problem(&p, "line %d column %d: not valid JSON: %s", jerr.line,
+                       jerr.column, jerr.text);
+    else
+      refit_hf_read(&p, root, &hf);
+    json_decref(root);
+  }
+  if (fclose(p.out) != 0 || list == NULL) {
+    free(list);
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "%s: out of memory", p.file);
+  }
+  if (p.n > 0) {
+    refit_error_set(REFIT_ERR_CONFIG, "%s", list);
+    if (errors)
+      *errors = list;
+    else
+      free(list);
+    return REFIT_ERR_CONFIG;
+  }
+  free(list);
+  *out = hf;
+  return REFIT_OK;
+}
+
+/* A one-line failure returned the way refit_hf_config_parse returns its
+ * list. */
+static refit_status_t refit_hf_fail(char **errors, const char *fmt, ...)
+    REFIT_PRINTF(2, 3);
+
+static refit_status_t refit_hf_fail(char **errors, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  refit_error_setv(REFIT_ERR_CONFIG, fmt, ap);
+  va_end(ap);
+  if (errors) {
+    size_t n = strlen(refit_last_error());
+    *errors = malloc(n + 2);
+    if (*errors)
+      snprintf(*errors, n + 2, "%s\n", refit_last_error());
+  }
+  return REFIT_ERR_CONFIG;
+}
+
+refit_status_t refit_hf_config_load(const char *path, refit_hf_config_t *out, char *file,
+                                    size_t file_len, char **errors) {
+  char name[4096];
+  struct stat sb;
+  if (errors)
+    *errors = NULL;
+  snprintf(name, sizeof(name), "%s", path);
+  if (stat(name, &sb) == 0 && S_ISDIR(sb.st_mode))
+    snprintf(name, sizeof(name), "%s%sconfig.json", path,
+             path[0] && path[strlen(path) - 1] == '/' ? "" : "/");
+  if (file)
+    snprintf(file, file_len, "%s", name);
+  FILE *f = fopen(name, "rb");
+  if (f == NULL)
+    return refit_hf_fail(errors, "%s: cannot open it: %s", name, strerror(errno));
+  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) ||
+      (uint64_t)sb.st_size > REFIT_HF_CONFIG_MAX_BYTES) {
+    fclose(f);
+    return refit_hf_fail(errors, "%s: not a regular file of at most %u bytes", name,
+                         REFIT_HF_CONFIG_MAX_BYTES);
+  }
+  char *text = malloc((size_t)sb.st_size + 1);
+  if (text == NULL) {
+    fclose(f);
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "%s: %lld bytes", name, (long long)sb.st_size);
+  }
+  const size_t got = fread(text, 1, (size_t)sb.st_size, f);
+  const int bad = ferror(f);
+  fclose(f);
+  if (bad || got != (size_t)sb.st_size) {
+    free(text);
+    return refit_hf_fail(errors, "%s: read %zu of %lld bytes", name, got,
+                         (long long)sb.st_size);
+  }
+  refit_status_t st = refit_hf_config_parse(text, got, name, out, errors);
+  free(text);
+  return st;
+}
