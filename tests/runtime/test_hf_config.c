@@ -1,0 +1,233 @@
+/*
+ * model.hf_config: shapes from a Hugging Face config.json (hf_config.c and
+ * its use in config.c). Each case writes a config.json into a fresh
+ * directory next to the YAML file that names it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "hf_config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[64];
+
+static const char *moe_json =
+    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\",\n"
+    " \"hidden_size\": 128, \"num_hidden_layers\": 4, \"num_attention_heads\": 8,\n"
+    " \"num_key_value_heads\": 4, \"head_dim\": 16, \"vocab_size\": 512,\n"
+    " \"intermediate_size\": 384, \"num_experts\": 8, \"moe_intermediate_size\": 64,\n"
+    " \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"attention_bias\": false,\n"
+    " \"tie_word_embeddings\": false, \"rope_theta\": 1000000.0}\n";
+
+static const char *layout = "trainer:\n  tp: 2\n  ep: 2\ngenerator:\n  tp: 2\n  ep: 2\n";
+
+static void write_file(const char *name, const char *text) {
+  char path[128];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* Parse YAML `model` + the layout as DIR/job.yaml; returns the errors. */
+static char *parse(const char *model, refit_status_t want, refit_config_t *cfg) {
+  char yaml[4096], name[128];
+  char *errors = NULL;
+  snprintf(yaml, sizeof(yaml), "%s%s", model, layout);
+  snprintf(name, sizeof(name), "%s/job.yaml", dir);
+  refit_config_t local;
+  refit_status_t st =
+      refit_config_parse(yaml, strlen(yaml), name, 0, cfg ? cfg : &local, &errors);
+  if (st != want)
+    fail_msg("status %d, expected %d; errors:\n%s", st, want, errors ? errors : "");
+  return errors;
+}
+
+static void expect(char *errors, const char *part) {
+  if (errors == NULL || strstr(errors, part) == NULL)
+    fail_msg("expected '%s' in the errors:\n%s", part, errors ? errors : "(none)");
+}
+
+/* config.json with `from` replaced by `to`. */
+static void write_json_edit(const char *from, const char *to) {
+  char text[4096];
+  const char *p = strstr(moe_json, from);
+  assert_non_null(p);
+  snprintf(text, sizeof(text), "%.*s%s%s", (int)(p - moe_json), moe_json, to,
+           p + strlen(from));
+  write_file("config.json", text);
+}
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(dir, sizeof(dir), "/tmp/refit-hf-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  write_file("config.json", moe_json);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char path[128];
+  snprintf(path, sizeof(path), "%s/config.json", dir);
+  unlink(path);
+  rmdir(dir);
+  return 0;
+}
+
+static void test_shape_from_config_json(void **state) {
+  (void)state;
+  refit_config_t cfg;
+  /* The directory, relative to the YAML file's. */
+  char *errors = parse("model:\n  hf_config: .\n", REFIT_OK, &cfg);
+  assert_null(errors);
+  assert_int_equal(cfg.model.family, REFIT_FAMILY_QWEN3_MOE);
+  assert_int_equal(cfg.model.hidden_size, 128);
+  assert_int_equal(cfg.model.num_layers, 4);
+  assert_int_equal(cfg.model.num_attention_heads, 8);
+  assert_int_equal(cfg.model.num_kv_heads, 4);
+  assert_int_equal(cfg.model.head_dim, 16);
+  assert_int_equal(cfg.model.vocab_size, 512);
+  assert_int_equal(cfg.model.num_experts, 8);
+  assert_int_equal(cfg.model.moe_intermediate_size, 64);
+  /* A MoE model's intermediate_size sizes dense layers only: not read. */
+  assert_int_equal(cfg.model.intermediate_size, 0);
+  assert_int_equal(cfg.model.tie_word_embeddings, 0);
+  assert_string_equal(cfg.hf_config, ".");
+  /* The file itself, and keys that agree. */
+  errors = parse("model:\n  hf_config: config.json\n  hidden_size: 128\n"
+                 "  family: qwen3_moe\n",
+                 REFIT_OK, NULL);
+  assert_null(errors);
+  /* The formatted config reads back (the values agree with the file). */
+  char *text = NULL;
+  assert_int_equal(refit_config_format(&cfg, &text), REFIT_OK);
+  char name[128];
+  snprintf(name, sizeof(name), "%s/formatted.yaml", dir);
+  refit_config_t back;
+  assert_int_equal(refit_config_parse(text, strlen(text), name, 0, &back, &errors),
+                   REFIT_OK);
+  assert_int_equal(refit_config_hash(&back), refit_config_hash(&cfg));
+  free(text);
+}
+
+static void test_yaml_must_agree(void **state) {
+  (void)state;
+  char *errors = parse("model:\n  hf_config: .\n  hidden_size: 256\n  num_experts: 8\n",
+                       REFIT_ERR_CONFIG, NULL);
+  expect(errors, "job.yaml:3:3: model.hidden_size: 256 disagrees with ");
+  expect(errors, "config.json's key 'hidden_size' (128)");
+  assert_null(strstr(errors, "num_experts"));
+  free(errors);
+}
+
+static void test_rule_names_the_file_key(void **state) {
+  (void)state;
+  write_json_edit("\"num_key_value_heads\": 4", "\"num_key_value_heads\": 3");
+  char *errors = parse("model:\n  hf_config: .\n", REFIT_ERR_CONFIG, NULL);
+  expect(errors, "job.yaml:2:3: model.num_kv_heads: 3 does not divide");
+  expect(errors, "(model.num_kv_heads is ");
+  expect(errors, "config.json's key 'num_key_value_heads')");
+  free(errors);
+}
+
+static void test_unsupported_values(void **state) {
+  (void)state;
+  static const struct {
+    const char *from, *to, *message;
+  } cases[] = {
+      {"\"Qwen3MoeForCausalLM\"", "\"LlamaForCausalLM\"",
+       "architectures: [\"LlamaForCausalLM\"] is not supported; refit reads "
+       "Qwen3ForCausalLM and Qwen3MoeForCausalLM"},
+      {"\"model_type\": \"qwen3_moe\"", "\"model_type\": \"qwen3\"",
+       "model_type: \"qwen3\" disagrees with architectures Qwen3MoeForCausalLM"},
+      {"\"attention_bias\": false", "\"attention_bias\": true",
+       "attention_bias: true is not supported"},
+      {"\"mlp_only_layers\": []", "\"mlp_only_layers\": [0, 3]",
+       "mlp_only_layers: [0,3] makes those layers dense MLP layers inside a MoE model"},
+      {"\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2",
+       "decoder_sparse_step: 2 makes layers with (i + 1) % 2 != 0 dense MLP layers"},
+      {"\"head_dim\": 16, ", "",
+       "key 'head_dim' is missing (model.head_dim reads it "
+       "explicitly)"},
+      {"\"hidden_size\": 128", "\"hidden_size\": \"128\"",
+       "hidden_size: expected an integer from 1 to"},
+      {"\"hidden_size\": 128", "\"hidden_size\": 128.5",
+       "hidden_size: expected an integer from 1 to"},
+      {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": 0",
+       "tie_word_embeddings: expected true or false, got 0"},
+      {"\"vocab_size\": 512,", "\"vocab_size\": 512,,", "not valid JSON"},
+      {"\"vocab_size\": 512,", "\"vocab_size\": 512, \"vocab_size\": 512,",
+       "duplicate object key"},
+      {"\"rope_theta\"", "\"rope_\xff\"", "not valid JSON"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    write_json_edit(cases[i].from, cases[i].to);
+    char *errors = parse("model:\n  hf_config: .\n", REFIT_ERR_CONFIG, NULL);
+    expect(errors, "job.yaml:2:3: model.hf_config: ");
+    expect(errors, "/config.json: ");
+    expect(errors, cases[i].message);
+    /* The model keys the file stands for are not reported missing. */
+    assert_null(strstr(errors, "missing required"));
+    free(errors);
+  }
+  /* Every problem at once. */
+  write_json_edit("\"attention_bias\": false,\n \"tie_word_embeddings\": false",
+                  "\"attention_bias\": true,\n \"tie_word_embeddings\": 1");
+  char *errors = parse("model:\n  hf_config: .\n", REFIT_ERR_CONFIG, NULL);
+  expect(errors, "attention_bias: true");
+  expect(errors, "tie_word_embeddings: expected true or false");
+  free(errors);
+}
+
+static void test_missing_file(void **state) {
+  (void)state;
+  char *errors =
+      parse("model:\n  hf_config: nowhere/config.json\n", REFIT_ERR_CONFIG, NULL);
+  expect(errors, "job.yaml:2:3: model.hf_config: ");
+  expect(errors, "nowhere/config.json: cannot open it: No such file or directory");
+  assert_null(strstr(errors, "missing required"));
+  free(errors);
+}
+
+static void test_dense_family(void **state) {
+  (void)state;
+  write_file("config.json",
+             "{\"architectures\": [\"Qwen3ForCausalLM\"], \"hidden_size\": 128,"
+             " \"num_hidden_layers\": 2, \"num_attention_heads\": 8,"
+             " \"num_key_value_heads\": 4, \"head_dim\": 16, \"vocab_size\": 512,"
+             " \"intermediate_size\": 384, \"tie_word_embeddings\": true}");
+  refit_config_t cfg;
+  char *errors = parse("model:\n  hf_config: .\n", REFIT_ERR_CONFIG, &cfg);
+  /* generator.ep 2 needs experts: a layout rule, not a config.json one. */
+  free(errors);
+  layout = "trainer:\n  tp: 2\ngenerator:\n  tp: 2\n";
+  errors = parse("model:\n  hf_config: .\n", REFIT_OK, &cfg);
+  assert_null(errors);
+  assert_int_equal(cfg.model.family, REFIT_FAMILY_QWEN3);
+  assert_int_equal(cfg.model.intermediate_size, 384);
+  assert_int_equal(cfg.model.tie_word_embeddings, 1);
+  layout = "trainer:\n  tp: 2\n  ep: 2\ngenerator:\n  tp: 2\n  ep: 2\n";
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_shape_from_config_json, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_yaml_must_agree, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rule_names_the_file_key, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unsupported_values, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_missing_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dense_family, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
