@@ -1,0 +1,187 @@
+/*
+ * The fault seam's REFIT_FAULT parser (runtime/src/fault.c): the config's
+ * bounds for every value, every problem named, and the seam off unless the
+ * build's user switches it on (REFIT_ENABLE_FAULTS=1 or refit.fault).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "core/error.h"
+#include "fault.h"
+
+#include <string.h>
+
+static const refit_fault_t untouched = {7, 7, 7, 7, 7.0, 7, 7.0};
+
+/* Parse must fail, leave *out as it was, and say each of `words`. */
+static void refused(const char *text, int world, int precision,
+                    const char *const *words) {
+  refit_fault_t f = untouched;
+  assert_int_equal(refit_fault_parse(text, world, precision, &f), REFIT_ERR_CONFIG);
+  assert_memory_equal(&f, &untouched, sizeof(f));
+  const char *msg = refit_last_error();
+  assert_non_null(strstr(msg, "REFIT_FAULT: "));
+  for (; *words; words++)
+    if (strstr(msg, *words) == NULL)
+      fail_msg("'%s' lacks '%s'", msg, *words);
+}
+#define REFUSED(text, world, precision, ...)                                             \
+  refused(text, world, precision, (const char *const[]){__VA_ARGS__, NULL})
+
+static void test_fault_parse_full(void **state) {
+  (void)state;
+  refit_fault_t f = untouched;
+  assert_int_equal(refit_fault_parse("phase=commit,rank=3,action=stall,at=0.25,refit=0,"
+                                     "p=0.5",
+                                     4, REFIT_PRECISION_BF16, &f),
+                   REFIT_OK);
+  assert_int_equal(f.enabled, 1);
+  assert_int_equal(f.phase, REFIT_FAULT_PHASE_COMMIT);
+  assert_int_equal(f.rank, 3);
+  assert_int_equal(f.action, REFIT_FAULT_STALL);
+  assert_true(f.at == 0.25);
+  assert_int_equal(f.refit, 0);
+  assert_true(f.probability == 0.5);
+  assert_int_equal(
+      refit_fault_parse("probability=1,action=error,rank=0,phase=transfer", 0, -1, &f),
+      REFIT_OK);
+  assert_int_equal(f.action, REFIT_FAULT_ERROR);
+  assert_int_equal(f.phase, REFIT_FAULT_PHASE_TRANSFER);
+  assert_true(f.probability == 1.0);
+}
+
+/* Defaults are the config table's: at 0.5, refit 1, probability 1. */
+static void test_fault_parse_defaults(void **state) {
+  (void)state;
+  refit_fault_t f = untouched;
+  assert_int_equal(refit_fault_parse("phase=quantize,rank=1,action=bitflip", 2,
+                                     REFIT_PRECISION_MXFP8, &f),
+                   REFIT_OK);
+  assert_true(f.at == 0.5);
+  assert_int_equal(f.refit, 1);
+  assert_true(f.probability == 1.0);
+  assert_int_equal(f.phase, REFIT_FAULT_PHASE_QUANTIZE);
+}
+
+/* Each value outside its row's bounds, by key and value. */
+static void test_fault_parse_bounds(void **state) {
+  (void)state;
+  REFUSED("phase=transfer,rank=-1,action=kill", 0, -1, "rank: '-1' is not an integer");
+  REFUSED("phase=transfer,rank=2147483648,action=kill", 0, -1, "rank: '2147483648'");
+  REFUSED("phase=transfer,rank=1x,action=kill", 0, -1, "rank: '1x'");
+  REFUSED("phase=transfer,rank=,action=kill", 0, -1, "rank: ''");
+  REFUSED("phase=transfer,rank=0,action=kill,at=1.5", 0, -1,
+          "at: '1.5' is not a number in [0, 1]");
+  REFUSED("phase=transfer,rank=0,action=kill,at=nan", 0, -1, "at: 'nan'");
+  REFUSED("phase=transfer,rank=0,action=kill,at=-0.1", 0, -1, "at: '-0.1'");
+  REFUSED("phase=transfer,rank=0,action=kill,p=0", 0, -1,
+          "probability: '0' is not a number in (0, 1]");
+  REFUSED("phase=transfer,rank=0,action=kill,p=1e999", 0, -1, "probability: '1e999'");
+  REFUSED("phase=transfer,rank=0,action=kill,refit=-2", 0, -1, "refit: '-2'");
+  REFUSED("phase=transfers,rank=0,action=kill", 0, -1,
+          "phase: 'transfers' is not one of transfer|");
+  REFUSED("phase=transfer,rank=0,action=", 0, -1, "action: '' is not one of kill|");
+}
+
+/* World size and precision rules, as refit_config_parse() applies them. */
+static void test_fault_parse_rules(void **state) {
+  (void)state;
+  REFUSED("phase=transfer,rank=4,action=kill", 4, -1,
+          "rank: 4 is not a rank of this job (world size 4, ranks 0..3)");
+  REFUSED("phase=quantize,rank=0,action=drop", 4, REFIT_PRECISION_BF16,
+          "phase: a refit without refit.precision mxfp8 has no quantize phase");
+  refit_fault_t f = untouched;
+  assert_int_equal(refit_fault_parse("phase=transfer,rank=4,action=kill", 0, -1, &f),
+                   REFIT_OK); /* world size 0: not checked */
+}
+
+/* Syntax: every problem in one message. */
+static void test_fault_parse_syntax(void **state) {
+  (void)state;
+  REFUSED("", 0, -1, "phase is required (one of transfer|", "rank is required",
+          "action is required (one of kill|");
+  REFUSED("phase=transfer,rank=0", 0, -1, "action is required");
+  REFUSED("phase=transfer,rank=0,action=kill,when=now", 0, -1, "unknown key 'when'");
+  REFUSED("phase=transfer,rank=0,action=kill,bogus", 0, -1, "'bogus' is not key=value");
+  REFUSED("phase=transfer,rank=0,action=kill,,", 0, -1, "'' is not key=value");
+  REFUSED("phase=transfer,rank=0,rank=1,action=kill", 0, -1, "rank given twice");
+  REFUSED("phase=transfer,rank=0,action=kill,p=1,probability=1", 0, -1,
+          "probability given twice");
+  REFUSED("phase=verify,rank=x,action=y,at=2", 0, -1, "rank: 'x'", "action: 'y'",
+          "at: '2'");
+  char big[600];
+  memset(big, 'a', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\0';
+  REFUSED(big, 0, -1, "599 bytes");
+}
+
+/* The seam is off unless switched on: REFIT_FAULT alone does nothing. */
+static void test_fault_select(void **state) {
+  (void)state;
+  refit_config_t cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.refit.precision = REFIT_PRECISION_BF16;
+  refit_fault_t f = untouched;
+  int ignored = -1;
+  const char *kill1 = "phase=transfer,rank=1,action=kill";
+
+  /* Off: ignored, the config's (none) stands. */
+  assert_int_equal(refit_fault_select(&cfg, 4, kill1, NULL, &f, &ignored), REFIT_OK);
+  assert_int_equal(f.enabled, 0);
+  assert_int_equal(ignored, 1);
+  assert_int_equal(refit_fault_select(&cfg, 4, kill1, "0", &f, &ignored), REFIT_OK);
+  assert_int_equal(f.enabled, 0);
+  assert_int_equal(ignored, 1);
+  /* Off and not set: nothing to ignore; a bad value is not even read. */
+  assert_int_equal(refit_fault_select(&cfg, 4, "", NULL, &f, &ignored), REFIT_OK);
+  assert_int_equal(ignored, 0);
+  assert_int_equal(refit_fault_select(&cfg, 4, "rank=99", NULL, &f, &ignored), REFIT_OK);
+  assert_int_equal(f.enabled, 0);
+
+  /* On through REFIT_ENABLE_FAULTS=1: parsed with the config's bounds. */
+  assert_int_equal(refit_fault_select(&cfg, 4, kill1, "1", &f, &ignored), REFIT_OK);
+  assert_int_equal(ignored, 0);
+  assert_int_equal(f.enabled, 1);
+  assert_int_equal(f.rank, 1);
+  f = untouched;
+  assert_int_equal(
+      refit_fault_select(&cfg, 4, "phase=transfer,rank=9,action=kill", "1", &f, &ignored),
+      REFIT_ERR_CONFIG);
+  assert_memory_equal(&f, &untouched, sizeof(f));
+  assert_non_null(strstr(refit_last_error(), "rank: 9 is not a rank of this job"));
+
+  /* On through refit.fault: REFIT_FAULT replaces it; unset keeps it. */
+  cfg.refit.fault.enabled = 1;
+  cfg.refit.fault.phase = REFIT_FAULT_PHASE_COMMIT;
+  cfg.refit.fault.rank = 2;
+  cfg.refit.fault.action = REFIT_FAULT_ERROR;
+  cfg.refit.fault.at = 0.5;
+  cfg.refit.fault.refit = 3;
+  cfg.refit.fault.probability = 1;
+  assert_int_equal(refit_fault_select(&cfg, 4, NULL, NULL, &f, &ignored), REFIT_OK);
+  assert_int_equal(f.enabled, 1);
+  assert_int_equal(f.phase, REFIT_FAULT_PHASE_COMMIT);
+  assert_int_equal(f.rank, 2);
+  assert_int_equal(f.refit, 3);
+  assert_int_equal(refit_fault_select(&cfg, 4, kill1, NULL, &f, &ignored), REFIT_OK);
+  assert_int_equal(ignored, 0);
+  assert_int_equal(f.phase, REFIT_FAULT_PHASE_TRANSFER);
+  assert_int_equal(f.rank, 1);
+  assert_int_equal(f.refit, 1); /* REFIT_FAULT's own defaults, not a mix */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fault_parse_full),
+      cmocka_unit_test(test_fault_parse_defaults),
+      cmocka_unit_test(test_fault_parse_bounds),
+      cmocka_unit_test(test_fault_parse_rules),
+      cmocka_unit_test(test_fault_parse_syntax),
+      cmocka_unit_test(test_fault_select),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
