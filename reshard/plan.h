@@ -8,7 +8,14 @@
  * ranks) are alternatives: each piece goes to the least-loaded holder so far.
  *
  * Pieces are cut into chunks and grouped into buckets so that no generator
- * rank stages more than bucket_bytes in one bucket. Within a bucket all chunks
+ * rank stages more than bucket_bytes in one bucket. The schedule (which rows
+ * go into which bucket) keeps every link busy: each generator rank's bytes
+ * form one stream per trainer rank, and bucket k takes from every stream the
+ * rows that fall in the k-th of nbuckets equal windows of that stream, so
+ * that in every bucket each generator receives from all its trainers and each
+ * trainer sends its share of the whole refit (docs/architecture.md). The
+ * spread trades MXFP8 assembly memory for that balance (arena_bytes).
+ * Within a bucket all chunks
  * between one (trainer, generator) pair form one message; the generator's
  * staging area for a bucket holds its messages back to back, ordered by
  * trainer rank, and each message holds its chunks back to back, each chunk
@@ -25,9 +32,9 @@
 
 /* What crosses the wire for quantizable tensors. */
 typedef enum {
-  REFIT_WIRE_BF16 = 0,  /* 2 bytes per element everywhere */
-  REFIT_WIRE_MXFP8 = 1  /* tensors marked quantized: per row, K e4m3 bytes
-                           then K/32 E8M0 scale bytes; others stay BF16 */
+  REFIT_WIRE_BF16 = 0, /* 2 bytes per element everywhere */
+  REFIT_WIRE_MXFP8 = 1 /* tensors marked quantized: per row, K e4m3 bytes
+                          then K/32 E8M0 scale bytes; others stay BF16 */
 } refit_wire_t;
 
 typedef struct {
@@ -39,6 +46,13 @@ typedef struct {
   /* Start a new bucket at every new destination tensor (the benchmark
    * baseline: one message per tensor). */
   int per_tensor_buckets;
+  /* Bound of the MXFP8 assembly arena of every generator rank (the most
+   * bytes of quantized tensors incomplete at once, refit_plan_assembly);
+   * 0 for none. Spreading every bucket over all trainers keeps a tensor of
+   * every pipeline stage open at once; when that needs more than the bound,
+   * the schedule narrows the spread towards tensor order until it fits, and
+   * refuses the plan when even tensor order does not. */
+  uint64_t arena_bytes;
 } refit_plan_options_t;
 
 typedef struct {
@@ -47,7 +61,7 @@ typedef struct {
   int32_t src_tensor; /* index into catalog->src */
   int32_t dst_tensor; /* index into catalog->gen */
   int32_t bucket;
-  int32_t row_bytes;        /* bytes of one row of this chunk on the wire */
+  int64_t row_bytes;        /* bytes of one row of this chunk on the wire */
   int64_t src_row, src_col; /* in the source shard's local coordinates */
   int64_t rows, cols;
   int64_t dst_row, dst_col; /* in the runtime tensor's matrix */
@@ -66,18 +80,24 @@ typedef struct {
   int32_t ntrainer, ngenerator, nbuckets;
   refit_chunk_t *chunks; /* sorted by (bucket, dst, src, dst order) */
   int64_t nchunks;
-  refit_msg_t *msgs;     /* sorted by (bucket, dst, src) */
+  refit_msg_t *msgs; /* sorted by (bucket, dst, src) */
   int64_t nmsgs;
   int64_t *bucket_msg_begin; /* nbuckets + 1 */
   int64_t *egress;           /* bytes sent, per trainer rank */
   int64_t *ingress;          /* bytes received, per generator rank */
   int64_t *staging;          /* largest bucket, per generator rank */
-  uint64_t hash;             /* of everything above */
+  int64_t *arena;            /* MXFP8 assembly arena, per generator rank
+                                (refit_plan_assembly's bytes; 0 when no
+                                tensor is quantized) */
+  /* The schedule's spread, 0 .. 1: 1 spreads every stream evenly over all
+   * buckets, 0 keeps each rank's tensor order; between, a row's place is
+   * that blend of its two positions (arena_bytes chose it). */
+  double spread;
+  uint64_t hash; /* of everything above */
 } refit_plan_t;
 
 refit_status_t refit_plan_create(const refit_catalog_t *cat,
-                                 const refit_plan_options_t *options,
-                                 refit_plan_t **out);
+                                 const refit_plan_options_t *options, refit_plan_t **out);
 void refit_plan_destroy(refit_plan_t *plan);
 
 /* Bytes one row of `cols` elements of generator tensor `gen` takes on the
@@ -104,24 +124,44 @@ refit_status_t refit_plan_land_order(const refit_plan_t *plan, int32_t gen_rank,
  * once. The loader lands a bucket in runs that end where a tensor completes,
  * so an area is reused only after its tensor's layout transform.
  */
-refit_status_t refit_plan_assembly(const refit_plan_t *plan,
-                                   const refit_catalog_t *cat, int32_t gen_rank,
-                                   int64_t *offsets, int64_t *bytes);
+refit_status_t refit_plan_assembly(const refit_plan_t *plan, const refit_catalog_t *cat,
+                                   int32_t gen_rank, int64_t *offsets, int64_t *bytes);
 
 /* Canonical MXFP8 bytes of a tensor: e4m3 values then linear scales. */
 int64_t refit_plan_assembly_bytes(const refit_gen_tensor_t *gen);
+
+/* The network a prediction assumes. Ranks are placed in blocks of
+ * gpus_per_node (world order: trainers, then generators, as the
+ * disaggregated launch places them); a pair on one node moves over NVLink,
+ * every other pair over the rank's NIC. gpus_per_node 0 puts every pair on
+ * the NIC. Bandwidths in GB/s (1e9 bytes) per rank and direction. */
+typedef struct {
+  double link_gbps;
+  double nvlink_gbps;
+  int32_t gpus_per_node;
+} refit_plan_network_t;
 
 typedef struct {
   int64_t total_bytes;
   int64_t egress_max, ingress_max;
   double egress_mean, ingress_mean;
   int64_t staging_max;
-  /* Lower bound of the transfer time at `link_gbps` GB/s per rank and
-   * direction: per bucket the busiest rank's bytes, summed over buckets. */
+  int64_t arena_max; /* largest MXFP8 assembly arena of a generator rank */
+  /* The floor: the busiest rank's whole refit over its links (NIC and
+   * NVLink bytes each at their own speed, the slower one counting). */
+  double floor_s;
+  /* Transfer time with buckets one after another: per bucket the busiest
+   * rank's time as in floor_s, summed over buckets. */
   double predicted_s;
+  /* The worst bucket's max/mean of trainer egress and generator ingress
+   * (means over all trainer, all generator ranks). */
+  double bucket_egress_imbalance, bucket_ingress_imbalance;
 } refit_plan_stats_t;
 
+/* Statistics with every pair on a NIC of `link_gbps` (0: no prediction). */
 void refit_plan_stats(const refit_plan_t *plan, double link_gbps,
                       refit_plan_stats_t *stats);
+void refit_plan_predict(const refit_plan_t *plan, const refit_plan_network_t *net,
+                        refit_plan_stats_t *stats);
 
 #endif /* REFIT_RESHARD_PLAN_H */

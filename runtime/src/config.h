@@ -99,6 +99,8 @@ typedef struct {
     refit_mode_t mode;                /* sync (default) | async */
     refit_transport_kind_t transport; /* auto (default) | mpi | nccl | ipc | ucx */
     uint64_t bucket_bytes;            /* default 256MiB; >= 1MiB */
+    uint64_t arena_bytes;             /* MXFP8 assembly bound; default 4GiB,
+                                         0 = none */
     refit_precision_t precision;      /* bf16 (default) | mxfp8 */
     double timeout_s;                 /* default 300; > 0 */
     int steps;                        /* refits refit-run performs, default 3 */

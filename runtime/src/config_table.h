@@ -40,30 +40,53 @@
 /* Bound of every parallel size, so that rank-count products fit in 64 bits. */
 #define REFIT_CONFIG_MAX_RANKS 1048576
 
+/*
+ * Bounds of the model's dimensions: what published models need, with room
+ * to grow, and no more. The largest today (2026): hidden 25,600 (Megatron's
+ * 1 T reference), 160 layers, 128 query heads, head dimension 256, a
+ * vocabulary of 262,144 (Gemma 3), dense MLP 73,728 (PaLM), 512 routed
+ * experts (Qwen3-Next), expert MLP 14,336 (Mixtral). At these bounds a row
+ * is at most 2^20 elements (heads x head dimension) and the whole model
+ * below 2^58 bytes, so every byte count of the planner fits in 64 bits with
+ * room, and a model beyond them is a typo, refused at its key.
+ */
+#define REFIT_CONFIG_MAX_HIDDEN (1 << 17)
+#define REFIT_CONFIG_MAX_LAYERS 1024
+#define REFIT_CONFIG_MAX_HEADS 1024
+#define REFIT_CONFIG_MAX_HEAD_DIM 1024
+#define REFIT_CONFIG_MAX_VOCAB (1 << 22)
+#define REFIT_CONFIG_MAX_INTERMEDIATE (1 << 18)
+#define REFIT_CONFIG_MAX_EXPERTS 4096
+#define REFIT_CONFIG_MAX_MOE_INTERMEDIATE (1 << 16)
+
 #define REFIT_CONFIG_TABLE(X)                                                  \
   X(MODEL_FAMILY, "model", "family", ENUM, model.family, NULL, 0, 0,           \
     "qwen3|qwen3_moe", REFIT_CONFIG_REQUIRED,                                  \
     "model family: qwen3 (dense MLP) or qwen3_moe (routed experts)")           \
   X(MODEL_HIDDEN_SIZE, "model", "hidden_size", INT, model.hidden_size, NULL,   \
-    1, INT64_MAX, "", REFIT_CONFIG_REQUIRED, "hidden size H")                  \
+    1, REFIT_CONFIG_MAX_HIDDEN, "", REFIT_CONFIG_REQUIRED, "hidden size H")                  \
   X(MODEL_NUM_LAYERS, "model", "num_layers", INT, model.num_layers, NULL, 1,   \
-    INT64_MAX, "", REFIT_CONFIG_REQUIRED, "number of decoder layers L")        \
+    REFIT_CONFIG_MAX_LAYERS, "", REFIT_CONFIG_REQUIRED,                        \
+    "number of decoder layers L")        \
   X(MODEL_NUM_ATTENTION_HEADS, "model", "num_attention_heads", INT,            \
-    model.num_attention_heads, NULL, 1, INT64_MAX, "", REFIT_CONFIG_REQUIRED,  \
+    model.num_attention_heads, NULL, 1, REFIT_CONFIG_MAX_HEADS, "",            \
+    REFIT_CONFIG_REQUIRED,                                                     \
     "query heads Q")                                                           \
   X(MODEL_NUM_KV_HEADS, "model", "num_kv_heads", INT, model.num_kv_heads,      \
-    NULL, 1, INT64_MAX, "", REFIT_CONFIG_REQUIRED, "key/value heads KV")       \
+    NULL, 1, REFIT_CONFIG_MAX_HEADS, "", REFIT_CONFIG_REQUIRED,                \
+    "key/value heads KV")       \
   X(MODEL_HEAD_DIM, "model", "head_dim", INT, model.head_dim, NULL, 1,         \
-    INT64_MAX, "", REFIT_CONFIG_REQUIRED, "head dimension D")                  \
+    REFIT_CONFIG_MAX_HEAD_DIM, "", REFIT_CONFIG_REQUIRED, "head dimension D")                  \
   X(MODEL_VOCAB_SIZE, "model", "vocab_size", INT, model.vocab_size, NULL, 1,   \
-    INT64_MAX, "", REFIT_CONFIG_REQUIRED, "vocabulary size V")                 \
+    REFIT_CONFIG_MAX_VOCAB, "", REFIT_CONFIG_REQUIRED, "vocabulary size V")                 \
   X(MODEL_INTERMEDIATE_SIZE, "model", "intermediate_size", INT,                \
-    model.intermediate_size, "0", 0, INT64_MAX, "", 0,                         \
+    model.intermediate_size, "0", 0, REFIT_CONFIG_MAX_INTERMEDIATE, "", 0,     \
     "dense MLP width F (qwen3 only)")                                          \
   X(MODEL_NUM_EXPERTS, "model", "num_experts", INT, model.num_experts, "0", 0, \
-    INT64_MAX, "", 0, "routed experts X (qwen3_moe only)")                     \
+    REFIT_CONFIG_MAX_EXPERTS, "", 0, "routed experts X (qwen3_moe only)")                     \
   X(MODEL_MOE_INTERMEDIATE_SIZE, "model", "moe_intermediate_size", INT,        \
-    model.moe_intermediate_size, "0", 0, INT64_MAX, "", 0,                     \
+    model.moe_intermediate_size, "0", 0, REFIT_CONFIG_MAX_MOE_INTERMEDIATE, "", \
+    0,                                                                         \
     "expert MLP width I (qwen3_moe only)")                                     \
   X(MODEL_TIE_WORD_EMBEDDINGS, "model", "tie_word_embeddings", BOOL,           \
     model.tie_word_embeddings, "false", 0, 0, "", 0,                           \
@@ -81,10 +104,10 @@
   X(TRAINER_DP, "trainer", "dp", INT, trainer.dp, "1", 1,                      \
     REFIT_CONFIG_MAX_RANKS, "", 0, "trainer data-parallel size")               \
   X(TRAINER_FIRST_STAGE_LAYERS, "trainer", "first_stage_layers", INT,          \
-    trainer.first_stage_layers, "0", 0, INT64_MAX, "", 0,                      \
+    trainer.first_stage_layers, "0", 0, REFIT_CONFIG_MAX_LAYERS, "", 0,        \
     "layers on the first pipeline stage, 0 = split evenly")                    \
   X(TRAINER_LAST_STAGE_LAYERS, "trainer", "last_stage_layers", INT,            \
-    trainer.last_stage_layers, "0", 0, INT64_MAX, "", 0,                       \
+    trainer.last_stage_layers, "0", 0, REFIT_CONFIG_MAX_LAYERS, "", 0,         \
     "layers on the last pipeline stage, 0 = split evenly")                     \
   X(TRAINER_LAYOUT, "trainer", "layout", ENUM, trainer.names, "auto", 0, 0,    \
     "auto|hf|megatron", 0,                                                     \
@@ -117,6 +140,11 @@
     0, "auto|mpi|nccl|ipc|ucx", 0, "transport between trainer and generator")  \
   X(REFIT_BUCKET_BYTES, "refit", "bucket_bytes", BYTES, refit.bucket_bytes,    \
     "256MiB", 65536, INT64_MAX, "", 0, "bytes per transfer bucket")            \
+  X(REFIT_ARENA_BYTES, "refit", "arena_bytes", BYTES, refit.arena_bytes,       \
+    "4GiB", 0, INT64_MAX, "", 0,                                               \
+    "bound of the MXFP8 assembly arena per generator rank (0 = none): the "    \
+    "schedule spreads buckets over fewer trainers when spreading them over "   \
+    "all would need more")                                                     \
   X(REFIT_PRECISION, "refit", "precision", ENUM, refit.precision, "bf16", 0,   \
     0, "bf16|mxfp8", 0, "precision on the wire")                               \
   X(REFIT_TIMEOUT_S, "refit", "timeout_s", DOUBLE, refit.timeout_s, "300", 0,  \

@@ -1,8 +1,10 @@
 /*
- * refit-plan CONFIG [--link-gbps G] [--ranks] | --world-size CONFIG
+ * refit-plan CONFIG [--link-gbps G] [--gpus-per-node N] [--nvlink-gbps G]
+ *            [--ranks] | --world-size CONFIG
  * Prints the reshard plan without moving data: per-rank bytes, max/mean,
- * messages, buckets and the transfer time predicted at a link bandwidth.
- * One process, no MPI launch needed.
+ * messages, buckets, the floor (the busiest rank's bytes over its links),
+ * the transfer time predicted bucket by bucket, their ratio, the worst
+ * bucket's balance and the MXFP8 arena. One process, no MPI launch needed.
  */
 #include "config.h"
 #include "reshard/plan.h"
@@ -20,10 +22,17 @@ static double refit_plan_now(void) {
 
 static int refit_plan_usage(void) {
   fprintf(stderr,
-          "usage: refit-plan CONFIG.yaml [--link-gbps GB_PER_S] [--ranks]\n"
+          "usage: refit-plan CONFIG.yaml [--link-gbps GB_PER_S] [--gpus-per-node N]\n"
+          "                  [--nvlink-gbps GB_PER_S] [--ranks]\n"
           "       refit-plan --world-size CONFIG.yaml\n"
-          "  --link-gbps  per-rank link bandwidth for the predicted time "
+          "  --link-gbps  per-rank NIC bandwidth for the predicted time "
           "(default 25)\n"
+          "  --gpus-per-node  ranks per node, placed in blocks (trainers "
+          "first); pairs\n"
+          "               on one node move over NVLink (default 0: every pair "
+          "on the NIC)\n"
+          "  --nvlink-gbps per-GPU NVLink bandwidth per direction (default "
+          "450)\n"
           "  --ranks      print every rank's bytes, not only the summary\n"
           "  --world-size print the number of MPI ranks the config needs\n");
   return 2;
@@ -31,7 +40,8 @@ static int refit_plan_usage(void) {
 
 int main(int argc, char **argv) {
   const char *path = NULL;
-  double gbps = 25.0;
+  double gbps = 25.0, nvlink = 450.0;
+  int gpus_per_node = 0;
   int world_only = 0, all_ranks = 0;
   refit_config_t cfg;
   char *errors = NULL;
@@ -45,10 +55,33 @@ int main(int argc, char **argv) {
       char *end = NULL;
       gbps = strtod(argv[++i], &end);
       if (end == argv[i] || *end != '\0' || gbps <= 0) {
-        fprintf(stderr, "refit-plan: --link-gbps expects a positive number, got "
-                        "'%s'\n", argv[i]);
+        fprintf(stderr,
+                "refit-plan: --link-gbps expects a positive number, got "
+                "'%s'\n",
+                argv[i]);
         return 2;
       }
+    } else if (strcmp(argv[i], "--nvlink-gbps") == 0 && i + 1 < argc) {
+      char *end = NULL;
+      nvlink = strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || nvlink <= 0) {
+        fprintf(stderr,
+                "refit-plan: --nvlink-gbps expects a positive number, "
+                "got '%s'\n",
+                argv[i]);
+        return 2;
+      }
+    } else if (strcmp(argv[i], "--gpus-per-node") == 0 && i + 1 < argc) {
+      char *end = NULL;
+      long v = strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || v < 1 || v > 1024) {
+        fprintf(stderr,
+                "refit-plan: --gpus-per-node expects 1 .. 1024, got "
+                "'%s'\n",
+                argv[i]);
+        return 2;
+      }
+      gpus_per_node = (int)v;
     } else if (argv[i][0] == '-')
       return refit_plan_usage();
     else if (path == NULL)
@@ -85,13 +118,14 @@ int main(int argc, char **argv) {
   }
   double plan_s = refit_plan_now() - t0;
   if (st != REFIT_OK) {
-    fprintf(stderr, "refit-plan: %s: %s\n", refit_status_str(st),
-            refit_last_error());
+    fprintf(stderr, "refit-plan: %s: %s\n", refit_status_str(st), refit_last_error());
     refit_catalog_destroy(cat);
     return 1;
   }
   refit_plan_stats_t s;
-  refit_plan_stats(plan, gbps, &s);
+  const refit_plan_network_t net = {
+      .link_gbps = gbps, .nvlink_gbps = nvlink, .gpus_per_node = gpus_per_node};
+  refit_plan_predict(plan, &net, &s);
   int64_t params = 0;
   for (int64_t i = 0; i < cat->nhf; i++)
     params += cat->hf[i].rows * cat->hf[i].cols;
@@ -113,26 +147,28 @@ int main(int argc, char **argv) {
          "(largest staged: %lld)\n",
          plan->nbuckets, (unsigned long long)cfg.refit.bucket_bytes,
          (long long)s.staging_max);
-  printf("  predicted        %.4f s at %.1f GB/s per rank and direction\n",
-         s.predicted_s, gbps);
-  if (cfg.refit.precision == REFIT_PRECISION_MXFP8) {
-    /* Engines hold the same tensors: the first engine's ranks tell. */
-    int64_t arena_max = 0, ntensors = 0;
-    for (int t = 0; t < cfg.generator.tp; t++)
-      if (cat->gen_begin[t + 1] - cat->gen_begin[t] > ntensors)
-        ntensors = cat->gen_begin[t + 1] - cat->gen_begin[t];
-    int64_t *offsets = malloc((size_t)(ntensors ? ntensors : 1) * sizeof(int64_t));
-    for (int t = 0; offsets != NULL && t < cfg.generator.tp; t++) {
-      int64_t bytes = 0;
-      if (refit_plan_assembly(plan, cat, t, offsets, &bytes) == REFIT_OK &&
-          bytes > arena_max)
-        arena_max = bytes;
-    }
-    free(offsets);
-    printf("  MXFP8 assembly   %.1f MiB per generator rank (largest); staging "
-           "%d x %.1f MiB\n",
-           (double)arena_max / 1048576.0, 2, (double)s.staging_max / 1048576.0);
-  }
+  if (gpus_per_node > 0)
+    printf("  network          NIC %.1f GB/s per rank and direction; %d GPUs per "
+           "node on NVLink %.1f GB/s\n",
+           gbps, gpus_per_node, nvlink);
+  else
+    printf("  network          NIC %.1f GB/s per rank and direction\n", gbps);
+  printf("  floor            %.4f s (the busiest rank's bytes over its links)\n",
+         s.floor_s);
+  printf("  predicted        %.4f s, %.3f x the floor (buckets one after "
+         "another)\n",
+         s.predicted_s, s.floor_s > 0 ? s.predicted_s / s.floor_s : 0.0);
+  printf("  worst bucket     trainer egress max/mean %.3f, generator ingress "
+         "max/mean %.3f\n",
+         s.bucket_egress_imbalance, s.bucket_ingress_imbalance);
+  printf("  schedule spread  %.3f (1: every bucket from every trainer; 0: "
+         "tensor order)\n",
+         plan->spread);
+  if (cfg.refit.precision == REFIT_PRECISION_MXFP8)
+    printf("  MXFP8 assembly   %.1f MiB per generator rank (largest; bound "
+           "refit.arena_bytes %.1f MiB); staging 2 x %.1f MiB\n",
+           (double)s.arena_max / 1048576.0, (double)cfg.refit.arena_bytes / 1048576.0,
+           (double)s.staging_max / 1048576.0);
   printf("  planned in       %.3f s\n", plan_s);
   printf("  plan hash        %016llx\n", (unsigned long long)plan->hash);
   if (all_ranks || T + G <= 16) {

@@ -6,8 +6,13 @@
  *   the element it reads is the one the vLLM rules name;
  * - byte totals are what the runtime tensor shapes say;
  * - no generator rank stages more than bucket_bytes in one bucket;
- * - messages tile the staging area without gaps or overlap.
+ * - messages tile the staging area without gaps or overlap;
+ * - every bucket is balanced: each trainer sends its share of it, so the
+ *   bucket-by-bucket prediction is within 1.2x of the floor;
+ * - the MXFP8 arena stays within refit.arena_bytes or the plan is refused;
+ * - byte counts near the model bounds plan or are refused, never truncated.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -507,6 +512,167 @@ static void test_assembly_areas(void **state) {
   refit_catalog_destroy(cat);
 }
 
+
+/* The schedule keeps every link busy: over pipeline, expert and data
+ * parallel layouts and several engines, every bucket's busiest rank is
+ * within 1.2x of its share, so the prediction is within 1.2x of the floor,
+ * and no trainer's share of a bucket is much above its share of the refit. */
+static void test_bucket_balance(void **state) {
+  (void)state;
+  refit_model_t m = grid_moe();
+  m.num_layers = 8;
+  m.hidden_size = 256;
+  m.moe_intermediate_size = 128;
+  m.vocab_size = 512;
+  const struct {
+    refit_trainer_layout_t tl;
+    refit_generator_layout_t gl;
+  } cases[] = {
+      {{.tp = 2, .pp = 4, .ep = 2, .etp = 1, .dp = 1}, {.tp = 2, .ep = 2, .engines = 2}},
+      {{.tp = 2, .pp = 2, .ep = 4, .etp = 1, .dp = 2}, {.tp = 4, .ep = 4, .engines = 1}},
+      {{.tp = 1, .pp = 4, .ep = 1, .etp = 1, .dp = 2}, {.tp = 1, .ep = 1, .engines = 4}},
+      {{.tp = 4, .pp = 2, .ep = 2, .etp = 2, .dp = 1}, {.tp = 2, .ep = 1, .engines = 3}},
+  };
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    refit_catalog_t *cat;
+    refit_plan_t *plan;
+    refit_plan_stats_t st;
+    refit_plan_options_t opt = {.bucket_bytes = 64 << 10, .wire = REFIT_WIRE_BF16,
+                                .chunk_trailer = 8};
+    assert_int_equal(refit_catalog_create(&m, &cases[k].tl, &cases[k].gl, &cat), REFIT_OK);
+    assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
+    check_plan(cat, plan, opt.bucket_bytes);
+    refit_plan_stats(plan, 100.0, &st);
+    print_message("case %zu: %d buckets, predicted / floor %.3f, worst bucket "
+                  "egress %.3f (whole refit %.3f), ingress %.3f\n",
+                  k, plan->nbuckets, st.predicted_s / st.floor_s,
+                  st.bucket_egress_imbalance, st.egress_max / st.egress_mean,
+                  st.bucket_ingress_imbalance);
+    assert_true(plan->nbuckets >= 4);
+    assert_true(st.predicted_s <= 1.2 * st.floor_s);
+    /* A bucket's trainer balance is the whole refit's, no worse. */
+    assert_true(st.bucket_egress_imbalance <= 1.2 * st.egress_max / st.egress_mean);
+    assert_true(st.bucket_ingress_imbalance <= 1.2);
+    refit_plan_destroy(plan);
+    refit_catalog_destroy(cat);
+  }
+}
+
+/* NVLink inside a node: pairs on one node are predicted at its speed; with
+ * every pair on one node and NVLink 10x the NIC the prediction is a tenth. */
+static void test_predict_nodes(void **state) {
+  (void)state;
+  refit_model_t m = grid_moe();
+  refit_catalog_t *cat;
+  refit_plan_t *plan;
+  refit_plan_stats_t nic, nvl;
+  refit_trainer_layout_t tl = {.tp = 2, .pp = 1, .ep = 2, .etp = 1, .dp = 1};
+  refit_generator_layout_t gl = {.tp = 2, .ep = 2, .engines = 1};
+  refit_plan_options_t opt = {.bucket_bytes = 4096, .wire = REFIT_WIRE_BF16};
+  assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat), REFIT_OK);
+  assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
+  refit_plan_network_t net = {.link_gbps = 10, .nvlink_gbps = 100, .gpus_per_node = 0};
+  refit_plan_predict(plan, &net, &nic);
+  net.gpus_per_node = 4;
+  refit_plan_predict(plan, &net, &nvl);
+  assert_true(nic.predicted_s > 0 && nic.floor_s > 0);
+  assert_true(fabs(nvl.predicted_s * 10 - nic.predicted_s) < 1e-9 * nic.predicted_s + 1e-15);
+  assert_true(fabs(nvl.floor_s * 10 - nic.floor_s) < 1e-9 * nic.floor_s + 1e-15);
+  refit_plan_destroy(plan);
+  refit_catalog_destroy(cat);
+}
+
+/* The MXFP8 arena: the plan's per-rank arena is refit_plan_assembly's;
+ * spread over all trainers it is larger than in tensor order; a bound
+ * between them narrows the spread and holds; a bound below tensor order's
+ * is refused naming refit.arena_bytes. */
+static void test_arena_bound(void **state) {
+  (void)state;
+  refit_model_t m = grid_moe();
+  m.num_layers = 8;
+  m.hidden_size = 128;
+  m.moe_intermediate_size = 128;
+  refit_catalog_t *cat;
+  refit_trainer_layout_t tl = {.tp = 2, .pp = 4, .ep = 2, .etp = 1, .dp = 1};
+  refit_generator_layout_t gl = {.tp = 2, .ep = 2, .engines = 2};
+  assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat), REFIT_OK);
+  for (int64_t i = 0; i < cat->gen_begin[gl.tp]; i++)
+    cat->gen[i].quantized = cat->gen[i].kind != REFIT_GEN_PLAIN;
+  int64_t spread_arena = 0, bound_arena = 0;
+  const uint64_t bounds[] = {0, 0, 1};
+  for (int k = 0; k < 3; k++) {
+    refit_plan_t *plan = NULL;
+    refit_plan_options_t opt = {.bucket_bytes = 16384, .wire = REFIT_WIRE_MXFP8,
+                                .chunk_trailer = 8, .arena_bytes = bounds[k]};
+    if (k == 1)
+      opt.arena_bytes = (uint64_t)spread_arena * 2 / 3;
+    if (k == 2) {
+      assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_ERR_INVALID_ARGUMENT);
+      assert_null(plan);
+      assert_non_null(strstr(refit_last_error(), "refit.arena_bytes"));
+      break;
+    }
+    assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
+    int64_t most = 0;
+    for (int32_t g = 0; g < plan->ngenerator; g++) {
+      const int64_t n = cat->gen_begin[g % gl.tp + 1] - cat->gen_begin[g % gl.tp];
+      int64_t *off = malloc((size_t)n * sizeof(*off)), bytes = 0;
+      assert_int_equal(refit_plan_assembly(plan, cat, g, off, &bytes), REFIT_OK);
+      assert_int_equal(bytes, plan->arena[g]);
+      if (bytes > most)
+        most = bytes;
+      free(off);
+    }
+    if (k == 0) {
+      spread_arena = most;
+      assert_true(plan->spread == 1.0);
+    } else {
+      bound_arena = most;
+      assert_true(most <= (int64_t)opt.arena_bytes);
+      assert_true(plan->spread < 1.0);
+    }
+    print_message("arena bound %llu: spread %.3f, arena %lld\n",
+                  (unsigned long long)opt.arena_bytes, plan->spread, (long long)most);
+    refit_plan_destroy(plan);
+  }
+  assert_true(bound_arena > 0 && bound_arena < spread_arena);
+  refit_catalog_destroy(cat);
+}
+
+/* Row bytes in 64 bits: a row of 2^31 elements (4 GiB of BF16, beyond the
+ * config's bounds; the planner gets it directly) is refused against the
+ * bucket, not truncated to 0 bytes (a division by zero before). */
+static void test_huge_rows(void **state) {
+  (void)state;
+  refit_model_t m = grid_moe();
+  m.hidden_size = INT64_C(1) << 31;
+  refit_catalog_t *cat = NULL;
+  refit_plan_t *plan = NULL;
+  refit_trainer_layout_t tl = {.tp = 1, .pp = 1, .ep = 1, .etp = 1, .dp = 1};
+  refit_generator_layout_t gl = {.tp = 1, .ep = 1, .engines = 1};
+  refit_plan_options_t opt = {.bucket_bytes = UINT64_C(1) << 30, .wire = REFIT_WIRE_BF16};
+  assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat), REFIT_OK);
+  assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_ERR_INVALID_ARGUMENT);
+  assert_null(plan);
+  assert_non_null(strstr(refit_last_error(), "smaller than one row"));
+  /* With a bucket that holds the row, it plans, every count in 64 bits. */
+  opt.bucket_bytes = UINT64_C(1) << 40;
+  m.num_layers = 1;
+  m.num_experts = 2;
+  m.moe_intermediate_size = 32;
+  m.vocab_size = 64;
+  refit_catalog_destroy(cat);
+  assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat), REFIT_OK);
+  assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
+  int64_t widest = 0;
+  for (int64_t i = 0; i < plan->nchunks; i++)
+    if (plan->chunks[i].row_bytes > widest)
+      widest = plan->chunks[i].row_bytes;
+  assert_true(widest >= INT64_C(1) << 32);
+  refit_plan_destroy(plan);
+  refit_catalog_destroy(cat);
+}
+
 static void test_layout_rules(void **state) {
   (void)state;
   refit_model_t m = grid_moe();
@@ -530,6 +696,10 @@ static void test_layout_rules(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_catalog_qwen3_30b),
+      cmocka_unit_test(test_huge_rows),
+      cmocka_unit_test(test_bucket_balance),
+      cmocka_unit_test(test_predict_nodes),
+      cmocka_unit_test(test_arena_bound),
       cmocka_unit_test(test_layout_rules),
       cmocka_unit_test(test_bucket_too_small),
       cmocka_unit_test(test_wire_mxfp8),

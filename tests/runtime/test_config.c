@@ -727,7 +727,19 @@ static void test_out_of_range(void **state) {
       edit(moe, "  vocab_size: 1024\n", "  vocab_size: 99999999999999999999\n"),
       0, REFIT_ERR_CONFIG,
       "model.vocab_size: expected a positive integer no larger than "
-      "9223372036854775807, got '99999999999999999999'");
+      "4194304, got '99999999999999999999'");
+  /* Model bounds (config_table.h): a dimension past what any model needs
+   * is refused at its key, before the planner sees it. */
+  EXPECT_ERR(edit(moe, "  vocab_size: 1024\n", "  vocab_size: 4194305\n"), 0,
+             REFIT_ERR_CONFIG,
+             "model.vocab_size: expected a positive integer no larger than "
+             "4194304, got '4194305'");
+  EXPECT_ERR(edit(moe, "  num_experts: 8\n", "  num_experts: 4097\n"), 0,
+             REFIT_ERR_CONFIG,
+             "model.num_experts: expected a non-negative integer no larger "
+             "than 4096, got '4097'");
+  EXPECT_ERR(cat(moe, "refit:\n  arena_bytes: -1\n"), 0, REFIT_ERR_CONFIG,
+             "refit.arena_bytes");
   EXPECT_ERR(edit(moe, "  num_experts: 8\n", "  num_experts: -1\n"), 0,
              REFIT_ERR_CONFIG,
              "model.num_experts: expected a non-negative integer, got '-1'");
