@@ -1,5 +1,7 @@
 #include "session.h"
 
+#include "fault.h"
+
 #include "core/digest.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -15,6 +17,13 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+/* What every rank tells the others at begin. */
+typedef struct refit_header {
+  uint64_t run_id, version, plan_hash, committed;
+  int32_t side, ok; /* ok: this rank could start (memory bound) */
+  int32_t transport_ok, pad; /* transport_ok: its transport is healthy */
+} refit_header_t;
 
 /* Every rank learns whether any rank failed `phase`; a rank that did not
  * fail itself returns REFIT_ERR_PEER. */
@@ -423,54 +432,6 @@ static refit_status_t refit_session_alloc_buffers(refit_session_t *s) {
   return REFIT_OK;
 }
 
-/* REFIT_FAULT="phase=transfer,rank=2,action=kill,at=0.5,refit=1,p=1" overrides
- * refit.fault from the config; tests use either. */
-static refit_status_t refit_session_fault_env(refit_session_t *s) {
-  static const char *const phases[] = {"transfer", "quantize", "commit", "verify"};
-  static const char *const actions[] = {"kill",     "exit",     "stall",
-                                        "bitflip",  "truncate", "drop",
-                                        "duplicate", "error"};
-  const char *env = getenv("REFIT_FAULT");
-  char buf[256], *save = NULL;
-  if (env == NULL || env[0] == '\0')
-    return REFIT_OK;
-  snprintf(buf, sizeof(buf), "%s", env);
-  s->fault.enabled = 1;
-  s->fault.at = 0.5;
-  s->fault.refit = 1;
-  s->fault.probability = 1.0;
-  for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-    char *eq = strchr(kv, '=');
-    int found = 0;
-    if (eq == NULL)
-      return REFIT_ERR(REFIT_ERR_CONFIG, "REFIT_FAULT: '%s' is not key=value", kv);
-    *eq++ = '\0';
-    if (strcmp(kv, "phase") == 0) {
-      for (int i = 0; i < 4; i++)
-        if (strcmp(eq, phases[i]) == 0)
-          s->fault.phase = i, found = 1;
-    } else if (strcmp(kv, "action") == 0) {
-      for (int i = 0; i < 8; i++)
-        if (strcmp(eq, actions[i]) == 0)
-          s->fault.action = i, found = 1;
-    } else if (strcmp(kv, "rank") == 0) {
-      s->fault.rank = atoi(eq), found = 1;
-    } else if (strcmp(kv, "at") == 0) {
-      s->fault.at = atof(eq), found = 1;
-    } else if (strcmp(kv, "refit") == 0) {
-      s->fault.refit = atoi(eq), found = 1;
-    } else if (strcmp(kv, "p") == 0 || strcmp(kv, "probability") == 0) {
-      s->fault.probability = atof(eq), found = 1;
-    }
-    if (!found)
-      return REFIT_ERR(REFIT_ERR_CONFIG,
-                       "REFIT_FAULT: unknown %s '%s' (keys: phase, rank, action, "
-                       "at, refit, p)",
-                       kv, eq);
-  }
-  return REFIT_OK;
-}
-
 /* The (sender, receiver) world-rank pairs of the plan's messages, each once
  * (trainers are world ranks 0 .. T-1, generators T onwards). */
 static refit_status_t refit_session_pairs(const refit_session_t *s, int **out,
@@ -526,10 +487,20 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
    * returned rather than fatal, so a dead peer is a deadline, not an abort. */
   MPI_Comm_dup(world, &s->ctrl);
   MPI_Comm_set_errhandler(s->ctrl, MPI_ERRORS_RETURN);
+  {
+    int *ub = NULL, flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    s->attempt_mask = flag && ub != NULL && *ub >= (0x7fff << 12 | 0xfff) ? 0x7fffu : 7u;
+  }
+  s->header_buf = malloc((size_t)(s->size + 1) * sizeof(refit_header_t));
+  s->vote_buf = malloc((size_t)(s->size + 1) * sizeof(int));
+  if (s->header_buf == NULL || s->vote_buf == NULL) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "session: control buffers");
+    goto err;
+  }
   s->run_id = refit_hash_u64(s->plan->hash, (uint64_t)time(NULL));
   MPI_Bcast(&s->run_id, 1, MPI_UINT64_T, 0, world);
-  memcpy(&s->fault, &s->cfg.refit.fault, sizeof(s->fault));
-  st = refit_session_fault_env(s);
+  st = refit_fault_from_env(&s->cfg, s->size, &s->fault);
   REFIT_CHECK_GOTO(refit_session_agree(world, st, "reading REFIT_FAULT"), st, err);
 
   /* Device memory when this rank sees a GPU, the job does not bind ranks
@@ -662,6 +633,11 @@ void refit_session_destroy(refit_session_t *s) {
   free(s->config_text);
   if (s->ctrl != MPI_COMM_NULL && !s->broken)
     MPI_Comm_free(&s->ctrl);
+  /* After a collective missed its deadline MPI may still write these. */
+  if (!s->broken) {
+    free(s->header_buf);
+    free(s->vote_buf);
+  }
   free(s);
 }
 
@@ -943,11 +919,6 @@ static refit_status_t refit_session_fault_act(refit_session_t *s,
   return REFIT_OK;
 }
 
-typedef struct {
-  uint64_t run_id, version, plan_hash, committed;
-  int32_t side, ok; /* ok: this rank could start (memory bound) */
-  int32_t transport_ok, pad; /* transport_ok: its transport is healthy */
-} refit_header_t;
 
 /* After a failed refit left some rank's transport unusable, every rank
  * (known alive from the header exchange just done) repairs it together,
@@ -1012,21 +983,19 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
    * byte moves. */
   const int transport_ok = s->transport.ops->healthy == NULL ||
                            s->transport.ops->healthy(s->transport.ctx);
-  refit_header_t mine = {s->run_id, version,      s->plan->hash, s->committed,
-                         s->is_trainer ? 0 : 1,   st == REFIT_OK, transport_ok,
-                         0};
-  refit_header_t *all = malloc((size_t)s->size * sizeof(*all));
-  if (all == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "begin: headers");
+  /* The exchange's buffers live in the session: a collective that misses
+   * its deadline stays with MPI, which may still write them later. */
+  refit_header_t *mine = s->header_buf, *all = s->header_buf + 1;
+  *mine = (refit_header_t){s->run_id, version,      s->plan->hash, s->committed,
+                           s->is_trainer ? 0 : 1,   st == REFIT_OK, transport_ok,
+                           0};
   MPI_Request req;
   const double deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
-  MPI_Iallgather(&mine, (int)sizeof(mine), MPI_BYTE, all, (int)sizeof(mine),
+  MPI_Iallgather(mine, (int)sizeof(*mine), MPI_BYTE, all, (int)sizeof(*mine),
                  MPI_BYTE, s->ctrl, &req);
   refit_status_t wst = refit_session_ctrl_wait(s, &req, deadline, "begin: header exchange");
-  if (wst != REFIT_OK) {
-    free(all);
+  if (wst != REFIT_OK)
     return wst;
-  }
   if (st == REFIT_OK)
     for (int r = 0; r < s->size; r++) {
       const refit_header_t *h = &all[r];
@@ -1069,7 +1038,6 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
   for (int r = 0; r < s->size && unhealthy < 0; r++)
     if (!all[r].transport_ok)
       unhealthy = r;
-  free(all);
   if (st != REFIT_OK)
     return st;
   if (unhealthy >= 0)
@@ -1087,7 +1055,11 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
   s->times.staging = acquire_s;
   s->t_begin = MPI_Wtime() - acquire_s;
   s->deadline = s->t_begin + s->cfg.refit.timeout_s;
-  s->tag_base = (int)((s->attempt & 7u) << 12);
+  /* Tags name the attempt as far as MPI_TAG_UB allows (Open MPI: 2^31 - 1,
+   * so 32768 attempts; the standard's minimum 32767, 8): a message of a
+   * failed refit never matches a later one's receive by its tag (transports
+   * that can also start clean after a failure, as MPI's, do). */
+  s->tag_base = (int)((s->attempt & s->attempt_mask) << 12);
   s->state = REFIT_STATE_RECEIVING;
   if (s->is_trainer) {
     double t = MPI_Wtime();
@@ -1291,7 +1263,9 @@ refit_status_t refit_session_progress(refit_session_t *s, int *done) {
 
 refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
   refit_status_t st = REFIT_OK;
-  int ok = s->state == REFIT_STATE_READY, *votes = NULL;
+  /* The vote's buffers live in the session (see begin's headers). */
+  int *const vote = s->vote_buf, *const votes = s->vote_buf + 1;
+  int ok = s->state == REFIT_STATE_READY;
   if (s->broken)
     return REFIT_ERR(REFIT_ERR_PEER, "commit: the session cannot continue after "
                      "an earlier timeout (restart the job)");
@@ -1304,14 +1278,20 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
   }
   /* A rank that failed earlier still votes (no), so that nobody waits for
    * it and nobody commits. */
-  votes = malloc((size_t)s->size * sizeof(int));
-  if (votes == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "commit: votes");
   if (ok)
     s->state = REFIT_STATE_COMMITTING;
   MPI_Request req;
   const double t = MPI_Wtime();
-  MPI_Iallgather(&ok, 1, MPI_INT, votes, 1, MPI_INT, s->ctrl, &req);
+  if (refit_session_fault_here(s, REFIT_FAULT_PHASE_VOTE) &&
+      s->fault.action == REFIT_FAULT_STALL) {
+    /* Held at the vote until every peer's vote deadline has passed, then
+     * it votes: nobody can know the outcome. */
+    REFIT_WARN("fault seam: rank %d stalls inside the commit vote", s->rank);
+    struct timespec ts = {(time_t)(2 * s->cfg.refit.timeout_s) + 1, 0};
+    nanosleep(&ts, NULL);
+  }
+  *vote = ok;
+  MPI_Iallgather(vote, 1, MPI_INT, votes, 1, MPI_INT, s->ctrl, &req);
   /* A live peer may still be waiting out this refit's deadline (a message
    * that never came) before it votes: a rank that got here early waits for
    * that deadline plus the timeout, so only a dead or stalled peer misses
@@ -1320,9 +1300,29 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
       (MPI_Wtime() > s->deadline ? MPI_Wtime() : s->deadline) + s->cfg.refit.timeout_s;
   refit_status_t wst = refit_session_ctrl_wait(s, &req, vote_deadline, "commit: vote");
   s->vote_pending = 0;
-  if (wst != REFIT_OK) {
+  if (wst != REFIT_OK && !ok) {
+    /* This rank voted no: nobody can have committed, whatever became of
+     * the vote elsewhere. Keep or restore version V (below). */
     if (st == REFIT_OK)
       st = wst;
+  } else if (wst != REFIT_OK) {
+    /* This rank voted yes and cannot learn the outcome: peers whose vote
+     * completed may have committed the new version, others may not have.
+     * Guessing either way could leave the ranks of one engine on different
+     * versions, so a generator refuses to serve (POISONED) until a full
+     * successful refit; the session is broken (a collective never
+     * completed), so that means a restart. */
+    char why[512];
+    snprintf(why, sizeof(why), "%s", refit_last_error());
+    s->state = s->is_trainer ? REFIT_STATE_IDLE : REFIT_STATE_POISONED;
+    return REFIT_ERR(wst,
+                     "commit of version %llu: the vote did not complete on %s "
+                     "rank %d (%s); its outcome is unknown here (peers may have "
+                     "committed)%s",
+                     (unsigned long long)s->pending, s->is_trainer ? "trainer" : "generator",
+                     s->role_rank, why,
+                     s->is_trainer ? "" : ": POISONED, refusing to serve until a "
+                                          "full successful refit (restart the job)");
   } else if (ok) {
     int first_no = -1, nno = 0;
     for (int r = 0; r < s->size; r++)
@@ -1347,7 +1347,6 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
                    (unsigned long long)s->pending, why,
                    (unsigned long long)s->committed);
   }
-  free(votes);
   if (st != REFIT_OK) {
     if (s->state == REFIT_STATE_COMMITTING)
       s->state = REFIT_STATE_READY;

@@ -9,6 +9,7 @@
 #define REFIT_SESSION_H
 
 #include "config.h"
+#include "fault.h"
 #include "refit/refit.h"
 #include "reshard/catalog.h"
 #include "reshard/plan.h"
@@ -32,13 +33,6 @@ typedef struct {
   double total;    /* begin to the end of commit */
 } refit_phase_times_t;
 
-/* The fault seam (tests): refit.fault from the config, or REFIT_FAULT. */
-typedef struct {
-  int enabled, phase, rank, action;
-  double at;
-  int refit;
-  double probability;
-} refit_fault_t;
 
 typedef struct refit_session {
   refit_config_t cfg;
@@ -97,6 +91,11 @@ typedef struct refit_session {
 
   /* Lifecycle. */
   MPI_Comm ctrl;      /* headers and votes, errors returned */
+  /* Buffers of the header exchange (this rank's, then everyone's) and of
+   * the vote (likewise): they outlive a collective that missed its
+   * deadline, which MPI may still complete into them. */
+  struct refit_header *header_buf;
+  int *vote_buf;
   uint64_t run_id;
   refit_state_t state;
   int broken;         /* a collective timed out: no further refits */
@@ -110,6 +109,7 @@ typedef struct refit_session {
   uint64_t committed; /* version in runtime storage (0: none yet) */
   uint64_t pending;   /* version being refitted */
   uint32_t attempt;   /* refits begun, 1-based */
+  uint32_t attempt_mask; /* of the attempt in message tags */
   int tag_base;
   int32_t next_bucket; /* next bucket to complete */
   int32_t next_posted; /* first bucket whose exchange is not started */

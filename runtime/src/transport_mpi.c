@@ -2,6 +2,14 @@
  * MPI transport over host memory: one non-blocking send or receive per
  * message, all messages of a bucket in flight at once, completed with
  * MPI_Testsome against a deadline so that a dead peer is an error, not a hang.
+ *
+ * After a failed exchange this rank's communicator may hold messages of
+ * that refit (an eager send whose receive was cancelled, a drain's sends to
+ * a peer that gave up) which a later refit's receive with a reused tag would
+ * match. So a failed or abandoned exchange marks the transport unhealthy,
+ * and the next begin repairs it on every rank: each replaces its
+ * communicator with a fresh duplicate, where nothing of the old refit can
+ * arrive (as the IPC and NCCL transports start clean).
  */
 #include "transport.h"
 
@@ -24,6 +32,7 @@ struct refit_exchange {
 
 typedef struct {
   MPI_Comm comm;
+  int dirty; /* an exchange failed or was abandoned since the last repair */
 } refit_mpi_ctx_t;
 
 static refit_status_t refit_mpi_check(int rc, const char *what, int peer) {
@@ -212,6 +221,8 @@ static refit_status_t refit_mpi_wait(void *ctx, refit_exchange_t *ex,
     refit_poll_nap(&spins);
   }
   refit_mpi_exchange_free(ex);
+  if (bad != REFIT_OK)
+    ((refit_mpi_ctx_t *)ctx)->dirty = 1;
   return bad;
 }
 
@@ -240,7 +251,7 @@ static refit_status_t refit_mpi_test(void *ctx, refit_exchange_t *ex, int *done)
 }
 
 static void refit_mpi_abandon(void *ctx, refit_exchange_t *ex) {
-  (void)ctx;
+  ((refit_mpi_ctx_t *)ctx)->dirty = 1;
   for (int i = 0; i < ex->n; i++) {
     if (ex->req[i] == MPI_REQUEST_NULL)
       continue;
@@ -270,6 +281,25 @@ static void refit_mpi_abandon(void *ctx, refit_exchange_t *ex) {
   refit_mpi_exchange_free(ex);
 }
 
+static int refit_mpi_healthy(void *ctx) { return !((refit_mpi_ctx_t *)ctx)->dirty; }
+
+/* Collective over every rank: a fresh communicator, the old one released
+ * (MPI frees it once what is still pending on it is done). */
+static refit_status_t refit_mpi_recover(void *ctx, double deadline) {
+  refit_mpi_ctx_t *c = ctx;
+  MPI_Comm fresh = MPI_COMM_NULL;
+  MPI_Request req;
+  int rc = MPI_Comm_idup(c->comm, &fresh, &req);
+  if (rc != MPI_SUCCESS)
+    return refit_mpi_check(rc, "mpi transport repair: MPI_Comm_idup", -1);
+  REFIT_CHECK(refit_mpi_request_wait(&req, deadline, "mpi transport repair"));
+  MPI_Comm_set_errhandler(fresh, MPI_ERRORS_RETURN);
+  MPI_Comm_free(&c->comm);
+  c->comm = fresh;
+  c->dirty = 0;
+  return REFIT_OK;
+}
+
 static void refit_mpi_destroy(void *ctx) {
   refit_mpi_ctx_t *c = ctx;
   if (c == NULL)
@@ -287,5 +317,7 @@ const refit_transport_ops_t refit_transport_mpi = {
     .wait = refit_mpi_wait,
     .test = refit_mpi_test,
     .abandon = refit_mpi_abandon,
+    .healthy = refit_mpi_healthy,
+    .recover = refit_mpi_recover,
     .destroy = refit_mpi_destroy,
 };

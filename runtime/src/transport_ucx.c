@@ -62,6 +62,12 @@ struct refit_ucx_ctx {
   unsigned char *addrs; /* every rank's worker address, concatenated */
   int *addr_off, *addr_len;
   refit_ucx_peer_t *peers;
+  /* Requests of exchanges that ended with them still pending (a send to a
+   * peer that gave up, a receive UCX could not cancel yet): never freed
+   * while UCX may still touch them; released once complete, or by the
+   * forced close of their endpoints at the end. */
+  void **zombies;
+  int nzombies, zombies_cap;
 };
 
 typedef struct {
@@ -233,6 +239,18 @@ out:
   return st;
 }
 
+/* Release the zombies that have completed. */
+static void refit_ucx_reap(refit_ucx_ctx_t *c) {
+  int k = 0;
+  for (int i = 0; i < c->nzombies; i++) {
+    if (ucp_request_check_status(c->zombies[i]) == UCS_INPROGRESS)
+      c->zombies[k++] = c->zombies[i];
+    else
+      ucp_request_free(c->zombies[i]);
+  }
+  c->nzombies = k;
+}
+
 static void refit_ucx_exchange_free(refit_ucx_ctx_t *c, refit_exchange_t *ex) {
   if (ex == NULL)
     return;
@@ -256,8 +274,22 @@ static void refit_ucx_exchange_free(refit_ucx_ctx_t *c, refit_exchange_t *ex) {
     if (pending == 0)
       break;
   }
+  for (int i = 0; i < ex->n; i++) {
+    if (ex->ops[i].req == NULL)
+      continue;
+    if (c->nzombies == c->zombies_cap) {
+      int cap = c->zombies_cap ? 2 * c->zombies_cap : 64;
+      void **z = realloc(c->zombies, (size_t)cap * sizeof(*z));
+      if (z == NULL)
+        continue; /* leaked, never freed under UCX: the safe side */
+      c->zombies = z;
+      c->zombies_cap = cap;
+    }
+    c->zombies[c->nzombies++] = ex->ops[i].req;
+  }
   free(ex->ops);
   free(ex);
+  refit_ucx_reap(c);
 }
 
 static refit_status_t refit_ucx_start(void *vctx, const refit_xfer_t *sends,
@@ -406,8 +438,14 @@ static void refit_ucx_destroy(void *vctx) {
     /* Flush-close every endpoint together, bounded: a peer that is gone
      * must not hold up the exit. */
     void **reqs = calloc((size_t)c->size, sizeof(void *));
-    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE,
-                            .memory_type = c->mem_type};
+    /* With operations still pending (zombies), a flush would wait for
+     * peers that will never answer: force the close, which completes them
+     * as cancelled. */
+    refit_ucx_reap(c);
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE |
+                                              (c->nzombies ? UCP_OP_ATTR_FIELD_FLAGS : 0),
+                              .flags = c->nzombies ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+                              .memory_type = c->mem_type};
     for (int r = 0; r < c->size; r++) {
       if (c->peers[r].ep == NULL)
         continue;
@@ -432,7 +470,12 @@ static void refit_ucx_destroy(void *vctx) {
       }
     }
     free(reqs);
+    for (int spins = 0; c->nzombies > 0 && spins < 100000; spins++) {
+      ucp_worker_progress(c->worker);
+      refit_ucx_reap(c);
+    }
   }
+  free(c->zombies);
   if (c->worker != NULL)
     ucp_worker_destroy(c->worker);
   if (c->context != NULL)

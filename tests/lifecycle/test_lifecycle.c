@@ -7,6 +7,14 @@
  *   test-lifecycle CONFIG async   (mode: async) runtime storage keeps version
  *                                 V while V+1 streams in, serving goes on,
  *                                 commit switches to V+1 in place
+ *   test-lifecycle CONFIG cycles  10 stall-and-recover cycles (more than
+ *                                 the 8 refits after which message tags
+ *                                 repeat): trainer rank 0 holds back past
+ *                                 the deadline in every other refit, the
+ *                                 generators give up, every rank fails it;
+ *                                 the next refit repairs the transport and
+ *                                 must verify bit for bit (no message of a
+ *                                 failed refit may land in a later one)
  *   test-lifecycle CONFIG poison  (restore: none, a digest fault on a
  *                                 generator late in refit 2) nothing is
  *                                 committed anywhere, generators that wrote in
@@ -20,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int rank_;
 
@@ -179,6 +188,40 @@ static void scenario_async(refit_session_h s) {
   refit_session_close(s);
 }
 
+static void scenario_cycles(refit_session_h s, int world_rank, double timeout_s) {
+  uint64_t version = 1;
+  run_refit(s, version);
+  expect_holds(s, version);
+  for (int cycle = 1; cycle <= 10; cycle++) {
+    /* A stalled refit: trainer rank 0 sends its first bucket late, after
+     * every generator's deadline but before their vote gives up on it; its
+     * eager messages arrive after the receives were cancelled. */
+    int done = 0;
+    refit_status_t st = refit_begin(s, ++version, NULL);
+    if (world_rank == 0 && st == REFIT_OK) {
+      const double late = 1.5 * timeout_s;
+      struct timespec ts = {(time_t)late, (long)((late - (double)(time_t)late) * 1e9)};
+      nanosleep(&ts, NULL);
+    }
+    while (st == REFIT_OK && !done)
+      st = refit_progress(s, &done);
+    refit_status_t cst = refit_commit(s, NULL);
+    EXPECT(cst != REFIT_OK, "cycle %d: the stalled refit of version %llu committed",
+           cycle, (unsigned long long)version);
+    EXPECT(refit_committed_version(s) == version - 1, "cycle %d: committed %llu",
+           cycle, (unsigned long long)refit_committed_version(s));
+    expect_holds(s, version - 1);
+    /* The next refit repairs what the failed one left and verifies. */
+    run_refit(s, ++version);
+    expect_holds(s, version);
+    if (world_rank == 0)
+      printf("test-lifecycle cycles: cycle %d: version %llu failed, version %llu "
+             "verified\n",
+             cycle, (unsigned long long)(version - 1), (unsigned long long)version);
+  }
+  refit_session_close(s);
+}
+
 static void scenario_poison(refit_session_h s, int world_rank) {
   run_refit(s, 1);
   expect_holds(s, 1);
@@ -214,8 +257,9 @@ int main(int argc, char **argv) {
   refit_session_h s;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  if (argc != 3) {
-    fprintf(stderr, "usage: test-lifecycle CONFIG basic|async|poison\n");
+  if (argc != 3 && argc != 4) {
+    fprintf(stderr, "usage: test-lifecycle CONFIG basic|async|poison|cycles "
+                    "[TIMEOUT_S]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   EXPECT_OK(refit_session_open(MPI_COMM_WORLD, argv[1], &s));
@@ -225,6 +269,8 @@ int main(int argc, char **argv) {
     scenario_async(s);
   else if (strcmp(argv[2], "poison") == 0)
     scenario_poison(s, rank_);
+  else if (strncmp(argv[2], "cycles", 6) == 0)
+    scenario_cycles(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
   else
     EXPECT(0, "unknown scenario %s", argv[2]);
   MPI_Barrier(MPI_COMM_WORLD);
