@@ -25,26 +25,68 @@ typedef struct refit_header {
   int32_t transport_ok, pad; /* transport_ok: its transport is healthy */
 } refit_header_t;
 
+/* Start-up collectives are non-blocking and waited on against a deadline,
+ * so a peer that dies during refit_session_open is an error, not a hang:
+ * REFIT_STARTUP_TIMEOUT_S (default 300) until the config is known, then
+ * refit.timeout_s. A collective that misses it breaks the session (its
+ * buffers stay with MPI: start-up passes only session-owned or static
+ * ones, or leaks them). */
+static refit_status_t refit_session_startup_wait(refit_session_t *s, MPI_Request *req,
+                                                 int rc, const char *what) {
+  if (rc != MPI_SUCCESS)
+    return REFIT_ERR(REFIT_ERR_MPI, "start-up: %s: MPI call failed", what);
+  refit_status_t st = refit_mpi_request_wait(req, MPI_Wtime() + s->startup_timeout_s, what);
+  if (st == REFIT_OK)
+    return REFIT_OK;
+  s->broken = 1;
+  if (st != REFIT_ERR_TIMEOUT)
+    return st;
+  return REFIT_ERR(REFIT_ERR_TIMEOUT,
+                   "start-up: %s: not every rank joined within %.1f s (a peer is "
+                   "dead, stalled or not started; REFIT_STARTUP_TIMEOUT_S before "
+                   "the config is read, refit.timeout_s after)",
+                   what, s->startup_timeout_s);
+}
+
 /* Every rank learns whether any rank failed `phase`; a rank that did not
  * fail itself returns REFIT_ERR_PEER. */
-static refit_status_t refit_session_agree(MPI_Comm comm, refit_status_t st,
+static refit_status_t refit_session_agree(refit_session_t *s, refit_status_t st,
                                           const char *phase) {
-  int mine = st != REFIT_OK, any = 0;
-  if (MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS)
-    return REFIT_ERR(REFIT_ERR_MPI, "%s: MPI_Allreduce failed", phase);
+  int *buf = s->startup_buf; /* [0] mine, [1] anyone's */
+  MPI_Request req;
+  buf[0] = st != REFIT_OK;
+  buf[1] = 0;
+  REFIT_CHECK(refit_session_startup_wait(
+      s, &req, MPI_Iallreduce(&buf[0], &buf[1], 1, MPI_INT, MPI_MAX, s->world, &req),
+      phase));
   if (st != REFIT_OK)
     return st;
-  if (any)
+  if (buf[1])
     return REFIT_ERR(REFIT_ERR_PEER, "%s failed on another rank", phase);
   return REFIT_OK;
 }
 
-/* Collective: does every rank hold the same value `h`? */
-static int refit_session_same(MPI_Comm comm, uint64_t h) {
-  uint64_t range[2] = {h, ~h}, out[2] = {0, 0};
+/* Collective: does every rank hold the same value `h`? (*same) */
+static refit_status_t refit_session_same(refit_session_t *s, uint64_t h, int *same,
+                                         const char *what) {
+  uint64_t *range = s->startup_u64; /* [0..1] in, [2..3] out */
+  MPI_Request req;
+  range[0] = h;
+  range[1] = ~h;
   /* One reduction: the max of h and the max of ~h (the min of h). */
-  MPI_Allreduce(range, out, 2, MPI_UINT64_T, MPI_MAX, comm);
-  return out[0] == h && ~out[1] == h;
+  REFIT_CHECK(refit_session_startup_wait(
+      s, &req, MPI_Iallreduce(range, range + 2, 2, MPI_UINT64_T, MPI_MAX, s->world, &req),
+      what));
+  *same = range[2] == h && ~range[3] == h;
+  return REFIT_OK;
+}
+
+/* MPI_Ibcast from rank 0, waited on against the start-up deadline. */
+static refit_status_t refit_session_bcast(refit_session_t *s, void *buf, int count,
+                                          MPI_Datatype type, const char *what) {
+  MPI_Request req;
+  return refit_session_startup_wait(s, &req,
+                                    MPI_Ibcast(buf, count, type, 0, s->world, &req), what);
 }
 
 /* Rank 0 reads and validates; the others receive the parsed config. */
@@ -66,8 +108,10 @@ static refit_status_t refit_session_config(refit_session_t *s, const char *path)
       len = s->config_len;
     }
   }
-  REFIT_CHECK(refit_session_agree(s->world, st, "reading the config"));
-  MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, 0, s->world);
+  REFIT_CHECK(refit_session_agree(s, st, "reading the config"));
+  s->startup_u64[0] = len;
+  REFIT_CHECK(refit_session_bcast(s, s->startup_u64, 1, MPI_UINT64_T, "config size"));
+  len = s->startup_u64[0];
   if (s->rank != 0) {
     s->config_text = malloc(len + 1);
     if (s->config_text == NULL)
@@ -76,14 +120,17 @@ static refit_status_t refit_session_config(refit_session_t *s, const char *path)
       s->config_text[len] = '\0';
     s->config_len = len;
   }
-  REFIT_CHECK(refit_session_agree(s->world, st, "receiving the config"));
-  MPI_Bcast(s->config_text, (int)len, MPI_CHAR, 0, s->world);
-  MPI_Bcast(&s->cfg, (int)sizeof(s->cfg), MPI_BYTE, 0, s->world);
+  REFIT_CHECK(refit_session_agree(s, st, "receiving the config"));
+  REFIT_CHECK(refit_session_bcast(s, s->config_text, (int)len, MPI_CHAR, "config text"));
+  REFIT_CHECK(refit_session_bcast(s, &s->cfg, (int)sizeof(s->cfg), MPI_BYTE, "config"));
+  s->startup_timeout_s = s->cfg.refit.timeout_s;
 
   /* Prove every rank holds the same config with the same binary layout. */
   uint64_t h = refit_hash_bytes(REFIT_HASH_INIT, s->config_text, len);
   h = refit_hash_bytes(h, &s->cfg, sizeof(s->cfg));
-  if (!refit_session_same(s->world, h))
+  int same = 0;
+  REFIT_CHECK(refit_session_same(s, h, &same, "config hash"));
+  if (!same)
     return REFIT_ERR(REFIT_ERR_CONFIG,
                      "config hash differs between ranks (%016llx on rank %d): "
                      "are all ranks running the same refit build?",
@@ -100,9 +147,11 @@ static refit_status_t refit_session_plan(refit_session_t *s) {
     refit_config_mark_quantized(&s->cfg, s->cat);
     st = refit_plan_create(s->cat, &opt, &s->plan);
   }
-  REFIT_CHECK(refit_session_agree(s->world, st, "planning"));
+  REFIT_CHECK(refit_session_agree(s, st, "planning"));
 
-  if (!refit_session_same(s->world, s->plan->hash))
+  int same = 0;
+  REFIT_CHECK(refit_session_same(s, s->plan->hash, &same, "plan hash"));
+  if (!same)
     return REFIT_ERR(REFIT_ERR_INTERNAL,
                      "plan hash differs between ranks (%016llx on rank %d)",
                      (unsigned long long)s->plan->hash, s->rank);
@@ -468,10 +517,23 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   refit_session_t *s = calloc(1, sizeof(*s));
   if (s == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "session");
-  s->world = world;
+  s->world = MPI_COMM_NULL;
   s->ctrl = MPI_COMM_NULL;
   MPI_Comm_rank(world, &s->rank);
   MPI_Comm_size(world, &s->size);
+  s->startup_timeout_s = 300;
+  const char *startup = getenv("REFIT_STARTUP_TIMEOUT_S");
+  if (startup != NULL && atof(startup) > 0)
+    s->startup_timeout_s = atof(startup);
+  /* A library keeps its traffic off the application's communicator: every
+   * collective of the session runs on a duplicate of it. */
+  {
+    MPI_Request req;
+    st = refit_session_startup_wait(s, &req, MPI_Comm_idup(world, &s->world, &req),
+                                    "duplicating the communicator");
+    if (st != REFIT_OK)
+      return st; /* s stays with the pending duplicate */
+  }
   refit_log_set_rank(s->rank);
 
   REFIT_CHECK_GOTO(refit_session_config(s, config_path), st, err);
@@ -485,7 +547,12 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
 
   /* Headers and votes travel on their own communicator, with errors
    * returned rather than fatal, so a dead peer is a deadline, not an abort. */
-  MPI_Comm_dup(world, &s->ctrl);
+  {
+    MPI_Request req;
+    REFIT_CHECK_GOTO(refit_session_startup_wait(s, &req, MPI_Comm_idup(s->world, &s->ctrl, &req),
+                                                "the control communicator"),
+                     st, err);
+  }
   MPI_Comm_set_errhandler(s->ctrl, MPI_ERRORS_RETURN);
   {
     int *ub = NULL, flag = 0;
@@ -499,9 +566,12 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
     goto err;
   }
   s->run_id = refit_hash_u64(s->plan->hash, (uint64_t)time(NULL));
-  MPI_Bcast(&s->run_id, 1, MPI_UINT64_T, 0, world);
+  s->startup_u64[0] = s->run_id;
+  REFIT_CHECK_GOTO(refit_session_bcast(s, s->startup_u64, 1, MPI_UINT64_T, "run id"), st,
+                   err);
+  s->run_id = s->startup_u64[0];
   st = refit_fault_from_env(&s->cfg, s->size, &s->fault);
-  REFIT_CHECK_GOTO(refit_session_agree(world, st, "reading REFIT_FAULT"), st, err);
+  REFIT_CHECK_GOTO(refit_session_agree(s, st, "reading REFIT_FAULT"), st, err);
 
   /* Device memory when this rank sees a GPU, the job does not bind ranks
    * away from GPUs, and the transport can move device memory (MPI cannot;
@@ -511,7 +581,17 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
                     s->cfg.refit.device_map != REFIT_DEVICE_MAP_NONE &&
                     s->cfg.refit.transport != REFIT_TRANSPORT_MPI;
   int all_device = 0;
-  MPI_Allreduce(&want_device, &all_device, 1, MPI_INT, MPI_MIN, world);
+  {
+    MPI_Request req;
+    s->startup_buf[0] = want_device;
+    REFIT_CHECK_GOTO(refit_session_startup_wait(
+                         s, &req,
+                         MPI_Iallreduce(&s->startup_buf[0], &s->startup_buf[1], 1, MPI_INT,
+                                        MPI_MIN, s->world, &req),
+                         "choosing memory"),
+                     st, err);
+    all_device = s->startup_buf[1];
+  }
   if ((s->cfg.refit.transport == REFIT_TRANSPORT_NCCL ||
        s->cfg.refit.transport == REFIT_TRANSPORT_IPC) && !all_device) {
     st = REFIT_ERR(REFIT_ERR_CONFIG,
@@ -525,7 +605,7 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
 #ifdef REFIT_HAVE_CUDA
   if (all_device) {
     refit_device_info_t info;
-    st = refit_device_bind(world, -1, &info);
+    st = refit_device_bind(s->world, -1, &info);
     if (st == REFIT_OK)
       REFIT_INFO("rank %d bound to GPU %d (%s) on %s", s->rank, info.device,
                  info.bus_id, info.host);
@@ -533,11 +613,11 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
 #endif
   if (st == REFIT_OK)
     st = refit_mem_create(all_device, &s->mem);
-  REFIT_CHECK_GOTO(refit_session_agree(world, st, "choosing memory"), st, err);
+  REFIT_CHECK_GOTO(refit_session_agree(s, st, "choosing memory"), st, err);
 
   int *pairs = NULL, npairs = 0;
   st = refit_session_pairs(s, &pairs, &npairs);
-  refit_transport_args_t args = {.world = world,
+  refit_transport_args_t args = {.world = s->world,
                                  .world_rank = s->rank,
                                  .world_size = s->size,
                                  .timeout_s = s->cfg.refit.timeout_s,
@@ -549,7 +629,7 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   if (st == REFIT_OK)
     st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
   free(pairs);
-  REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the transport"), st,
+  REFIT_CHECK_GOTO(refit_session_agree(s, st, "opening the transport"), st,
                    err);
   /* The source generators verify against, and trainers produce from: with
    * caller-owned weights, the configured reference (trainers produce
@@ -563,7 +643,7 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   } else {
     st = refit_source_open(&s->cfg, s->cat, &s->source);
   }
-  REFIT_CHECK_GOTO(refit_session_agree(world, st, "opening the source"), st, err);
+  REFIT_CHECK_GOTO(refit_session_agree(s, st, "opening the source"), st, err);
   if (s->is_trainer) {
     st = refit_session_index_trainer(s);
   } else {
@@ -576,13 +656,13 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   }
   if (st == REFIT_OK)
     st = refit_session_alloc_buffers(s);
-  REFIT_CHECK_GOTO(refit_session_agree(world, st, "allocating memory"), st, err);
+  REFIT_CHECK_GOTO(refit_session_agree(s, st, "allocating memory"), st, err);
   /* Transports that write into their peers' memory learn the staging areas
    * once (collective: every rank registers the same number of times). */
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT && st == REFIT_OK; i++)
     st = refit_transport_register(&s->transport, s->is_trainer ? NULL : s->buffer[i],
                                   s->is_trainer ? 0 : (size_t)s->plan->staging[s->role_rank]);
-  REFIT_CHECK_GOTO(refit_session_agree(world, st, "registering staging"), st, err);
+  REFIT_CHECK_GOTO(refit_session_agree(s, st, "registering staging"), st, err);
   if (!s->cfg.refit.keep_staging && s->transport.ops->register_buffer != NULL) {
     st = REFIT_ERR(REFIT_ERR_CONFIG,
                    "refit.keep_staging: false cannot be used with the %s transport, "
@@ -633,11 +713,14 @@ void refit_session_destroy(refit_session_t *s) {
   free(s->config_text);
   if (s->ctrl != MPI_COMM_NULL && !s->broken)
     MPI_Comm_free(&s->ctrl);
-  /* After a collective missed its deadline MPI may still write these. */
-  if (!s->broken) {
-    free(s->header_buf);
-    free(s->vote_buf);
-  }
+  if (s->world != MPI_COMM_NULL && !s->broken)
+    MPI_Comm_free(&s->world);
+  /* After a collective missed its deadline MPI may still write the
+   * session's buffers (headers, votes, start-up values): kept. */
+  if (s->broken)
+    return;
+  free(s->header_buf);
+  free(s->vote_buf);
   free(s);
 }
 
@@ -1099,6 +1182,8 @@ static refit_status_t refit_session_wait_slot(refit_session_t *s, int slot,
   s->times.transfer += MPI_Wtime() - t;
   if (st == REFIT_ERR_TIMEOUT)
     s->peer_lost = 1;
+  if (st == REFIT_OK) /* a deadline of progress: timeout_s from the last bucket */
+    s->deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
   return st;
 }
 
@@ -1118,6 +1203,8 @@ static refit_status_t refit_session_poll_slot(refit_session_t *s, int slot,
   s->times.transfer += MPI_Wtime() - t;
   if (st != REFIT_OK || *arrived)
     s->inflight[slot] = NULL; /* freed by test */
+  if (st == REFIT_OK && *arrived)
+    s->deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
   return st;
 }
 

@@ -39,8 +39,11 @@ typedef struct refit_session {
   char *config_text;
   size_t config_len;
 
-  MPI_Comm world;
+  MPI_Comm world; /* a duplicate of the caller's communicator */
   int rank, size;
+  double startup_timeout_s; /* deadline of each start-up collective */
+  int startup_buf[2];       /* start-up collectives' buffers */
+  uint64_t startup_u64[4];
   int ntrainer, ngenerator;
   int is_trainer;
   int role_rank; /* rank within the trainer or generator group */

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int rank_;
 
@@ -222,6 +223,32 @@ static void scenario_cycles(refit_session_h s, int world_rank, double timeout_s)
   refit_session_close(s);
 }
 
+/* An engine that serves slowly between progress calls: the whole refit
+ * takes several times refit.timeout_s, each bucket much less; the deadline
+ * is one of progress, so it must commit. */
+static void scenario_slow_async(refit_session_h s, double timeout_s) {
+  const int gen = refit_session_side(s) == REFIT_SIDE_GENERATOR;
+  int done = 0, steps = 0;
+  const double t0 = MPI_Wtime();
+  EXPECT_OK(refit_begin(s, 1, NULL));
+  while (!done) {
+    if (gen) {
+      const double serve = 0.3 * timeout_s;
+      struct timespec ts = {(time_t)serve, (long)((serve - (double)(time_t)serve) * 1e9)};
+      nanosleep(&ts, NULL);
+    }
+    EXPECT_OK(refit_progress(s, &done));
+    steps++;
+  }
+  EXPECT_OK(refit_commit(s, NULL));
+  expect_holds(s, 1);
+  const double took = MPI_Wtime() - t0;
+  if (gen)
+    EXPECT(took > 2 * timeout_s, "the refit took %.2f s, not more than 2 x timeout_s: "
+           "the test proves nothing (%d steps)", took, steps);
+  refit_session_close(s);
+}
+
 static void scenario_poison(refit_session_h s, int world_rank) {
   run_refit(s, 1);
   expect_holds(s, 1);
@@ -262,6 +289,20 @@ int main(int argc, char **argv) {
                     "[TIMEOUT_S]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
+  if (strcmp(argv[2], "startup-dead") == 0) {
+    /* Rank 1 dies before it opens its session: everyone else's open must
+     * fail within the start-up deadline, naming the step, not hang. */
+    if (rank_ == 1)
+      _exit(0);
+    const double t0 = MPI_Wtime();
+    refit_status_t st = refit_session_open(MPI_COMM_WORLD, argv[1], &s);
+    EXPECT(st == REFIT_ERR_TIMEOUT && strstr(refit_last_error(), "start-up") != NULL,
+           "open without rank 1 gave %s: %s", refit_status_name(st), refit_last_error());
+    printf("test-lifecycle startup-dead: rank %d: open failed after %.1f s: %s\n", rank_,
+           MPI_Wtime() - t0, refit_last_error());
+    fflush(stdout);
+    _exit(0); /* MPI_Finalize would wait for the dead rank */
+  }
   EXPECT_OK(refit_session_open(MPI_COMM_WORLD, argv[1], &s));
   if (strcmp(argv[2], "basic") == 0)
     scenario_basic(s);
@@ -269,6 +310,8 @@ int main(int argc, char **argv) {
     scenario_async(s);
   else if (strcmp(argv[2], "poison") == 0)
     scenario_poison(s, rank_);
+  else if (strcmp(argv[2], "slow-async") == 0)
+    scenario_slow_async(s, argc > 3 ? atof(argv[3]) : 1.0);
   else if (strncmp(argv[2], "cycles", 6) == 0)
     scenario_cycles(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
   else

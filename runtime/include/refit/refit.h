@@ -27,8 +27,13 @@
  * Sessions on host memory ignore it.
  *
  * Every call that involves other ranks is collective over the session's
- * communicator and bounded by refit.timeout_s: a dead or stalled peer gives a
- * typed error naming the phase and the peer, never a hang. Any failure on any
+ * communicator (a duplicate of the caller's) and bounded: a refit fails
+ * when no bucket completes for refit.timeout_s, the commit vote waits up to
+ * twice it, refit_session_open's collectives timeout_s (REFIT_STARTUP_TIMEOUT_S
+ * before the config is read). A dead or stalled peer gives a typed error
+ * naming the phase and the peer, never a hang. A rank that voted yes but
+ * cannot learn the vote's outcome does not guess: a generator becomes
+ * POISONED. Any failure on any
  * rank makes every generator keep (sync, restore: full) or restore version V;
  * commit happens at most once per version and only when every rank voted
  * success.
