@@ -22,7 +22,7 @@ REFIT_TEST_CONFIG=$config \
   "$python" -m pytest -q -p no:cacheprovider --color=no "$test" >"$out" 2>&1
 rc=$?
 cat "$out"
-passed=$(grep -cE "^[0-9]+ passed in " "$out")
+passed=$(grep -oE "[0-9]+ passed in [0-9.]+s" "$out" | wc -l) # ranks interleave their lines
 if [ $rc -ne 0 ] || [ "$passed" -ne "$np" ]; then
   echo "run_pytest: FAIL (exit status $rc, $passed of $np ranks passed)"
   exit 1
