@@ -330,19 +330,43 @@ out:
   return st;
 }
 
+/* Every wait of the dump is bounded: a predecessor has refit.timeout_s to
+ * write its part, so generator rank g waits up to (g + 1) timeouts for the
+ * token, everyone else the whole ring. The token and the agreement live on
+ * the heap: after a missed deadline MPI may still write them (leaked then). */
+static refit_status_t refit_dump_wait(MPI_Request *req, double deadline,
+                                      const char *path, const char *what) {
+  refit_status_t st = refit_mpi_request_wait(req, deadline, what);
+  if (st == REFIT_ERR_TIMEOUT)
+    return REFIT_ERR(REFIT_ERR_TIMEOUT,
+                     "dump %s: %s: not done by the deadline (a generator rank is "
+                     "dead or took longer than refit.timeout_s to write)",
+                     path, what);
+  return st;
+}
+
 refit_status_t refit_dump_write(const refit_session_t *s, const char *path) {
   refit_status_t st = REFIT_OK;
   MPI_Comm comm;
-  int failed_before = 0, mine, any = 0;
+  MPI_Request req;
+  int *buf = calloc(4, sizeof(int)); /* token in, token out, mine, any */
+  const double t0 = MPI_Wtime(), timeout = s->cfg.refit.timeout_s;
+  if (buf == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "dump %s: token", path);
 
   /* A private communicator keeps the token away from the caller's tags. */
-  if (MPI_Comm_dup(s->world, &comm) != MPI_SUCCESS)
-    return REFIT_ERR(REFIT_ERR_MPI, "dump %s: MPI_Comm_dup failed", path);
+  if (MPI_Comm_idup(s->world, &comm, &req) != MPI_SUCCESS)
+    return REFIT_ERR(REFIT_ERR_MPI, "dump %s: MPI_Comm_idup failed", path);
+  REFIT_CHECK(refit_dump_wait(&req, t0 + timeout, path, "duplicating the communicator"));
   if (!s->is_trainer) {
     const int g = s->role_rank;
-    if (g > 0)
-      MPI_Recv(&failed_before, 1, MPI_INT, s->ntrainer + g - 1, 0, comm,
-               MPI_STATUS_IGNORE);
+    int failed_before = 0;
+    if (g > 0) {
+      MPI_Irecv(&buf[0], 1, MPI_INT, s->ntrainer + g - 1, 0, comm, &req);
+      REFIT_CHECK(refit_dump_wait(&req, t0 + (g + 1) * timeout, path,
+                                  "waiting for the previous generator rank's token"));
+      failed_before = buf[0];
+    }
     if (failed_before)
       st = REFIT_ERR(REFIT_ERR_PEER,
                      "dump %s: an earlier generator rank failed; rank %d did "
@@ -350,15 +374,22 @@ refit_status_t refit_dump_write(const refit_session_t *s, const char *path) {
                      path, g);
     else
       st = refit_dump_write_rank(s, path);
-    int pass = failed_before || st != REFIT_OK;
-    if (g + 1 < s->ngenerator)
-      MPI_Send(&pass, 1, MPI_INT, s->ntrainer + g + 1, 0, comm);
+    buf[1] = failed_before || st != REFIT_OK;
+    if (g + 1 < s->ngenerator) {
+      MPI_Isend(&buf[1], 1, MPI_INT, s->ntrainer + g + 1, 0, comm, &req);
+      REFIT_CHECK(refit_dump_wait(&req, MPI_Wtime() + timeout, path,
+                                  "passing the token to the next generator rank"));
+    }
     if (st == REFIT_OK)
       REFIT_INFO("dump %s: generator rank %d wrote %lld stores", path, g,
                  (long long)s->nstores);
   }
-  mine = st != REFIT_OK;
-  MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm);
+  buf[2] = st != REFIT_OK;
+  MPI_Iallreduce(&buf[2], &buf[3], 1, MPI_INT, MPI_MAX, comm, &req);
+  REFIT_CHECK(refit_dump_wait(&req, t0 + (s->ngenerator + 1) * timeout, path,
+                              "agreeing on the outcome"));
+  const int any = buf[3];
+  free(buf);
   MPI_Comm_free(&comm);
   if (st == REFIT_OK && any)
     st = REFIT_ERR(REFIT_ERR_PEER, "dump %s failed on another rank", path);
