@@ -45,4 +45,12 @@ void refit_source_close(refit_source_t *src);
 
 extern const refit_source_ops_t refit_source_synthetic;
 
+/* For checkpoint sources' read(): *index = tensor t's index in cat->hf
+ * (looked up by name when t is not one of cat->hf), and the rectangle
+ * within t's shape; errors name the checkpoint `path` and the tensor. */
+refit_status_t refit_source_check_rect(const refit_catalog_t *cat, const char *path,
+                                       const refit_src_tensor_t *t, int64_t row0,
+                                       int64_t col0, int64_t rows, int64_t cols,
+                                       int64_t *index);
+
 #endif /* REFIT_SOURCE_H */

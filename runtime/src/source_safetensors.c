@@ -314,21 +314,8 @@ static refit_status_t refit_st_source_read(void *ctx, const refit_src_tensor_t *
                                            int64_t rows, int64_t cols, uint16_t *dst) {
   refit_st_source_t *c = ctx;
   (void)version; /* a checkpoint holds one version */
-  int64_t i = t - c->cat->hf;
-  if (i < 0 || i >= c->cat->nhf)
-    i = refit_catalog_find_hf(c->cat, t->name);
-  if (i < 0)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "checkpoint %s: tensor '%s' is not in the catalog", c->path,
-                     t->name);
-  if (row0 < 0 || col0 < 0 || rows < 0 || cols < 0 || row0 + rows > t->rows ||
-      col0 + cols > t->cols)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "checkpoint %s: '%s' rows [%lld, %lld) cols [%lld, %lld) "
-                     "outside its shape [%lld, %lld]",
-                     c->path, t->name, (long long)row0, (long long)(row0 + rows),
-                     (long long)col0, (long long)(col0 + cols), (long long)t->rows,
-                     (long long)t->cols);
+  int64_t i;
+  REFIT_CHECK(refit_source_check_rect(c->cat, c->path, t, row0, col0, rows, cols, &i));
   const refit_st_file_t *f = &c->files[c->file_of[i]];
   const refit_st_tensor_t *e = c->entry[i];
   const size_t esize = (size_t)e->elem_bytes;
