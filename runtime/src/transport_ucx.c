@@ -430,6 +430,29 @@ static refit_status_t refit_ucx_wait(void *vctx, refit_exchange_t *ex,
   return st;
 }
 
+/* wait() without blocking: one progress pass and one poll of every
+ * operation; frees the exchange once complete or failed (its pending
+ * requests become zombies, never freed under UCX). */
+static refit_status_t refit_ucx_test(void *vctx, refit_exchange_t *ex, int *done) {
+  refit_ucx_ctx_t *c = vctx;
+  refit_status_t st = REFIT_OK;
+  *done = 0;
+  ucp_worker_progress(c->worker);
+  for (int i = 0; i < ex->n && st == REFIT_OK; i++)
+    if (ex->ops[i].req != NULL)
+      st = refit_ucx_poll(c, ex, &ex->ops[i], "ucx transport: test");
+  if (st != REFIT_OK || ex->left == 0) {
+    refit_ucx_exchange_free(c, ex);
+    *done = 1;
+  }
+  return st;
+}
+
+/* Give up an exchange: receives cancelled, what UCX still holds kept. */
+static void refit_ucx_abandon(void *vctx, refit_exchange_t *ex) {
+  refit_ucx_exchange_free(vctx, ex);
+}
+
 static void refit_ucx_destroy(void *vctx) {
   refit_ucx_ctx_t *c = vctx;
   if (c == NULL)
@@ -495,5 +518,7 @@ const refit_transport_ops_t refit_transport_ucx = {
     .create = refit_ucx_create,
     .start = refit_ucx_start,
     .wait = refit_ucx_wait,
+    .test = refit_ucx_test,
+    .abandon = refit_ucx_abandon,
     .destroy = refit_ucx_destroy,
 };
