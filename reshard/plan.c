@@ -530,12 +530,22 @@ static refit_status_t refit_planner_schedule(refit_planner_t *p, refit_sched_t *
 }
 
 /* Buckets of the spread schedule: the busiest generator rank's bytes, its
- * chunk trailers and a thirty-second for rows that do not divide evenly.
- * Every rank uses the same count, so bucket k is the same fraction of
- * every rank's refit and trainers serve all generators evenly. */
+ * chunk trailers and room for rows that do not divide evenly: a bucket
+ * holds each stream's share plus at most one row carried over from the
+ * last, so one row of the widest kind per stream (at most a thirty-second
+ * of the bucket). Every rank uses the same count, so bucket k is the same
+ * fraction of every rank's refit and trainers serve all generators evenly. */
 static int32_t refit_planner_buckets(const refit_planner_t *p) {
-  const int64_t cap = (int64_t)p->opt->bucket_bytes;
+  const int64_t cap_bytes = (int64_t)p->opt->bucket_bytes;
   const double ns = (double)p->plan->ntrainer; /* streams, at most */
+  int64_t widest = 0;
+  for (int64_t i = 0; i < p->pieces.n; i++)
+    if (p->pieces.v[i].row_bytes > widest)
+      widest = p->pieces.v[i].row_bytes;
+  const double carry = ns * (double)widest;
+  const double cap = (double)cap_bytes - (carry < (double)cap_bytes / 32.0
+                                              ? carry
+                                              : (double)cap_bytes / 32.0);
   double need = 0;
   for (int32_t g = 0; g < p->plan->ngenerator; g++) {
     const int64_t n = p->piece_begin[g + 1] - p->piece_begin[g];
@@ -544,8 +554,8 @@ static int32_t refit_planner_buckets(const refit_planner_t *p) {
       need = b;
   }
   /* Each bucket may cut a piece of every stream: a trailer more each. */
-  double nb = ceil(need / ((double)cap * 31.0 / 32.0));
-  nb = ceil((need + nb * ns * p->opt->chunk_trailer) / ((double)cap * 31.0 / 32.0));
+  double nb = ceil(need / cap);
+  nb = ceil((need + nb * ns * p->opt->chunk_trailer) / cap);
   if (nb < 1)
     nb = 1;
   return nb > REFIT_PLAN_MAX_BUCKETS ? REFIT_PLAN_MAX_BUCKETS + 1 : (int32_t)nb;
