@@ -22,7 +22,7 @@ packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
 # what the Python tests import (label python), and clang for the libFuzzer
 # harnesses (label fuzz, built only where clang is found). Installed by `test`
 # only; nothing at build or run time needs them.
-test_packages=(slurmctld slurmd slurm-client munge clang
+test_packages=(slurmctld slurmd slurm-client munge clang libclang-rt-14-dev gdb
                python3-numpy python3-h5py python3-yaml python3-pytest python3-mpi4py
                python3-torch)
 

@@ -1,7 +1,7 @@
 """A torch trainer on refit: a small Qwen3-MoE under Megatron-Core's
 parameter names (decoder.layers.{i}.self_attention.linear_qkv.weight, fused
 [q.. k v] per query group; mlp.experts.linear_fc1.weight{k} = [gate; up];
-see /work/shared/reference/framework-layouts.md) takes real optimizer steps
+see ../shared/reference/framework-layouts.md) takes real optimizer steps
 on a next-token loss, and after each step refits its bfloat16 weights into
 the inference engine (engine.py).
 

@@ -4,7 +4,7 @@ This module computes, from the full Hugging Face-named weights of a Qwen3 or
 Qwen3-MoE model and a refit job config, the runtime tensors of one generator
 tensor-parallel rank exactly as vLLM holds them after
 process_weights_after_loading: names, shapes, element types and bytes. It is
-written from the rules in /work/shared/reference/*.md and from the public
+written from the rules in ../shared/reference/*.md and from the public
 sources of vLLM and FlashInfer cited next to each rule, and shares no code
 with refit's C kernels or planner, so that a byte-for-byte agreement between
 the two is evidence and not an echo.
