@@ -25,27 +25,41 @@ typedef struct refit_header {
   int32_t transport_ok, pad; /* transport_ok: its transport is healthy */
 } refit_header_t;
 
-/* Start-up collectives are non-blocking and waited on against a deadline,
- * so a peer that dies during refit_session_open is an error, not a hang:
- * REFIT_STARTUP_TIMEOUT_S (default 300) until the config is known, then
- * refit.timeout_s. A collective that misses it breaks the session (its
- * buffers stay with MPI: start-up passes only session-owned or static
- * ones, or leaks them). */
-static refit_status_t refit_session_startup_wait(refit_session_t *s, MPI_Request *req,
-                                                 int rc, const char *what) {
-  if (rc != MPI_SUCCESS)
-    return REFIT_ERR(REFIT_ERR_MPI, "start-up: %s: MPI call failed", what);
-  refit_status_t st = refit_mpi_request_wait(req, MPI_Wtime() + s->startup_timeout_s, what);
+/* Wait for a collective on the session's communicators until `deadline`.
+ * A rank that did not join (or an MPI failure) breaks the session: the
+ * request can be neither completed nor freed safely (its buffers stay
+ * with MPI: they are the session's, kept by refit_session_destroy, or
+ * leaked), and no later collective can succeed. `limit` names the bound
+ * for the message. */
+static refit_status_t refit_session_join_wait(refit_session_t *s, MPI_Request *req,
+                                              double deadline, const char *what,
+                                              const char *limit, double limit_s) {
+  refit_status_t st = refit_mpi_request_wait(req, deadline, what);
   if (st == REFIT_OK)
     return REFIT_OK;
   s->broken = 1;
   if (st != REFIT_ERR_TIMEOUT)
     return st;
   return REFIT_ERR(REFIT_ERR_TIMEOUT,
-                   "start-up: %s: not every rank joined within %.1f s (a peer is "
-                   "dead, stalled or not started; REFIT_STARTUP_TIMEOUT_S before "
-                   "the config is read, refit.timeout_s after)",
-                   what, s->startup_timeout_s);
+                   "%s: not every rank joined within %s = %.1f s (a peer is dead, "
+                   "stalled or not started); this session cannot continue",
+                   what, limit, limit_s);
+}
+
+/* Start-up collectives are non-blocking and waited on against a deadline,
+ * so a peer that dies during refit_session_open is an error, not a hang:
+ * REFIT_STARTUP_TIMEOUT_S (default 300) until the config is known, then
+ * refit.timeout_s. `rc` is the MPI call that started the request. */
+static refit_status_t refit_session_startup_wait(refit_session_t *s, MPI_Request *req,
+                                                 int rc, const char *what) {
+  char phase[160];
+  if (rc != MPI_SUCCESS)
+    return REFIT_ERR(REFIT_ERR_MPI, "start-up: %s: MPI call failed", what);
+  snprintf(phase, sizeof(phase), "start-up: %s", what);
+  return refit_session_join_wait(s, req, MPI_Wtime() + s->startup_timeout_s, phase,
+                                 "the start-up deadline (REFIT_STARTUP_TIMEOUT_S "
+                                 "before the config is read, refit.timeout_s after)",
+                                 s->startup_timeout_s);
 }
 
 /* Every rank learns whether any rank failed `phase`; a rank that did not
@@ -177,28 +191,21 @@ static refit_status_t refit_session_plan(refit_session_t *s) {
 }
 
 /* Rows [row0, +rows) x cols [col0, +cols) of Hugging Face tensor `hf` of
- * `version` into `dst` (this rank's memory, leading dimension `ld`).
+ * `version` into `dst` (this rank's memory, rows of `cols` elements).
  * Synthetic sources fill device memory on the device; sources that read
  * data go through a host buffer (*bounce, grown as needed). */
 static refit_status_t refit_trainer_fill(refit_session_t *s, const refit_src_tensor_t *hf,
                                          uint64_t version, int64_t row0, int64_t col0,
-                                         int64_t rows, int64_t cols, int64_t ld,
-                                         uint16_t *dst, uint16_t **bounce,
-                                         size_t *bounce_bytes) {
+                                         int64_t rows, int64_t cols, uint16_t *dst,
+                                         uint16_t **bounce, size_t *bounce_bytes) {
   const int on_device = refit_mem_on_device(s->mem);
   if (on_device && s->source.ops->synth_key != NULL) {
     uint64_t key;
     int norm;
     REFIT_CHECK(s->source.ops->synth_key(s->source.ctx, hf, version, &key, &norm));
-    if (ld == cols)
-      return refit_mem_synth_rect(s->mem, key, norm, hf->cols, row0, col0, rows, cols,
-                                  dst);
-    for (int64_t r = 0; r < rows; r++)
-      REFIT_CHECK(refit_mem_synth_rect(s->mem, key, norm, hf->cols, row0 + r, col0, 1,
-                                       cols, dst + r * ld));
-    return REFIT_OK;
+    return refit_mem_synth_rect(s->mem, key, norm, hf->cols, row0, col0, rows, cols, dst);
   }
-  if (!on_device && ld == cols)
+  if (!on_device)
     return s->source.ops->read(s->source.ctx, hf, version, row0, col0, rows, cols, dst);
   const size_t bytes = (size_t)(rows * cols) * sizeof(uint16_t);
   if (bytes > *bounce_bytes) {
@@ -210,10 +217,7 @@ static refit_status_t refit_trainer_fill(refit_session_t *s, const refit_src_ten
   }
   REFIT_CHECK(s->source.ops->read(s->source.ctx, hf, version, row0, col0, rows, cols,
                                   *bounce));
-  for (int64_t r = 0; r < rows; r++)
-    REFIT_CHECK(refit_mem_from_host(s->mem, dst + r * ld, *bounce + r * cols,
-                                    (size_t)cols * sizeof(uint16_t)));
-  return REFIT_OK;
+  return refit_mem_from_host(s->mem, dst, *bounce, bytes);
 }
 
 /* Trainer: new weights of `version` into every shard this rank holds, from
@@ -245,7 +249,7 @@ static refit_status_t refit_trainer_source(refit_session_t *s, uint64_t version)
         continue;
       covered += hi - lo;
       st = refit_trainer_fill(s, &cat->hf[r->hf], version, r->hf_row + (lo - r->src_row),
-                              col0, hi - lo, cols, cols, s->shards[i] + (lo - row0) * cols,
+                              col0, hi - lo, cols, s->shards[i] + (lo - row0) * cols,
                               &bounce, &bounce_bytes);
     }
     /* Padding rows are at the end of a tensor (the padded vocabulary). */
@@ -944,18 +948,8 @@ static refit_status_t refit_session_bind(refit_session_t *s) {
 /* Wait for a request on the control communicator until the deadline. */
 static refit_status_t refit_session_ctrl_wait(refit_session_t *s, MPI_Request *req,
                                               double deadline, const char *phase) {
-  refit_status_t st = refit_mpi_request_wait(req, deadline, phase);
-  if (st == REFIT_OK)
-    return REFIT_OK;
-  /* A rank did not join (or MPI failed): the request cannot be completed
-   * or freed safely, and no later collective can succeed. */
-  s->broken = 1;
-  if (st != REFIT_ERR_TIMEOUT)
-    return st;
-  return REFIT_ERR(REFIT_ERR_TIMEOUT,
-                   "%s: not every rank joined within refit.timeout_s = %.1f s "
-                   "(a peer is dead or stalled); this session cannot continue",
-                   phase, s->cfg.refit.timeout_s);
+  return refit_session_join_wait(s, req, deadline, phase, "refit.timeout_s",
+                                 s->cfg.refit.timeout_s);
 }
 
 /* Does the fault seam fire on this rank, in this phase, this refit? */

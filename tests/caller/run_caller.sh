@@ -14,20 +14,8 @@ build=$(cd "$1" && pwd) config=$2
 shift 2
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-python=${PYTHON:-}
-if [ -z "$python" ]; then
-  for candidate in python3 /usr/bin/python3; do
-    if "$candidate" -c 'import numpy, yaml, mpi4py' 2>/dev/null; then
-      python=$(command -v "$candidate")
-      break
-    fi
-  done
-fi
-if [ -z "$python" ]; then
-  echo "run_caller: FAIL: no python3 with numpy, yaml and mpi4py (apt-get install" \
-       "python3-numpy python3-yaml python3-mpi4py, or set PYTHON)"
-  exit 1
-fi
+. "$here/../find_python.sh"
+refit_find_python run_caller numpy yaml mpi4py || exit 1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 out=$work/out.log

@@ -7,11 +7,8 @@
 set -uo pipefail
 build=$(cd "$1" && pwd) config=$2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-python=""
-for candidate in python3 /usr/bin/python3; do
-  if "$candidate" -c 'import numpy, h5py, yaml' 2>/dev/null; then python=$candidate; break; fi
-done
-[ -n "$python" ] || { echo "run_h5py_filters: FAIL: no python3 with numpy, h5py, yaml"; exit 1; }
+. "$root/tests/find_python.sh"
+refit_find_python run_h5py_filters numpy h5py yaml || exit 1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "run_h5py_filters: FAIL: $*"; exit 1; }

@@ -16,20 +16,8 @@ build=$(cd "$1" && pwd) config=$2 format=${3:-hdf5}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
-python=${PYTHON:-}
-if [ -z "$python" ]; then
-  for candidate in python3 /usr/bin/python3; do
-    if "$candidate" -c 'import numpy, h5py, yaml' 2>/dev/null; then
-      python=$candidate
-      break
-    fi
-  done
-fi
-if [ -z "$python" ]; then
-  echo "run_reference: FAIL: no python3 with numpy, h5py and yaml (apt-get install" \
-       "python3-numpy python3-h5py python3-yaml, or set PYTHON)"
-  exit 1
-fi
+. "$here/../find_python.sh"
+refit_find_python run_reference numpy h5py yaml || exit 1
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
