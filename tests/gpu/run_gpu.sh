@@ -33,8 +33,8 @@ if [ $rc -eq 124 ]; then
   exit 1
 fi
 if [ $dead -eq 1 ]; then
-  pass=$(grep -c "^dead-peer: PASS" "$out")
-  fail=$(grep -c "^dead-peer: FAIL" "$out")
+  pass=$(grep -o "dead-peer: PASS" "$out" | wc -l) # ranks interleave their lines
+  fail=$(grep -o "dead-peer: FAIL" "$out" | wc -l)
   if [ "$fail" -ne 0 ] || [ "$pass" -ne $((np - 1)) ]; then
     echo "run_gpu: FAIL: $pass of $((np - 1)) survivors reported an error in time, $fail failed"
     exit 1

@@ -35,7 +35,7 @@ fail=0
 check() { # check NAME LOG RC COUNT: exit 0 and COUNT ranks passed
   cat "$2"
   local n
-  n=$(grep -c "^join_job: passed" "$2")
+  n=$(grep -o "join_job: passed" "$2" | wc -l) # ranks interleave their lines
   if [ "$3" -ne 0 ] || [ "$n" -ne "$4" ]; then
     echo "run_join: FAIL: $1 (exit status $3, $n of $4 ranks passed)"
     fail=1
