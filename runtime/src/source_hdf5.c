@@ -9,15 +9,27 @@
  * dtype attribute, data actually in the file) so that a bad checkpoint is
  * rejected before any transfer, with the file, the dataset and expected vs
  * actual in the message.
+ *
+ * libhdf5 trusts a file's metadata: a damaged or crafted file can make it
+ * read past its buffers or die (found by fuzz_hdf5_open, inside H5Aexists
+ * and the B-tree code, not in refit). So open() first runs those same checks,
+ * and a walk of every chunk index, in a child process: a child that dies,
+ * hangs or is killed turns into a refusal that names the file, and only a
+ * file the child accepted is opened in the rank itself.
  */
 #include "dump.h"
 #include "source.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef enum {
   REFIT_H5_ELEM_BF16 = 0, /* uint16 + dtype = "bfloat16" */
@@ -39,7 +51,11 @@ typedef struct {
   hid_t dset;
   float *tmp; /* float32 rows before rounding */
   size_t tmp_elems;
+  int probe; /* in the checking child: also walk every chunk index */
 } refit_h5_source_t;
+
+/* How long the checking child may take over a file's metadata. */
+#define REFIT_H5_PROBE_SECONDS 300
 
 /* Rows read per hyperslab when converting float32: bounds the temporary. */
 #define REFIT_H5_BLOCK_ELEMS ((int64_t)1 << 20)
@@ -250,6 +266,13 @@ static refit_status_t refit_h5_check_tensor(refit_h5_source_t *c, int64_t i,
       goto out;
     }
   }
+  /* The child reads every chunk index (metadata, no data), so that a
+   * damaged index fails there and not in the rank mid-refit. */
+  if (c->probe && H5Pget_layout(dcpl) == H5D_CHUNKED) {
+    hsize_t nchunks = 0;
+    REFIT_H5_CHECK_GOTO(H5Dget_num_chunks(dset, space, &nchunks), st, out,
+                        "checkpoint %s: dataset '%s': chunk index", c->path, t->name);
+  }
   c->elem[i] = (unsigned char)elem;
   c->rank[i] = (unsigned char)rank;
 out:
@@ -278,9 +301,10 @@ static void refit_h5_source_close(void *ctx) {
   free(c);
 }
 
-static refit_status_t refit_h5_source_open(const refit_config_t *cfg,
-                                           const refit_catalog_t *cat,
-                                           void **ctx) {
+/* Open and check the file in this process; probe: the checking child. */
+static refit_status_t refit_h5_open_here(const refit_config_t *cfg,
+                                         const refit_catalog_t *cat, int probe,
+                                         void **ctx) {
   refit_status_t st = REFIT_OK;
   struct stat sb;
   htri_t is_h5;
@@ -290,6 +314,7 @@ static refit_status_t refit_h5_source_open(const refit_config_t *cfg,
   c->file = c->dset = c->f16 = -1;
   c->open_index = -1;
   c->cat = cat;
+  c->probe = probe;
   snprintf(c->path, sizeof(c->path), "%s", cfg->source.path);
   refit_h5_quiet();
 
@@ -331,6 +356,118 @@ static refit_status_t refit_h5_source_open(const refit_config_t *cfg,
 err_free:
   refit_h5_source_close(c);
   return st;
+}
+
+/* Exit status of a child that refused the file (its message on the pipe). */
+#define REFIT_H5_PROBE_REFUSED 64
+
+/* Run refit_h5_open_here's checks in a child: REFIT_OK when it accepted the
+ * file, its message when it refused it, and a refusal naming the file when
+ * libhdf5 crashed or hung on it. */
+static refit_status_t refit_h5_probe(const refit_config_t *cfg,
+                                     const refit_catalog_t *cat) {
+  const char *path = cfg->source.path;
+  int fds[2];
+  if (pipe(fds) != 0)
+    return REFIT_ERR(REFIT_ERR_SYSTEM, "checkpoint %s: pipe: %s", path,
+                     strerror(errno));
+  fflush(NULL);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int e = errno;
+    close(fds[0]);
+    close(fds[1]);
+    return REFIT_ERR(REFIT_ERR_SYSTEM, "checkpoint %s: fork: %s", path, strerror(e));
+  }
+  if (pid == 0) { /* the child: check, report, _exit (no atexit handlers) */
+    close(fds[0]);
+    void *ctx = NULL;
+    const refit_status_t cst = refit_h5_open_here(cfg, cat, 1, &ctx);
+    if (cst == REFIT_OK) {
+      refit_h5_source_close(ctx);
+      _exit(0);
+    }
+    const unsigned char code = (unsigned char)cst; /* first byte: the status */
+    if (write(fds[1], &code, 1) != 1)
+      _exit(REFIT_H5_PROBE_REFUSED);
+    const char *msg = refit_last_error();
+    size_t left = strlen(msg);
+    while (left > 0) {
+      const ssize_t w = write(fds[1], msg, left);
+      if (w <= 0)
+        break;
+      msg += w;
+      left -= (size_t)w;
+    }
+    _exit(REFIT_H5_PROBE_REFUSED);
+  }
+  close(fds[1]);
+  char msg[2048];
+  size_t got = 0;
+  int timed_out = 0;
+  const time_t deadline = time(NULL) + REFIT_H5_PROBE_SECONDS;
+  for (;;) {
+    struct pollfd p = {.fd = fds[0], .events = POLLIN};
+    const time_t now = time(NULL);
+    if (now >= deadline) {
+      timed_out = 1;
+      break;
+    }
+    const int r = poll(&p, 1, (int)(deadline - now) * 1000);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      timed_out = r == 0;
+      break;
+    }
+    char buf[512];
+    const ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break; /* end of file: the child is done */
+    const size_t take = (size_t)n < sizeof(msg) - 1 - got ? (size_t)n : sizeof(msg) - 1 - got;
+    memcpy(msg + got, buf, take);
+    got += take;
+  }
+  msg[got] = '\0';
+  close(fds[0]);
+  if (timed_out)
+    kill(pid, SIGKILL);
+  int wst = 0;
+  while (waitpid(pid, &wst, 0) < 0) {
+    if (errno != EINTR)
+      return REFIT_ERR(REFIT_ERR_SYSTEM, "checkpoint %s: waitpid: %s", path,
+                       strerror(errno));
+  }
+  if (timed_out)
+    return REFIT_ERR(REFIT_ERR_HDF5,
+                     "checkpoint %s: the HDF5 library did not finish reading its "
+                     "metadata in %d s; the file is damaged (rewrite the checkpoint)",
+                     path, REFIT_H5_PROBE_SECONDS);
+  if (WIFEXITED(wst) && WEXITSTATUS(wst) == 0)
+    return REFIT_OK;
+  if (WIFEXITED(wst) && WEXITSTATUS(wst) == REFIT_H5_PROBE_REFUSED && got > 1 &&
+      (unsigned char)msg[0] < REFIT_STATUS_COUNT && msg[0] != REFIT_OK)
+    return REFIT_ERR((refit_status_t)(unsigned char)msg[0], "%s", msg + 1);
+  char how[64];
+  if (WIFSIGNALED(wst))
+    snprintf(how, sizeof(how), "died of signal %d (%s)", WTERMSIG(wst),
+             strsignal(WTERMSIG(wst)));
+  else
+    snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(wst));
+  return REFIT_ERR(REFIT_ERR_HDF5,
+                   "checkpoint %s: the HDF5 library %s reading its metadata (in a "
+                   "checking process; this rank is unharmed): the file is damaged "
+                   "or not written by HDF5; rewrite the checkpoint",
+                   path, how);
+}
+
+static refit_status_t refit_h5_source_open(const refit_config_t *cfg,
+                                           const refit_catalog_t *cat,
+                                           void **ctx) {
+  REFIT_CHECK(refit_h5_probe(cfg, cat));
+  return refit_h5_open_here(cfg, cat, 0, ctx);
 }
 
 static refit_status_t refit_h5_source_read(void *ctx, const refit_src_tensor_t *t,
