@@ -76,6 +76,17 @@ def _dtype_ok(actual, expected):
     return actual == expected
 
 
+def engine_form(d, expected_dtype):
+    """The dtype a generator registration is checked as: its own when it is
+    the other precision's form of the expected one (bfloat16 for an e4m3
+    weight, e4m3 for a bfloat16 one), which refit_tensor_register judges."""
+    if expected_dtype == "float8_e4m3fn" and d.dtype in ("bfloat16", "bfloat16(uint16)"):
+        return "bfloat16"
+    if expected_dtype == "bfloat16" and d.dtype in ("uint8", "float8_e4m3fn"):
+        return "float8_e4m3fn"
+    return expected_dtype
+
+
 def where_text(device):
     if device is None:
         return "a device refit does not use"

@@ -1839,6 +1839,40 @@ static void refit_config_check_mxfp8(refit_config_ctx_t *c) {
   refit_catalog_destroy(cat);
 }
 
+refit_status_t refit_config_check_quantizable(const refit_config_t *cfg,
+                                              const refit_catalog_t *cat,
+                                              const refit_gen_tensor_t *g) {
+  refit_config_ctx_t *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "refit_config_check_quantizable");
+  c->filename = "";
+  c->cfg = *cfg;
+  if (g->kind == REFIT_GEN_PLAIN)
+    refit_config_problem(c, (refit_config_pos_t){0, 0},
+                         "%s: refit keeps it in bfloat16 (vLLM builds it without a "
+                         "quantization method: an embedding, a norm, lm_head or the "
+                         "MoE router)",
+                         g->name);
+  else if (refit_config_check_kdim(c, cat, g) && g->kind != REFIT_GEN_LINEAR)
+    refit_config_check_moe_layout(c, g);
+  refit_status_t st = REFIT_OK;
+  if (c->oom) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "refit_config_check_quantizable");
+  } else if (c->nproblems > 0) {
+    char text[2048];
+    size_t used = 0;
+    for (size_t i = 0; i < c->nproblems && used < sizeof(text); i++)
+      used += (size_t)snprintf(text + used, sizeof(text) - used, "%s%s",
+                               i ? "; " : "", c->problems[i].text);
+    st = REFIT_ERR(REFIT_ERR_CONFIG, "%s", text);
+  }
+  for (size_t i = 0; i < c->nproblems; i++)
+    free(c->problems[i].text);
+  free(c->problems);
+  free(c);
+  return st;
+}
+
 /* ---- The refit section ----------------------------------------------------
  */
 

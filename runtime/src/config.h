@@ -207,6 +207,15 @@ refit_status_t refit_config_format(const refit_config_t *cfg, char **out);
  * to match under mxfp8. */
 int refit_config_quantizes(const refit_config_t *cfg, const refit_gen_tensor_t *g);
 
+/* Can generator tensor `g` be quantized to MXFP8 under `cfg` (its kind, the
+ * block along K, trainer shards along K, the backends' own shape rules)? The
+ * same rules refit_config_parse() applies to the tensors the config
+ * quantizes, for a tensor the engine asks to quantize (it registered an
+ * e4m3 weight). Errors: REFIT_ERR_CONFIG naming the tensor and each rule. */
+refit_status_t refit_config_check_quantizable(const refit_config_t *cfg,
+                                              const refit_catalog_t *cat,
+                                              const refit_gen_tensor_t *g);
+
 /* Set every catalog tensor's `quantized` flag from the config: before
  * planning, as the wire format depends on it. */
 void refit_config_mark_quantized(const refit_config_t *cfg, refit_catalog_t *cat);

@@ -1,6 +1,7 @@
 #include "session.h"
 
 #include "fault.h"
+#include "precision.h"
 
 #include "core/digest.h"
 #include "core/hash.h"
@@ -152,15 +153,13 @@ static refit_status_t refit_session_config(refit_session_t *s, const char *path)
   return REFIT_OK;
 }
 
-static refit_status_t refit_session_plan(refit_session_t *s) {
+/* Plan from the catalog's quantized flags (collective: st is this rank's
+ * outcome so far), compare hashes, index this rank's messages. */
+static refit_status_t refit_session_make_plan(refit_session_t *s, refit_status_t st) {
   refit_plan_options_t opt;
   refit_config_plan_options(&s->cfg, &opt);
-  refit_status_t st = refit_catalog_create(&s->cfg.model, &s->cfg.trainer,
-                                           &s->cfg.generator, &s->cat);
-  if (st == REFIT_OK) {
-    refit_config_mark_quantized(&s->cfg, s->cat);
+  if (st == REFIT_OK)
     st = refit_plan_create(s->cat, &opt, &s->plan);
-  }
   REFIT_CHECK(refit_session_agree(s, st, "planning"));
 
   int same = 0;
@@ -188,6 +187,19 @@ static refit_status_t refit_session_plan(refit_session_t *s) {
   }
   s->my_begin[p->nbuckets] = n;
   return REFIT_OK;
+}
+
+static refit_status_t refit_session_plan(refit_session_t *s) {
+  refit_status_t st = refit_catalog_create(&s->cfg.model, &s->cfg.trainer,
+                                           &s->cfg.generator, &s->cat);
+  if (st == REFIT_OK) {
+    refit_config_mark_quantized(&s->cfg, s->cat);
+    const int64_t n = s->cat->gen_begin[s->cat->generator.tp];
+    s->form_votes = calloc((size_t)(2 * n + 2), 1);
+    if (s->form_votes == NULL)
+      st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "form votes of %lld tensors", (long long)n);
+  }
+  return refit_session_make_plan(s, st);
 }
 
 /* Rows [row0, +rows) x cols [col0, +cols) of Hugging Face tensor `hf` of
@@ -515,6 +527,44 @@ static refit_status_t refit_session_pairs(const refit_session_t *s, int **out,
   return REFIT_OK;
 }
 
+/* Open the transport between the plan's (sender, receiver) pairs
+ * (collective). */
+static refit_status_t refit_session_open_transport(refit_session_t *s) {
+  int *pairs = NULL, npairs = 0;
+  refit_status_t st = refit_session_pairs(s, &pairs, &npairs);
+  refit_transport_args_t args = {.world = s->world,
+                                 .world_rank = s->rank,
+                                 .world_size = s->size,
+                                 .timeout_s = s->cfg.refit.timeout_s,
+                                 .memory = refit_mem_on_device(s->mem) ? REFIT_MEMORY_DEVICE
+                                                                       : REFIT_MEMORY_HOST,
+                                 .pairs = pairs,
+                                 .npairs = npairs,
+                                 .locality = s->cfg.refit.locality};
+  if (st == REFIT_OK)
+    st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
+  free(pairs);
+  return refit_session_agree(s, st, "opening the transport");
+}
+
+/* Transports that write into their peers' memory learn the staging areas
+ * once (collective: every rank registers the same number of times); st is
+ * this rank's outcome so far. */
+static refit_status_t refit_session_register_staging(refit_session_t *s,
+                                                     refit_status_t st) {
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT && st == REFIT_OK; i++)
+    st = refit_transport_register(&s->transport, s->is_trainer ? NULL : s->buffer[i],
+                                  s->is_trainer ? 0 : (size_t)s->plan->staging[s->role_rank]);
+  REFIT_CHECK(refit_session_agree(s, st, "registering staging"));
+  if (!s->cfg.refit.keep_staging && s->transport.ops->register_buffer != NULL)
+    return REFIT_ERR(REFIT_ERR_CONFIG,
+                     "refit.keep_staging: false cannot be used with the %s transport, "
+                     "which registers staging buffers with its peers once; use "
+                     "refit.transport: nccl (or keep_staging: true)",
+                     s->transport.ops->name);
+  return REFIT_OK;
+}
+
 refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
                                     refit_session_t **out) {
   refit_status_t st;
@@ -619,22 +669,7 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
     st = refit_mem_create(all_device, &s->mem);
   REFIT_CHECK_GOTO(refit_session_agree(s, st, "choosing memory"), st, err);
 
-  int *pairs = NULL, npairs = 0;
-  st = refit_session_pairs(s, &pairs, &npairs);
-  refit_transport_args_t args = {.world = s->world,
-                                 .world_rank = s->rank,
-                                 .world_size = s->size,
-                                 .timeout_s = s->cfg.refit.timeout_s,
-                                 .memory = all_device ? REFIT_MEMORY_DEVICE
-                                                      : REFIT_MEMORY_HOST,
-                                 .pairs = pairs,
-                                 .npairs = npairs,
-                                 .locality = s->cfg.refit.locality};
-  if (st == REFIT_OK)
-    st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
-  free(pairs);
-  REFIT_CHECK_GOTO(refit_session_agree(s, st, "opening the transport"), st,
-                   err);
+  REFIT_CHECK_GOTO(refit_session_open_transport(s), st, err);
   /* The source generators verify against, and trainers produce from: with
    * caller-owned weights, the configured reference (trainers produce
    * nothing). */
@@ -661,20 +696,7 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   if (st == REFIT_OK)
     st = refit_session_alloc_buffers(s);
   REFIT_CHECK_GOTO(refit_session_agree(s, st, "allocating memory"), st, err);
-  /* Transports that write into their peers' memory learn the staging areas
-   * once (collective: every rank registers the same number of times). */
-  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT && st == REFIT_OK; i++)
-    st = refit_transport_register(&s->transport, s->is_trainer ? NULL : s->buffer[i],
-                                  s->is_trainer ? 0 : (size_t)s->plan->staging[s->role_rank]);
-  REFIT_CHECK_GOTO(refit_session_agree(s, st, "registering staging"), st, err);
-  if (!s->cfg.refit.keep_staging && s->transport.ops->register_buffer != NULL) {
-    st = REFIT_ERR(REFIT_ERR_CONFIG,
-                   "refit.keep_staging: false cannot be used with the %s transport, "
-                   "which registers staging buffers with its peers once; use "
-                   "refit.transport: nccl (or keep_staging: true)",
-                   s->transport.ops->name);
-    goto err;
-  }
+  REFIT_CHECK_GOTO(refit_session_register_staging(s, st), st, err);
   s->state = REFIT_STATE_IDLE;
   *out = s;
   return REFIT_OK;
@@ -699,6 +721,7 @@ void refit_session_destroy(refit_session_t *s) {
   free(s->shard_part);
   free(s->shard_owned);
   refit_loader_destroy(s->loader);
+  free(s->regs);
   for (int i = 0; s->mem != NULL && i < REFIT_EXCHANGES_IN_FLIGHT; i++)
     if (s->buffer[i] != NULL)
       refit_mem_free(s->mem, s->buffer[i]);
@@ -725,6 +748,7 @@ void refit_session_destroy(refit_session_t *s) {
     return;
   free(s->header_buf);
   free(s->vote_buf);
+  free(s->form_votes);
   free(s);
 }
 
@@ -778,6 +802,43 @@ int refit_store_name_matches(const char *store, const char *name) {
          strcmp(store + head, at + strlen(nested)) == 0;
 }
 
+/* A generator registration before the first begin, kept with its form. */
+struct refit_registration {
+  refit_tensor_t t;
+  char name[REFIT_NAME_MAX + 8];
+  int form;    /* REFIT_FORM_* */
+  int64_t gen; /* catalog generator tensor */
+};
+
+static refit_status_t refit_session_keep_registration(refit_session_t *s,
+                                                      const refit_tensor_t *t, int form,
+                                                      int64_t gen) {
+  for (int64_t i = 0; i < s->nregs; i++)
+    if (s->regs[i].form != REFIT_FORM_PLANNED && strcmp(s->regs[i].name, t->name) == 0)
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "register: tensor '%s' registered twice on generator rank %d",
+                       t->name, s->role_rank);
+  if (strlen(t->name) >= sizeof(s->regs[0].name))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "register: generator rank %d holds no tensor '%s' (an unexpected "
+                     "tensor)", s->role_rank, t->name);
+  if (s->nregs == s->regs_cap) {
+    const int64_t cap = s->regs_cap ? 2 * s->regs_cap : 64;
+    struct refit_registration *r = realloc(s->regs, (size_t)cap * sizeof(*r));
+    if (r == NULL)
+      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "registrations");
+    s->regs = r;
+    s->regs_cap = cap;
+  }
+  struct refit_registration *r = &s->regs[s->nregs++];
+  r->t = *t;
+  snprintf(r->name, sizeof(r->name), "%s", t->name);
+  r->t.name = NULL; /* r->name, set when replayed (regs may move) */
+  r->form = form;
+  r->gen = gen;
+  return REFIT_OK;
+}
+
 refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *t) {
   const char *side = s->is_trainer ? "trainer" : "generator";
   const char *name = t->name;
@@ -823,6 +884,16 @@ refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *
     for (int64_t i = 0; i < s->nstores && index < 0; i++)
       if (refit_store_name_matches(s->stores[i].name, name))
         index = i;
+    /* The other precision's form of a runtime tensor: the engine decides
+     * (precision.h); checked against the stores it makes at the first begin. */
+    const refit_store_t *found = index >= 0 ? &s->stores[index] : NULL;
+    if (!s->replaying && !s->precision_settled && (found == NULL || (int)t->dtype != (int)found->dtype)) {
+      int64_t gen = -1;
+      const int form = refit_precision_form(&s->cfg, s->cat, s->stores, s->nstores, found,
+                                            t, &gen);
+      if (form != 0)
+        return refit_session_keep_registration(s, t, form, gen);
+    }
     if (index < 0)
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                        "register: generator rank %d holds no tensor '%s' (an "
@@ -848,12 +919,10 @@ refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *
     refit_register_problem(
         problems, sizeof(problems), &used, &n, "dtype: expected %s, got %s%s",
         refit_dtype_name(dtype), refit_dtype_name((refit_dtype_t)t->dtype),
-        s->is_trainer ? ""
-        : dtype == REFIT_DTYPE_BF16
-            ? " (refit keeps this module in bf16: it is not quantized under "
-              "refit.precision, or refit.quantization_ignore names it)"
-            : " (refit quantizes this module: add it to refit.quantization_ignore "
-              "to keep it in bf16)");
+        s->is_trainer || dtype != REFIT_DTYPE_BF16 ? ""
+        : s->cat->gen[s->stores[index].gen].kind == REFIT_GEN_PLAIN
+            ? " (vLLM keeps this tensor in bf16: it has no quantization method)"
+            : " (refit.precision is not mxfp8: nothing is quantized)");
   if (t->bytes != bytes)
     refit_register_problem(problems, sizeof(problems), &used, &n,
                            "bytes: expected %zu, got %zu", bytes, t->bytes);
@@ -869,6 +938,8 @@ refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *
                      side, s->role_rank, name, problems);
   if (!s->is_trainer) {
     refit_store_t *st = &s->stores[index];
+    if (!s->replaying)
+      REFIT_CHECK(refit_session_keep_registration(s, t, REFIT_FORM_PLANNED, st->gen));
     if (strcmp(st->name, name) != 0)
       snprintf(st->name, sizeof(st->name), "%s", name);
     st->data = t->data;
@@ -892,6 +963,75 @@ refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *
   s->shards[index] = t->data;
   s->nregistered++;
   return REFIT_OK;
+}
+
+/* The engine's forms changed which tensors are MXFP8: plan again, open the
+ * transport for the new pairs, make the generator's stores again and check
+ * every registration against them (collective, first begin). */
+static refit_status_t refit_session_replan(refit_session_t *s) {
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
+    refit_mem_free(s->mem, s->buffer[i]);
+    s->buffer[i] = NULL;
+  }
+  free(s->xfers);
+  free(s->my_begin);
+  free(s->my_msgs);
+  s->xfers = NULL;
+  s->my_begin = NULL;
+  s->my_msgs = NULL;
+  refit_plan_destroy(s->plan);
+  s->plan = NULL;
+  REFIT_CHECK(refit_session_make_plan(s, REFIT_OK));
+  refit_transport_close(&s->transport);
+  REFIT_CHECK(refit_session_open_transport(s));
+  refit_status_t st = REFIT_OK;
+  if (!s->is_trainer) {
+    refit_loader_destroy(s->loader);
+    s->loader = NULL;
+    s->stores = NULL;
+    s->nstores = 0;
+    st = refit_loader_create(s->cat, &s->cfg, s->mem, s->tp_rank, s->role_rank, s->plan,
+                             &s->loader);
+    if (st == REFIT_OK) {
+      s->stores = s->loader->stores;
+      s->nstores = s->loader->nstores;
+      s->nregistered = 0;
+      s->replaying = 1;
+      for (int64_t i = 0; i < s->nregs && st == REFIT_OK; i++) {
+        refit_tensor_t t = s->regs[i].t;
+        t.name = s->regs[i].name;
+        st = refit_session_register(s, &t);
+      }
+      s->replaying = 0;
+    }
+  }
+  REFIT_CHECK(refit_session_agree(s, st, "checking the engine's registrations"));
+  REFIT_CHECK(refit_session_agree(s, refit_session_alloc_buffers(s), "allocating memory"));
+  return refit_session_register_staging(s, REFIT_OK);
+}
+
+/* First begin, before anything is bound: every rank's registration forms
+ * decide which runtime tensors are MXFP8 (precision.h; collective). */
+static refit_status_t refit_session_settle_precision(refit_session_t *s) {
+  const int64_t n = s->cat->gen_begin[s->cat->generator.tp];
+  unsigned char *mine = s->form_votes, *all = s->form_votes + n + 1;
+  memset(mine, 0, (size_t)(2 * n + 2));
+  for (int64_t i = 0; i < s->nregs; i++)
+    mine[s->regs[i].gen] |= (unsigned char)s->regs[i].form;
+  MPI_Request req;
+  REFIT_CHECK(refit_session_startup_wait(
+      s, &req,
+      MPI_Iallreduce(mine, all, (int)n, MPI_UNSIGNED_CHAR, MPI_BOR, s->world, &req),
+      "first begin: the engines' registered precisions"));
+  int64_t to_bf16 = 0, to_mxfp8 = 0;
+  REFIT_CHECK(refit_precision_decide(&s->cfg, s->cat, all, &to_bf16, &to_mxfp8));
+  if (to_bf16 == 0 && to_mxfp8 == 0)
+    return REFIT_OK;
+  if (s->rank == 0)
+    REFIT_INFO("the engine registers %lld runtime tensor%s in bfloat16 and %lld in MXFP8 "
+               "where the config said otherwise; refit follows the engine and plans again",
+               (long long)to_bf16, to_bf16 == 1 ? "" : "s", (long long)to_mxfp8);
+  return refit_session_replan(s);
 }
 
 /* First refit: every tensor either registered by the caller or, when the
@@ -1043,6 +1183,18 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
                      "(state %d); commit or abort it first",
                      (unsigned long long)version, (int)s->state);
   const double t_acquire = MPI_Wtime();
+  /* Every rank's first begin, whether or not its memory is complete: the
+   * engines' forms are reduced once (collective). A failure after planning
+   * again leaves nothing consistent to refit with. */
+  st = REFIT_OK;
+  if (!s->precision_settled) {
+    s->precision_settled = 1;
+    st = refit_session_settle_precision(s);
+    if (st != REFIT_OK && st != REFIT_ERR_INVALID_ARGUMENT)
+      s->broken = 1;
+    if (st != REFIT_OK)
+      return st;
+  }
   if (!s->bound)
     st = refit_session_bind(s);
   else

@@ -73,6 +73,16 @@ typedef struct refit_session {
   refit_loader_t *loader;
   refit_store_t *stores;
   int64_t nstores;
+  /* Generator: every registration before the first begin, with its form
+   * (precision.h), checked again if the engine's forms re-plan the job. */
+  struct refit_registration *regs;
+  int64_t nregs, regs_cap;
+  int replaying;
+  int precision_settled; /* the first begin reduced the forms */
+  /* The forms' reduction at the first begin: mine, then everyone's (one
+   * byte per catalog generator tensor each); kept like the other
+   * collectives' buffers. */
+  unsigned char *form_votes;
 
   refit_mem_t *mem; /* host or this rank's GPU: shards, stores, buffers */
 

@@ -22,6 +22,14 @@ rule module shares code with refit's catalog or kernels.
 those weights, and generators also require refit's own verification against
 that file (refit_verify) to find no difference.
 
+--engine-ignore MODULES: the engine quantizes by its own list (comma
+separated, vLLM's ignored layers; "" for none) instead of the config's
+refit.quantization_ignore: generators register what vllm_rules.py says vLLM
+holds under that list (BF16 weights where the config quantizes, e4m3 weights
+and their scales where it does not), refit must follow them, and every byte
+is checked against that engine's rules. Also: a router registered as e4m3
+is refused by name (vLLM never quantizes it).
+
 --torch-cuda: every tensor is a torch CUDA tensor from PyTorch's caching
 allocator on the rank's GPU. Trainers write each version with a kernel on a
 stream of their own, queued behind a long GPU sleep, and call refit on that
@@ -178,10 +186,16 @@ def main():
     ap.add_argument("--move", action="store_true")
     ap.add_argument("--hdf5-reference")
     ap.add_argument("--torch-cuda", action="store_true")
+    ap.add_argument("--engine-ignore")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     with open(args.config) as f:
         cfg = yaml.safe_load(f)
+    engine_cfg = cfg  # what the engine holds: the config's rules, or its own list
+    if args.engine_ignore is not None:
+        engine_cfg = yaml.safe_load(yaml.safe_dump(cfg))
+        engine_cfg.setdefault("refit", {})["quantization_ignore"] = [
+            m for m in args.engine_ignore.split(",") if m]
     seed = comm.bcast(int.from_bytes(os.urandom(4), "little") if comm.rank == 0 else None)
     if comm.rank == 0:
         print("caller_refit: seed %d" % seed, flush=True)
@@ -220,6 +234,19 @@ def main():
             if tuple(a.shape) != tuple(n for n in expected[name][0] if a.ndim == 2 or n != 1):
                 fail("%s: Megatron shape %s, refit expects %s" % (name, a.shape, expected[name][0]))
         held = {name: mem.adopt(a) for name, a in mine.items()}
+    elif args.engine_ignore is not None:
+        tp_rank = (comm.rank - ntrainer) % gen_tp
+        for name, a in vllm_rules.runtime_tensors(engine_cfg, weights_of(1), tp_rank).items():
+            held[name] = mem.zeros(a.shape, vllm_rules.dtype_name(name, a))
+        if set(held) == set(expected):
+            fail("--engine-ignore %r: the engine holds what the config plans; the test "
+                 "would prove nothing" % args.engine_ignore)
+        router = [n for n in held if n.endswith(".mlp.gate.weight")]
+        if router:
+            expect_error("a router registered as e4m3",
+                         lambda: s.register(router[0], mem.zeros(held[router[0]].shape,
+                                                                 "float8_e4m3fn")),
+                         router[0], "dtype")
     else:
         for name, (shape, dtype) in expected.items():
             held[name] = mem.zeros(shape, dtype)
@@ -264,7 +291,7 @@ def main():
         if s.committed_version != version:
             fail("committed %d after refit %d" % (s.committed_version, version))
         if s.side == "generator":
-            want = vllm_rules.runtime_tensors(cfg, full, (comm.rank - ntrainer) % gen_tp)
+            want = vllm_rules.runtime_tensors(engine_cfg, full, (comm.rank - ntrainer) % gen_tp)
             if set(want) != set(held):
                 fail("vLLM holds %s; refit holds %s" % (sorted(set(want) - set(held))[:4],
                                                        sorted(set(held) - set(want))[:4]))
