@@ -202,7 +202,7 @@ static void copy_rows(const uint8_t *src, int64_t src_pitch, uint8_t *dst,
         (out) = (descs)[i_].cols;                                              \
   } while (0)
 
-refit_status_t refit_pack_rows(const refit_pack_desc_t *descs, int64_t n,
+refit_status_t refit_pack_rows(const refit_pack_desc_t *descs, int64_t n, uint64_t tag,
                                void *buf) {
   REFIT_CHECK(refit_pack_descs_check(descs, n));
   if (buf == NULL && n > 0)
@@ -228,14 +228,15 @@ refit_status_t refit_pack_rows(const refit_pack_desc_t *descs, int64_t n,
                        st, out);
     if (d->digest)
       put_le64(wire + d->rows * d->row_bytes,
-               refit_digest64(wire, (size_t)(d->rows * d->row_bytes)));
+               refit_digest64(wire, (size_t)(d->rows * d->row_bytes)) +
+                   refit_seal(d->seal_key, tag));
   }
 out:
   free(tmp);
   return st;
 }
 
-refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n,
+refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n, uint64_t tag,
                                const void *staging, int64_t *bad_chunk) {
   REFIT_CHECK(refit_land_descs_check(descs, n));
   if ((staging == NULL && n > 0) || bad_chunk == NULL)
@@ -257,7 +258,8 @@ refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n,
     /* Every chunk lands, a bad one too (datapath.h: the caller discards the
      * whole refit on a mismatch), as the CUDA twin does in its one pass. */
     if (d->digest && bad < 0 &&
-        refit_digest64(wire, (size_t)len) != get_le64(wire + len))
+        refit_digest64(wire, (size_t)len) + refit_seal(d->seal_key, tag) !=
+            get_le64(wire + len))
       bad = i;
     uint8_t *dst = d->dst;
     if (d->op == REFIT_CHUNK_COPY) {

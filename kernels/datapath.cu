@@ -29,11 +29,11 @@
  *             QUANTIZE at any alignment), else from a read of the wire bytes:
  *             for pack a second pass after the copy, for land extra tiles of
  *             the same kernel. Pack: a finalize kernel writes len*P1 + sum
- *             after the rows. Land reads the staging area once: every
- *             chunk lands, then a check kernel (a thread per descriptor)
- *             reports the smallest index whose sum does not match its
- *             trailer (kernels/datapath.h says why landing a bad chunk is
- *             harmless).
+ *             + the seal (key, tag) after the rows. Land reads the staging
+ *             area once: every chunk lands, then a check kernel (a thread
+ *             per descriptor) reports the smallest index whose sealed sum
+ *             does not match its trailer (kernels/datapath.h says why
+ *             landing a bad chunk is harmless).
  *
  * Kernel refit_dp_synth_kernel, refit_dp_compare_kernel: grid-stride loops,
  * 8 synthetic values (one 16-byte store) per thread; 16-byte compares.
@@ -704,7 +704,7 @@ __global__ void __launch_bounds__(kThreads, Plan::kMinBlocks)
 }
 
 __global__ void refit_dp_pack_finalize_kernel(const refit_pack_desc_t *descs,
-                                              int64_t n, uint8_t *buf,
+                                              int64_t n, uint64_t tag, uint8_t *buf,
                                               const unsigned long long *acc) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -712,7 +712,8 @@ __global__ void refit_dp_pack_finalize_kernel(const refit_pack_desc_t *descs,
     if (!d.digest || pack_job(d, buf).kind == kNone)
       continue;
     const int64_t len = d.rows * d.row_bytes;
-    const uint64_t v = static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i];
+    const uint64_t v = static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i] +
+                       refit_seal(d.seal_key, tag);
     uint8_t *p = buf + d.dst_offset + len;
     for (int b = 0; b < 8; b++)
       p[b] = static_cast<uint8_t>(v >> (8 * b));
@@ -721,7 +722,8 @@ __global__ void refit_dp_pack_finalize_kernel(const refit_pack_desc_t *descs,
 
 /* Land digests, after the land: compare each sum with the chunk's trailer. */
 __global__ void refit_dp_land_check_kernel(const refit_land_desc_t *descs,
-                                           int64_t n, const uint8_t *staging,
+                                           int64_t n, uint64_t tag,
+                                           const uint8_t *staging,
                                            const unsigned long long *acc,
                                            int64_t *bad) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -731,7 +733,7 @@ __global__ void refit_dp_land_check_kernel(const refit_land_desc_t *descs,
     if (!d.digest || land_jobs(d, staging, jobs) == 0)
       continue;
     const int64_t len = d.rows * d.row_bytes;
-    if (static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i] !=
+    if (static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i] + refit_seal(d.seal_key, tag) !=
         load_le64(staging + d.src_offset + len))
       report_bad(bad, i);
   }
@@ -965,7 +967,7 @@ __global__ void __launch_bounds__(kThreads)
 
 extern "C" refit_status_t
 refit_pack_rows_cuda(const refit_pack_desc_t *descs_device, int64_t n,
-                     void *buf, cudaStream_t stream) {
+                     uint64_t tag, void *buf, cudaStream_t stream) {
   const char *what = "pack";
   REFIT_CHECK(check_table(what, descs_device, n, buf));
   if (n == 0)
@@ -982,7 +984,7 @@ refit_pack_rows_cuda(const refit_pack_desc_t *descs_device, int64_t n,
                       "pack digest");
   if (st == REFIT_OK) {
     refit_dp_pack_finalize_kernel<<<static_cast<unsigned>(per_desc_blocks(n)),
-                                    kThreads, 0, stream>>>(descs_device, n,
+                                    kThreads, 0, stream>>>(descs_device, n, tag,
                                                            wire, acc);
     st = refit_cuda_launch_check("pack digest finalize");
   }
@@ -992,7 +994,7 @@ refit_pack_rows_cuda(const refit_pack_desc_t *descs_device, int64_t n,
 
 extern "C" refit_status_t
 refit_land_rows_cuda(const refit_land_desc_t *descs_device, int64_t n,
-                     const void *staging, int64_t *bad_chunk_device,
+                     uint64_t tag, const void *staging, int64_t *bad_chunk_device,
                      cudaStream_t stream) {
   const char *what = "land";
   REFIT_CHECK(check_table(what, descs_device, n, staging));
@@ -1010,7 +1012,7 @@ refit_land_rows_cuda(const refit_land_desc_t *descs_device, int64_t n,
     st = launch_tiles(LandPlan<kOtherJobs>{descs_device, wire, acc}, n, stream, what);
   if (st == REFIT_OK) {
     refit_dp_land_check_kernel<<<static_cast<unsigned>(per_desc_blocks(n)),
-                                 kThreads, 0, stream>>>(descs_device, n, wire,
+                                 kThreads, 0, stream>>>(descs_device, n, tag, wire,
                                                         acc, bad_chunk_device);
     st = refit_cuda_launch_check("land digest check");
   }

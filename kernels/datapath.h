@@ -39,7 +39,8 @@ typedef enum {
  *             row r = cols e4m3 bytes then cols/32 scale bytes (row_bytes =
  *             cols + cols/32), exactly refit_mxfp8_quantize_rows' bytes.
  * The wire rows start at dst_offset in the buffer; with `digest` set the
- * digest of the rows (rows * row_bytes bytes) is written right after them.
+ * digest of the rows (rows * row_bytes bytes), sealed with seal_key and the
+ * call's tag, is written right after them.
  */
 typedef struct {
   const void *src;
@@ -47,7 +48,8 @@ typedef struct {
   int64_t dst_offset;
   int64_t rows, cols, row_bytes;
   int32_t op;     /* REFIT_CHUNK_COPY or REFIT_CHUNK_QUANTIZE */
-  int32_t digest; /* 1: write the 8-byte digest after the rows */
+  int32_t digest; /* 1: write the 8-byte sealed digest after the rows */
+  uint64_t seal_key; /* refit_seal_key of the chunk */
 } refit_pack_desc_t;
 
 /*
@@ -56,8 +58,9 @@ typedef struct {
  *   QUANTIZE: wire row r is `cols` BF16 -> e4m3 at dst + r * dst_pitch and
  *             cols/32 scales at scale + r * scale_pitch.
  *   SPLIT:    wire row r is cols e4m3 + cols/32 scales -> the same places.
- * With `digest` set the digest of the wire rows is checked against the 8
- * bytes that follow them, computed from the bytes read while landing them. A
+ * With `digest` set the digest of the wire rows, sealed with seal_key and the
+ * call's tag, is checked against the 8 bytes that follow them, computed from
+ * the bytes read while landing them (a chunk of another refit fails too). A
  * mismatch is reported (see refit_land_rows), and the chunk lands all the same.
  *
  * Why a bad chunk lands: the runtime discards the whole refit on any bad
@@ -78,6 +81,7 @@ typedef struct {
   int64_t scale_pitch;
   int32_t op;
   int32_t digest;
+  uint64_t seal_key; /* refit_seal_key of the chunk */
 } refit_land_desc_t;
 
 /*
@@ -92,8 +96,9 @@ typedef struct {
 refit_status_t refit_pack_descs_check(const refit_pack_desc_t *descs, int64_t n);
 refit_status_t refit_land_descs_check(const refit_land_desc_t *descs, int64_t n);
 
-/* Host reference of pack: all `n` descriptors into `buf`. */
-refit_status_t refit_pack_rows(const refit_pack_desc_t *descs, int64_t n,
+/* Host reference of pack: all `n` descriptors into `buf`, digests sealed
+ * with `tag` (refit_seal_tag of the refit). */
+refit_status_t refit_pack_rows(const refit_pack_desc_t *descs, int64_t n, uint64_t tag,
                                void *buf);
 
 /* Host reference of land. Every descriptor lands, those whose digest did not
@@ -101,7 +106,7 @@ refit_status_t refit_pack_rows(const refit_pack_desc_t *descs, int64_t n,
  * of them, or -1. The call still returns REFIT_OK then (the caller knows the
  * chunk's tensor, reports it as REFIT_ERR_INTEGRITY and discards the refit).
  * Errors: a bad table (refit_land_descs_check); outputs untouched then. */
-refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n,
+refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n, uint64_t tag,
                                const void *staging, int64_t *bad_chunk);
 
 /*

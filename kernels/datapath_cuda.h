@@ -40,7 +40,8 @@ extern "C" {
 
 /* refit_pack_rows on the device: n descriptors at descs_device into buf. */
 refit_status_t refit_pack_rows_cuda(const refit_pack_desc_t *descs_device,
-                                    int64_t n, void *buf, cudaStream_t stream);
+                                    int64_t n, uint64_t tag, void *buf,
+                                    cudaStream_t stream);
 
 /*
  * refit_land_rows on the device, in one pass over the staging area: every
@@ -51,7 +52,7 @@ refit_status_t refit_pack_rows_cuda(const refit_pack_desc_t *descs_device,
  * caller discards the refit: see refit_land_desc_t in kernels/datapath.h).
  */
 refit_status_t refit_land_rows_cuda(const refit_land_desc_t *descs_device,
-                                    int64_t n, const void *staging,
+                                    int64_t n, uint64_t tag, const void *staging,
                                     int64_t *bad_chunk_device,
                                     cudaStream_t stream);
 

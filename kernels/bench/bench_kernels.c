@@ -216,9 +216,9 @@ static void bench_datapath(cudaEvent_t e0, cudaEvent_t e1, int greps) {
     }
     cudaMemcpy(dpd, dp, sizeof(dp), cudaMemcpyHostToDevice);
     cudaMemcpy(dld, dl, sizeof(dl), cudaMemcpyHostToDevice);
-    check(refit_pack_rows(hp, N, hwire), "pack");
-    check(refit_land_rows(hl, N, hwire, &bad), "land");
-    GPU_TIME(check(refit_pack_rows_cuda(dpd, N, dwire, 0), "pack cuda"));
+    check(refit_pack_rows(hp, N, 0, hwire), "pack");
+    check(refit_land_rows(hl, N, 0, hwire, &bad), "land");
+    GPU_TIME(check(refit_pack_rows_cuda(dpd, N, 0, dwire, 0), "pack cuda"));
     int64_t wrong = 0;
     for (int64_t i = 0; i < N; i++)
       wrong += ddiff(dwire + hp[i].dst_offset, hwire + hp[i].dst_offset, chunk + 8 * digest);
@@ -228,7 +228,7 @@ static void bench_datapath(cudaEvent_t e0, cudaEvent_t e1, int greps) {
     row(names[variant][0], 2 * bytes, bms * 1e-3, wrong);
     bad = -1;
     cudaMemcpy(dbad, &bad, sizeof(bad), cudaMemcpyHostToDevice);
-    GPU_TIME(check(refit_land_rows_cuda(dld, N, dwire, dbad, 0), "land cuda"));
+    GPU_TIME(check(refit_land_rows_cuda(dld, N, 0, dwire, dbad, 0), "land cuda"));
     cudaMemcpy(&bad, dbad, sizeof(bad), cudaMemcpyDeviceToHost);
     row(names[variant][1], 2 * bytes, bms * 1e-3, ddiff(ddst, hdst, bytes) + (bad != -1));
   }
@@ -262,12 +262,12 @@ static void bench_datapath(cudaEvent_t e0, cudaEvent_t e1, int greps) {
   }
   cudaMemcpy(dpd, dp, sizeof(dp), cudaMemcpyHostToDevice);
   cudaMemcpy(dld, dl, sizeof(dl), cudaMemcpyHostToDevice);
-  check(refit_pack_rows(hp, NQ, qw), "pack quantize");
-  check(refit_land_rows(hl, NQ, qw, &bad), "land split");
-  GPU_TIME(check(refit_pack_rows_cuda(dpd, NQ, dqw, 0), "pack quantize cuda"));
+  check(refit_pack_rows(hp, NQ, 0, qw), "pack quantize");
+  check(refit_land_rows(hl, NQ, 0, qw, &bad), "land split");
+  GPU_TIME(check(refit_pack_rows_cuda(dpd, NQ, 0, dqw, 0), "pack quantize cuda"));
   row("CUDA pack QUANTIZE, 40 w13 experts", in_bytes + wbytes, bms * 1e-3,
       ddiff(dqw, qw, wbytes));
-  GPU_TIME(check(refit_land_rows_cuda(dld, NQ, dqw, dbad, 0), "land split cuda"));
+  GPU_TIME(check(refit_land_rows_cuda(dld, NQ, 0, dqw, dbad, 0), "land split cuda"));
   row("CUDA land SPLIT, 40 w13 experts", 2 * wbytes, bms * 1e-3,
       ddiff(dq, hq, NQ * qrows * cols) + ddiff(dsc, hsc, NQ * qrows * cols / 32));
   /* Land QUANTIZE (BF16 on the wire, quantized on the generator), without
@@ -288,7 +288,7 @@ static void bench_datapath(cudaEvent_t e0, cudaEvent_t e1, int greps) {
                                   .scale_pitch = cols / 32, .op = REFIT_CHUNK_QUANTIZE};
     }
     cudaMemcpy(dpd, bp, sizeof(bp), cudaMemcpyHostToDevice);
-    check(refit_pack_rows_cuda(dpd, NQ, bwire, 0), "pack bf16 cuda");
+    check(refit_pack_rows_cuda(dpd, NQ, 0, bwire, 0), "pack bf16 cuda");
     cudaDeviceSynchronize();
     for (int digest = 0; digest < 2; digest++) {
       for (int64_t i = 0; i < NQ; i++)
@@ -297,7 +297,7 @@ static void bench_datapath(cudaEvent_t e0, cudaEvent_t e1, int greps) {
       cudaMemset(dq, 0xEE, (size_t)(NQ * qrows * cols));
       bad = -1;
       cudaMemcpy(dbad, &bad, sizeof(bad), cudaMemcpyHostToDevice);
-      GPU_TIME(check(refit_land_rows_cuda(dld, NQ, bwire, dbad, 0), "land quantize cuda"));
+      GPU_TIME(check(refit_land_rows_cuda(dld, NQ, 0, bwire, dbad, 0), "land quantize cuda"));
       cudaMemcpy(&bad, dbad, sizeof(bad), cudaMemcpyDeviceToHost);
       row(digest ? "CUDA land QUANTIZE + digest check, 40 w13" : "CUDA land QUANTIZE, 40 w13",
           in_bytes + NQ * qrows * (cols + cols / 32), bms * 1e-3,

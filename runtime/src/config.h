@@ -82,7 +82,9 @@ typedef enum {
   REFIT_FAULT_TRUNCATE = 4,  /* send fewer bytes than announced */
   REFIT_FAULT_DROP = 5,      /* lose a message */
   REFIT_FAULT_DUPLICATE = 6, /* deliver a message twice */
-  REFIT_FAULT_ERROR = 7      /* the phase returns an error */
+  REFIT_FAULT_ERROR = 7,     /* the phase returns an error */
+  REFIT_FAULT_STALE = 8      /* a trainer sends a bucket sealed as the
+                                previous refit's (transfer phase) */
 } refit_fault_action_t;
 
 #define REFIT_PATH_MAX 1024

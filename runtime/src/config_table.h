@@ -187,7 +187,7 @@
   X(REFIT_FAULT_RANK, "refit.fault", "rank", INT, refit.fault.rank, NULL, 0,   \
     INT_MAX, "", REFIT_CONFIG_REQUIRED, "world rank that injects the fault")   \
   X(REFIT_FAULT_ACTION, "refit.fault", "action", ENUM, refit.fault.action,     \
-    NULL, 0, 0, "kill|exit|stall|bitflip|truncate|drop|duplicate|error",       \
+    NULL, 0, 0, "kill|exit|stall|bitflip|truncate|drop|duplicate|error|stale", \
     REFIT_CONFIG_REQUIRED, "what the fault does")                              \
   X(REFIT_FAULT_AT, "refit.fault", "at", DOUBLE, refit.fault.at, "0.5", 0, 1,  \
     "", REFIT_CONFIG_MIN_INCLUSIVE, "fraction of the phase's bytes")           \

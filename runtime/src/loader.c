@@ -195,6 +195,8 @@ static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
     d->cols = ch->cols;
     d->row_bytes = ch->row_bytes;
     d->digest = l->trailer > 0;
+    d->seal_key = refit_seal_key(l->run_id, ch->bucket, ch->src_tensor, ch->src_row,
+                                 ch->src_col);
     if (g->quantized) {
       const int64_t kb = g->cols / 32;
       uint8_t *q = l->arena + l->arena_off[i];
@@ -429,8 +431,32 @@ static refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
                                 w[1].target);
 }
 
+/* The refit chunk k's trailer was sealed for, read back from staging; 0
+ * when it is none (its rows were damaged: the tag decodes to no refit that
+ * can precede this one). */
+static uint64_t refit_loader_sealed_tag(refit_loader_t *l, int64_t k,
+                                        const unsigned char *staging, uint64_t tag) {
+  const refit_land_desc_t *d = &((const refit_land_desc_t *)l->land.host)[k];
+  const size_t len = (size_t)(d->rows * d->row_bytes);
+  unsigned char *rows = malloc(len + 8);
+  if (rows == NULL ||
+      refit_mem_to_host(l->mem, rows, staging + d->src_offset, len + 8) != REFIT_OK) {
+    free(rows);
+    return 0;
+  }
+  uint64_t trailer = 0;
+  for (int i = 7; i >= 0; i--)
+    trailer = trailer << 8 | rows[len + (size_t)i];
+  const uint64_t sent = refit_seal_untag(trailer, refit_digest64(rows, len), d->seal_key);
+  free(rows);
+  /* An earlier refit: an older version, or the same one at an earlier attempt. */
+  const int older = (sent >> 24) < (tag >> 24) ||
+                    ((sent >> 24) == (tag >> 24) && (sent & 0xFFFFFFu) < (tag & 0xFFFFFFu));
+  return sent != tag && older && (sent >> 24) > 0 ? sent : 0;
+}
+
 refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
-                                        unsigned char *staging,
+                                        unsigned char *staging, uint64_t tag,
                                         refit_land_fault_t fault) {
   int64_t first = l->land_begin[b], end = l->land_begin[b + 1], runs = 0, bad = -1;
   if (first == end)
@@ -461,10 +487,10 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
   for (int64_t k = first; k < end; k++) {
     if (!l->desc_completes[k] && k + 1 < end)
       continue;
-    REFIT_CHECK(refit_mem_land_run(l->mem, &l->land, start, k + 1 - start, staging,
+    REFIT_CHECK(refit_mem_land_run(l->mem, &l->land, start, k + 1 - start, tag, staging,
                                    runs++));
     if (fault == REFIT_LAND_DUPLICATE_ONE && start == first) {
-      REFIT_CHECK(refit_mem_land_run(l->mem, &l->land, first, 1, staging, runs++));
+      REFIT_CHECK(refit_mem_land_run(l->mem, &l->land, first, 1, tag, staging, runs++));
       REFIT_CHECK(refit_loader_account(l, first));
     }
     for (int64_t j = start; j <= k; j++)
@@ -474,6 +500,21 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
   REFIT_CHECK(refit_mem_land_collect(l->mem, runs, &bad));
   if (bad >= 0) {
     const refit_chunk_t *ch = &l->plan->chunks[l->desc_chunk[bad]];
+    const uint64_t sent = refit_loader_sealed_tag(l, bad, staging, tag);
+    if (sent != 0)
+      return REFIT_ERR(REFIT_ERR_INTEGRITY,
+                       "stale chunk in tensor %s (rows %lld..%lld, cols %lld..%lld) "
+                       "from trainer rank %d to generator rank %d: it was sent by the "
+                       "refit of version %llu (attempt %llu), this is the refit of "
+                       "version %llu (attempt %llu); a message of an earlier refit "
+                       "arrived, the refit is discarded",
+                       l->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
+                       (long long)(ch->dst_row + ch->rows - 1), (long long)ch->dst_col,
+                       (long long)(ch->dst_col + ch->cols - 1), ch->src_rank,
+                       l->generator_rank, (unsigned long long)(sent >> 24),
+                       (unsigned long long)(sent & 0xFFFFFFu),
+                       (unsigned long long)(tag >> 24),
+                       (unsigned long long)(tag & 0xFFFFFFu));
     return REFIT_ERR(REFIT_ERR_INTEGRITY,
                      "digest mismatch in tensor %s (rows %lld..%lld, cols "
                      "%lld..%lld) sent by trainer rank %d to generator rank %d",

@@ -72,6 +72,7 @@ typedef struct {
   int64_t *store_of; /* tensor i -> its weight store; the scale follows */
   refit_wire_t wire;
   int32_t trailer; /* digest bytes after each chunk (0: none) */
+  uint64_t run_id; /* the job's, in every chunk's seal (set before allocate) */
 
   /* Canonical MXFP8 assembly: tensor i, while incomplete, has q [rows, K]
    * then linear scales [rows, K/32] at arena + arena_off[i]. Offsets come
@@ -132,11 +133,13 @@ typedef enum {
 
 
 /* Land bucket b from `staging` (the bucket's area), checking each chunk's
- * digest first when the plan carries digests; completes the layout of every
- * quantized tensor whose last piece arrived. Returns when the bucket's work
- * is done, so the staging area may be reused. */
+ * digest, sealed with `tag` (refit_seal_tag of this refit), when the plan
+ * carries digests; completes the layout of every quantized tensor whose last
+ * piece arrived. Returns when the bucket's work is done, so the staging area
+ * may be reused. A chunk whose rows are intact but whose seal is another
+ * refit's is REFIT_ERR_INTEGRITY naming that refit's version and attempt. */
 refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
-                                        unsigned char *staging,
+                                        unsigned char *staging, uint64_t tag,
                                         refit_land_fault_t fault);
 
 /* Give up the refit in progress. Returns 1 when runtime storage holds the

@@ -279,16 +279,16 @@ void refit_mem_table_free(refit_mem_t *m, refit_mem_table_t *t) {
 }
 
 refit_status_t refit_mem_pack(refit_mem_t *m, const refit_mem_table_t *t,
-                              int64_t first, int64_t n, void *buf) {
+                              int64_t first, int64_t n, uint64_t tag, void *buf) {
   if (n == 0)
     return REFIT_OK;
 #ifdef REFIT_HAVE_CUDA
   if (m->device)
-    return refit_pack_rows_cuda((const refit_pack_desc_t *)t->device + first, n,
+    return refit_pack_rows_cuda((const refit_pack_desc_t *)t->device + first, n, tag,
                                 buf, m->stream);
 #endif
   (void)m;
-  return refit_pack_rows((const refit_pack_desc_t *)t->host + first, n, buf);
+  return refit_pack_rows((const refit_pack_desc_t *)t->host + first, n, tag, buf);
 }
 
 refit_status_t refit_mem_land_reserve(refit_mem_t *m, int64_t runs) {
@@ -315,8 +315,8 @@ refit_status_t refit_mem_land_reserve(refit_mem_t *m, int64_t runs) {
 }
 
 refit_status_t refit_mem_land_run(refit_mem_t *m, const refit_mem_table_t *t,
-                                  int64_t first, int64_t n, const void *staging,
-                                  int64_t run) {
+                                  int64_t first, int64_t n, uint64_t tag,
+                                  const void *staging, int64_t run) {
   if (run >= m->runs_cap)
     return REFIT_ERR(REFIT_ERR_INTERNAL, "land run %lld beyond the %lld reserved",
                      (long long)run, (long long)m->runs_cap);
@@ -328,11 +328,11 @@ refit_status_t refit_mem_land_run(refit_mem_t *m, const refit_mem_table_t *t,
   if (m->device) {
     REFIT_CHECK(refit_device_memcpy_async(m->run_bad_device + run, &m->run_bad[run],
                                           sizeof(int64_t), m->stream));
-    return refit_land_rows_cuda((const refit_land_desc_t *)t->device + first, n,
+    return refit_land_rows_cuda((const refit_land_desc_t *)t->device + first, n, tag,
                                 staging, m->run_bad_device + run, m->stream);
   }
 #endif
-  return refit_land_rows((const refit_land_desc_t *)t->host + first, n, staging,
+  return refit_land_rows((const refit_land_desc_t *)t->host + first, n, tag, staging,
                          &m->run_bad[run]);
 }
 

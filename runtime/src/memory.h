@@ -85,20 +85,21 @@ void refit_mem_table_free(refit_mem_t *m, refit_mem_table_t *t);
 refit_status_t refit_mem_table_refresh(refit_mem_t *m, refit_mem_table_t *t,
                                        size_t elem_bytes);
 
-/* Pack descriptors [first, first + n) of `t` into `buf`. */
+/* Pack descriptors [first, first + n) of `t` into `buf`, digests sealed
+ * with `tag` (core/digest.h). */
 refit_status_t refit_mem_pack(refit_mem_t *m, const refit_mem_table_t *t,
-                              int64_t first, int64_t n, void *buf);
+                              int64_t first, int64_t n, uint64_t tag, void *buf);
 
 /*
  * Landing a bucket as several runs of descriptors without waiting between
- * them: reserve room for `runs` results once, queue each run with its index,
- * then collect: *bad_chunk is the table index of the first chunk (in run
- * order) whose digest failed, or -1. Collect waits for the queued work.
+ * them: reserve room for `runs` results once, queue each run with its index
+ * (digests checked sealed with `tag`), then collect: *bad_chunk is the table
+ * index of the first chunk (in run order) whose digest failed, or -1. Collect waits for the queued work.
  */
 refit_status_t refit_mem_land_reserve(refit_mem_t *m, int64_t runs);
 refit_status_t refit_mem_land_run(refit_mem_t *m, const refit_mem_table_t *t,
-                                  int64_t first, int64_t n, const void *staging,
-                                  int64_t run);
+                                  int64_t first, int64_t n, uint64_t tag,
+                                  const void *staging, int64_t run);
 refit_status_t refit_mem_land_collect(refit_mem_t *m, int64_t runs,
                                       int64_t *bad_chunk);
 

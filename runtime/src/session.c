@@ -354,6 +354,8 @@ static refit_status_t refit_trainer_tables(refit_session_t *s) {
          * the trainer equals quantizing the whole tensor. */
         d[j].op = refit_trainer_chunk_op(s, ch);
         d[j].digest = p->options.chunk_trailer > 0;
+        d[j].seal_key = refit_seal_key(s->run_id, b, ch->src_tensor, ch->src_row,
+                                       ch->src_col);
         j++;
       }
       used += m->bytes;
@@ -403,7 +405,8 @@ static refit_status_t refit_trainer_pack(refit_session_t *s, int32_t b,
     (*nxfers)++;
   }
   REFIT_CHECK(refit_mem_pack(s->mem, &s->pack, s->pack_begin[b],
-                             s->pack_begin[b + 1] - s->pack_begin[b], buf));
+                             s->pack_begin[b + 1] - s->pack_begin[b],
+                             refit_seal_tag(s->pending, s->attempt), buf));
   return wait_done ? refit_mem_sync(s->mem) : REFIT_OK;
 }
 
@@ -689,6 +692,7 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
     st = refit_loader_create(s->cat, &s->cfg, s->mem, s->tp_rank, s->role_rank,
                              s->plan, &s->loader);
     if (st == REFIT_OK) {
+      s->loader->run_id = s->run_id;
       s->stores = s->loader->stores;
       s->nstores = s->loader->nstores;
     }
@@ -993,6 +997,7 @@ static refit_status_t refit_session_replan(refit_session_t *s) {
     st = refit_loader_create(s->cat, &s->cfg, s->mem, s->tp_rank, s->role_rank, s->plan,
                              &s->loader);
     if (st == REFIT_OK) {
+      s->loader->run_id = s->run_id;
       s->stores = s->loader->stores;
       s->nstores = s->loader->nstores;
       s->nregistered = 0;
@@ -1399,6 +1404,16 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
     } else if (s->fault.action == REFIT_FAULT_DROP) {
       REFIT_WARN("fault seam: dropped bucket %d to rank %d", b, s->xfers[0].peer);
       s->xfers[0] = s->xfers[--nx];
+    } else if (s->fault.action == REFIT_FAULT_STALE && s->pending > 1 && s->attempt > 1) {
+      /* The bytes of this refit, sealed as the previous refit's: what a
+       * message of that refit left in a queue would look like. */
+      REFIT_CHECK(refit_mem_pack(s->mem, &s->pack, s->pack_begin[b],
+                                 s->pack_begin[b + 1] - s->pack_begin[b],
+                                 refit_seal_tag(s->pending - 1, s->attempt - 1),
+                                 s->buffer[slot]));
+      REFIT_CHECK(refit_mem_sync(s->mem));
+      REFIT_WARN("fault seam: bucket %d sealed as the refit of version %llu", b,
+                 (unsigned long long)(s->pending - 1));
     }
   }
   REFIT_CHECK(s->transport.ops->start(s->transport.ctx, s->xfers, nx, NULL, 0,
@@ -1461,7 +1476,8 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
                                                     : REFIT_LAND_NORMAL;
   }
   double t = MPI_Wtime();
-  refit_status_t st = refit_loader_land_bucket(s->loader, b, s->buffer[slot], lf);
+  refit_status_t st = refit_loader_land_bucket(s->loader, b, s->buffer[slot],
+                                               refit_seal_tag(s->pending, s->attempt), lf);
   s->times.unpack += MPI_Wtime() - t;
   REFIT_CHECK(st);
   s->next_bucket++;

@@ -53,9 +53,15 @@ static inline int64_t dps_pitch(int64_t width, int64_t more, int aligned) {
   return aligned ? width + 8 * kt_rand_range(1, 4) : width + more;
 }
 
+/* The refit tag the scenario's digests are sealed with (drawn by
+ * dps_create_aligned; the tests pack and land with it unless they mean a
+ * chunk of another refit). */
+static uint64_t dps_tag;
+
 static inline void dps_create_aligned(dps_t *s, int64_t n, int digest_mode,
                                       int aligned) {
   memset(s, 0, sizeof(*s));
+  dps_tag = kt_rand();
   s->n = n;
   s->kind = calloc((size_t)n, sizeof(int));
   s->pack = calloc((size_t)n, sizeof(refit_pack_desc_t));
@@ -102,6 +108,7 @@ static inline void dps_create_aligned(dps_t *s, int64_t n, int digest_mode,
             : kind == DPS_QUANT_SPLIT ? REFIT_CHUNK_SPLIT
                                       : REFIT_CHUNK_QUANTIZE;
     l->digest = digest;
+    p->seal_key = l->seal_key = kt_rand(); /* the chunk's key: any value */
     const int64_t width = kind == DPS_COPY ? row_bytes : cols;
     l->dst_pitch = dps_pitch(width, kt_rand_range(1, 40), aligned);
     l->dst = (void *)(intptr_t)dps_place(

@@ -68,9 +68,9 @@ static void roundtrip(int64_t n, int digest_mode) {
   refit_pack_desc_t *pack = malloc((size_t)n * sizeof(*pack));
   refit_land_desc_t *land = malloc((size_t)n * sizeof(*land));
   dps_bind(&s, s.src, dst, pack, land);
-  assert_int_equal(refit_pack_rows(pack, n, wire), REFIT_OK);
+  assert_int_equal(refit_pack_rows(pack, n, dps_tag, wire), REFIT_OK);
   int64_t bad = 42;
-  assert_int_equal(refit_land_rows(land, n, wire, &bad), REFIT_OK);
+  assert_int_equal(refit_land_rows(land, n, dps_tag, wire, &bad), REFIT_OK);
   assert_int_equal(bad, -1);
   for (int64_t i = 0; i < n; i++) {
     const refit_pack_desc_t *p = &pack[i];
@@ -81,7 +81,8 @@ static void roundtrip(int64_t n, int digest_mode) {
       uint64_t got = 0;
       for (int b = 0; b < 8; b++)
         got |= (uint64_t)w[len + b] << (8 * b);
-      assert_true(got == slow_digest(w, len));
+      /* The seal, from its definition in core/digest.h. */
+      assert_true(got == slow_digest(w, len) + p->seal_key + dps_tag * 0xD6E8FEB86659FD93ull);
     }
     uint8_t *wq = want + ((uint8_t *)l->dst - dst);
     if (s.kind[i] == DPS_COPY) {
@@ -169,9 +170,9 @@ static void test_datapath_quantize_pieces(void **state) {
       off += pr * rb + (i & 1 ? 8 : 0) + 3; /* odd gaps: misaligned chunks */
     }
   uint8_t *wire = malloc((size_t)off);
-  assert_int_equal(refit_pack_rows(pack, 16, wire), REFIT_OK);
+  assert_int_equal(refit_pack_rows(pack, 16, dps_tag, wire), REFIT_OK);
   int64_t bad = 0;
-  assert_int_equal(refit_land_rows(land, 16, wire, &bad), REFIT_OK);
+  assert_int_equal(refit_land_rows(land, 16, dps_tag, wire, &bad), REFIT_OK);
   assert_int_equal(bad, -1);
   assert_memory_equal(q, q2, (size_t)(R * K));
   assert_memory_equal(sc, sc2, (size_t)(R * K / 32));
@@ -201,10 +202,10 @@ static void test_datapath_digest_detects(void **state) {
     refit_pack_desc_t *pack = malloc((size_t)n * sizeof(*pack));
     refit_land_desc_t *land = malloc((size_t)n * sizeof(*land));
     dps_bind(&s, s.src, ref, pack, land);
-    assert_int_equal(refit_pack_rows(pack, n, wire), REFIT_OK);
+    assert_int_equal(refit_pack_rows(pack, n, dps_tag, wire), REFIT_OK);
     memset(ref, 0x77, (size_t)s.dst_bytes);
     int64_t bad = 0;
-    assert_int_equal(refit_land_rows(land, n, wire, &bad), REFIT_OK);
+    assert_int_equal(refit_land_rows(land, n, dps_tag, wire, &bad), REFIT_OK);
     assert_int_equal(bad, -1);
     /* Pick a victim chunk with data; corrupt it by a bit flip or truncation. */
     int64_t v = kt_rand_range(0, n - 1);
@@ -221,7 +222,7 @@ static void test_datapath_digest_detects(void **state) {
     if (truncate)
       land[v].rows--; /* the receiver believes the chunk is a row shorter */
     memset(dst, 0x77, (size_t)s.dst_bytes);
-    assert_int_equal(refit_land_rows(land, n, wire, &bad), REFIT_OK);
+    assert_int_equal(refit_land_rows(land, n, dps_tag, wire, &bad), REFIT_OK);
     assert_int_equal(bad, v);
     /* The same table without digests lands the same bytes, the victim's too. */
     uint8_t *plain = malloc((size_t)s.dst_bytes);
@@ -233,7 +234,7 @@ static void test_datapath_digest_detects(void **state) {
                           ? NULL
                           : plain + ((uint8_t *)land[i].scale - dst);
     }
-    assert_int_equal(refit_land_rows(land, n, wire, &bad), REFIT_OK);
+    assert_int_equal(refit_land_rows(land, n, dps_tag, wire, &bad), REFIT_OK);
     assert_int_equal(bad, -1);
     assert_memory_equal(dst, plain, (size_t)s.dst_bytes);
     dps_bind(&s, s.src, dst, p2, land);
@@ -267,6 +268,54 @@ static void test_datapath_digest_detects(void **state) {
   }
 }
 
+/*
+ * The seal (core/digest.h): every trailer is the digest of its chunk's rows
+ * plus key + tag * REFIT_SEAL_MUL, written out here from that definition. A
+ * chunk packed for one refit fails the check of another (its rows intact),
+ * and the tag it was packed with comes back from its trailer.
+ */
+static void test_datapath_seal(void **state) {
+  (void)state;
+  kt_seed("test_datapath_seal");
+  for (int iter = 0; iter < 10; iter++) {
+    dps_t s;
+    const int64_t n = kt_rand_range(1, 10);
+    dps_create(&s, n, 1);
+    uint8_t *wire = malloc((size_t)s.wire_bytes), *dst = malloc((size_t)s.dst_bytes);
+    refit_pack_desc_t *pack = malloc((size_t)n * sizeof(*pack));
+    refit_land_desc_t *land = malloc((size_t)n * sizeof(*land));
+    dps_bind(&s, s.src, dst, pack, land);
+    const uint64_t sent = dps_tag, other = sent ^ (1ull << kt_rand_range(0, 63));
+    assert_int_equal(refit_pack_rows(pack, n, sent, wire), REFIT_OK);
+    for (int64_t i = 0; i < n; i++) {
+      const uint8_t *w = wire + pack[i].dst_offset;
+      const size_t len = (size_t)(pack[i].rows * pack[i].row_bytes);
+      uint64_t trailer = 0;
+      for (int b = 7; b >= 0; b--)
+        trailer = trailer << 8 | w[len + (size_t)b];
+      const uint64_t digest = refit_digest64(w, len);
+      assert_true(trailer == digest + pack[i].seal_key + sent * 0xD6E8FEB86659FD93ull);
+      assert_true(refit_seal_untag(trailer, digest, land[i].seal_key) == sent);
+    }
+    int64_t bad = 42;
+    assert_int_equal(refit_land_rows(land, n, sent, wire, &bad), REFIT_OK);
+    assert_int_equal(bad, -1);
+    assert_int_equal(refit_land_rows(land, n, other, wire, &bad), REFIT_OK);
+    assert_int_equal(bad, 0);
+    /* Another chunk's key (a chunk that went to the wrong place) fails too. */
+    if (n > 1) {
+      land[n - 1].seal_key ^= 1;
+      assert_int_equal(refit_land_rows(land, n, sent, wire, &bad), REFIT_OK);
+      assert_int_equal(bad, n - 1);
+    }
+    dps_destroy(&s);
+    free(wire);
+    free(dst);
+    free(pack);
+    free(land);
+  }
+}
+
 static void test_datapath_checks(void **state) {
   (void)state;
   uint8_t src[4096], wire[8192], dst[4096];
@@ -279,15 +328,15 @@ static void test_datapath_checks(void **state) {
                                .cols = 64,
                                .row_bytes = 66,
                                .op = REFIT_CHUNK_QUANTIZE};
-  assert_int_equal(refit_pack_rows(p, 4, wire), REFIT_OK);
+  assert_int_equal(refit_pack_rows(p, 4, dps_tag, wire), REFIT_OK);
   p[3].cols = 48;
   p[3].row_bytes = 49;
-  assert_int_equal(refit_pack_rows(p, 4, wire), REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(refit_pack_rows(p, 4, dps_tag, wire), REFIT_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(refit_last_error(), "descriptor 3"));
   assert_non_null(strstr(refit_last_error(), "multiple of the 32"));
   p[3].cols = 64;
   p[3].row_bytes = 64; /* forgot the scales */
-  assert_int_equal(refit_pack_rows(p, 4, wire), REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(refit_pack_rows(p, 4, dps_tag, wire), REFIT_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(refit_last_error(),
                          "descriptor 3: QUANTIZE row_bytes 64, expected 66"));
   p[3].row_bytes = 66;
@@ -305,18 +354,18 @@ static void test_datapath_checks(void **state) {
                          .scale_pitch = 2,
                          .op = REFIT_CHUNK_QUANTIZE};
   int64_t bad = 7;
-  assert_int_equal(refit_land_rows(&l, 1, wire, &bad),
+  assert_int_equal(refit_land_rows(&l, 1, dps_tag, wire, &bad),
                    REFIT_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(refit_last_error(),
                          "descriptor 0: QUANTIZE row_bytes 66, expected 128"));
   assert_int_equal(bad, 7); /* outputs untouched on error */
   l.op = REFIT_CHUNK_SPLIT;
   l.scale_pitch = 1;
-  assert_int_equal(refit_land_rows(&l, 1, wire, &bad),
+  assert_int_equal(refit_land_rows(&l, 1, dps_tag, wire, &bad),
                    REFIT_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(refit_last_error(), "scale_pitch"));
   l.scale_pitch = 2;
-  assert_int_equal(refit_land_rows(&l, 1, wire, &bad), REFIT_OK);
+  assert_int_equal(refit_land_rows(&l, 1, dps_tag, wire, &bad), REFIT_OK);
   assert_int_equal(bad, -1);
 }
 
@@ -393,6 +442,7 @@ int main(void) {
       cmocka_unit_test(test_datapath_roundtrip),
       cmocka_unit_test(test_datapath_quantize_pieces),
       cmocka_unit_test(test_datapath_digest_detects),
+      cmocka_unit_test(test_datapath_seal),
       cmocka_unit_test(test_datapath_checks),
       cmocka_unit_test(test_datapath_synth),
       cmocka_unit_test(test_datapath_compare),

@@ -70,8 +70,8 @@ static void twin(int64_t n, int digest_mode, int corrupt, int aligned) {
   refit_pack_desc_t *dpd = dev_copy(dp, (size_t)n * sizeof(*dp));
   refit_land_desc_t *dld = dev_copy(dl, (size_t)n * sizeof(*dl));
 
-  assert_int_equal(refit_pack_rows(hp, n, hwire), REFIT_OK);
-  assert_int_equal(refit_pack_rows_cuda(dpd, n, dwire, 0), REFIT_OK);
+  assert_int_equal(refit_pack_rows(hp, n, dps_tag, hwire), REFIT_OK);
+  assert_int_equal(refit_pack_rows_cuda(dpd, n, dps_tag, dwire, 0), REFIT_OK);
   expect_same(hwire, dwire, (size_t)s.wire_bytes, "pack wire");
 
   int64_t flipped[2] = {-1, -1};
@@ -81,7 +81,7 @@ static void twin(int64_t n, int digest_mode, int corrupt, int aligned) {
     clean = malloc((size_t)s.dst_bytes);
     memcpy(clean, hdst, (size_t)s.dst_bytes);
     dps_bind(&s, s.src, clean, hp, hl);
-    assert_int_equal(refit_land_rows(hl, n, hwire, &none), REFIT_OK);
+    assert_int_equal(refit_land_rows(hl, n, dps_tag, hwire, &none), REFIT_OK);
     assert_int_equal(none, -1);
     dps_bind(&s, s.src, hdst, hp, hl);
     int k = 0;
@@ -96,8 +96,8 @@ static void twin(int64_t n, int digest_mode, int corrupt, int aligned) {
     CK(cudaMemcpy(dwire, hwire, (size_t)s.wire_bytes, cudaMemcpyHostToDevice));
   }
   int64_t hbad = 0, dbad = -1, *dbad_dev = dev_copy(&dbad, sizeof(dbad));
-  assert_int_equal(refit_land_rows(hl, n, hwire, &hbad), REFIT_OK);
-  assert_int_equal(refit_land_rows_cuda(dld, n, dwire, dbad_dev, 0), REFIT_OK);
+  assert_int_equal(refit_land_rows(hl, n, dps_tag, hwire, &hbad), REFIT_OK);
+  assert_int_equal(refit_land_rows_cuda(dld, n, dps_tag, dwire, dbad_dev, 0), REFIT_OK);
   expect_same(hdst, ddst, (size_t)s.dst_bytes, "land dst");
   CK(cudaMemcpy(&dbad, dbad_dev, sizeof(dbad), cudaMemcpyDeviceToHost));
   assert_int_equal(hbad, flipped[0]);
@@ -107,6 +107,17 @@ static void twin(int64_t n, int digest_mode, int corrupt, int aligned) {
       if (i != flipped[0] && i != flipped[1])
         assert_true(dps_chunk_same(&s, hl, i, hdst, hdst, clean));
   free(clean);
+  /* Intact rows checked as another refit's: the seal fails on the device at
+   * the same chunk as on the host (the first with a digest). */
+  if (corrupt < 0) {
+    int64_t other_bad = 0;
+    dbad = -1;
+    CK(cudaMemcpy(dbad_dev, &dbad, sizeof(dbad), cudaMemcpyHostToDevice));
+    assert_int_equal(refit_land_rows(hl, n, dps_tag ^ 4, hwire, &other_bad), REFIT_OK);
+    assert_int_equal(refit_land_rows_cuda(dld, n, dps_tag ^ 4, dwire, dbad_dev, 0), REFIT_OK);
+    CK(cudaMemcpy(&dbad, dbad_dev, sizeof(dbad), cudaMemcpyDeviceToHost));
+    assert_int_equal(dbad, other_bad);
+  }
 
   CK(cudaFree(dsrc));
   CK(cudaFree(dwire));
@@ -171,8 +182,8 @@ static void test_cuda_datapath_large(void **state) {
     dp[i].src = dsrc + i * bytes;
   }
   refit_pack_desc_t *dpd = dev_copy(dp, sizeof(dp));
-  assert_int_equal(refit_pack_rows(hp, n, hwire), REFIT_OK);
-  assert_int_equal(refit_pack_rows_cuda(dpd, n, dwire, 0), REFIT_OK);
+  assert_int_equal(refit_pack_rows(hp, n, dps_tag, hwire), REFIT_OK);
+  assert_int_equal(refit_pack_rows_cuda(dpd, n, dps_tag, dwire, 0), REFIT_OK);
   expect_same(hwire, dwire, (size_t)wire_bytes, "large pack wire");
   CK(cudaFree(dsrc));
   CK(cudaFree(dwire));

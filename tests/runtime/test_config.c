@@ -378,7 +378,7 @@ static void test_enum_bad_value_suggests(void **state) {
       {"refit:\n  fault:\n    phase: commit\n    rank: 0\n"
        "    action: bitflp\n",
        "demo.yaml:25:13: refit.fault.action: expected one of kill, exit, "
-       "stall, bitflip, truncate, drop, duplicate, error, got 'bitflp' (did "
+       "stall, bitflip, truncate, drop, duplicate, error, stale, got 'bitflp' (did "
        "you mean 'bitflip'?)"},
       {"refit:\n  prequantize: sometimes\n",
        "demo.yaml:22:16: refit.prequantize: expected true or false, got "

@@ -63,4 +63,52 @@ static inline uint64_t refit_digest64(const void *data, size_t len) {
   return d;
 }
 
+/*
+ * The seal that binds a chunk to its refit. A chunk's 8-byte trailer is
+ *
+ *   trailer = digest(rows) + key + tag * REFIT_SEAL_MUL     (mod 2^64)
+ *
+ * where `key` names the chunk within the job (the run id, its bucket, and
+ * where its rows come from: the same for every engine a message is packed
+ * once for) and `tag` names the refit: refit_seal_tag(version, attempt).
+ * A chunk of another refit, or of another run, fails the generator's check
+ * even though its rows are intact; REFIT_SEAL_MUL is odd, so the tag it was
+ * sealed with is recovered from the trailer (refit_seal_untag) and the error
+ * can name that refit. Not a cryptographic seal: it catches stale and
+ * misrouted chunks, not an adversary.
+ */
+#define REFIT_SEAL_MUL 0xD6E8FEB86659FD93ull
+
+static inline REFIT_DIGEST_HD uint64_t refit_seal(uint64_t key, uint64_t tag) {
+  return key + tag * REFIT_SEAL_MUL;
+}
+
+/* The tag of the refit of `version` at attempt `attempt` (its low 24 bits). */
+static inline uint64_t refit_seal_tag(uint64_t version, uint32_t attempt) {
+  return version << 24 | (attempt & 0xFFFFFFu);
+}
+
+/* The tag a trailer was sealed with, given the digest of the chunk's rows
+ * as they arrived and the chunk's key. */
+static inline uint64_t refit_seal_untag(uint64_t trailer, uint64_t digest, uint64_t key) {
+  uint64_t inv = REFIT_SEAL_MUL; /* Newton: each step doubles the bits right */
+  for (int i = 0; i < 5; i++)
+    inv *= 2 - REFIT_SEAL_MUL * inv;
+  return (trailer - digest - key) * inv;
+}
+
+/* The key of a chunk: the run, the bucket, and its rows' origin. */
+static inline uint64_t refit_seal_key(uint64_t run_id, int32_t bucket, int64_t src_tensor,
+                                      int64_t src_row, int64_t src_col) {
+  uint64_t h = run_id ^ 0x6A09E667F3BCC909ull;
+  const uint64_t parts[4] = {(uint64_t)(uint32_t)bucket, (uint64_t)src_tensor,
+                             (uint64_t)src_row, (uint64_t)src_col};
+  for (int i = 0; i < 4; i++) {
+    h ^= parts[i] + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  return h;
+}
+
 #endif /* REFIT_CORE_DIGEST_H */
