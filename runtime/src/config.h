@@ -69,8 +69,9 @@ typedef enum {
   REFIT_FAULT_PHASE_QUANTIZE = 1,
   REFIT_FAULT_PHASE_COMMIT = 2,
   REFIT_FAULT_PHASE_VERIFY = 3,
-  REFIT_FAULT_PHASE_VOTE = 4 /* the commit vote: stall holds this rank's
-                                vote back for 2 x timeout_s + 1 s */
+  REFIT_FAULT_PHASE_VOTE = 4, /* the commit vote: stall holds this rank's
+                                 vote back for 2 x timeout_s + 1 s */
+  REFIT_FAULT_PHASE_OPEN = 5   /* refit_session_open, as the transport opens */
 } refit_fault_phase_t;
 
 /* ... and what it does there. */

@@ -2,6 +2,7 @@
  * CUDA device layer (see device.h).
  */
 #include "device.h"
+#include "transport.h"
 
 #include <cuda.h>
 #include <stdint.h>
@@ -45,18 +46,32 @@ refit_status_t refit_device_count(int *count) {
   return REFIT_OK;
 }
 
-/* Node-local rank from the launcher's variables, else from a shared-memory
- * split of `world` (always performed so that the call stays collective). */
-static refit_status_t refit_device_local_rank(MPI_Comm world, int *out) {
-  MPI_Comm node;
-  int split_rank = 0;
-  int rc = MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
-                               &node);
-  if (rc != MPI_SUCCESS)
-    return REFIT_ERR(REFIT_ERR_MPI, "MPI_Comm_split_type(SHARED) failed (%d)",
-                     rc);
-  MPI_Comm_rank(node, &split_rank);
-  MPI_Comm_free(&node);
+/* Node-local rank from the launcher's variables, else the number of lower
+ * ranks of `world` on this host (the host names are always gathered, so
+ * that the call stays collective; bounded by timeout_s). */
+static refit_status_t refit_device_local_rank(MPI_Comm world, double timeout_s, int *out) {
+  int rank = 0, size = 0, split_rank = 0;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  /* The gather's buffers outlive a missed deadline: kept then. */
+  char *names = calloc((size_t)size + 1, REFIT_DEVICE_HOST_LEN);
+  if (names == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "node-local rank: host names of %d ranks", size);
+  char *mine = names + (size_t)size * REFIT_DEVICE_HOST_LEN;
+  gethostname(mine, REFIT_DEVICE_HOST_LEN - 1);
+  MPI_Request req;
+  refit_status_t st = refit_mpi_startup(
+      MPI_Iallgather(mine, REFIT_DEVICE_HOST_LEN, MPI_CHAR, names, REFIT_DEVICE_HOST_LEN,
+                     MPI_CHAR, world, &req),
+      &req, MPI_Wtime() + timeout_s, "binding GPUs: gathering host names");
+  if (st != REFIT_OK) {
+    if (st != REFIT_ERR_TIMEOUT)
+      free(names);
+    return st;
+  }
+  for (int r = 0; r < rank; r++)
+    split_rank += strcmp(names + (size_t)r * REFIT_DEVICE_HOST_LEN, mine) == 0;
+  free(names);
 
   static const char *const vars[] = {"REFIT_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                      "SLURM_LOCALID", "MPI_LOCALRANKID"};
@@ -90,10 +105,10 @@ refit_status_t refit_device_info(refit_device_info_t *info) {
   return REFIT_OK;
 }
 
-refit_status_t refit_device_bind(MPI_Comm world, int device,
+refit_status_t refit_device_bind(MPI_Comm world, int device, double timeout_s,
                                  refit_device_info_t *info) {
   int count = 0, local = 0;
-  REFIT_CHECK(refit_device_local_rank(world, &local));
+  REFIT_CHECK(refit_device_local_rank(world, timeout_s, &local));
   REFIT_CHECK(refit_device_count(&count));
   if (count == 0)
     return REFIT_ERR(REFIT_ERR_CUDA,
@@ -122,13 +137,12 @@ typedef struct {
   char bus_id[REFIT_DEVICE_BUS_ID_LEN];
 } refit_device_where_t;
 
-refit_status_t refit_device_locality(MPI_Comm comm,
+refit_status_t refit_device_locality(MPI_Comm comm, double timeout_s,
                                      refit_device_locality_t *loc) {
   refit_status_t st = REFIT_OK;
   refit_device_info_t me = {0};
   refit_device_where_t mine, *all = NULL;
   refit_device_locality_t l = {.shared_a = -1, .shared_b = -1};
-  int rc;
 
   /* Every rank must enter the allgather even when its own query failed, or
    * the others would wait forever; a failed rank sends an empty record and
@@ -140,22 +154,37 @@ refit_status_t refit_device_locality(MPI_Comm comm,
     memcpy(mine.bus_id, me.bus_id, sizeof(mine.bus_id));
   }
   MPI_Comm_size(comm, &l.size);
-  all = calloc((size_t)l.size, sizeof(*all));
+  /* [size] everyone's, then mine; and the agreement's two ints: buffers
+   * that outlive a missed deadline (kept then). */
+  all = calloc((size_t)l.size + 1, sizeof(*all));
+  int *agree = calloc(2, sizeof(int));
   l.node_of = calloc((size_t)l.size, sizeof(int));
   l.gpu_of = calloc((size_t)l.size, sizeof(int));
-  if (all == NULL || l.node_of == NULL || l.gpu_of == NULL) {
+  if (all == NULL || agree == NULL || l.node_of == NULL || l.gpu_of == NULL) {
+    free(agree);
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "device locality of %d ranks", l.size);
     goto err;
   }
-  rc = MPI_Allgather(&mine, (int)sizeof(mine), MPI_BYTE, all, (int)sizeof(mine),
-                     MPI_BYTE, comm);
-  if (rc != MPI_SUCCESS) {
-    st = REFIT_ERR(REFIT_ERR_MPI, "device locality: MPI_Allgather failed (%d)",
-                   rc);
+  all[l.size] = mine;
+  const double deadline = MPI_Wtime() + timeout_s;
+  MPI_Request req;
+  st = refit_mpi_startup(MPI_Iallgather(&all[l.size], (int)sizeof(mine), MPI_BYTE, all,
+                                        (int)sizeof(mine), MPI_BYTE, comm, &req),
+                         &req, deadline, "device locality: gathering GPUs");
+  agree[0] = mine_st == REFIT_OK;
+  if (st == REFIT_OK)
+    st = refit_mpi_startup(
+        MPI_Iallreduce(&agree[0], &agree[1], 1, MPI_INT, MPI_MIN, comm, &req), &req,
+        deadline, "device locality: agreeing");
+  if (st != REFIT_OK) {
+    if (st == REFIT_ERR_TIMEOUT)
+      all = NULL; /* MPI may still write them: kept */
+    else
+      free(agree);
     goto err;
   }
-  int ok = mine_st == REFIT_OK, all_ok = 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+  const int all_ok = agree[1];
+  free(agree);
   if (!all_ok) {
     st = mine_st != REFIT_OK
              ? mine_st

@@ -94,10 +94,12 @@ refit_status_t refit_device_count(int *count);
 /*
  * Bind the calling rank to a GPU and fill *info. `device` >= 0 names the
  * ordinal; -1 chooses node-local rank mod device count. Collective over
- * `world` (the shared-memory split is used when no launcher variable is
- * set). REFIT_ERR_CUDA when no device exists or the ordinal is out of range.
+ * `world` (the ranks' host names are gathered, and count when no launcher
+ * variable gives the node-local rank), bounded by timeout_s seconds
+ * (REFIT_ERR_TIMEOUT: a peer did not join). REFIT_ERR_CUDA when no device
+ * exists or the ordinal is out of range.
  */
-refit_status_t refit_device_bind(MPI_Comm world, int device,
+refit_status_t refit_device_bind(MPI_Comm world, int device, double timeout_s,
                                  refit_device_info_t *info);
 
 /* Describe the GPU this process is currently bound to (no binding). */
@@ -105,10 +107,11 @@ refit_status_t refit_device_info(refit_device_info_t *info);
 
 /*
  * Gather (host, PCI bus id) of the current device of every rank of `comm`
- * (collective) and number nodes and GPUs. Free with
+ * (collective, bounded by timeout_s seconds: REFIT_ERR_TIMEOUT when a peer
+ * did not join) and number nodes and GPUs. Free with
  * refit_device_locality_free.
  */
-refit_status_t refit_device_locality(MPI_Comm comm,
+refit_status_t refit_device_locality(MPI_Comm comm, double timeout_s,
                                      refit_device_locality_t *loc);
 void refit_device_locality_free(refit_device_locality_t *loc);
 

@@ -69,6 +69,12 @@ static refit_status_t refit_session_agree(refit_session_t *s, refit_status_t st,
                                           const char *phase) {
   int *buf = s->startup_buf; /* [0] mine, [1] anyone's */
   MPI_Request req;
+  /* A collective of this rank already missed its deadline (a transport's
+   * start-up): a peer is gone, and agreeing would only wait again. */
+  if (st == REFIT_ERR_TIMEOUT) {
+    s->broken = 1;
+    return st;
+  }
   buf[0] = st != REFIT_OK;
   buf[1] = 0;
   REFIT_CHECK(refit_session_startup_wait(
@@ -530,6 +536,8 @@ static refit_status_t refit_session_pairs(const refit_session_t *s, int **out,
   return REFIT_OK;
 }
 
+static refit_status_t refit_session_fault_act(refit_session_t *s, const char *where);
+
 /* Open the transport between the plan's (sender, receiver) pairs
  * (collective). */
 static refit_status_t refit_session_open_transport(refit_session_t *s) {
@@ -662,7 +670,7 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
 #ifdef REFIT_HAVE_CUDA
   if (all_device) {
     refit_device_info_t info;
-    st = refit_device_bind(s->world, -1, &info);
+    st = refit_device_bind(s->world, -1, s->cfg.refit.timeout_s, &info);
     if (st == REFIT_OK)
       REFIT_INFO("rank %d bound to GPU %d (%s) on %s", s->rank, info.device,
                  info.bus_id, info.host);
@@ -672,6 +680,11 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
     st = refit_mem_create(all_device, &s->mem);
   REFIT_CHECK_GOTO(refit_session_agree(s, st, "choosing memory"), st, err);
 
+  /* Fault seam: a rank that dies (or stalls) just as the transports start
+   * up; its peers' start-up collectives must end at their deadline. */
+  if (s->fault.enabled && s->fault.phase == REFIT_FAULT_PHASE_OPEN &&
+      s->fault.rank == s->rank)
+    REFIT_CHECK_GOTO(refit_session_fault_act(s, "opening the transport"), st, err);
   REFIT_CHECK_GOTO(refit_session_open_transport(s), st, err);
   /* The source generators verify against, and trainers produce from: with
    * caller-owned weights, the configured reference (trainers produce

@@ -101,6 +101,13 @@ void refit_poll_nap(unsigned *spins) {
   }
 }
 
+refit_status_t refit_mpi_startup(int rc, MPI_Request *req, double deadline,
+                                 const char *what) {
+  if (rc != MPI_SUCCESS)
+    return REFIT_ERR(REFIT_ERR_MPI, "%s: MPI call failed (%d)", what, rc);
+  return refit_mpi_request_wait(req, deadline, what);
+}
+
 refit_status_t refit_mpi_request_wait(MPI_Request *req, double deadline,
                                       const char *what) {
   unsigned spins = 0;

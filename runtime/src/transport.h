@@ -145,6 +145,13 @@ void refit_poll_nap(unsigned *spins);
 refit_status_t refit_mpi_request_wait(MPI_Request *req, double deadline,
                                       const char *what);
 
+/* A transport's start-up collective: `rc` is the non-blocking MPI call that
+ * started *req, completed by `deadline` (refit_mpi_request_wait). On
+ * REFIT_ERR_TIMEOUT its buffers still belong to MPI: the caller must keep
+ * them (leak them) rather than free them. */
+refit_status_t refit_mpi_startup(int rc, MPI_Request *req, double deadline,
+                                 const char *what);
+
 extern const refit_transport_ops_t refit_transport_mpi;
 #ifdef REFIT_HAVE_CUDA
 extern const refit_transport_ops_t refit_transport_ipc;

@@ -64,6 +64,7 @@ typedef struct {
   void **local;            /* [nregs] this rank's registered pointers */
   refit_ipc_remote_t *rem; /* [nregs * size]: round k of rank r at k*size+r */
   int broken;
+  double timeout_s;        /* bounds each start-up collective */
 } refit_ipc_ctx_t;
 
 enum { IPC_WAIT_READY, IPC_COPYING, IPC_SENDING_DONE, IPC_FINISHED };
@@ -100,7 +101,7 @@ static refit_status_t refit_ipc_mpi(int rc, const char *what, int peer) {
 
 static refit_status_t refit_ipc_query(const refit_transport_args_t *args) {
   refit_device_locality_t loc;
-  REFIT_CHECK(refit_device_locality(args->world, &loc));
+  REFIT_CHECK(refit_device_locality(args->world, args->timeout_s, &loc));
   refit_status_t st = REFIT_OK;
   if (loc.nnodes > 1)
     st = REFIT_ERR(REFIT_ERR_CONFIG,
@@ -122,12 +123,18 @@ static refit_status_t refit_ipc_create(const refit_transport_args_t *args,
   c->rank = args->world_rank;
   c->size = args->world_size;
   c->ready_comm = c->done_comm = MPI_COMM_NULL;
-  REFIT_CHECK_GOTO(refit_ipc_mpi(MPI_Comm_dup(args->world, &c->ready_comm),
-                                 "MPI_Comm_dup", -1),
-                   st, err);
-  REFIT_CHECK_GOTO(refit_ipc_mpi(MPI_Comm_dup(args->world, &c->done_comm),
-                                 "MPI_Comm_dup", -1),
-                   st, err);
+  c->timeout_s = args->timeout_s;
+  const double deadline = MPI_Wtime() + args->timeout_s;
+  MPI_Request req;
+  st = refit_mpi_startup(MPI_Comm_idup(args->world, &c->ready_comm, &req), &req, deadline,
+                         "ipc transport: duplicating the communicator");
+  if (st == REFIT_OK)
+    st = refit_mpi_startup(MPI_Comm_idup(args->world, &c->done_comm, &req), &req,
+                           deadline, "ipc transport: duplicating the communicator");
+  if (st == REFIT_ERR_TIMEOUT)
+    return st; /* MPI may still write the context: kept */
+  if (st != REFIT_OK)
+    goto err;
   MPI_Comm_set_errhandler(c->ready_comm, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(c->done_comm, MPI_ERRORS_RETURN);
   REFIT_CHECK_GOTO(refit_device_stream_create(&c->stream), st, err);
@@ -174,24 +181,39 @@ static refit_status_t refit_ipc_register(void *ctx, void *ptr, size_t bytes) {
     c->local = local;
   if (rem != NULL)
     c->rem = rem;
-  int ok = st == REFIT_OK && local != NULL && rem != NULL, all_ok = 0;
-  refit_ipc_desc_t *descs = calloc((size_t)c->size, sizeof(*descs));
-  ok = ok && descs != NULL;
-  /* The allgather needs a buffer on every rank; a rank short of memory
-   * still takes part through a one-element scratch receive. */
-  refit_ipc_desc_t scratch[1];
-  int rc = MPI_Allgather(&mine, (int)sizeof(mine), MPI_BYTE,
-                         descs != NULL ? (void *)descs : (void *)scratch,
-                         descs != NULL ? (int)sizeof(mine) : 0, MPI_BYTE,
-                         c->ready_comm);
-  if (rc != MPI_SUCCESS && st == REFIT_OK)
-    st = refit_ipc_mpi(rc, "MPI_Allgather of IPC handles", -1);
-  ok = ok && rc == MPI_SUCCESS;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, c->ready_comm);
+  /* Everyone's descriptors, then mine, then the agreement's two ints: one
+   * buffer that outlives a missed deadline (MPI may still write it; kept
+   * then). Bounded by refit.timeout_s: a dead peer is an error, not a hang. */
+  const size_t desc_bytes = ((size_t)c->size + 1) * sizeof(refit_ipc_desc_t);
+  unsigned char *buf = calloc(1, desc_bytes + 2 * sizeof(int));
+  if (buf == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ipc transport: registration of %d ranks",
+                     c->size);
+  refit_ipc_desc_t *descs = (refit_ipc_desc_t *)buf;
+  int *agree = (int *)(buf + desc_bytes);
+  descs[c->size] = mine;
+  const double deadline = MPI_Wtime() + c->timeout_s;
+  MPI_Request req;
+  refit_status_t wst = refit_mpi_startup(
+      MPI_Iallgather(&descs[c->size], (int)sizeof(mine), MPI_BYTE, descs,
+                     (int)sizeof(mine), MPI_BYTE, c->ready_comm, &req),
+      &req, deadline, "ipc transport: gathering IPC handles");
+  agree[0] = wst == REFIT_OK && st == REFIT_OK && local != NULL && rem != NULL;
+  if (wst == REFIT_OK)
+    wst = refit_mpi_startup(
+        MPI_Iallreduce(&agree[0], &agree[1], 1, MPI_INT, MPI_MIN, c->ready_comm, &req),
+        &req, deadline, "ipc transport: agreeing on the registration");
+  if (wst != REFIT_OK) {
+    c->broken = 1;
+    if (wst != REFIT_ERR_TIMEOUT)
+      free(buf);
+    return wst;
+  }
+  const int all_ok = agree[1];
   if (!all_ok) {
-    free(descs);
+    free(buf);
     if (st == REFIT_OK)
-      st = (local == NULL || rem == NULL || descs == NULL)
+      st = (local == NULL || rem == NULL)
                ? REFIT_ERR(REFIT_ERR_NO_MEMORY, "ipc transport: registration")
                : REFIT_ERR(REFIT_ERR_PEER, "ipc transport: another rank failed "
                                            "to register its buffer");
@@ -204,7 +226,7 @@ static refit_status_t refit_ipc_register(void *ctx, void *ptr, size_t bytes) {
     x->mapped = NULL;
     x->owns = 0;
   }
-  free(descs);
+  free(buf);
   REFIT_INFO("ipc transport: registered buffer %d: %zu bytes at %p", c->nregs,
              bytes, ptr);
   c->nregs++;

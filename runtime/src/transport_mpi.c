@@ -57,10 +57,14 @@ static refit_status_t refit_mpi_create(const refit_transport_args_t *args,
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "mpi transport: context");
   /* A private communicator keeps our tags away from the caller's traffic;
    * errors are returned to us rather than aborting the job. */
-  int rc = MPI_Comm_dup(args->world, &c->comm);
-  if (rc != MPI_SUCCESS) {
-    free(c);
-    return refit_mpi_check(rc, "MPI_Comm_dup", -1);
+  MPI_Request req;
+  refit_status_t st = refit_mpi_startup(MPI_Comm_idup(args->world, &c->comm, &req), &req,
+                                        MPI_Wtime() + args->timeout_s,
+                                        "mpi transport: duplicating the communicator");
+  if (st != REFIT_OK) {
+    if (st != REFIT_ERR_TIMEOUT)
+      free(c); /* on a timeout MPI may still write c->comm: kept */
+    return st;
   }
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
   *ctx = c;

@@ -176,7 +176,7 @@ static refit_status_t refit_nccl_settle(refit_nccl_ctx_t *c, double deadline,
 
 static refit_status_t refit_nccl_query(const refit_transport_args_t *args) {
   refit_device_locality_t loc;
-  REFIT_CHECK(refit_device_locality(args->world, &loc));
+  REFIT_CHECK(refit_device_locality(args->world, args->timeout_s, &loc));
   refit_status_t st = REFIT_OK;
   if (loc.shared_a >= 0)
     st = REFIT_ERR(REFIT_ERR_CONFIG,

@@ -45,7 +45,7 @@ struct refit_exchange {
 static refit_status_t refit_pairs_nodes(const refit_transport_args_t *args,
                                         refit_device_locality_t *loc, int **node_of,
                                         int *nnodes) {
-  REFIT_CHECK(refit_device_locality(args->world, loc));
+  REFIT_CHECK(refit_device_locality(args->world, args->timeout_s, loc));
   *node_of = args->locality == REFIT_LOCALITY_GPU ? loc->gpu_of : loc->node_of;
   *nnodes = args->locality == REFIT_LOCALITY_GPU ? loc->ngpus : loc->nnodes;
   return REFIT_OK;

@@ -61,6 +61,7 @@ struct refit_ucx_ctx {
   ucp_worker_h worker;
   unsigned char *addrs; /* every rank's worker address, concatenated */
   int *addr_off, *addr_len;
+  int my_addr_len; /* the allgather's send buffer (outlives a missed deadline) */
   refit_ucx_peer_t *peers;
   /* Requests of exchanges that ended with them still pending (a send to a
    * peer that gave up, a receive UCX could not cancel yet): never freed
@@ -120,10 +121,24 @@ out:
 static refit_status_t refit_ucx_query(const refit_transport_args_t *args) {
   if (args->memory != REFIT_MEMORY_DEVICE)
     return REFIT_OK;
-  int mine = 0, all = 0;
-  refit_status_t st = refit_ucx_moves_cuda(&mine);
-  if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, args->world) != MPI_SUCCESS)
-    return REFIT_ERR(REFIT_ERR_MPI, "ucx transport: agreeing on CUDA support");
+  /* The reduction's buffers outlive a missed deadline (MPI may still write
+   * them): on the heap, kept then. */
+  int *v = malloc(2 * sizeof(int));
+  if (v == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: query");
+  v[0] = v[1] = 0;
+  refit_status_t st = refit_ucx_moves_cuda(&v[0]);
+  MPI_Request req;
+  refit_status_t wst = refit_mpi_startup(
+      MPI_Iallreduce(&v[0], &v[1], 1, MPI_INT, MPI_MIN, args->world, &req), &req,
+      MPI_Wtime() + args->timeout_s, "ucx transport: agreeing on CUDA support");
+  if (wst != REFIT_OK) {
+    if (wst != REFIT_ERR_TIMEOUT)
+      free(v);
+    return wst;
+  }
+  const int mine = v[0], all = v[1];
+  free(v);
   if (all)
     return REFIT_OK;
   if (st != REFIT_OK)
@@ -177,12 +192,20 @@ static refit_status_t refit_ucx_create(const refit_transport_args_t *args,
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: %d peers", c->size);
     goto err_free;
   }
-  int mine = (int)addr_len, total = 0;
-  if (MPI_Allgather(&mine, 1, MPI_INT, c->addr_len, 1, MPI_INT, args->world) !=
-      MPI_SUCCESS) {
-    st = REFIT_ERR(REFIT_ERR_MPI, "ucx transport: allgather of address lengths");
+  /* Bounded by refit.timeout_s: a peer that died in start-up is an error,
+   * not a hang. On a timeout MPI may still write the context's buffers, so
+   * the context is kept (leaked): the session cannot go on anyway. */
+  const double deadline = MPI_Wtime() + args->timeout_s;
+  MPI_Request req;
+  int total = 0;
+  c->my_addr_len = (int)addr_len;
+  st = refit_mpi_startup(MPI_Iallgather(&c->my_addr_len, 1, MPI_INT, c->addr_len, 1,
+                                        MPI_INT, args->world, &req),
+                         &req, deadline, "ucx transport: allgather of address lengths");
+  if (st == REFIT_ERR_TIMEOUT)
+    return st;
+  if (st != REFIT_OK)
     goto err_free;
-  }
   for (int r = 0; r < c->size; r++) {
     c->addr_off[r] = total;
     total += c->addr_len[r];
@@ -195,11 +218,14 @@ static refit_status_t refit_ucx_create(const refit_transport_args_t *args,
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: %d address bytes", total);
     goto err_free;
   }
-  if (MPI_Allgatherv(addr, mine, MPI_BYTE, c->addrs, c->addr_len, c->addr_off,
-                     MPI_BYTE, args->world) != MPI_SUCCESS) {
-    st = REFIT_ERR(REFIT_ERR_MPI, "ucx transport: allgather of worker addresses");
+  st = refit_mpi_startup(MPI_Iallgatherv(addr, c->my_addr_len, MPI_BYTE, c->addrs,
+                                         c->addr_len, c->addr_off, MPI_BYTE, args->world,
+                                         &req),
+                         &req, deadline, "ucx transport: allgather of worker addresses");
+  if (st == REFIT_ERR_TIMEOUT)
+    return st; /* addr stays with MPI too */
+  if (st != REFIT_OK)
     goto err_free;
-  }
   ucp_worker_release_address(c->worker, addr);
   addr = NULL;
   *out = c;

@@ -91,9 +91,9 @@ int main(int argc, char **argv) {
   if (ndev == 0)
     DIE("no CUDA device");
   refit_device_info_t info;
-  CK(refit_device_bind(MPI_COMM_WORLD, -1, &info));
+  CK(refit_device_bind(MPI_COMM_WORLD, -1, 120.0, &info));
   refit_device_locality_t loc;
-  CK(refit_device_locality(MPI_COMM_WORLD, &loc));
+  CK(refit_device_locality(MPI_COMM_WORLD, 120.0, &loc));
   const int shared = loc.shared_a >= 0;
   refit_device_locality_free(&loc);
 

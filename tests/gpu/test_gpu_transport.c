@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
 
   refit_device_info_t info;
   refit_status_t st = refit_device_bind(MPI_COMM_WORLD, o.same_gpu ? 0 : -1,
-                                        &info);
+                                        120.0, &info);
   if (st != REFIT_OK) {
     FAILF("bind: %s", refit_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -187,7 +187,7 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   refit_device_locality_t loc;
-  if (refit_device_locality(MPI_COMM_WORLD, &loc) != REFIT_OK) {
+  if (refit_device_locality(MPI_COMM_WORLD, 120.0, &loc) != REFIT_OK) {
     FAILF("locality: %s", refit_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

@@ -374,7 +374,7 @@ static void test_enum_bad_value_suggests(void **state) {
       {"refit:\n  fault:\n    phase: transfr\n    rank: 0\n"
        "    action: kill\n",
        "demo.yaml:23:12: refit.fault.phase: expected one of transfer, "
-       "quantize, commit, verify, vote, got 'transfr' (did you mean 'transfer'?)"},
+       "quantize, commit, verify, vote, open, got 'transfr' (did you mean 'transfer'?)"},
       {"refit:\n  fault:\n    phase: commit\n    rank: 0\n"
        "    action: bitflp\n",
        "demo.yaml:25:13: refit.fault.action: expected one of kill, exit, "
