@@ -164,4 +164,96 @@ refit_status_t refit_session_abort(refit_session_t *s);
 refit_status_t refit_session_verify(refit_session_t *s, uint64_t version,
                                     int64_t *mismatches);
 
+/* ---------------------------------------------------------------------- */
+/* Between the session's files (session.c, trainer.c, session_register.c, */
+/* lifecycle.c): not for other callers.                                    */
+/* ---------------------------------------------------------------------- */
+
+/* What every rank tells the others at begin. */
+typedef struct refit_header {
+  uint64_t run_id, version, plan_hash, committed;
+  int32_t side, ok; /* ok: this rank could start (memory bound) */
+  int32_t transport_ok, pad; /* transport_ok: its transport is healthy */
+} refit_header_t;
+
+/* session.c: the collectives' helpers. */
+
+/* Wait for a collective on the session's communicators until `deadline`. A
+ * rank that did not join breaks the session; `limit` names the bound. */
+refit_status_t refit_session_join_wait(refit_session_t *s, MPI_Request *req,
+                                       double deadline, const char *what,
+                                       const char *limit, double limit_s);
+
+/* A start-up collective started by the MPI call that returned `rc`, waited
+ * on against the start-up deadline. */
+refit_status_t refit_session_startup_wait(refit_session_t *s, MPI_Request *req, int rc,
+                                          const char *what);
+
+/* Every rank learns whether any rank failed `phase` (st: this rank's
+ * outcome); a rank that did not fail itself returns REFIT_ERR_PEER. */
+refit_status_t refit_session_agree(refit_session_t *s, refit_status_t st,
+                                   const char *phase);
+
+/* session.c: what start-up builds, also rebuilt when the engines' precisions
+ * re-plan the job (session_register.c). */
+
+/* Plan from the catalog's quantized flags (collective; st: this rank's
+ * outcome so far), compare hashes, index this rank's messages. */
+refit_status_t refit_session_make_plan(refit_session_t *s, refit_status_t st);
+
+/* Open the transport between the plan's (sender, receiver) pairs
+ * (collective). */
+refit_status_t refit_session_open_transport(refit_session_t *s);
+
+/* Generator: the loader of this rank's runtime stores, for this plan. */
+refit_status_t refit_session_make_loader(refit_session_t *s);
+
+/* The send buffers (trainer) or staging areas (generator), one per exchange
+ * in flight, and the transfer list. */
+refit_status_t refit_session_alloc_buffers(refit_session_t *s);
+
+/* Transports that write into their peers' memory learn the staging areas
+ * (collective; st: this rank's outcome so far). */
+refit_status_t refit_session_register_staging(refit_session_t *s, refit_status_t st);
+
+/* refit.keep_staging: false gives the staging memory back between refits,
+ * and begin takes it again. */
+void refit_session_release_staging(refit_session_t *s);
+refit_status_t refit_session_acquire_staging(refit_session_t *s);
+
+/* trainer.c */
+
+/* The shards this trainer rank holds (memory attached at bind). */
+refit_status_t refit_session_index_trainer(refit_session_t *s);
+
+/* Produce `version` into the shards from the configured source (synthetic
+ * or checkpoint; never called with source.kind caller). */
+refit_status_t refit_trainer_source(refit_session_t *s, uint64_t version);
+
+/* The pack descriptor tables, built at bind and uploaded. */
+refit_status_t refit_trainer_tables(refit_session_t *s);
+
+/* Point the pack descriptors at shards registered again at new addresses. */
+refit_status_t refit_trainer_repoint(refit_session_t *s);
+
+/* Pack bucket b into `buf` and list its sends in xfers (*nxfers); with
+ * wait_done, return when the packed bytes are ready. */
+refit_status_t refit_trainer_pack(refit_session_t *s, int32_t b, unsigned char *buf,
+                                  refit_xfer_t *xfers, int *nxfers, int wait_done);
+
+/* session_register.c */
+
+/* First begin, on every rank: the engines' registration forms decide which
+ * runtime tensors are MXFP8, re-planning when they differ (collective). */
+refit_status_t refit_session_settle_precision(refit_session_t *s);
+
+/* First begin: attach every registered tensor, allocate the rest (or name
+ * what is missing), build the pack or land tables. */
+refit_status_t refit_session_bind(refit_session_t *s);
+
+/* lifecycle.c */
+
+/* The fault seam's action at `where` (kill, exit, stall, error). */
+refit_status_t refit_session_fault_act(refit_session_t *s, const char *where);
+
 #endif /* REFIT_SESSION_H */

@@ -1,0 +1,648 @@
+/*
+ * The lifecycle of one refit, as docs/architecture.md states the protocol:
+ * begin (header exchange, transport repair), progress (trainers pack and
+ * send bucket by bucket, generators receive and land), commit (the vote,
+ * one outcome per commit), abort with drain and rollback, verification;
+ * and the fault seam that tests fail each step with.
+ */
+#include "session.h"
+
+#include "core/digest.h"
+#include "core/hash.h"
+#include "core/log.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Generator: receives of bucket b into the staging area `buf`. */
+static void refit_generator_recvs(refit_session_t *s, int32_t b, unsigned char *buf,
+                                  refit_xfer_t *xfers, int *nxfers) {
+  const refit_plan_t *p = s->plan;
+  *nxfers = 0;
+  for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
+    const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
+    xfers[*nxfers].peer = m->src_rank;
+    xfers[*nxfers].buf = buf + m->offset;
+    xfers[*nxfers].bytes = (size_t)m->bytes;
+    (*nxfers)++;
+  }
+}
+
+/* Wait for a request on the control communicator until the deadline. */
+static refit_status_t refit_session_ctrl_wait(refit_session_t *s, MPI_Request *req,
+                                              double deadline, const char *phase) {
+  return refit_session_join_wait(s, req, deadline, phase, "refit.timeout_s",
+                                 s->cfg.refit.timeout_s);
+}
+
+/* Does the fault seam fire on this rank, in this phase, this refit? */
+static int refit_session_fault_here(const refit_session_t *s, int phase) {
+  const refit_fault_t *f = &s->fault;
+  if (!f->enabled || f->phase != phase || f->rank != s->rank)
+    return 0;
+  if (f->refit != 0 && (uint64_t)f->refit != s->attempt)
+    return 0;
+  if (f->probability < 1.0) {
+    uint64_t h =
+        refit_hash_u64(refit_hash_u64(REFIT_HASH_INIT, s->cfg.source.seed), s->attempt);
+    if ((double)(h >> 11) / (double)(UINT64_C(1) << 53) >= f->probability)
+      return 0;
+  }
+  return 1;
+}
+
+/* Faults that act the same in every phase: die, stall, or fail. Returns the
+ * injected error, or REFIT_OK for the data faults the caller applies. */
+refit_status_t refit_session_fault_act(refit_session_t *s, const char *where) {
+  switch (s->fault.action) {
+  case REFIT_FAULT_KILL:
+    REFIT_WARN("fault seam: killing rank %d at %s", s->rank, where);
+    raise(SIGKILL);
+    break;
+  case REFIT_FAULT_EXIT:
+    REFIT_WARN("fault seam: rank %d exits at %s", s->rank, where);
+    _exit(7);
+  case REFIT_FAULT_STALL: {
+    REFIT_WARN("fault seam: rank %d stalls at %s", s->rank, where);
+    struct timespec ts = {(time_t)(s->cfg.refit.timeout_s * 1.5) + 1, 0};
+    nanosleep(&ts, NULL);
+    return REFIT_ERR(REFIT_ERR_TIMEOUT, "fault seam: rank %d stalled at %s", s->rank,
+                     where);
+  }
+  case REFIT_FAULT_ERROR:
+    return REFIT_ERR(REFIT_ERR_INTERNAL, "fault seam: injected error at %s on rank %d",
+                     where, s->rank);
+  default:
+    break;
+  }
+  return REFIT_OK;
+}
+
+/* After a failed refit left some rank's transport unusable, every rank
+ * (known alive from the header exchange just done) repairs it together,
+ * then agrees on the outcome by the deadline. A transport that cannot be
+ * repaired ends the session. */
+static refit_status_t
+refit_session_recover_transport(refit_session_t *s, int unhealthy_rank, double deadline) {
+  const refit_transport_ops_t *ops = s->transport.ops;
+  refit_status_t st;
+  if (ops->recover == NULL) {
+    s->broken = 1;
+    return REFIT_ERR(REFIT_ERR_PEER,
+                     "begin: the %s transport of rank %d is unusable after the "
+                     "failed refit and cannot be repaired; restart the job",
+                     ops->name, unhealthy_rank);
+  }
+  REFIT_WARN("begin: repairing the %s transport on every rank (rank %d's "
+             "failed in the last refit)",
+             ops->name, unhealthy_rank);
+  st = ops->recover(s->transport.ctx, deadline);
+  int ok = st == REFIT_OK, all_ok = 0;
+  MPI_Request req;
+  MPI_Iallreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, s->ctrl, &req);
+  REFIT_CHECK(refit_session_ctrl_wait(s, &req, deadline, "begin: transport repair"));
+  if (st != REFIT_OK || !all_ok) {
+    s->broken = 1;
+    return st != REFIT_OK ? st
+                          : REFIT_ERR(REFIT_ERR_PEER,
+                                      "begin: another rank could not repair the %s "
+                                      "transport; restart the job",
+                                      ops->name);
+  }
+  return REFIT_OK;
+}
+
+refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *stream) {
+  refit_status_t st;
+  if (s->broken)
+    return REFIT_ERR(REFIT_ERR_PEER,
+                     "begin %llu: an earlier collective timed out; "
+                     "the session cannot continue (restart the job)",
+                     (unsigned long long)version);
+  if (s->state != REFIT_STATE_IDLE && s->state != REFIT_STATE_POISONED)
+    return REFIT_ERR(REFIT_ERR_STATE,
+                     "begin %llu: a refit is already in progress "
+                     "(state %d); commit or abort it first",
+                     (unsigned long long)version, (int)s->state);
+  const double t_acquire = MPI_Wtime();
+  /* Every rank's first begin, whether or not its memory is complete: the
+   * engines' forms are reduced once (collective). A failure after planning
+   * again leaves nothing consistent to refit with. */
+  st = REFIT_OK;
+  if (!s->precision_settled) {
+    s->precision_settled = 1;
+    st = refit_session_settle_precision(s);
+    if (st != REFIT_OK && st != REFIT_ERR_INVALID_ARGUMENT)
+      s->broken = 1;
+    if (st != REFIT_OK)
+      return st;
+  }
+  if (!s->bound)
+    st = refit_session_bind(s);
+  else
+    st = refit_session_acquire_staging(s);
+  if (st == REFIT_OK && s->moved)
+    st = refit_trainer_repoint(s);
+  /* Nothing refit does on the device starts before the caller's work
+   * queued on `stream` so far: a trainer's last optimizer step, an engine's
+   * last forward over the storage a sync refit overwrites. */
+  if (st == REFIT_OK)
+    st = refit_mem_after_stream(s->mem, stream);
+  const double acquire_s = MPI_Wtime() - t_acquire;
+
+  /* Everyone's (run id, version, plan hash, committed version) before a
+   * byte moves. */
+  const int transport_ok =
+      s->transport.ops->healthy == NULL || s->transport.ops->healthy(s->transport.ctx);
+  /* The exchange's buffers live in the session: a collective that misses
+   * its deadline stays with MPI, which may still write them later. */
+  refit_header_t *mine = s->header_buf, *all = s->header_buf + 1;
+  *mine = (refit_header_t){s->run_id,
+                           version,
+                           s->plan->hash,
+                           s->committed,
+                           s->is_trainer ? 0 : 1,
+                           st == REFIT_OK,
+                           transport_ok,
+                           0};
+  MPI_Request req;
+  const double deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
+  MPI_Iallgather(mine, (int)sizeof(*mine), MPI_BYTE, all, (int)sizeof(*mine), MPI_BYTE,
+                 s->ctrl, &req);
+  refit_status_t wst =
+      refit_session_ctrl_wait(s, &req, deadline, "begin: header exchange");
+  if (wst != REFIT_OK)
+    return wst;
+  if (st == REFIT_OK)
+    for (int r = 0; r < s->size; r++) {
+      const refit_header_t *h = &all[r];
+      if (h->run_id != s->run_id || h->plan_hash != s->plan->hash) {
+        st = REFIT_ERR(REFIT_ERR_STATE,
+                       "begin %llu: rank %d has run id %016llx / plan hash "
+                       "%016llx, rank %d has %016llx / %016llx",
+                       (unsigned long long)version, r, (unsigned long long)h->run_id,
+                       (unsigned long long)h->plan_hash, s->rank,
+                       (unsigned long long)s->run_id, (unsigned long long)s->plan->hash);
+        break;
+      }
+      if (!h->ok) {
+        st = REFIT_ERR(REFIT_ERR_PEER,
+                       "begin %llu: rank %d could not start (its error is in "
+                       "its log)",
+                       (unsigned long long)version, r);
+        break;
+      }
+      if (h->version != version) {
+        st = REFIT_ERR(REFIT_ERR_STATE,
+                       "begin %llu: rank %d asks for version %llu instead",
+                       (unsigned long long)version, r, (unsigned long long)h->version);
+        break;
+      }
+      if (h->side == 1 && version <= h->committed) {
+        st = REFIT_ERR(REFIT_ERR_STATE,
+                       "begin %llu: refused: generator rank %d already holds "
+                       "version %llu (versions must increase; a stale or "
+                       "replayed version)",
+                       (unsigned long long)version, r - s->ntrainer,
+                       (unsigned long long)h->committed);
+        break;
+      }
+    }
+  int unhealthy = -1;
+  for (int r = 0; r < s->size && unhealthy < 0; r++)
+    if (!all[r].transport_ok)
+      unhealthy = r;
+  if (st != REFIT_OK)
+    return st;
+  if (unhealthy >= 0)
+    REFIT_CHECK(refit_session_recover_transport(s, unhealthy, deadline));
+
+  s->attempt++;
+  s->vote_pending = 1;
+  s->peer_lost = 0;
+  s->failure[0] = '\0';
+  s->poisoned_before = s->state == REFIT_STATE_POISONED;
+  s->pending = version;
+  s->next_bucket = 0;
+  s->next_posted = 0;
+  memset(&s->times, 0, sizeof(s->times));
+  s->times.staging = acquire_s;
+  s->t_begin = MPI_Wtime() - acquire_s;
+  s->deadline = s->t_begin + s->cfg.refit.timeout_s;
+  /* Tags name the attempt as far as MPI_TAG_UB allows (Open MPI: 2^31 - 1,
+   * so 32768 attempts; the standard's minimum 32767, 8): a message of a
+   * failed refit never matches a later one's receive by its tag (transports
+   * that can also start clean after a failure, as MPI's, do). */
+  s->tag_base = (int)((s->attempt & s->attempt_mask) << 12);
+  s->state = REFIT_STATE_RECEIVING;
+  if (s->is_trainer) {
+    double t = MPI_Wtime();
+    if (s->cfg.source.kind != REFIT_SOURCE_CALLER)
+      st = refit_trainer_source(s, version);
+    s->times.source = MPI_Wtime() - t;
+  } else {
+    refit_loader_begin(s->loader);
+  }
+  if (st != REFIT_OK) {
+    refit_session_abort(s);
+    return st;
+  }
+  return REFIT_OK;
+}
+
+/* The bucket at which a transfer-phase fault fires. */
+static int32_t refit_session_fault_bucket(const refit_session_t *s) {
+  int32_t b = (int32_t)(s->fault.at * s->plan->nbuckets);
+  if (b >= s->plan->nbuckets)
+    b = s->plan->nbuckets - 1;
+  return b < 0 ? 0 : b;
+}
+
+static refit_status_t refit_session_wait_slot(refit_session_t *s, int slot,
+                                              const char *what, int32_t bucket) {
+  char phase[128];
+  if (s->inflight[slot] == NULL)
+    return REFIT_OK;
+  snprintf(phase, sizeof(phase), "version %llu bucket %d %s on %s rank %d",
+           (unsigned long long)s->pending, bucket, what,
+           s->is_trainer ? "trainer" : "generator", s->role_rank);
+  double t = MPI_Wtime();
+  refit_status_t st =
+      s->transport.ops->wait(s->transport.ctx, s->inflight[slot], s->deadline, phase);
+  s->inflight[slot] = NULL;
+  s->times.transfer += MPI_Wtime() - t;
+  if (st == REFIT_ERR_TIMEOUT)
+    s->peer_lost = 1;
+  if (st == REFIT_OK) /* a deadline of progress: timeout_s from the last bucket */
+    s->deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
+  return st;
+}
+
+/* Advance the exchange in `slot` without blocking: *arrived = 1 once it
+ * completed (then the slot is free). Transports without a test op complete
+ * it with a blocking wait. */
+static refit_status_t refit_session_poll_slot(refit_session_t *s, int slot,
+                                              int *arrived) {
+  *arrived = 1;
+  if (s->inflight[slot] == NULL)
+    return REFIT_OK;
+  if (s->transport.ops->test == NULL)
+    return refit_session_wait_slot(s, slot, "poll", -1);
+  double t = MPI_Wtime();
+  refit_status_t st =
+      s->transport.ops->test(s->transport.ctx, s->inflight[slot], arrived);
+  s->times.transfer += MPI_Wtime() - t;
+  if (st != REFIT_OK || *arrived)
+    s->inflight[slot] = NULL; /* freed by test */
+  if (st == REFIT_OK && *arrived)
+    s->deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
+  return st;
+}
+
+/* Trainer: one bucket (pack and send), or the final drain. */
+static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) {
+  const refit_plan_t *p = s->plan;
+  const int32_t b = s->next_bucket;
+  refit_status_t st;
+  if (b >= p->nbuckets) {
+    for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
+      REFIT_CHECK(refit_session_wait_slot(s, i, "send", b));
+    *done = 1;
+    return REFIT_OK;
+  }
+  const int slot = b % REFIT_EXCHANGES_IN_FLIGHT;
+  REFIT_CHECK(refit_session_wait_slot(s, slot, "send", b - REFIT_EXCHANGES_IN_FLIGHT));
+  int nx = 0;
+  double t = MPI_Wtime();
+  st = refit_trainer_pack(s, b, s->buffer[slot], s->xfers, &nx, 0);
+  /* While the pack kernel runs, keep the bucket in flight moving: some
+   * transports (CUDA IPC) only advance when called. */
+  for (int packed = 0; st == REFIT_OK && !packed;) {
+    st = refit_mem_done(s->mem, &packed);
+    const int other = (slot + 1) % REFIT_EXCHANGES_IN_FLIGHT;
+    int sent = 1;
+    if (st == REFIT_OK && !packed && s->inflight[other] != NULL &&
+        s->transport.ops->test != NULL)
+      st = refit_session_poll_slot(s, other, &sent);
+  }
+  s->times.pack += MPI_Wtime() - t;
+  REFIT_CHECK(st);
+  if (nx > 0 && refit_session_fault_here(s, REFIT_FAULT_PHASE_TRANSFER) &&
+      b == refit_session_fault_bucket(s)) {
+    REFIT_CHECK(refit_session_fault_act(s, "transfer"));
+    if (s->fault.action == REFIT_FAULT_BITFLIP) {
+      unsigned char *at = (unsigned char *)s->xfers[0].buf + s->xfers[0].bytes / 2;
+      unsigned char byte;
+      REFIT_CHECK(refit_mem_to_host(s->mem, &byte, at, 1));
+      byte ^= 0x04;
+      REFIT_CHECK(refit_mem_from_host(s->mem, at, &byte, 1));
+      REFIT_WARN("fault seam: flipped a bit of bucket %d to rank %d", b,
+                 s->xfers[0].peer);
+    } else if (s->fault.action == REFIT_FAULT_TRUNCATE) {
+      s->xfers[0].bytes -= 1;
+      REFIT_WARN("fault seam: truncated bucket %d to rank %d", b, s->xfers[0].peer);
+    } else if (s->fault.action == REFIT_FAULT_DROP) {
+      REFIT_WARN("fault seam: dropped bucket %d to rank %d", b, s->xfers[0].peer);
+      s->xfers[0] = s->xfers[--nx];
+    } else if (s->fault.action == REFIT_FAULT_STALE && s->pending > 1 && s->attempt > 1) {
+      /* The bytes of this refit, sealed as the previous refit's: what a
+       * message of that refit left in a queue would look like. */
+      REFIT_CHECK(refit_mem_pack(
+          s->mem, &s->pack, s->pack_begin[b], s->pack_begin[b + 1] - s->pack_begin[b],
+          refit_seal_tag(s->pending - 1, s->attempt - 1), s->buffer[slot]));
+      REFIT_CHECK(refit_mem_sync(s->mem));
+      REFIT_WARN("fault seam: bucket %d sealed as the refit of version %llu", b,
+                 (unsigned long long)(s->pending - 1));
+    }
+  }
+  REFIT_CHECK(s->transport.ops->start(s->transport.ctx, s->xfers, nx, NULL, 0,
+                                      s->tag_base | (b & 0xfff), &s->inflight[slot]));
+  s->next_posted = b + 1;
+  s->next_bucket++;
+  *done = 0;
+  return REFIT_OK;
+}
+
+/* Generator: post bucket b+1, wait for bucket b, land it. */
+static refit_status_t refit_session_step_generator(refit_session_t *s, int *done) {
+  const refit_plan_t *p = s->plan;
+  const int32_t b = s->next_bucket;
+  int nx = 0;
+  if (b == 0 && p->nbuckets > 0 && s->next_posted == 0) {
+    refit_generator_recvs(s, 0, s->buffer[0], s->xfers, &nx);
+    REFIT_CHECK(s->transport.ops->start(s->transport.ctx, NULL, 0, s->xfers, nx,
+                                        s->tag_base, &s->inflight[0]));
+    s->next_posted = 1;
+  }
+  if (b >= p->nbuckets) {
+    double t = MPI_Wtime();
+    refit_status_t st = refit_loader_end(s->loader);
+    s->times.unpack += MPI_Wtime() - t;
+    REFIT_CHECK(st);
+    *done = 1;
+    return REFIT_OK;
+  }
+  if (b + 1 < p->nbuckets && s->next_posted <= b + 1) {
+    const int next = (b + 1) % REFIT_EXCHANGES_IN_FLIGHT;
+    refit_generator_recvs(s, b + 1, s->buffer[next], s->xfers, &nx);
+    REFIT_CHECK(s->transport.ops->start(s->transport.ctx, NULL, 0, s->xfers, nx,
+                                        s->tag_base | ((b + 1) & 0xfff),
+                                        &s->inflight[next]));
+    s->next_posted = b + 2;
+  }
+  const int slot = b % REFIT_EXCHANGES_IN_FLIGHT;
+  if (refit_session_fault_here(s, REFIT_FAULT_PHASE_TRANSFER) &&
+      b == refit_session_fault_bucket(s))
+    REFIT_CHECK(refit_session_fault_act(s, "transfer"));
+  if (s->cfg.refit.mode == REFIT_MODE_ASYNC && MPI_Wtime() < s->deadline) {
+    /* Async: the engine serves between progress calls, so a bucket still in
+     * flight returns at once instead of blocking it. */
+    int arrived = 0;
+    REFIT_CHECK(refit_session_poll_slot(s, slot, &arrived));
+    if (!arrived) {
+      *done = 0;
+      return REFIT_OK;
+    }
+  }
+  REFIT_CHECK(refit_session_wait_slot(s, slot, "receive", b));
+  refit_land_fault_t lf = REFIT_LAND_NORMAL;
+  if (refit_session_fault_here(s, REFIT_FAULT_PHASE_QUANTIZE) &&
+      b == refit_session_fault_bucket(s)) {
+    REFIT_CHECK(refit_session_fault_act(s, "quantize"));
+    lf = s->fault.action == REFIT_FAULT_DROP        ? REFIT_LAND_DROP_ONE
+         : s->fault.action == REFIT_FAULT_DUPLICATE ? REFIT_LAND_DUPLICATE_ONE
+         : s->fault.action == REFIT_FAULT_BITFLIP   ? REFIT_LAND_FLIP_ONE
+                                                    : REFIT_LAND_NORMAL;
+  }
+  double t = MPI_Wtime();
+  refit_status_t st = refit_loader_land_bucket(
+      s->loader, b, s->buffer[slot], refit_seal_tag(s->pending, s->attempt), lf);
+  s->times.unpack += MPI_Wtime() - t;
+  REFIT_CHECK(st);
+  s->next_bucket++;
+  *done = 0;
+  return REFIT_OK;
+}
+
+refit_status_t refit_session_progress(refit_session_t *s, int *done) {
+  *done = 0;
+  if (s->state == REFIT_STATE_READY) {
+    *done = 1;
+    return REFIT_OK;
+  }
+  if (s->state != REFIT_STATE_RECEIVING)
+    return REFIT_ERR(REFIT_ERR_STATE, "progress: no refit in progress (state %d)",
+                     (int)s->state);
+  refit_status_t st = s->is_trainer ? refit_session_step_trainer(s, done)
+                                    : refit_session_step_generator(s, done);
+  if (st != REFIT_OK) {
+    /* Keep the first failure's message: the drain in abort may fail again
+     * (a transport refusing work after the first failure), and the vote
+     * should name the cause, not the echo. */
+    if (s->failure[0] == '\0')
+      snprintf(s->failure, sizeof(s->failure), "%s", refit_last_error());
+    refit_session_abort(s);
+    return st;
+  }
+  if (*done)
+    s->state = REFIT_STATE_READY;
+  return REFIT_OK;
+}
+
+refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
+  refit_status_t st = REFIT_OK;
+  /* The vote's buffers live in the session (see begin's headers). */
+  int *const vote = s->vote_buf, *const votes = s->vote_buf + 1;
+  int ok = s->state == REFIT_STATE_READY;
+  if (s->broken)
+    return REFIT_ERR(REFIT_ERR_PEER, "commit: the session cannot continue after "
+                                     "an earlier timeout (restart the job)");
+  if (!s->vote_pending)
+    return REFIT_ERR(REFIT_ERR_STATE, "commit: no refit to commit (none begun, "
+                                      "or its vote already happened)");
+  if (refit_session_fault_here(s, REFIT_FAULT_PHASE_COMMIT)) {
+    st = refit_session_fault_act(s, "commit");
+    ok = ok && st == REFIT_OK;
+  }
+  /* A rank that failed earlier still votes (no), so that nobody waits for
+   * it and nobody commits. */
+  if (ok)
+    s->state = REFIT_STATE_COMMITTING;
+  MPI_Request req;
+  const double t = MPI_Wtime();
+  if (refit_session_fault_here(s, REFIT_FAULT_PHASE_VOTE) &&
+      s->fault.action == REFIT_FAULT_STALL) {
+    /* Held at the vote until every peer's vote deadline has passed, then
+     * it votes: nobody can know the outcome. */
+    REFIT_WARN("fault seam: rank %d stalls inside the commit vote", s->rank);
+    struct timespec ts = {(time_t)(2 * s->cfg.refit.timeout_s) + 1, 0};
+    nanosleep(&ts, NULL);
+  }
+  *vote = ok;
+  MPI_Iallgather(vote, 1, MPI_INT, votes, 1, MPI_INT, s->ctrl, &req);
+  /* A live peer may still be waiting out this refit's deadline (a message
+   * that never came) before it votes: a rank that got here early waits for
+   * that deadline plus the timeout, so only a dead or stalled peer misses
+   * the vote. */
+  const double vote_deadline =
+      (MPI_Wtime() > s->deadline ? MPI_Wtime() : s->deadline) + s->cfg.refit.timeout_s;
+  refit_status_t wst = refit_session_ctrl_wait(s, &req, vote_deadline, "commit: vote");
+  s->vote_pending = 0;
+  if (wst != REFIT_OK && !ok) {
+    /* This rank voted no: nobody can have committed, whatever became of
+     * the vote elsewhere. Keep or restore version V (below). */
+    if (st == REFIT_OK)
+      st = wst;
+  } else if (wst != REFIT_OK) {
+    /* This rank voted yes and cannot learn the outcome: peers whose vote
+     * completed may have committed the new version, others may not have.
+     * Guessing either way could leave the ranks of one engine on different
+     * versions, so a generator refuses to serve (POISONED) until a full
+     * successful refit; the session is broken (a collective never
+     * completed), so that means a restart. */
+    char why[512];
+    snprintf(why, sizeof(why), "%s", refit_last_error());
+    s->state = s->is_trainer ? REFIT_STATE_IDLE : REFIT_STATE_POISONED;
+    return REFIT_ERR(wst,
+                     "commit of version %llu: the vote did not complete on %s "
+                     "rank %d (%s); its outcome is unknown here (peers may have "
+                     "committed)%s",
+                     (unsigned long long)s->pending,
+                     s->is_trainer ? "trainer" : "generator", s->role_rank, why,
+                     s->is_trainer ? ""
+                                   : ": POISONED, refusing to serve until a "
+                                     "full successful refit (restart the job)");
+  } else if (ok) {
+    int first_no = -1, nno = 0;
+    for (int r = 0; r < s->size; r++)
+      if (!votes[r]) {
+        if (first_no < 0)
+          first_no = r;
+        nno++;
+      }
+    if (nno > 0)
+      st = REFIT_ERR(REFIT_ERR_PEER,
+                     "commit of version %llu refused: %d rank%s did not complete "
+                     "(first: world rank %d); version %llu stays",
+                     (unsigned long long)s->pending, nno, nno == 1 ? "" : "s", first_no,
+                     (unsigned long long)s->committed);
+  } else if (st == REFIT_OK) {
+    /* This rank failed earlier: name that failure. */
+    char why[512];
+    snprintf(why, sizeof(why), "%s", s->failure[0] ? s->failure : refit_last_error());
+    st = REFIT_ERR(REFIT_ERR_STATE,
+                   "commit of version %llu refused: this rank failed: %s; "
+                   "version %llu stays",
+                   (unsigned long long)s->pending, why, (unsigned long long)s->committed);
+  }
+  if (st != REFIT_OK) {
+    if (s->state == REFIT_STATE_COMMITTING)
+      s->state = REFIT_STATE_READY;
+    refit_session_abort(s);
+    return st;
+  }
+  if (!s->is_trainer) {
+    st = refit_loader_commit(s->loader);
+    if (st != REFIT_OK) {
+      /* The vote passed but the shadow copy failed: storage may be mixed. */
+      s->state = REFIT_STATE_POISONED;
+      return st;
+    }
+  }
+  /* The engine's work queued on `stream` from now on reads the new
+   * version (the async shadow copy above is on refit's stream). */
+  if (!s->is_trainer && (st = refit_mem_before_stream(s->mem, stream)) != REFIT_OK) {
+    s->state = REFIT_STATE_POISONED;
+    return st;
+  }
+  s->times.commit = MPI_Wtime() - t;
+  s->committed = s->pending;
+  s->poisoned_before = 0;
+  s->state = REFIT_STATE_IDLE;
+  const double t_release = MPI_Wtime();
+  refit_session_release_staging(s);
+  s->times.staging += MPI_Wtime() - t_release;
+  s->times.total = MPI_Wtime() - s->t_begin;
+  return REFIT_OK;
+}
+
+/* After a local failure mid-refit, finish this rank's part of the bucket
+ * schedule without landing anything (generators receive and discard, trainers
+ * keep sending), so that healthy peers reach the vote instead of waiting for
+ * the deadline. Skipped when a peer is already known lost. */
+static void refit_session_drain(refit_session_t *s) {
+  const refit_plan_t *p = s->plan;
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
+    if (refit_session_wait_slot(s, i, "drain", -1) != REFIT_OK)
+      return;
+  for (int32_t b = s->next_posted; b < p->nbuckets && !s->peer_lost; b++) {
+    int nx = 0;
+    refit_exchange_t *ex = NULL;
+    if (s->is_trainer) {
+      if (refit_trainer_pack(s, b, s->buffer[0], s->xfers, &nx, 1) != REFIT_OK)
+        return;
+      if (s->transport.ops->start(s->transport.ctx, s->xfers, nx, NULL, 0,
+                                  s->tag_base | (b & 0xfff), &ex) != REFIT_OK)
+        return;
+    } else {
+      refit_generator_recvs(s, b, s->buffer[0], s->xfers, &nx);
+      if (s->transport.ops->start(s->transport.ctx, NULL, 0, s->xfers, nx,
+                                  s->tag_base | (b & 0xfff), &ex) != REFIT_OK)
+        return;
+    }
+    s->inflight[0] = ex;
+    if (refit_session_wait_slot(s, 0, "drain", b) != REFIT_OK)
+      return;
+  }
+}
+
+refit_status_t refit_session_abort(refit_session_t *s) {
+  if (s->state == REFIT_STATE_IDLE || s->state == REFIT_STATE_POISONED)
+    return REFIT_OK;
+  if (s->state == REFIT_STATE_RECEIVING && !s->peer_lost && !s->broken)
+    refit_session_drain(s);
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
+    if (s->inflight[i] != NULL) {
+      if (s->transport.ops->abandon != NULL)
+        s->transport.ops->abandon(s->transport.ctx, s->inflight[i]);
+      else /* no way to cancel: wait out what is left, ignoring failures */
+        (void)s->transport.ops->wait(s->transport.ctx, s->inflight[i], MPI_Wtime(),
+                                     "abort");
+      s->inflight[i] = NULL;
+    }
+  if (!s->is_trainer && !refit_loader_rollback(s->loader)) {
+    REFIT_WARN("generator rank %d: refit of version %llu failed after runtime "
+               "storage was written and refit.restore is none: POISONED until "
+               "a full successful refit",
+               s->role_rank, (unsigned long long)s->pending);
+    s->state = REFIT_STATE_POISONED;
+    return REFIT_OK;
+  }
+  s->state = s->poisoned_before ? REFIT_STATE_POISONED : REFIT_STATE_IDLE;
+  if (!s->vote_pending && !s->peer_lost)
+    refit_session_release_staging(s);
+  return REFIT_OK;
+}
+
+refit_status_t refit_session_verify(refit_session_t *s, uint64_t version,
+                                    int64_t *mismatches) {
+  *mismatches = 0;
+  if (s->is_trainer)
+    return REFIT_OK;
+  if (refit_session_fault_here(s, REFIT_FAULT_PHASE_VERIFY) && s->nstores > 0 &&
+      s->fault.action == REFIT_FAULT_BITFLIP) {
+    unsigned char *at = (unsigned char *)s->stores[0].data + s->stores[0].bytes / 2;
+    unsigned char byte;
+    REFIT_CHECK(refit_mem_to_host(s->mem, &byte, at, 1));
+    byte ^= 0x01;
+    REFIT_CHECK(refit_mem_from_host(s->mem, at, &byte, 1));
+    REFIT_WARN("fault seam: flipped a bit of runtime %s before verification",
+               s->stores[0].name);
+  }
+  return refit_loader_verify(s->loader, &s->source, version, mismatches);
+}
