@@ -5,6 +5,8 @@
 #include "refit/refit.h"
 
 #include "core/error.h"
+#include "core/hash.h"
+#include "dump.h"
 #include "session.h"
 
 #include <stdio.h>
@@ -65,14 +67,32 @@ static refit_status_t refit_api_tensor(refit_session_h s, int64_t index,
   return REFIT_OK;
 }
 
+/* Tensor `index` of this rank, for the API function `fn`; NULL `out`
+ * is an error like an index out of range. */
+static refit_status_t refit_api_tensor_at(refit_session_h s, int64_t index,
+                                          refit_tensor_t *out, const char *fn) {
+  if (out == NULL || index < 0 || index >= refit_tensor_count(s))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s: index %lld out of range 0..%lld",
+                     fn, (long long)index, (long long)refit_tensor_count(s) - 1);
+  return refit_api_tensor(s, index, out);
+}
+
+/* Functions that read a tensor's bytes need its memory, which the first
+ * refit_begin attaches unless the caller registered it. */
+static refit_status_t refit_api_attached(refit_session_h s, const refit_tensor_t *t,
+                                         const char *fn) {
+  if (t->data != NULL)
+    return REFIT_OK;
+  return REFIT_ERR(REFIT_ERR_STATE,
+                   "%s: %s rank %d: tensor '%s' has no memory yet (registered or "
+                   "allocated at the first refit_begin)",
+                   fn, s->is_trainer ? "trainer" : "generator", s->role_rank, t->name);
+}
+
 refit_status_t refit_tensor_get(refit_session_h s, int64_t index,
                                 refit_tensor_t *out) {
   REFIT_API_HANDLE(s);
-  if (out == NULL || index < 0 || index >= refit_tensor_count(s))
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "refit_tensor_get: index %lld out of range 0..%lld",
-                     (long long)index, (long long)refit_tensor_count(s) - 1);
-  return refit_api_tensor(s, index, out);
+  return refit_api_tensor_at(s, index, out, __func__);
 }
 
 refit_status_t refit_tensor_find(refit_session_h s, const char *name,
@@ -148,6 +168,97 @@ refit_status_t refit_last_times(refit_session_h s, refit_times_t *out) {
   out->commit = s->times.commit;
   out->total = s->times.total;
   return REFIT_OK;
+}
+
+refit_status_t refit_session_settings(refit_session_h s, refit_settings_t *out) {
+  REFIT_API_HANDLE(s);
+  if (out == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit_session_settings: NULL out");
+  const refit_config_t *c = &s->cfg;
+  out->steps = c->refit.steps;
+  out->async = c->refit.mode == REFIT_MODE_ASYNC;
+  out->mxfp8 = c->refit.precision == REFIT_PRECISION_MXFP8;
+  out->restore_full = c->refit.restore == REFIT_RESTORE_FULL;
+  out->verify = c->verify != 0;
+  out->timeout_s = c->refit.timeout_s;
+  out->dump = c->dump;
+  return REFIT_OK;
+}
+
+refit_status_t refit_session_plan_summary(refit_session_h s, refit_plan_summary_t *out) {
+  REFIT_API_HANDLE(s);
+  if (out == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit_session_plan_summary: NULL out");
+  refit_plan_stats_t st;
+  refit_plan_stats(s->plan, 0, &st);
+  memset(out, 0, sizeof(*out));
+  out->buckets = s->plan->nbuckets;
+  out->messages = s->plan->nmsgs;
+  out->bytes = st.total_bytes;
+  if (!s->is_trainer) {
+    out->staging_bytes = REFIT_EXCHANGES_IN_FLIGHT * s->plan->staging[s->role_rank];
+    out->arena_bytes = s->loader != NULL ? s->loader->arena_bytes : 0;
+  }
+  return REFIT_OK;
+}
+
+int refit_session_engine(refit_session_h s) { return s == NULL ? -1 : s->engine; }
+
+int refit_session_tp_rank(refit_session_h s) { return s == NULL ? -1 : s->tp_rank; }
+
+int refit_session_broken(refit_session_h s) { return s != NULL && s->broken; }
+
+refit_status_t refit_tensor_touch(refit_session_h s, int64_t index, size_t bytes,
+                                  uint64_t *value) {
+  REFIT_API_HANDLE(s);
+  refit_tensor_t t;
+  if (value == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit_tensor_touch: NULL value");
+  REFIT_CHECK(refit_api_tensor_at(s, index, &t, __func__));
+  REFIT_CHECK(refit_api_attached(s, &t, __func__));
+  if (bytes > t.bytes)
+    bytes = t.bytes;
+  if (refit_mem_on_device(s->mem)) {
+    /* The memory layer's compare of the bytes with themselves: a kernel
+     * that reads them all, on refit's stream. */
+    int64_t diff = 0, first = 0;
+    REFIT_CHECK(refit_mem_compare(s->mem, t.data, t.data, bytes, 1, &diff, &first));
+    *value = (uint64_t)diff + 1;
+    return REFIT_OK;
+  }
+  uint64_t acc = 0;
+  const unsigned char *p = t.data;
+  for (size_t k = 0; k < bytes; k += 64)
+    acc += p[k];
+  *value = acc;
+  return REFIT_OK;
+}
+
+refit_status_t refit_tensor_digest(refit_session_h s, uint64_t *out) {
+  REFIT_API_HANDLE(s);
+  if (out == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit_tensor_digest: NULL out");
+  if (refit_mem_on_device(s->mem))
+    return REFIT_ERR(REFIT_ERR_NOT_AVAILABLE,
+                     "refit_tensor_digest: rank %d holds its tensors in GPU memory; "
+                     "the digest reads host memory only",
+                     s->rank);
+  uint64_t h = REFIT_HASH_INIT;
+  for (int64_t i = 0; i < refit_tensor_count(s); i++) {
+    refit_tensor_t t;
+    REFIT_CHECK(refit_api_tensor(s, i, &t));
+    REFIT_CHECK(refit_api_attached(s, &t, __func__));
+    h = refit_hash_bytes(h, t.data, t.bytes);
+  }
+  *out = h;
+  return REFIT_OK;
+}
+
+refit_status_t refit_dump(refit_session_h s, const char *path) {
+  REFIT_API_HANDLE(s);
+  if (path == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit_dump: NULL path");
+  return refit_dump_write(s, path);
 }
 
 refit_status_t refit_verify(refit_session_h s, uint64_t version,

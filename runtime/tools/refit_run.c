@@ -19,10 +19,7 @@
  * that storage. Both are written to a temporary name and renamed, so a
  * reader never sees half a file.
  */
-#include "core/hash.h"
-#include "dump.h"
 #include "refit/refit.h"
-#include "session.h"
 
 #include <mpi.h>
 #include <stdarg.h>
@@ -34,24 +31,15 @@
 
 /* One serving step: read 4 MiB of runtime weights, rotating through the
  * tensors the way successive layers of a forward pass read them; on the host
- * a loop, on a GPU one kernel (the memory layer's compare of the bytes with
- * themselves). Returns a value so the reads are not optimized away. */
+ * a loop, on a GPU one kernel (refit_tensor_touch). Returns a value so the
+ * reads are not optimized away. */
 static uint64_t refit_run_serve(refit_session_h s, int64_t *cursor) {
   const int64_t n = refit_tensor_count(s);
-  refit_tensor_t t;
-  if (n == 0 || refit_tensor_get(s, (*cursor)++ % n, &t) != REFIT_OK || t.data == NULL)
+  uint64_t value = 0;
+  if (n == 0 ||
+      refit_tensor_touch(s, (*cursor)++ % n, (size_t)4 << 20, &value) != REFIT_OK)
     return 0;
-  const size_t bytes = t.bytes < ((size_t)4 << 20) ? t.bytes : ((size_t)4 << 20);
-  if (refit_mem_on_device(s->mem)) {
-    int64_t diff = 0, first = 0;
-    refit_mem_compare(s->mem, t.data, t.data, bytes, 1, &diff, &first);
-    return (uint64_t)diff + 1;
-  }
-  uint64_t acc = 0;
-  const unsigned char *p = t.data;
-  for (size_t k = 0; k < bytes; k += 64)
-    acc += p[k];
-  return acc;
+  return value;
 }
 
 static volatile uint64_t refit_run_sink;
@@ -103,10 +91,12 @@ static refit_run_outcome_t refit_run_one(refit_session_h s, uint64_t version, in
   if (o.st == REFIT_OK || cst != REFIT_ERR_STATE)
     o.st = cst == REFIT_OK ? o.st : cst;
   REFIT_RUN_SERVED();
+  refit_times_t t;
+  refit_last_times(s, &t);
   if (!generator) /* trainers serve nothing: no stall to report */
     o.stall = 0;
   else if (!serving) /* sync: nothing was served from begin to here */
-    o.stall = s->times.total > 0 ? s->times.total : o.stall;
+    o.stall = t.total > 0 ? t.total : o.stall;
 #undef REFIT_RUN_SERVED
   return o;
 }
@@ -167,7 +157,7 @@ static void refit_run_status_write(const refit_run_status_t *rs, refit_session_h
     const refit_state_t state = refit_state(s);
     const uint64_t committed = refit_committed_version(s);
     PUT("side=%s\nengine=%d\ntp_rank=%d\ncommitted=%llu\nstate=%s\n",
-        gen ? "generator" : "trainer", s->engine, s->tp_rank,
+        gen ? "generator" : "trainer", refit_session_engine(s), refit_session_tp_rank(s),
         (unsigned long long)committed, states[state]);
     if (gen) {
       /* Verifying is local (no collective): safe with peers dead. */
@@ -182,12 +172,9 @@ static void refit_run_status_write(const refit_run_status_t *rs, refit_session_h
         PUT("verify=mismatch %lld\n", (long long)bad);
       else
         PUT("verify=ok\n");
-      if (!refit_mem_on_device(s->mem)) {
-        uint64_t h = REFIT_HASH_INIT;
-        for (int64_t i = 0; i < s->nstores; i++)
-          h = refit_hash_bytes(h, s->stores[i].data, s->stores[i].bytes);
+      uint64_t h;
+      if (refit_tensor_digest(s, &h) == REFIT_OK)
         PUT("digest=%016llx\n", (unsigned long long)h);
-      }
     }
   }
   PUT("end\n");
@@ -237,7 +224,9 @@ static void refit_run_reduce(refit_run_status_t *rs, refit_session_h s, MPI_Comm
                              const char *phase, const void *in, void *out, int count,
                              MPI_Datatype type, MPI_Op op, int root) {
   MPI_Request req;
-  const double timeout = s->cfg.refit.timeout_s;
+  refit_settings_t set;
+  refit_session_settings(s, &set);
+  const double timeout = set.timeout_s;
   const double deadline = MPI_Wtime() + timeout;
   int done = 0, rc;
   if (root < 0)
@@ -299,6 +288,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "refit-run: rank %d: %s: %s\n", rank, refit_status_str(st),
               refit_last_error());
     refit_run_fail(&rs, "open", "%s: %s", refit_status_str(st), refit_last_error());
+    if (st == REFIT_ERR_TIMEOUT)
+      refit_run_lost(&rs, NULL); /* a peer never joined: MPI_Finalize would wait too */
     refit_run_status_write(&rs, NULL, "failed");
     MPI_Finalize();
     return 2;
@@ -315,8 +306,9 @@ int main(int argc, char **argv) {
   MPI_Comm report;
   MPI_Comm_dup(MPI_COMM_WORLD, &report);
   MPI_Comm_set_errhandler(report, MPI_ERRORS_RETURN);
-  const refit_config_t *cfg = &s->cfg;
-  const int async = cfg->refit.mode == REFIT_MODE_ASYNC;
+  refit_settings_t cfg;
+  refit_session_settings(s, &cfg);
+  const int async = cfg.async;
   if (rank == 0) {
     refit_session_describe(s, desc, sizeof(desc));
     printf("refit-run %s: %s\n", config, desc);
@@ -328,19 +320,21 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
 
-  refit_plan_stats_t pst;
-  refit_plan_stats(s->plan, 0, &pst);
+  refit_plan_summary_t pst;
+  refit_session_plan_summary(s, &pst);
   /* Generator memory beyond its runtime tensors, the largest over ranks. */
   const int gen = refit_session_side(s) == REFIT_SIDE_GENERATOR;
   double mem_local[3] = {0, 0, 0}, mem_max[3];
   if (gen) {
-    mem_local[0] =
-        (double)REFIT_EXCHANGES_IN_FLIGHT * (double)s->plan->staging[s->role_rank];
-    for (int64_t i = 0; i < s->nstores; i++)
-      mem_local[2] += (double)s->stores[i].bytes;
+    mem_local[0] = (double)pst.staging_bytes;
+    for (int64_t i = 0; i < refit_tensor_count(s); i++) {
+      refit_tensor_t t;
+      if (refit_tensor_get(s, i, &t) == REFIT_OK)
+        mem_local[2] += (double)t.bytes;
+    }
   }
 
-  for (int step = 1; step <= cfg->refit.steps; step++) {
+  for (int step = 1; step <= cfg.steps; step++) {
     const uint64_t version = (uint64_t)step;
     refit_run_outcome_t o = refit_run_one(s, version, async, &sink);
     if (o.st != REFIT_OK) {
@@ -369,7 +363,7 @@ int main(int argc, char **argv) {
           total_bad += bad;
       }
       fflush(stderr);
-      if (s->broken)
+      if (refit_session_broken(s))
         refit_run_lost(&rs, s);
       if (rank == 0)
         printf("%6d %8llu %9s %9s %10s %9s %9s %9s %9s %9s %8s  aborted: kept "
@@ -382,7 +376,7 @@ int main(int argc, char **argv) {
     refit_last_times(s, &t);
     int64_t bad = 0, bad_all = 0;
     double v0 = MPI_Wtime(), verify_s;
-    if (cfg->verify) {
+    if (cfg.verify) {
       st = refit_verify(s, version, &bad);
       if (st != REFIT_OK) {
         fprintf(stderr, "refit-run: rank %d: verify: %s\n", rank, refit_last_error());
@@ -408,15 +402,15 @@ int main(int argc, char **argv) {
       printf("%6d %8llu %9.4f %9.4f %10.4f %9.4f %9.4f %9.4f %9.4f %9.4f %8.2f  %s\n",
              step, (unsigned long long)version, maxes[0], maxes[1], maxes[2], maxes[3],
              maxes[4], maxes[5], refit_s, maxes[6],
-             refit_s > 0 ? (double)pst.total_bytes / refit_s / 1e9 : 0.0,
-             !cfg->verify ? "committed" : (bad_all == 0 ? "verified" : "MISMATCH"));
+             refit_s > 0 ? (double)pst.bytes / refit_s / 1e9 : 0.0,
+             !cfg.verify ? "committed" : (bad_all == 0 ? "verified" : "MISMATCH"));
       fflush(stdout);
     }
   }
 
   /* dump: the generator stores as they stand after the last refit. */
-  if (cfg->dump[0] != '\0') {
-    st = refit_dump_write(s, cfg->dump);
+  if (cfg.dump[0] != '\0') {
+    st = refit_dump(s, cfg.dump);
     if (st != REFIT_OK && st != REFIT_ERR_PEER)
       fprintf(stderr, "refit-run: rank %d: %s: %s\n", rank, refit_status_str(st),
               refit_last_error());
@@ -424,27 +418,28 @@ int main(int argc, char **argv) {
       refit_run_fail(&rs, "dump", "%s: %s", refit_status_str(st), refit_last_error());
     else if (st == REFIT_OK && rank == 0)
       printf("\nrefit-run: dumped the generator tensors of version %llu to %s\n",
-             (unsigned long long)refit_committed_version(s), cfg->dump);
+             (unsigned long long)refit_committed_version(s), cfg.dump);
     failed |= st != REFIT_OK;
   }
   int any_failed = 0;
   refit_run_reduce(&rs, s, report, "summary", &failed, &any_failed, 1, MPI_INT, MPI_MAX,
                    -1);
-  if (gen && s->loader != NULL)
-    mem_local[1] = (double)s->loader->arena_bytes;
+  if (gen) {
+    refit_plan_summary_t after; /* the arena as the last refit left it */
+    refit_session_plan_summary(s, &after);
+    mem_local[1] = (double)after.arena_bytes;
+  }
   refit_run_reduce(&rs, s, report, "summary", mem_local, mem_max, 3, MPI_DOUBLE, MPI_MAX,
                    0);
   if (rank == 0) {
-    const int saved =
-        cfg->refit.mode == REFIT_MODE_ASYNC || cfg->refit.restore == REFIT_RESTORE_FULL;
+    const int saved = cfg.async || cfg.restore_full;
     printf("\ngenerator memory (largest rank): runtime tensors %.1f MiB; beyond "
            "them staging %.1f MiB",
            mem_max[2] / 1048576.0, mem_max[0] / 1048576.0);
-    if (cfg->refit.precision == REFIT_PRECISION_MXFP8)
+    if (cfg.mxfp8)
       printf(" + MXFP8 assembly %.1f MiB", mem_max[1] / 1048576.0);
     if (saved)
-      printf(" + %s %.1f MiB",
-             cfg->refit.mode == REFIT_MODE_ASYNC ? "async shadow" : "restore copy",
+      printf(" + %s %.1f MiB", cfg.async ? "async shadow" : "restore copy",
              mem_max[2] / 1048576.0);
     printf("\n");
   }
@@ -456,12 +451,12 @@ int main(int argc, char **argv) {
     else if (any_failed)
       printf("\nrefit-run: FAILED: not every refit committed (errors above); "
              "committed versions verified\n");
-    else if (!cfg->verify)
-      printf("\nrefit-run: %d refits committed (verification off)\n", cfg->refit.steps);
+    else if (!cfg.verify)
+      printf("\nrefit-run: %d refits committed (verification off)\n", cfg.steps);
     else
       printf("\nrefit-run: verified: %d refits, every generator byte matches "
              "the reference bit for bit\n",
-             cfg->refit.steps);
+             cfg.steps);
     fflush(stdout);
   }
   refit_run_sink = sink; /* keeps the serving reads observable */

@@ -196,6 +196,56 @@ typedef struct {
 
 refit_status_t refit_last_times(refit_session_h s, refit_times_t *out);
 
+/* What the config says a driver of the lifecycle (refit-run, a test harness)
+ * acts on; the same on every rank. */
+typedef struct {
+  int steps;        /* refit.steps: refits refit-run performs */
+  int async;        /* refit.mode: 1 async, 0 sync */
+  int mxfp8;        /* refit.precision: 1 mxfp8, 0 bf16 */
+  int restore_full; /* refit.restore: 1 full, 0 none */
+  int verify;       /* verify: 1 when each refit is to be verified */
+  double timeout_s; /* refit.timeout_s: the deadline of every wait */
+  const char *dump; /* dump: the path for refit_dump, "" for none; owned by the
+                       session until refit_session_close */
+} refit_settings_t;
+
+/* Fill *out from the session's config. Not collective; any time between
+ * open and close. REFIT_ERR_INVALID_ARGUMENT for a NULL session or out. */
+refit_status_t refit_session_settings(refit_session_h s, refit_settings_t *out);
+
+/* The plan the session runs (the first three fields are the same on every
+ * rank) and the memory this rank holds for it beyond its tensors. */
+typedef struct {
+  int32_t buckets;       /* buckets per refit */
+  int64_t messages;      /* messages per refit, all ranks */
+  int64_t bytes;         /* weight bytes moved per refit, all ranks (the
+                            chunks' digest trailers not counted) */
+  int64_t staging_bytes; /* generator: its staging areas, one per exchange in
+                            flight (two), each its largest bucket; trainer: 0 */
+  int64_t arena_bytes;   /* generator: the MXFP8 assembly arena it holds now (0
+                            when nothing is quantized, or while keep_staging:
+                            false has given staging back); trainer: 0 */
+} refit_plan_summary_t;
+
+/* Fill *out with the plan's figures. Not collective; any time between open
+ * and close. The first refit_begin plans again when the engines registered
+ * a tensor in the other precision, so figures read before it may differ from
+ * those read after. REFIT_ERR_INVALID_ARGUMENT for a NULL session or out. */
+refit_status_t refit_session_plan_summary(refit_session_h s, refit_plan_summary_t *out);
+
+/* Generators: the engine replica this rank belongs to (0 .. engines - 1) and
+ * its tensor-parallel rank in it (0 .. generator.tp - 1), as the dump's
+ * rank_engine and rank_tp record them. Trainers: 0. A NULL session: -1.
+ * Not collective. */
+int refit_session_engine(refit_session_h s);
+int refit_session_tp_rank(refit_session_h s);
+
+/* 1 when a collective of the session missed its deadline (a peer is dead or
+ * stalled): no refit can begin again, and no collective over the job, MPI's
+ * own (MPI_Finalize included) among them, can be relied on to complete;
+ * restart the job. 0 otherwise, and for a NULL session. Not collective. */
+int refit_session_broken(refit_session_h s);
+
 /* Attach caller-owned memory to a tensor this rank holds, instead of the
  * session allocating it: name, shape (ndim 0: bytes only), dtype and size
  * must be one of refit_tensor_get's; every problem is named at once (tensor,
@@ -226,6 +276,50 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len);
  */
 refit_status_t refit_verify(refit_session_h s, uint64_t version,
                             int64_t *mismatches);
+
+/*
+ * Read the first `bytes` bytes of tensor `index` (cut to its size) where they
+ * live, as an inference step reads its weights: a stand-in for serving, for
+ * drivers that measure what a refit costs the engine (refit-run serves with
+ * it between refit_progress calls). Host memory: a loop on the calling
+ * thread; on a GPU one kernel on refit's own stream, waited for, so it queues
+ * behind the refit's device work as an engine's kernels contend with it.
+ * *value depends on the bytes read, so the reads cannot be optimized away;
+ * it means nothing else. Not collective. REFIT_ERR_INVALID_ARGUMENT for a
+ * NULL session or value or an index out of range; REFIT_ERR_STATE when the
+ * tensor has no memory yet (see refit_tensor_get); a kernel's failure as
+ * its status.
+ */
+refit_status_t refit_tensor_touch(refit_session_h s, int64_t index, size_t bytes,
+                                  uint64_t *value);
+
+/*
+ * 64-bit FNV-1a over the bytes of every tensor this rank holds, in
+ * refit_tensor_get's order, as they stand: ranks holding equal bytes have
+ * equal digests (a check, not a cryptographic hash). Call it between
+ * refits. Host memory only: REFIT_ERR_NOT_AVAILABLE on a session on a GPU;
+ * REFIT_ERR_STATE while a tensor has no memory yet (before the first
+ * refit_begin); REFIT_ERR_INVALID_ARGUMENT for a NULL session or out. Not
+ * collective.
+ */
+refit_status_t refit_tensor_digest(refit_session_h s, uint64_t *out);
+
+/*
+ * Write every generator rank's runtime storage, as it stands, to one HDF5
+ * file at `path` (format "refit-dump-1": a group per generator rank, a
+ * dataset per runtime tensor holding its bytes exactly, the config and the
+ * committed version as attributes; runtime/src/dump.h states the schema).
+ * Collective: generator ranks write one after another, trainers take part
+ * in the final agreement only. Blocking, every wait bounded by
+ * refit.timeout_s (a generator rank's turn by its predecessors' too):
+ * REFIT_ERR_TIMEOUT names the step. Call it between refits. REFIT_OK on
+ * every rank only when every generator rank wrote its part; when one failed,
+ * every rank that did not fail itself returns REFIT_ERR_PEER (a generator
+ * rank after the failed one writes nothing); an HDF5 failure is
+ * REFIT_ERR_HDF5 naming the file and the tensor. REFIT_ERR_INVALID_ARGUMENT
+ * for a NULL session or path.
+ */
+refit_status_t refit_dump(refit_session_h s, const char *path);
 
 /*
  * Trainer and generator jobs started by separate launches (two mpirun
