@@ -157,13 +157,6 @@ static void put_le64(uint8_t *p, uint64_t v) {
     p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint64_t get_le64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++)
-    v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-
 /*
  * Quantize `rows` BF16 rows of `cols` at src (pitch bytes apart) to q/scale.
  * refit_mxfp8_quantize_rows reads uint16_t, so a source that is not 2-byte
@@ -259,7 +252,7 @@ refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n, uint64
      * whole refit on a mismatch), as the CUDA twin does in its one pass. */
     if (d->digest && bad < 0 &&
         refit_digest64(wire, (size_t)len) + refit_seal(d->seal_key, tag) !=
-            get_le64(wire + len))
+            refit_trailer_load(wire + len))
       bad = i;
     uint8_t *dst = d->dst;
     if (d->op == REFIT_CHUNK_COPY) {

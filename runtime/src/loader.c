@@ -444,15 +444,14 @@ static uint64_t refit_loader_sealed_tag(refit_loader_t *l, int64_t k,
     free(rows);
     return 0;
   }
-  uint64_t trailer = 0;
-  for (int i = 7; i >= 0; i--)
-    trailer = trailer << 8 | rows[len + (size_t)i];
-  const uint64_t sent = refit_seal_untag(trailer, refit_digest64(rows, len), d->seal_key);
+  const uint64_t sent = refit_seal_untag(refit_trailer_load(rows + len),
+                                         refit_digest64(rows, len), d->seal_key);
   free(rows);
   /* An earlier refit: an older version, or the same one at an earlier attempt. */
-  const int older = (sent >> 24) < (tag >> 24) ||
-                    ((sent >> 24) == (tag >> 24) && (sent & 0xFFFFFFu) < (tag & 0xFFFFFFu));
-  return sent != tag && older && (sent >> 24) > 0 ? sent : 0;
+  const uint64_t v = refit_seal_version(sent), now = refit_seal_version(tag);
+  const int older =
+      v < now || (v == now && refit_seal_attempt(sent) < refit_seal_attempt(tag));
+  return sent != tag && older && v > 0 ? sent : 0;
 }
 
 refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
@@ -511,10 +510,11 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
                        l->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
                        (long long)(ch->dst_row + ch->rows - 1), (long long)ch->dst_col,
                        (long long)(ch->dst_col + ch->cols - 1), ch->src_rank,
-                       l->generator_rank, (unsigned long long)(sent >> 24),
-                       (unsigned long long)(sent & 0xFFFFFFu),
-                       (unsigned long long)(tag >> 24),
-                       (unsigned long long)(tag & 0xFFFFFFu));
+                       l->generator_rank,
+                       (unsigned long long)refit_seal_version(sent),
+                       (unsigned long long)refit_seal_attempt(sent),
+                       (unsigned long long)refit_seal_version(tag),
+                       (unsigned long long)refit_seal_attempt(tag));
     return REFIT_ERR(REFIT_ERR_INTEGRITY,
                      "digest mismatch in tensor %s (rows %lld..%lld, cols "
                      "%lld..%lld) sent by trainer rank %d to generator rank %d",

@@ -88,6 +88,20 @@ static inline uint64_t refit_seal_tag(uint64_t version, uint32_t attempt) {
   return version << 24 | (attempt & 0xFFFFFFu);
 }
 
+/* The version and the attempt (its low 24 bits) a tag names. */
+static inline uint64_t refit_seal_version(uint64_t tag) { return tag >> 24; }
+static inline uint32_t refit_seal_attempt(uint64_t tag) {
+  return (uint32_t)(tag & 0xFFFFFFu);
+}
+
+/* A trailer as the wire holds it: 8 bytes, little-endian. */
+static inline uint64_t refit_trailer_load(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++)
+    v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
 /* The tag a trailer was sealed with, given the digest of the chunk's rows
  * as they arrived and the chunk's key. */
 static inline uint64_t refit_seal_untag(uint64_t trailer, uint64_t digest, uint64_t key) {
