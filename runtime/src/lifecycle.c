@@ -69,7 +69,10 @@ refit_status_t refit_session_fault_act(refit_session_t *s, const char *where) {
     _exit(7);
   case REFIT_FAULT_STALL: {
     REFIT_WARN("fault seam: rank %d stalls at %s", s->rank, where);
-    struct timespec ts = {(time_t)(s->cfg.refit.timeout_s * 1.5) + 1, 0};
+    /* Past the peers' progress deadline (timeout_s), and well inside their
+     * vote deadline (a further timeout_s): they give up on this rank's
+     * bucket, and still hear its vote, even on a slow (sanitizer) build. */
+    struct timespec ts = {(time_t)s->cfg.refit.timeout_s + 1, 0};
     nanosleep(&ts, NULL);
     return REFIT_ERR(REFIT_ERR_TIMEOUT, "fault seam: rank %d stalled at %s", s->rank,
                      where);
