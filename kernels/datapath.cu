@@ -235,82 +235,6 @@ template <int kSel> struct LandPlan {
   }
 };
 
-/* *bad = min(*bad, i) where -1 means "none yet". */
-__device__ inline void report_bad(int64_t *bad, int64_t i) {
-  unsigned long long *p = reinterpret_cast<unsigned long long *>(bad);
-  unsigned long long old = atomicAdd(p, 0ull), seen;
-  do {
-    seen = old;
-    const long long cur = static_cast<long long>(seen);
-    if (cur != -1 && cur <= i)
-      return;
-    old = atomicCAS(p, seen, static_cast<unsigned long long>(i));
-  } while (old != seen);
-}
-
-/* ---- The tile kernel ------------------------------------------------------
- */
-
-template <typename Plan>
-__global__ void __launch_bounds__(kThreads, Plan::kMinBlocks)
-    refit_dp_tile_kernel(Plan plan, int64_t n) {
-  __shared__ int64_t prefix[kThreads];
-  __shared__ int64_t warp_total[kWarps];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t gw = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  const int64_t nw = static_cast<int64_t>(gridDim.x) * kWarps;
-  int64_t base = 0; /* number of the batch's first tile */
-  for (int64_t d0 = 0; d0 < n; d0 += kThreads) {
-    const int64_t d = d0 + threadIdx.x;
-    int64_t c = d < n ? plan.tiles(d) : 0;
-    /* Inclusive prefix sum over the block: warps, then warp totals. */
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int64_t y = __shfl_up_sync(kFull, c, o);
-      if (lane >= o)
-        c += y;
-    }
-    if (lane == 31)
-      warp_total[warp] = c;
-    __syncthreads();
-    if (warp == 0) {
-      int64_t v = lane < kWarps ? warp_total[lane] : 0;
-#pragma unroll
-      for (int o = 1; o < kWarps; o <<= 1) {
-        const int64_t y = __shfl_up_sync(kFull, v, o);
-        if (lane >= o)
-          v += y;
-      }
-      if (lane < kWarps)
-        warp_total[lane] = v;
-    }
-    __syncthreads();
-    if (warp > 0)
-      c += warp_total[warp - 1];
-    prefix[threadIdx.x] = c;
-    __syncthreads();
-    const int64_t total = prefix[kThreads - 1];
-    const int64_t batch = n - d0 < kThreads ? n - d0 : kThreads;
-    /* This warp's first tile number >= base, then every nw-th. */
-    for (int64_t T = base + ((gw - base) % nw + nw) % nw; T < base + total;
-         T += nw) {
-      const int64_t local = T - base;
-      int lo = 0,
-          hi = static_cast<int>(batch) - 1; /* smallest j: prefix[j] > local */
-      while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (prefix[mid] > local)
-          hi = mid;
-        else
-          lo = mid + 1;
-      }
-      plan.run(d0 + lo, local - (lo > 0 ? prefix[lo - 1] : 0), lane);
-    }
-    base += total;
-    __syncthreads();
-  }
-}
-
 __global__ void refit_dp_pack_finalize_kernel(const refit_pack_desc_t *descs,
                                               int64_t n, uint64_t tag, uint8_t *buf,
                                               const unsigned long long *acc) {
@@ -345,22 +269,6 @@ __global__ void refit_dp_land_check_kernel(const refit_land_desc_t *descs,
         load_le64(staging + d.src_offset + len))
       report_bad(bad, i);
   }
-}
-
-/* Blocks for a kernel with a thread per descriptor. */
-int64_t per_desc_blocks(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return b < 1024 ? b : 1024;
-}
-
-template <typename Plan>
-refit_status_t launch_tiles(const Plan &plan, int64_t n, cudaStream_t stream,
-                            const char *what) {
-  static const int64_t grid =
-      refit_cuda_filling_grid(refit_dp_tile_kernel<Plan>, kThreads);
-  refit_dp_tile_kernel<Plan>
-      <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(plan, n);
-  return refit_cuda_launch_check(what);
 }
 
 /* ---- Scratch: per-descriptor accumulators from a private pool -------------

@@ -87,6 +87,24 @@ static inline REFIT_HD int64_t refit_kernels_perm_index(
   return -1;
 }
 
+/* The output row that input row i goes to: the inverse of
+ * refit_kernels_perm_index (perm_index(kind, rows, inverse(kind, rows, i)) ==
+ * i), for writers that place each input row at once (kernels/direct.h). */
+static inline REFIT_HD int64_t refit_kernels_perm_inverse_index(
+    refit_kernels_perm_kind_t kind, int64_t rows, int64_t i) {
+  int64_t r;
+  switch (kind) {
+  case REFIT_KERNELS_PERM_SRC32:
+    return refit_kernels_perm_index(REFIT_KERNELS_PERM_DST32, rows, i);
+  case REFIT_KERNELS_PERM_DST32:
+    return refit_kernels_perm_index(REFIT_KERNELS_PERM_SRC32, rows, i);
+  case REFIT_KERNELS_PERM_SRC13:
+    r = i >= rows / 2 ? 2 * (i - rows / 2) : 2 * i + 1;
+    return refit_kernels_perm_index(REFIT_KERNELS_PERM_DST32, rows, r);
+  }
+  return -1;
+}
+
 /*
  * The permutation of `kind` for `rows` rows, as an int32 array of length rows:
  * output row j takes input row perm[j]. The array lives in a process-wide

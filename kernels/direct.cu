@@ -1,0 +1,257 @@
+/*
+ * The zero-copy data path, CUDA twin of kernels/direct.c (contract in
+ * kernels/direct.h and kernels/direct_cuda.h). The tile kernel and its
+ * mapping are the data path's (kernels/datapath_tiles.cuh); this file gives
+ * it the direct descriptors' work.
+ */
+#include "kernels/cuda_launch.cuh"
+#include "kernels/datapath_tiles.cuh"
+#include "kernels/direct_cuda.h"
+#include "kernels/layout.h"
+
+#include "core/digest.h"
+
+namespace {
+
+constexpr int64_t kDirectQuantTile = 128; /* MXFP8 blocks per warp tile */
+constexpr int64_t kDirectWordTile = 1024; /* 8-byte words per warp tile */
+
+__device__ inline bool direct_reads(const refit_direct_desc_t &d) {
+  return d.op == REFIT_DIRECT_COPY || d.op == REFIT_DIRECT_QUANTIZE ||
+         d.op == REFIT_DIRECT_DIGEST;
+}
+
+/* What the device can execute safely (the host check is the real one). */
+__device__ inline bool direct_ok(const refit_direct_desc_t &d) {
+  if (d.rows < 0 || d.cols < 0)
+    return false;
+  if (d.op == REFIT_DIRECT_QUANTIZE || d.op == REFIT_DIRECT_PAD)
+    return d.k > 0 && d.k % 32 == 0 && d.group_rows >= 1 && d.perm_rows >= d.group_rows &&
+           (d.op == REFIT_DIRECT_PAD || (d.cols % 32 == 0 && d.col0 % 32 == 0));
+  return d.op == REFIT_DIRECT_COPY || d.op == REFIT_DIRECT_DIGEST;
+}
+
+__device__ inline int64_t direct_row(const refit_direct_desc_t &d, int64_t i) {
+  return d.perm < 0 ? i
+                    : refit_kernels_perm_inverse_index(
+                          static_cast<refit_kernels_perm_kind_t>(d.perm), d.perm_rows, i);
+}
+
+__device__ inline bool direct_padded_row(const refit_direct_desc_t &d, int64_t j) {
+  return j >= d.perm_rows ||
+         (d.perm >= 0 && refit_kernels_perm_index(static_cast<refit_kernels_perm_kind_t>(d.perm),
+                                                  d.perm_rows, j) >= d.group_rows);
+}
+
+/* Word w (8 bytes) of the chunk's rows taken back to back, read from the
+ * strided source; the bytes past the chunk's end are 0. */
+__device__ inline uint64_t direct_word(const refit_direct_desc_t &d, int64_t row_bytes,
+                                       int64_t len, int64_t w) {
+  const uint8_t *src = static_cast<const uint8_t *>(d.src);
+  const int64_t o = 8 * w, r = o / row_bytes, c = o - r * row_bytes;
+  const uint8_t *p = src + r * d.src_pitch + c;
+  if (c + 8 <= row_bytes && (reinterpret_cast<uintptr_t>(p) & 7) == 0)
+    return *reinterpret_cast<const uint64_t *>(p);
+  uint64_t v = 0;
+  for (int b = 0; b < 8 && o + b < len; b++) {
+    const int64_t rb = (o + b) / row_bytes, cb = (o + b) - rb * row_bytes;
+    v |= static_cast<uint64_t>(src[rb * d.src_pitch + cb]) << (8 * b);
+  }
+  return v;
+}
+
+/* Store word w of a COPY at its place in dst (the inverse of direct_word). */
+__device__ inline void direct_store_word(const refit_direct_desc_t &d, int64_t row_bytes,
+                                         int64_t len, int64_t w, uint64_t v) {
+  uint8_t *dst = static_cast<uint8_t *>(d.dst);
+  const int64_t o = 8 * w, r = o / row_bytes, c = o - r * row_bytes;
+  uint8_t *p = dst + r * d.dst_pitch + c;
+  if (c + 8 <= row_bytes && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+    *reinterpret_cast<uint64_t *>(p) = v;
+    return;
+  }
+  for (int b = 0; b < 8 && o + b < len; b++) {
+    const int64_t rb = (o + b) / row_bytes, cb = (o + b) - rb * row_bytes;
+    dst[rb * d.dst_pitch + cb] = static_cast<uint8_t>(v >> (8 * b));
+  }
+}
+
+/* Tile t of a COPY or DIGEST: words [t * kDirectWordTile, +kDirectWordTile). */
+__device__ inline uint64_t direct_word_tile(const refit_direct_desc_t &d, int64_t t,
+                                            int lane) {
+  const int64_t row_bytes = 2 * d.cols, len = d.rows * row_bytes;
+  const int64_t words = ceil_div(len, 8);
+  const int64_t w1 = (t + 1) * kDirectWordTile < words ? (t + 1) * kDirectWordTile : words;
+  uint64_t sum = 0;
+  for (int64_t w = t * kDirectWordTile + lane; w < w1; w += 32) {
+    const uint64_t v = direct_word(d, row_bytes, len, w);
+    if (d.op == REFIT_DIRECT_COPY)
+      direct_store_word(d, row_bytes, len, w, v);
+    if (d.digest)
+      sum += refit_digest_term(v, static_cast<uint64_t>(w));
+  }
+  return sum;
+}
+
+/*
+ * Tile t of a QUANTIZE: blocks [t * kDirectQuantTile, +kDirectQuantTile) of
+ * the chunk's row-major block grid, 32 per warp step (a quad per block, four
+ * loads in flight per lane). Returns the lane's digest terms.
+ */
+__device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64_t t,
+                                             int lane) {
+  const int part = lane & 3;
+  const unsigned quad_mask = 0xfu << (lane & 28);
+  const uint32_t nb = static_cast<uint32_t>(d.cols / 32);
+  const uint32_t total = static_cast<uint32_t>(d.rows) * nb;
+  const uint32_t group = static_cast<uint32_t>(d.group_rows);
+  const int64_t row_bytes = 2 * d.cols, kp = refit_round_up(d.k / 32, 4);
+  const uint8_t *src = static_cast<const uint8_t *>(d.src);
+  uint8_t *values = static_cast<uint8_t *>(d.dst);
+  uint8_t *scales = static_cast<uint8_t *>(d.scale);
+  uint64_t sum = 0;
+  constexpr int U = kQuantUnroll;
+  for (int64_t g0 = t * kDirectQuantTile; g0 < (t + 1) * kDirectQuantTile; g0 += 8 * U) {
+    if (g0 >= total)
+      break;
+    uint32_t x[U][4];
+    uint32_t rs[U], bs[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const uint32_t g = static_cast<uint32_t>(g0) + 8 * u + lane / 4;
+      rs[u] = g / nb;
+      bs[u] = g - rs[u] * nb;
+      if (g < total) {
+        const int64_t at = rs[u] * d.src_pitch + 64 * bs[u] + 16 * part;
+        refit_mxfp8_dev_load8(src + at, x[u]);
+        if (d.digest) {
+          const uint64_t word = static_cast<uint64_t>((rs[u] * row_bytes + 64 * bs[u] + 16 * part) / 8);
+          sum += refit_digest_term2(x[u][0], x[u][1], word);
+          sum += refit_digest_term2(x[u][2], x[u][3], word + 1);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const uint32_t g = static_cast<uint32_t>(g0) + 8 * u + lane / 4;
+      if (g >= total)
+        break; /* the whole quad leaves together */
+      uint32_t q[2];
+      const uint8_t s = refit_mxfp8_dev_quantize8(x[u], quad_mask, q);
+      const uint32_t R = static_cast<uint32_t>(d.row0) + rs[u];
+      const uint32_t e = R / group;
+      const int64_t j = direct_row(d, R - e * group);
+      const int64_t C = d.col0 + 32 * static_cast<int64_t>(bs[u]);
+      refit_mxfp8_dev_store8(values + e * d.value_group_bytes + j * d.k + C + 8 * part, q);
+      if (part == 0)
+        scales[e * d.scale_group_bytes + refit_kernels_swizzle_offset(j, C / 32, kp)] = s;
+    }
+  }
+  return sum;
+}
+
+/* PAD, one group per tile: its padded value rows and scale bytes to 0. */
+__device__ inline void direct_pad_tile(const refit_direct_desc_t &d, int64_t e, int lane) {
+  const int64_t kb = d.k / 32, kp = refit_round_up(kb, 4);
+  const int64_t srows = refit_round_up(d.perm_rows, 128);
+  uint8_t *values = static_cast<uint8_t *>(d.dst) + e * d.value_group_bytes;
+  uint8_t *scales = static_cast<uint8_t *>(d.scale) + e * d.scale_group_bytes;
+  if (d.perm_rows > d.group_rows)
+    for (int64_t j = 0; j < d.perm_rows; j++)
+      if (direct_padded_row(d, j))
+        for (int64_t c = lane; c < d.k; c += 32)
+          values[j * d.k + c] = 0;
+  for (int64_t x = lane; x < srows * kp; x += 32) {
+    const int64_t j = x / kp, c = x - j * kp;
+    if (c >= kb || direct_padded_row(d, j))
+      scales[refit_kernels_swizzle_offset(j, c, kp)] = 0;
+  }
+}
+
+template <int kSel> struct DirectPlan {
+  static constexpr int kMinBlocks = kSel == kQuantJobs ? kQuantMinBlocks : 1;
+  const refit_direct_desc_t *descs;
+  unsigned long long *acc;
+  __device__ int64_t tiles(int64_t i) const {
+    const refit_direct_desc_t &d = descs[i];
+    if (!direct_ok(d))
+      return 0;
+    if (d.op == REFIT_DIRECT_QUANTIZE)
+      return kSel == kQuantJobs ? ceil_div(d.rows * (d.cols / 32), kDirectQuantTile) : 0;
+    if (kSel == kQuantJobs)
+      return 0;
+    if (d.op == REFIT_DIRECT_PAD)
+      return d.rows;
+    return ceil_div(ceil_div(d.rows * 2 * d.cols, 8), kDirectWordTile);
+  }
+  __device__ void run(int64_t i, int64_t t, int lane) const {
+    const refit_direct_desc_t &d = descs[i];
+    uint64_t s = 0;
+    if (d.op == REFIT_DIRECT_PAD) {
+      direct_pad_tile(d, t, lane);
+      return;
+    }
+    if constexpr (kSel == kQuantJobs)
+      s = direct_quant_tile(d, t, lane);
+    else
+      s = direct_word_tile(d, t, lane);
+    if (d.digest) {
+      s = warp_sum(s);
+      if (lane == 0)
+        atomicAdd(&acc[i], static_cast<unsigned long long>(s));
+    }
+  }
+};
+
+/* After the tiles: DIGEST writes each sealed digest, COPY and QUANTIZE
+ * compare theirs with the trainer's. */
+__global__ void refit_direct_digest_kernel(const refit_direct_desc_t *descs, int64_t n,
+                                           uint64_t tag, uint8_t *digests,
+                                           const unsigned long long *acc, int64_t *bad) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const refit_direct_desc_t &d = descs[i];
+    if (!d.digest || !direct_reads(d) || !direct_ok(d) || d.digest_offset < 0)
+      continue;
+    const int64_t len = d.rows * 2 * d.cols;
+    const uint64_t v =
+        static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i] + refit_seal(d.seal_key, tag);
+    uint8_t *p = digests + d.digest_offset;
+    if (d.op == REFIT_DIRECT_DIGEST) {
+      for (int b = 0; b < 8; b++)
+        p[b] = static_cast<uint8_t>(v >> (8 * b));
+    } else if (v != load_le64(p) && bad != NULL) {
+      report_bad(bad, i);
+    }
+  }
+}
+
+} // namespace
+
+extern "C" refit_status_t refit_direct_rows_cuda(const refit_direct_desc_t *descs_device,
+                                                 int64_t n, uint64_t tag, void *digests_device,
+                                                 unsigned long long *acc_device,
+                                                 int64_t *bad_chunk_device,
+                                                 cudaStream_t stream) {
+  const char *what = "direct land";
+  if (n < 0 || (n > 0 && (descs_device == NULL || acc_device == NULL)))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s (cuda): bad arguments (table %p, n = %lld, accumulators %p)", what,
+                     (const void *)descs_device, (long long)n, (void *)acc_device);
+  if (n == 0)
+    return REFIT_OK;
+  cudaError_t err =
+      cudaMemsetAsync(acc_device, 0, static_cast<size_t>(n) * sizeof(*acc_device), stream);
+  if (err != cudaSuccess)
+    return REFIT_ERR(REFIT_ERR_CUDA, "%s (cuda): zeroing accumulators: %s", what,
+                     cudaGetErrorString(err));
+  REFIT_CHECK(launch_tiles(DirectPlan<kQuantJobs>{descs_device, acc_device}, n, stream, what));
+  REFIT_CHECK(launch_tiles(DirectPlan<kOtherJobs>{descs_device, acc_device}, n, stream, what));
+  if (digests_device == NULL)
+    return REFIT_OK;
+  refit_direct_digest_kernel<<<static_cast<unsigned>(per_desc_blocks(n)), kThreads, 0,
+                               stream>>>(descs_device, n, tag,
+                                         static_cast<uint8_t *>(digests_device), acc_device,
+                                         bad_chunk_device);
+  return refit_cuda_launch_check("direct digests");
+}

@@ -1,0 +1,160 @@
+/*
+ * The zero-copy data path's C reference (kernels/direct.c) against an
+ * independent statement of the layouts: a random scenario of pitched trainer
+ * rows landed chunk by chunk, in shuffled order, straight into the runtime
+ * layouts (tests/kernels/direct_scenario.h), byte for byte against whole-tensor
+ * quantization followed by the step-by-step MoE oracle and the dense
+ * transform; padding written as 0 over random bytes; the trainer's sealed
+ * digests accepted, a changed source byte or a stale tag reported as the
+ * smallest bad chunk; the inverse row permutations; and the table check's
+ * rules.
+ */
+#include "direct_scenario.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h> /* after setjmp.h, stdarg.h, stddef.h */
+
+static void run_host(dis_t *s, uint8_t *src, uint8_t *dst, uint8_t *digests, uint64_t tag_t,
+                     uint64_t tag_g, int64_t *bad, int corrupt) {
+  refit_direct_desc_t *tr = malloc(sizeof(s->trainer)), *ld = malloc(sizeof(s->land));
+  memcpy(tr, s->trainer, sizeof(s->trainer));
+  memcpy(ld, s->land, sizeof(s->land));
+  dis_bind(tr, s->nchunks, src, dst);
+  dis_bind(ld, s->n, src, dst);
+  assert_int_equal(refit_direct_descs_check(tr, s->nchunks), REFIT_OK);
+  assert_int_equal(refit_direct_descs_check(ld, s->n), REFIT_OK);
+  assert_int_equal(refit_direct_rows(tr, s->nchunks, tag_t, digests, NULL), REFIT_OK);
+  if (corrupt >= 0) {
+    /* A byte of chunk `corrupt` and one of a later chunk change after the
+     * trainer's digests: the smallest index must be reported. */
+    for (int64_t k = corrupt; k < s->nchunks; k += s->nchunks / 3 + 1) {
+      uint8_t *at = (uint8_t *)ld[k].src + (ld[k].rows / 2) * ld[k].src_pitch + 1;
+      *at ^= 0x08;
+    }
+  }
+  assert_int_equal(refit_direct_rows(ld, s->n, tag_g, digests, bad), REFIT_OK);
+  free(tr);
+  free(ld);
+}
+
+static void test_layouts_exact(void **state) {
+  (void)state;
+  for (int round = 0; round < 4; round++) {
+    dis_t s;
+    dis_create(&s);
+    uint8_t *src = malloc((size_t)s.src_bytes), *dst = malloc((size_t)s.dst_bytes);
+    uint8_t *dig = calloc(1, (size_t)s.digest_bytes);
+    memcpy(src, s.src, (size_t)s.src_bytes);
+    memcpy(dst, s.init, (size_t)s.dst_bytes);
+    int64_t bad = 7;
+    run_host(&s, src, dst, dig, 42, 42, &bad, -1);
+    assert_int_equal(bad, -1);
+    for (int i = 0; i < DIS_TENSORS; i++) {
+      const dis_tensor_t *t = &s.t[i];
+      if (memcmp(dst + t->w_off, s.want + t->w_off, (size_t)t->w_bytes) != 0)
+        fail_msg("tensor %d: values differ from the oracle", i);
+      if (t->quantized && memcmp(dst + t->s_off, s.want + t->s_off, (size_t)t->s_bytes) != 0)
+        fail_msg("tensor %d: scales differ from the oracle", i);
+    }
+    assert_memory_equal(dst, s.want, (size_t)s.dst_bytes);
+    free(src);
+    free(dst);
+    free(dig);
+    dis_destroy(&s);
+  }
+}
+
+static void test_digests_catch(void **state) {
+  (void)state;
+  dis_t s;
+  dis_create(&s);
+  uint8_t *src = malloc((size_t)s.src_bytes), *dst = malloc((size_t)s.dst_bytes);
+  uint8_t *dig = calloc(1, (size_t)s.digest_bytes);
+  int64_t bad = 0;
+  /* A changed byte. */
+  const int64_t corrupt = kt_rand_range(0, s.nchunks / 2);
+  memcpy(src, s.src, (size_t)s.src_bytes);
+  run_host(&s, src, dst, dig, 42, 42, &bad, (int)corrupt);
+  assert_int_equal(bad, corrupt);
+  /* Digests sealed for another refit: the first chunk with rows fails. */
+  memcpy(src, s.src, (size_t)s.src_bytes);
+  run_host(&s, src, dst, dig, 41, 42, &bad, -1);
+  assert_int_equal(bad, 0);
+  free(src);
+  free(dst);
+  free(dig);
+  dis_destroy(&s);
+}
+
+static void test_inverse_perms(void **state) {
+  (void)state;
+  const refit_kernels_perm_kind_t kinds[3] = {REFIT_KERNELS_PERM_SRC32, REFIT_KERNELS_PERM_DST32,
+                                              REFIT_KERNELS_PERM_SRC13};
+  for (int k = 0; k < 3; k++)
+    for (int64_t rows = 64; rows <= 640; rows += 64) {
+      const int32_t *perm = NULL;
+      assert_int_equal(refit_kernels_perm_get(kinds[k], rows, &perm), REFIT_OK);
+      for (int64_t j = 0; j < rows; j++)
+        assert_int_equal(refit_kernels_perm_inverse_index(kinds[k], rows, perm[j]), j);
+    }
+}
+
+static void test_table_rules(void **state) {
+  (void)state;
+  uint8_t buf[4096];
+  refit_direct_desc_t ok = {0};
+  ok.op = REFIT_DIRECT_QUANTIZE;
+  ok.src = buf;
+  ok.src_pitch = 128;
+  ok.rows = 2;
+  ok.cols = 64;
+  ok.dst = buf;
+  ok.scale = buf;
+  ok.k = 64;
+  ok.group_rows = ok.perm_rows = 64;
+  ok.perm = REFIT_KERNELS_PERM_SRC32;
+  assert_int_equal(refit_direct_descs_check(&ok, 1), REFIT_OK);
+  refit_direct_desc_t d = ok;
+  d.cols = 48;
+  assert_int_equal(refit_direct_descs_check(&d, 1), REFIT_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(refit_last_error(), "direct descriptor 0"));
+  d = ok;
+  d.col0 = 32; /* col0 + cols > k */
+  assert_int_equal(refit_direct_descs_check(&d, 1), REFIT_ERR_INVALID_ARGUMENT);
+  d = ok;
+  d.perm_rows = 96; /* not a multiple of 64 for src13 */
+  d.perm = REFIT_KERNELS_PERM_SRC13;
+  assert_int_equal(refit_direct_descs_check(&d, 1), REFIT_ERR_INVALID_ARGUMENT);
+  d = ok;
+  d.src_pitch = 100;
+  assert_int_equal(refit_direct_descs_check(&d, 1), REFIT_ERR_INVALID_ARGUMENT);
+  d = ok;
+  d.op = 9;
+  assert_int_equal(refit_direct_descs_check(&d, 1), REFIT_ERR_INVALID_ARGUMENT);
+  d = ok;
+  d.digest = 1;
+  d.digest_offset = 4;
+  assert_int_equal(refit_direct_descs_check(&d, 1), REFIT_ERR_INVALID_ARGUMENT);
+  d = ok;
+  d.op = REFIT_DIRECT_PAD;
+  d.digest = 1;
+  assert_int_equal(refit_direct_descs_check(&d, 1), REFIT_ERR_INVALID_ARGUMENT);
+  /* A digest with no buffer to hold it. */
+  d = ok;
+  d.digest = 1;
+  assert_int_equal(refit_direct_rows(&d, 1, 1, NULL, NULL), REFIT_ERR_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  kt_seed("test_kernels_direct");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_layouts_exact),
+      cmocka_unit_test(test_digests_catch),
+      cmocka_unit_test(test_inverse_perms),
+      cmocka_unit_test(test_table_rules),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,137 @@
+/*
+ * The zero-copy data path's CUDA twin == its C reference, byte for byte:
+ * the scenario of tests/kernels/direct_scenario.h (pitched, misaligned
+ * trainer rows; MoE w13/w2, TRTLLM and CUTLASS dense layouts with padding; a
+ * BF16 COPY whose words straddle rows) run on both sides: the trainer's
+ * digests, the landed stores (and the oracle's), and the smallest bad chunk
+ * when source bytes change after the digests. Exits 77 (skipped) without a
+ * GPU.
+ */
+#include "direct_scenario.h"
+#include "kernels/direct_cuda.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h> /* after setjmp.h, stdarg.h, stddef.h */
+
+#define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
+
+static void *dev_copy(const void *host, size_t n) {
+  void *d = NULL;
+  CK(cudaMalloc(&d, n + 16));
+  if (host != NULL)
+    CK(cudaMemcpy(d, host, n, cudaMemcpyHostToDevice));
+  return d;
+}
+
+static void *to_host(const void *dev, size_t n) {
+  void *h = malloc(n);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h, dev, n, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+/* Both sides of one scenario; corrupt >= 0 changes source bytes of chunk
+ * `corrupt` and of later ones after the trainer's digests. */
+static void twin(int corrupt) {
+  dis_t s;
+  dis_create(&s);
+  const size_t tb = sizeof(s.trainer), lb = sizeof(s.land);
+  /* Host. */
+  uint8_t *hsrc = malloc((size_t)s.src_bytes), *hdst = malloc((size_t)s.dst_bytes);
+  uint8_t *hdig = calloc(1, (size_t)s.digest_bytes);
+  memcpy(hsrc, s.src, (size_t)s.src_bytes);
+  memcpy(hdst, s.init, (size_t)s.dst_bytes);
+  refit_direct_desc_t *ht = malloc(tb), *hl = malloc(lb), *dt = malloc(tb), *dl = malloc(lb);
+  memcpy(ht, s.trainer, tb);
+  memcpy(hl, s.land, lb);
+  memcpy(dt, s.trainer, tb);
+  memcpy(dl, s.land, lb);
+  dis_bind(ht, s.nchunks, hsrc, hdst);
+  dis_bind(hl, s.n, hsrc, hdst);
+  /* Device. */
+  uint8_t *dsrc = dev_copy(s.src, (size_t)s.src_bytes), *ddst = dev_copy(s.init, (size_t)s.dst_bytes);
+  uint8_t *ddig = dev_copy(NULL, (size_t)s.digest_bytes);
+  dis_bind(dt, s.nchunks, dsrc, ddst);
+  dis_bind(dl, s.n, dsrc, ddst);
+  refit_direct_desc_t *dtd = dev_copy(dt, tb), *dld = dev_copy(dl, lb);
+  unsigned long long *acc = dev_copy(NULL, (size_t)s.n * 8);
+  int64_t *dbad = dev_copy(NULL, 8);
+  const int64_t minus1 = -1;
+  CK(cudaMemcpy(dbad, &minus1, 8, cudaMemcpyHostToDevice));
+
+  assert_int_equal(refit_direct_rows(ht, s.nchunks, 99, hdig, NULL), REFIT_OK);
+  assert_int_equal(refit_direct_rows_cuda(dtd, s.nchunks, 99, ddig, acc, NULL, 0), REFIT_OK);
+  uint8_t *gdig = to_host(ddig, (size_t)s.digest_bytes);
+  assert_memory_equal(gdig, hdig, (size_t)s.digest_bytes);
+  if (corrupt >= 0)
+    for (int64_t k = corrupt; k < s.nchunks; k += s.nchunks / 3 + 1) {
+      const int64_t at = (int64_t)((uint8_t *)hl[k].src - hsrc) + (hl[k].rows / 2) * hl[k].src_pitch + 1;
+      hsrc[at] ^= 0x08;
+      CK(cudaMemcpy(dsrc + at, hsrc + at, 1, cudaMemcpyHostToDevice));
+    }
+  int64_t hbad = 5, gbad = 5;
+  assert_int_equal(refit_direct_rows(hl, s.n, 99, hdig, &hbad), REFIT_OK);
+  assert_int_equal(refit_direct_rows_cuda(dld, s.n, 99, ddig, acc, dbad, 0), REFIT_OK);
+  uint8_t *gdst = to_host(ddst, (size_t)s.dst_bytes);
+  CK(cudaMemcpy(&gbad, dbad, 8, cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < s.dst_bytes; i++)
+    if (gdst[i] != hdst[i]) {
+      printf("first difference at byte %lld of %lld: host 0x%02x, gpu 0x%02x\n", (long long)i,
+             (long long)s.dst_bytes, hdst[i], gdst[i]);
+      break;
+    }
+  assert_memory_equal(gdst, hdst, (size_t)s.dst_bytes);
+  assert_int_equal(gbad, hbad);
+  if (corrupt < 0) {
+    assert_int_equal(gbad, -1);
+    assert_memory_equal(gdst, s.want, (size_t)s.dst_bytes);
+  } else {
+    assert_int_equal(gbad, corrupt);
+  }
+  free(gdig);
+  free(gdst);
+  free(hsrc);
+  free(hdst);
+  free(hdig);
+  free(ht);
+  free(hl);
+  free(dt);
+  free(dl);
+  CK(cudaFree(dsrc));
+  CK(cudaFree(ddst));
+  CK(cudaFree(ddig));
+  CK(cudaFree(dtd));
+  CK(cudaFree(dld));
+  CK(cudaFree(acc));
+  CK(cudaFree(dbad));
+  dis_destroy(&s);
+}
+
+static void test_twin_clean(void **state) {
+  (void)state;
+  for (int round = 0; round < 6; round++)
+    twin(-1);
+}
+
+static void test_twin_corrupt(void **state) {
+  (void)state;
+  for (int round = 0; round < 4; round++)
+    twin((int)kt_rand_range(0, 20));
+}
+
+int main(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    printf("no GPU: skipped\n");
+    return 77;
+  }
+  kt_seed("test_kernels_direct_cuda");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_twin_clean),
+      cmocka_unit_test(test_twin_corrupt),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
