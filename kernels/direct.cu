@@ -76,19 +76,43 @@ __device__ inline void direct_store_word(const refit_direct_desc_t &d, int64_t r
   }
 }
 
-/* Tile t of a COPY or DIGEST: words [t * kDirectWordTile, +kDirectWordTile). */
+/* Tile t of a COPY or DIGEST: words [t * kDirectWordTile, +kDirectWordTile),
+ * a word per lane per step; each lane steps its (row, column) instead of
+ * dividing per word, and reads a word whole where it lies aligned in one row. */
 __device__ inline uint64_t direct_word_tile(const refit_direct_desc_t &d, int64_t t,
                                             int lane) {
   const int64_t row_bytes = 2 * d.cols, len = d.rows * row_bytes;
   const int64_t words = ceil_div(len, 8);
+  const int64_t w0 = t * kDirectWordTile + lane;
   const int64_t w1 = (t + 1) * kDirectWordTile < words ? (t + 1) * kDirectWordTile : words;
+  const uint8_t *src = static_cast<const uint8_t *>(d.src);
+  uint8_t *dst = static_cast<uint8_t *>(d.dst);
+  const bool copy = d.op == REFIT_DIRECT_COPY;
+  int64_t r = 8 * w0 / row_bytes, c = 8 * w0 - r * row_bytes;
   uint64_t sum = 0;
-  for (int64_t w = t * kDirectWordTile + lane; w < w1; w += 32) {
-    const uint64_t v = direct_word(d, row_bytes, len, w);
-    if (d.op == REFIT_DIRECT_COPY)
-      direct_store_word(d, row_bytes, len, w, v);
+  for (int64_t w = w0; w < w1; w += 32) {
+    const uint8_t *p = src + r * d.src_pitch + c;
+    uint8_t *q = copy ? dst + r * d.dst_pitch + c : NULL;
+    const bool whole = c + 8 <= row_bytes && (reinterpret_cast<uintptr_t>(p) & 7) == 0;
+    uint64_t v;
+    if (whole) {
+      v = *reinterpret_cast<const uint64_t *>(p);
+      if (copy && (reinterpret_cast<uintptr_t>(q) & 7) == 0)
+        *reinterpret_cast<uint64_t *>(q) = v;
+      else if (copy)
+        direct_store_word(d, row_bytes, len, w, v);
+    } else {
+      v = direct_word(d, row_bytes, len, w);
+      if (copy)
+        direct_store_word(d, row_bytes, len, w, v);
+    }
     if (d.digest)
       sum += refit_digest_term(v, static_cast<uint64_t>(w));
+    c += 256;
+    while (c >= row_bytes) {
+      c -= row_bytes;
+      r++;
+    }
   }
   return sum;
 }
@@ -96,7 +120,9 @@ __device__ inline uint64_t direct_word_tile(const refit_direct_desc_t &d, int64_
 /*
  * Tile t of a QUANTIZE: blocks [t * kDirectQuantTile, +kDirectQuantTile) of
  * the chunk's row-major block grid, 32 per warp step (a quad per block, four
- * loads in flight per lane). Returns the lane's digest terms.
+ * loads in flight per lane). One division per tile: later blocks step
+ * along their row, and a row's place in the layout is found once per row.
+ * Returns the lane's digest terms.
  */
 __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64_t t,
                                              int lane) {
@@ -105,47 +131,61 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
   const uint32_t nb = static_cast<uint32_t>(d.cols / 32);
   const uint32_t total = static_cast<uint32_t>(d.rows) * nb;
   const uint32_t group = static_cast<uint32_t>(d.group_rows);
-  const int64_t row_bytes = 2 * d.cols, kp = refit_round_up(d.k / 32, 4);
+  const uint32_t row_bytes = static_cast<uint32_t>(2 * d.cols);
+  const int64_t kp = refit_round_up(d.k / 32, 4);
   const uint8_t *src = static_cast<const uint8_t *>(d.src);
-  uint8_t *values = static_cast<uint8_t *>(d.dst);
+  uint8_t *values = static_cast<uint8_t *>(d.dst) + d.col0 + 8 * part;
   uint8_t *scales = static_cast<uint8_t *>(d.scale);
-  uint64_t sum = 0;
+  const uint32_t c0 = static_cast<uint32_t>(d.col0 / 32);
   constexpr int U = kQuantUnroll;
-  for (int64_t g0 = t * kDirectQuantTile; g0 < (t + 1) * kDirectQuantTile; g0 += 8 * U) {
-    if (g0 >= total)
-      break;
+  uint32_t g = static_cast<uint32_t>(t * kDirectQuantTile) + lane / 4;
+  uint32_t r = g / nb, b = g - r * nb;
+  /* This lane's current row: its source and its places in the layout. */
+  uint32_t row_at = UINT32_MAX;
+  uint8_t *vrow = NULL, *srow_scale = NULL;
+  int64_t j = 0;
+  uint64_t sum = 0;
+  for (int step = 0; step < kDirectQuantTile / (8 * U); step++) {
     uint32_t x[U][4];
     uint32_t rs[U], bs[U];
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      const uint32_t g = static_cast<uint32_t>(g0) + 8 * u + lane / 4;
-      rs[u] = g / nb;
-      bs[u] = g - rs[u] * nb;
-      if (g < total) {
-        const int64_t at = rs[u] * d.src_pitch + 64 * bs[u] + 16 * part;
-        refit_mxfp8_dev_load8(src + at, x[u]);
+      rs[u] = r;
+      bs[u] = b;
+      if (g + 8 * u < total) {
+        refit_mxfp8_dev_load8(src + rs[u] * d.src_pitch + 64 * b + 16 * part, x[u]);
         if (d.digest) {
-          const uint64_t word = static_cast<uint64_t>((rs[u] * row_bytes + 64 * bs[u] + 16 * part) / 8);
+          const uint64_t word = (static_cast<uint64_t>(r) * row_bytes + 64 * b + 16 * part) / 8;
           sum += refit_digest_term2(x[u][0], x[u][1], word);
           sum += refit_digest_term2(x[u][2], x[u][3], word + 1);
         }
       }
+      b += 8;
+      while (b >= nb) {
+        b -= nb;
+        r++;
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      const uint32_t g = static_cast<uint32_t>(g0) + 8 * u + lane / 4;
-      if (g >= total)
+      if (g + 8 * u >= total)
         break; /* the whole quad leaves together */
       uint32_t q[2];
-      const uint8_t s = refit_mxfp8_dev_quantize8(x[u], quad_mask, q);
-      const uint32_t R = static_cast<uint32_t>(d.row0) + rs[u];
-      const uint32_t e = R / group;
-      const int64_t j = direct_row(d, R - e * group);
-      const int64_t C = d.col0 + 32 * static_cast<int64_t>(bs[u]);
-      refit_mxfp8_dev_store8(values + e * d.value_group_bytes + j * d.k + C + 8 * part, q);
+      const uint8_t sb = refit_mxfp8_dev_quantize8(x[u], quad_mask, q);
+      if (rs[u] != row_at) {
+        row_at = rs[u];
+        const uint32_t R = static_cast<uint32_t>(d.row0) + row_at, e = R / group;
+        j = direct_row(d, R - e * group);
+        vrow = values + e * d.value_group_bytes + j * d.k;
+        srow_scale = scales + e * d.scale_group_bytes;
+      }
+      refit_mxfp8_dev_store8(vrow + 32 * bs[u], q);
       if (part == 0)
-        scales[e * d.scale_group_bytes + refit_kernels_swizzle_offset(j, C / 32, kp)] = s;
+        srow_scale[refit_kernels_swizzle_offset(j, c0 + bs[u], kp)] = sb;
     }
+    g += 8 * U;
+    if (g >= total)
+      break;
   }
   return sum;
 }

@@ -22,12 +22,15 @@
  * quantized tensor of Qwen3-30B-A3B, one launch each). Bytes = source read
  * + destination written
  * (digest reads and trailers not counted: the rate the refit sees).
+ * Zero-copy path (kernels/direct_cuda.h): the whole model landed from BF16
+ * trainer tensors straight into the runtime layouts (bench_model_direct).
  * Usage: refit-bench-kernels [E H I]
  */
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
 #ifdef REFIT_HAVE_CUDA
 #include "kernels/datapath_cuda.h"
+#include "kernels/direct_cuda.h"
 #include "kernels/mxfp8_cuda.h"
 #endif
 
@@ -382,6 +385,162 @@ static void bench_model_quantize(cudaEvent_t e0, cudaEvent_t e1, int greps,
   cudaFree(dq);
   cudaFree(dsc);
 }
+
+/*
+ * The zero-copy path (kernels/direct_cuda.h) over the whole model's quantized
+ * tensors, as a same-GPU refit runs it: 48 layers of BF16 trainer tensors
+ * (w13, w2 of every expert, q, k, v, o and the router, each a dense
+ * flashinfer_cutlass tensor here) read where they are and written straight
+ * into the TRTLLM MoE and dense runtime layouts, one descriptor per expert
+ * matrix or dense tensor, launched as 114 calls (a refit's buckets).
+ * Rows: the trainer's digest pass (DIGEST), the land with digests, the land
+ * without. Bytes = BF16 read + MXFP8 written (digest reads not counted); the
+ * ratio to cudaMemcpy is the fraction of the HBM floor reached. Layers 0 and
+ * 47 are checked byte for byte against the staged GPU path (quantize, then the
+ * batched MoE layout or the dense transform), itself tested against the C
+ * references.
+ */
+static void bench_model_direct(cudaEvent_t e0, cudaEvent_t e1, int greps,
+                               const refit_kernels_moe_shape_t *s, const uint16_t *bf) {
+  enum { kLayers = 48, kTensors = 7, kCalls = 114 };
+  const int64_t E = s->num_experts, H = s->hidden, I = s->intermediate;
+  if (E != 128 || H != 2048 || I != 768) {
+    printf("# whole-model direct land: skipped (not the Qwen3-30B-A3B shape)\n");
+    return;
+  }
+  const int64_t rows[kTensors] = {E * 2 * I, E * H, 4096, 512, 512, 2048, E};
+  const int64_t ks[kTensors] = {H, I, H, H, H, 4096, H};
+  int64_t off[kTensors + 1] = {0}, woff[kTensors + 1] = {0}, soff[kTensors + 1] = {0};
+  refit_kernels_moe_sizes_t sz;
+  check(refit_kernels_moe_check_shape(s, "bench", &sz), "shape");
+  for (int i = 0; i < kTensors; i++) {
+    off[i + 1] = off[i] + rows[i] * ks[i];
+    woff[i + 1] = woff[i] + rows[i] * ks[i];
+    const int64_t sb = i == 0   ? sz.w13_weight_scale
+                       : i == 1 ? sz.w2_weight_scale
+                                : refit_kernels_swizzle_bytes(rows[i], ks[i] / 32);
+    soff[i + 1] = soff[i] + sb;
+  }
+  const int64_t per = off[kTensors], experts = off[2], rest = per - experts;
+  const int64_t sper = soff[kTensors];
+  uint16_t *din = NULL;
+  uint8_t *dw = NULL, *dsw = NULL, *dig = NULL;
+  if (cudaMalloc((void **)&din, (size_t)(kLayers * per * 2)) != cudaSuccess ||
+      cudaMalloc((void **)&dw, (size_t)(kLayers * per)) != cudaSuccess ||
+      cudaMalloc((void **)&dsw, (size_t)(kLayers * sper)) != cudaSuccess) {
+    printf("# whole-model direct land: skipped (device memory)\n");
+    cudaGetLastError();
+    cudaFree(din);
+    cudaFree(dw);
+    return;
+  }
+  cudaMemcpy(din, bf, (size_t)(experts * 2), cudaMemcpyHostToDevice);
+  cudaMemcpy(din + experts, bf, (size_t)(rest * 2), cudaMemcpyHostToDevice);
+  for (int l = 1; l < kLayers; l++)
+    cudaMemcpy(din + l * per, din, (size_t)(per * 2), cudaMemcpyDeviceToDevice);
+  const int64_t per_layer = 2 * E + (kTensors - 2), n = kLayers * per_layer;
+  refit_direct_desc_t *land = calloc((size_t)n, sizeof(*land));
+  refit_direct_desc_t *digest = calloc((size_t)n, sizeof(*digest));
+  int64_t k = 0;
+  for (int l = 0; l < kLayers; l++)
+    for (int i = 0; i < kTensors; i++) {
+      const int64_t groups = i < 2 ? E : 1, gr = rows[i] / groups;
+      for (int64_t e = 0; e < groups; e++, k++) {
+        refit_direct_desc_t *d = &land[k];
+        d->op = REFIT_DIRECT_QUANTIZE;
+        d->src = din + l * per + off[i] + e * gr * ks[i];
+        d->src_pitch = ks[i] * 2;
+        d->rows = gr;
+        d->cols = ks[i];
+        d->digest = 1;
+        d->seal_key = (uint64_t)k * 0x9E3779B97F4A7C15ull;
+        d->digest_offset = 8 * k;
+        d->dst = dw + l * per + woff[i];
+        d->scale = dsw + l * sper + soff[i];
+        d->row0 = e * gr;
+        d->k = ks[i];
+        d->group_rows = d->perm_rows = gr;
+        d->perm = i == 0 ? REFIT_KERNELS_PERM_SRC13 : i == 1 ? REFIT_KERNELS_PERM_SRC32 : -1;
+        d->value_group_bytes = gr * ks[i];
+        d->scale_group_bytes = refit_kernels_swizzle_bytes(gr, ks[i] / 32);
+        digest[k] = *d;
+        digest[k].op = REFIT_DIRECT_DIGEST;
+      }
+    }
+  check(refit_direct_descs_check(land, n), "direct table");
+  check(refit_direct_descs_check(digest, n), "digest table");
+  refit_direct_desc_t *dland = dmalloc((size_t)n * sizeof(*land));
+  refit_direct_desc_t *ddig = dmalloc((size_t)n * sizeof(*digest));
+  cudaMemcpy(dland, land, (size_t)n * sizeof(*land), cudaMemcpyHostToDevice);
+  cudaMemcpy(ddig, digest, (size_t)n * sizeof(*digest), cudaMemcpyHostToDevice);
+  dig = dmalloc((size_t)n * 8);
+  unsigned long long *acc = dmalloc((size_t)n * 8);
+  int64_t *dbad = dmalloc(8);
+  const int64_t minus1 = -1;
+  cudaMemcpy(dbad, &minus1, 8, cudaMemcpyHostToDevice);
+  const int64_t step = (n + kCalls - 1) / kCalls;
+  float ms, bms;
+  const int64_t rbytes = kLayers * per * 2, wbytes = kLayers * (per + sper);
+  GPU_TIME(for (int64_t a = 0; a < n; a += step) check(
+      refit_direct_rows_cuda(ddig + a, a + step < n ? step : n - a, 7, dig, acc + a, NULL, 0),
+      "direct digest"));
+  row("CUDA direct: trainer digests, whole model", rbytes, bms * 1e-3, 0);
+  GPU_TIME(for (int64_t a = 0; a < n; a += step) check(
+      refit_direct_rows_cuda(dland + a, a + step < n ? step : n - a, 7, dig, acc + a, dbad, 0),
+      "direct land"));
+  int64_t bad = 0;
+  cudaMemcpy(&bad, dbad, 8, cudaMemcpyDeviceToHost);
+  row("CUDA direct land + digests, whole model", rbytes + wbytes, bms * 1e-3, bad >= 0);
+  for (int64_t j = 0; j < n; j++)
+    land[j].digest = 0;
+  cudaMemcpy(dland, land, (size_t)n * sizeof(*land), cudaMemcpyHostToDevice);
+  cudaMemset(dw, 0x5a, (size_t)(kLayers * per));
+  cudaMemset(dsw, 0x5a, (size_t)(kLayers * sper));
+  GPU_TIME(for (int64_t a = 0; a < n; a += step) check(
+      refit_direct_rows_cuda(dland + a, a + step < n ? step : n - a, 7, NULL, acc + a, NULL, 0),
+      "direct land"));
+  /* The staged path's bytes for layers 0 and 47. */
+  uint8_t *q = dmalloc((size_t)per), *sc = dmalloc((size_t)per / 32);
+  uint8_t *wo = dmalloc((size_t)per), *so = dmalloc((size_t)sper);
+  for (int i = 0; i < kTensors; i++)
+    check(refit_mxfp8_quantize_rows_cuda(din + off[i], rows[i], ks[i], ks[i], q + off[i], ks[i],
+                                         sc + off[i] / 32, ks[i] / 32, 0),
+          "quantize cuda");
+  check(refit_kernels_moe_transform_cuda(s, q, sc, q + off[1], sc + off[1] / 32, wo, so,
+                                         wo + woff[1], so + soff[1], 0),
+        "layout cuda");
+  for (int i = 2; i < kTensors; i++)
+    check(refit_kernels_dense_transform_cuda(REFIT_KERNELS_DENSE_FLASHINFER_CUTLASS, rows[i],
+                                             ks[i], q + off[i], sc + off[i] / 32,
+                                             wo + woff[i], so + soff[i], 0),
+          "dense cuda");
+  cudaDeviceSynchronize();
+  uint8_t *hw = xmalloc((size_t)per), *hs = xmalloc((size_t)sper);
+  cudaMemcpy(hw, wo, (size_t)per, cudaMemcpyDeviceToHost);
+  cudaMemcpy(hs, so, (size_t)sper, cudaMemcpyDeviceToHost);
+  int64_t wrong = 0;
+  for (int l = 0; l < kLayers; l += kLayers - 1)
+    wrong += ddiff(dw + l * per, hw, per) + ddiff(dsw + l * sper, hs, sper);
+  row("CUDA direct land, no digests, whole model", rbytes + wbytes, bms * 1e-3, wrong);
+  printf("# direct land: %lld descriptors in %d calls; %.1f GB read, %.1f GB written\n",
+         (long long)n, kCalls, (double)rbytes / 1e9, (double)wbytes / 1e9);
+  free(land);
+  free(digest);
+  free(hw);
+  free(hs);
+  cudaFree(din);
+  cudaFree(dw);
+  cudaFree(dsw);
+  cudaFree(dig);
+  cudaFree(acc);
+  cudaFree(dbad);
+  cudaFree(dland);
+  cudaFree(ddig);
+  cudaFree(q);
+  cudaFree(sc);
+  cudaFree(wo);
+  cudaFree(so);
+}
 #endif
 
 /* The C quantizer over one expert layer: n13 elements of w13 rows (K = H),
@@ -532,6 +691,7 @@ int main(int argc, char **argv) {
     row("CUDA quantize", qbytes, bms * 1e-3,
         diff_bytes(hq, q, nel) + diff_bytes(hs, sc, nel / 32));
     bench_model_quantize(e0, e1, greps, &s, bf, q, sc);
+    bench_model_direct(e0, e1, greps, &s, bf);
     /* MoE layout: batched, the step-by-step oracle, the batched kernels per
      * expert. Outputs are poisoned before each row, so a byte a row does not
      * write counts as wrong. */
