@@ -69,10 +69,13 @@ refit_status_t refit_session_fault_act(refit_session_t *s, const char *where) {
     _exit(7);
   case REFIT_FAULT_STALL: {
     REFIT_WARN("fault seam: rank %d stalls at %s", s->rank, where);
-    /* Past the peers' progress deadline (timeout_s), and well inside their
-     * vote deadline (a further timeout_s): they give up on this rank's
-     * bucket, and still hear its vote, even on a slow (sanitizer) build. */
-    struct timespec ts = {(time_t)s->cfg.refit.timeout_s + 1, 0};
+    /* Half of timeout_s: long enough to be seen, and inside every peer's
+     * deadline whenever that peer started waiting (a trainer that sent
+     * everything early waits at the vote from then on, only timeout_s), so
+     * the outcome does not depend on the build's speed: this rank fails its
+     * refit with a timeout of its own, votes no, and every rank aborts. */
+    const double half = 0.5 * s->cfg.refit.timeout_s;
+    struct timespec ts = {(time_t)half, (long)((half - (double)(time_t)half) * 1e9)};
     nanosleep(&ts, NULL);
     return REFIT_ERR(REFIT_ERR_TIMEOUT, "fault seam: rank %d stalled at %s", s->rank,
                      where);
