@@ -1,6 +1,7 @@
 /*
  * HDF5 files: the generator dump, and the plumbing that the checkpoint source
- * (source_hdf5.c) and the tools (refit-ckpt, refit-dump-check) share with it.
+ * (source_hdf5.c), the checkpoint writer (checkpoint.c) and refit-dump-check
+ * share with it.
  *
  * Dump schema (one file per job, serial HDF5, written by generator ranks in
  * turn):
@@ -18,7 +19,8 @@
  *                          bytes are padded beyond its shape); attributes
  *                          dtype, layout, version
  *
- * Checkpoint schema (refit-ckpt writes it, source.kind hdf5 reads it): one
+ * Checkpoint schema (refit_checkpoint_write writes it for refit-ckpt,
+ * source.kind hdf5 reads it): one
  * dataset per trainer tensor under its Hugging Face name, full (unsharded)
  * shape, [n] for 1-D tensors; element type uint16 with attribute dtype =
  * "bfloat16", or IEEE float32, or IEEE float16 (optional dtype attribute

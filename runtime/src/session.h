@@ -176,6 +176,12 @@ typedef struct refit_header {
   int32_t transport_ok, pad; /* transport_ok: its transport is healthy */
 } refit_header_t;
 
+/* session.c: read and validate the config at `path` (refit_config_load;
+ * world_size 0 skips that check). On failure every problem is printed to
+ * stderr and the error says the config was rejected. */
+refit_status_t refit_session_read_config(const char *path, int world_size,
+                                         refit_config_t *cfg, char **text, size_t *len);
+
 /* session.c: the collectives' helpers. */
 
 /* Wait for a collective on the session's communicators until `deadline`. A
