@@ -286,10 +286,10 @@ static refit_status_t refit_ckpt_hdf5(const char *out, const refit_config_t *cfg
   REFIT_H5_CHECK_GOTO(f16 = refit_h5_type_f16(), st, done, "float16 type");
   REFIT_H5_CHECK_GOTO(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), st,
                       done, "%s (does the directory exist and is it writable?)", tmp);
-  const int64_t ver = (int64_t)version, seed = (int64_t)cfg->source.seed;
+  const refit_h5_i64_t scalars[] = {{"version", (int64_t)version},
+                                    {"synthetic_seed", (int64_t)cfg->source.seed}};
   REFIT_CHECK_GOTO(refit_h5_attr_write_str(file, "format", REFIT_CKPT_FORMAT), st, done);
-  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "version", &ver, 0), st, done);
-  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "synthetic_seed", &seed, 0), st, done);
+  REFIT_CHECK_GOTO(refit_h5_attr_write_i64s(file, scalars, 2), st, done);
   uint64_t bytes = 0;
   for (int64_t i = 0; i < cat->nhf; i++) {
     REFIT_CHECK_GOTO(refit_ckpt_write_tensor(file, tmp, synth, &cat->hf[i], dtype,

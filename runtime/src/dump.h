@@ -85,6 +85,12 @@ refit_status_t refit_h5_attr_write_str(hid_t obj, const char *name,
 /* A 64-bit integer attribute, scalar (n == 0) or an array of n values. */
 refit_status_t refit_h5_attr_write_i64(hid_t obj, const char *name,
                                        const int64_t *values, size_t n);
+/* Scalar 64-bit integer attributes attrs[0 .. n) on `obj`, in order. */
+typedef struct {
+  const char *name;
+  int64_t value;
+} refit_h5_i64_t;
+refit_status_t refit_h5_attr_write_i64s(hid_t obj, const refit_h5_i64_t *attrs, size_t n);
 /*
  * Read string attribute `name` of `obj` (fixed or variable length) into
  * buf[len]. *found is 0 when there is no such attribute; a non-string
