@@ -402,7 +402,8 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   /* Device memory when this rank sees a GPU, the job does not bind ranks
    * away from GPUs, and the transport can move device memory (MPI cannot;
    * UCX can where its build has CUDA, which its query() checks); every rank
-   * must agree, or host memory is used everywhere. */
+   * must agree, or host memory is used everywhere, which refit.transport nccl
+   * and ipc refuse (REFIT_ERR_CONFIG). */
   int want_device = refit_mem_gpu_count() > 0 &&
                     s->cfg.refit.device_map != REFIT_DEVICE_MAP_NONE &&
                     s->cfg.refit.transport != REFIT_TRANSPORT_MPI;

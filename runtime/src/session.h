@@ -185,7 +185,8 @@ refit_status_t refit_session_read_config(const char *path, int world_size,
 /* session.c: the collectives' helpers. */
 
 /* Wait for a collective on the session's communicators until `deadline`. A
- * rank that did not join breaks the session; `limit` names the bound. */
+ * rank that did not join, or an MPI failure, breaks the session; `limit`
+ * names the bound. */
 refit_status_t refit_session_join_wait(refit_session_t *s, MPI_Request *req,
                                        double deadline, const char *what,
                                        const char *limit, double limit_s);

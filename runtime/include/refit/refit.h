@@ -144,7 +144,9 @@ refit_status_t refit_tensor_find(refit_session_h s, const char *name,
  * tensors, and a sync generator overwrites runtime storage, only after the
  * work queued on it before this call (see the top of this file). A tensor
  * missing from the registration is named here, before a byte moves.
- * Allowed in IDLE.
+ * Allowed in IDLE and POISONED (a POISONED generator serves again after a
+ * full successful refit): REFIT_ERR_STATE while a refit is in progress,
+ * REFIT_ERR_PEER once a collective of the session missed its deadline.
  */
 refit_status_t refit_begin(refit_session_h s, uint64_t version, void *stream);
 
@@ -164,9 +166,14 @@ refit_status_t refit_progress(refit_session_h s, int *done);
  * rank voted success does anything change: sync mode keeps what was written
  * in place and drops the saved copy; async mode copies the shadow into
  * runtime storage (same addresses) — the pause the engine sees. Otherwise
- * every generator keeps or restores version V and REFIT_ERR_PEER (or the
- * local error) is returned. Generators: work queued on `stream` after this
- * returns reads the committed version. Allowed in READY.
+ * every generator keeps or restores version V and REFIT_ERR_PEER (a peer
+ * voted no) or REFIT_ERR_STATE naming this rank's own failure is returned; a
+ * vote that misses its deadline is REFIT_ERR_TIMEOUT (see the top of this
+ * file for a rank that voted yes). Generators: work queued on `stream` after
+ * this returns reads the committed version. Allowed once per refit begun: in
+ * READY, or after refit_progress failed (this rank then votes no);
+ * REFIT_ERR_STATE when no begun refit awaits its vote, REFIT_ERR_PEER once a
+ * collective of the session missed its deadline.
  */
 refit_status_t refit_commit(refit_session_h s, void *stream);
 
@@ -174,7 +181,10 @@ refit_status_t refit_commit(refit_session_h s, void *stream);
  * Abandon the refit in progress: generators keep or restore version V (sync
  * with restore: none cannot restore: the generator becomes POISONED and
  * refuses to serve until a full successful refit). Idempotent: a second call,
- * or a call in IDLE, does nothing and returns REFIT_OK. Not collective.
+ * or a call in IDLE or POISONED, does nothing and returns REFIT_OK. Not
+ * collective; in RECEIVING it first completes this rank's part of the bucket
+ * schedule without landing anything (each bucket within refit.timeout_s), so
+ * that its peers reach the vote.
  */
 refit_status_t refit_abort(refit_session_h s);
 
