@@ -18,43 +18,6 @@
 
 /* ---- Descriptor checks --------------------------------------------------- */
 
-static refit_status_t check_shape(const char *what, int64_t i, int64_t rows,
-                                  int64_t cols, int64_t row_bytes, int32_t op,
-                                  int32_t digest) {
-  if (rows < 0 || cols < 0 || row_bytes < 0)
-    return REFIT_ERR(
-        REFIT_ERR_INVALID_ARGUMENT,
-        "%s descriptor %lld: negative shape (rows %lld, cols %lld, "
-        "row_bytes %lld)",
-        what, (long long)i, (long long)rows, (long long)cols,
-        (long long)row_bytes);
-  if (digest != 0 && digest != 1)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "%s descriptor %lld: digest flag %d is neither 0 nor 1",
-                     what, (long long)i, (int)digest);
-  if (op == REFIT_CHUNK_COPY)
-    return REFIT_OK;
-  if (cols % REFIT_MXFP8_BLOCK != 0)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "%s descriptor %lld: cols %lld of a %s chunk is not a "
-                     "multiple of the 32-element scale block",
-                     what, (long long)i, (long long)cols,
-                     op == REFIT_CHUNK_QUANTIZE ? "QUANTIZE" : "SPLIT");
-  return REFIT_OK;
-}
-
-static refit_status_t check_row_bytes(const char *what, int64_t i,
-                                      const char *op, int64_t row_bytes,
-                                      int64_t expected, int64_t cols) {
-  if (row_bytes != expected)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "%s descriptor %lld: %s row_bytes %lld, expected %lld for "
-                     "cols %lld",
-                     what, (long long)i, op, (long long)row_bytes,
-                     (long long)expected, (long long)cols);
-  return REFIT_OK;
-}
-
 static refit_status_t check_pitch(const char *what, int64_t i, const char *name,
                                   int64_t rows, int64_t pitch, int64_t need) {
   if (rows > 1 && pitch < need)
@@ -75,76 +38,144 @@ static refit_status_t check_table(const char *what, const void *descs,
   return REFIT_OK;
 }
 
+/* What an op other than COPY moves on one side of the wire: a wire row of
+ * BF16 (2 * cols bytes) or of MXFP8 (cols e4m3 bytes then cols/32 scales),
+ * and a tensor row of BF16 or of e4m3 with the scales in an array of their
+ * own. */
+typedef struct {
+  int allowed;
+  int wire_bf16, tensor_bf16, scales;
+} refit_desc_op_t;
+
+/* How one table (pack or land) names its fields and which ops it takes,
+ * indexed by refit_chunk_op_t. */
+typedef struct {
+  const char *what, *offset_name, *tensor_name, *pitch_name, *ops_text;
+  refit_desc_op_t op[3];
+} refit_desc_table_t;
+
+static const refit_desc_table_t refit_pack_table = {
+    .what = "pack",
+    .offset_name = "dst_offset",
+    .tensor_name = "src",
+    .pitch_name = "src_pitch",
+    .ops_text = "COPY or QUANTIZE",
+    .op = {[REFIT_CHUNK_COPY] = {.allowed = 1},
+           /* BF16 shard rows onto the wire as MXFP8 */
+           [REFIT_CHUNK_QUANTIZE] = {.allowed = 1, .tensor_bf16 = 1}}};
+static const refit_desc_table_t refit_land_table = {
+    .what = "land",
+    .offset_name = "src_offset",
+    .tensor_name = "dst",
+    .pitch_name = "dst_pitch",
+    .ops_text = "COPY, QUANTIZE or SPLIT",
+    .op = {[REFIT_CHUNK_COPY] = {.allowed = 1},
+           /* BF16 wire rows into e4m3 storage and its scales */
+           [REFIT_CHUNK_QUANTIZE] = {.allowed = 1, .wire_bf16 = 1, .scales = 1},
+           /* MXFP8 wire rows, split into the same places */
+           [REFIT_CHUNK_SPLIT] = {.allowed = 1, .scales = 1}}};
+
+/* A descriptor of either table, as the checks see it. */
+typedef struct {
+  int64_t offset; /* into the wire buffer or the staging area */
+  int64_t rows, cols, row_bytes;
+  const void *tensor; /* pack's src, land's dst */
+  int64_t pitch;      /* of the tensor rows */
+  const void *scale;  /* land only */
+  int64_t scale_pitch;
+  int32_t op, digest;
+} refit_desc_view_t;
+
+/* The rules of refit_pack_descs_check and refit_land_descs_check (datapath.h)
+ * for descriptor i of table t, in order; the first broken one is named. */
+static refit_status_t check_desc(const refit_desc_table_t *t, int64_t i,
+                                 const refit_desc_view_t *d) {
+  const char *what = t->what;
+  if (d->rows < 0 || d->cols < 0 || d->row_bytes < 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s descriptor %lld: negative shape (rows %lld, cols %lld, "
+                     "row_bytes %lld)",
+                     what, (long long)i, (long long)d->rows, (long long)d->cols,
+                     (long long)d->row_bytes);
+  if (d->digest != 0 && d->digest != 1)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s descriptor %lld: digest flag %d is neither 0 nor 1", what,
+                     (long long)i, (int)d->digest);
+  if (d->op != REFIT_CHUNK_COPY && d->cols % REFIT_MXFP8_BLOCK != 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s descriptor %lld: cols %lld of a %s chunk is not a "
+                     "multiple of the 32-element scale block",
+                     what, (long long)i, (long long)d->cols,
+                     d->op == REFIT_CHUNK_QUANTIZE ? "QUANTIZE" : "SPLIT");
+  if (d->offset < 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s descriptor %lld: negative %s %lld",
+                     what, (long long)i, t->offset_name, (long long)d->offset);
+  const refit_desc_op_t *o =
+      d->op >= 0 && d->op < 3 && t->op[d->op].allowed ? &t->op[d->op] : NULL;
+  const int64_t nb = d->cols / REFIT_MXFP8_BLOCK;
+  if (o == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s descriptor %lld: op %d is not %s",
+                     what, (long long)i, (int)d->op, t->ops_text);
+  if (d->op == REFIT_CHUNK_COPY) {
+    REFIT_CHECK(check_pitch(what, i, t->pitch_name, d->rows, d->pitch, d->row_bytes));
+  } else {
+    const int64_t row_bytes = o->wire_bf16 ? 2 * d->cols : d->cols + nb;
+    if (d->row_bytes != row_bytes)
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "%s descriptor %lld: %s row_bytes %lld, expected %lld for "
+                       "cols %lld",
+                       what, (long long)i,
+                       d->op == REFIT_CHUNK_QUANTIZE ? "QUANTIZE" : "SPLIT",
+                       (long long)d->row_bytes, (long long)row_bytes, (long long)d->cols);
+    REFIT_CHECK(check_pitch(what, i, t->pitch_name, d->rows, d->pitch,
+                            o->tensor_bf16 ? 2 * d->cols : d->cols));
+    if (o->scales) {
+      REFIT_CHECK(check_pitch(what, i, "scale_pitch", d->rows, d->scale_pitch, nb));
+      if (d->scale == NULL && d->rows * nb > 0)
+        return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s descriptor %lld: NULL scale",
+                         what, (long long)i);
+    }
+  }
+  if (d->tensor == NULL && d->rows * d->row_bytes > 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s descriptor %lld: NULL %s", what,
+                     (long long)i, t->tensor_name);
+  return REFIT_OK;
+}
+
 refit_status_t refit_pack_descs_check(const refit_pack_desc_t *descs,
                                       int64_t n) {
-  const char *what = "pack";
-  REFIT_CHECK(check_table(what, descs, n));
+  REFIT_CHECK(check_table(refit_pack_table.what, descs, n));
   for (int64_t i = 0; i < n; i++) {
     const refit_pack_desc_t *d = &descs[i];
-    REFIT_CHECK(
-        check_shape(what, i, d->rows, d->cols, d->row_bytes, d->op, d->digest));
-    if (d->dst_offset < 0)
-      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "pack descriptor %lld: negative dst_offset %lld",
-                       (long long)i, (long long)d->dst_offset);
-    if (d->op == REFIT_CHUNK_COPY) {
-      REFIT_CHECK(check_pitch(what, i, "src_pitch", d->rows, d->src_pitch,
-                              d->row_bytes));
-    } else if (d->op == REFIT_CHUNK_QUANTIZE) {
-      REFIT_CHECK(check_row_bytes(what, i, "QUANTIZE", d->row_bytes,
-                                  d->cols + d->cols / REFIT_MXFP8_BLOCK,
-                                  d->cols));
-      REFIT_CHECK(check_pitch(what, i, "src_pitch", d->rows, d->src_pitch,
-                              2 * d->cols));
-    } else {
-      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "pack descriptor %lld: op %d is not COPY or QUANTIZE",
-                       (long long)i, (int)d->op);
-    }
-    if (d->src == NULL && d->rows * d->row_bytes > 0)
-      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "pack descriptor %lld: NULL src", (long long)i);
+    const refit_desc_view_t v = {.offset = d->dst_offset,
+                                 .rows = d->rows,
+                                 .cols = d->cols,
+                                 .row_bytes = d->row_bytes,
+                                 .tensor = d->src,
+                                 .pitch = d->src_pitch,
+                                 .op = d->op,
+                                 .digest = d->digest};
+    REFIT_CHECK(check_desc(&refit_pack_table, i, &v));
   }
   return REFIT_OK;
 }
 
 refit_status_t refit_land_descs_check(const refit_land_desc_t *descs,
                                       int64_t n) {
-  const char *what = "land";
-  REFIT_CHECK(check_table(what, descs, n));
+  REFIT_CHECK(check_table(refit_land_table.what, descs, n));
   for (int64_t i = 0; i < n; i++) {
     const refit_land_desc_t *d = &descs[i];
-    REFIT_CHECK(
-        check_shape(what, i, d->rows, d->cols, d->row_bytes, d->op, d->digest));
-    if (d->src_offset < 0)
-      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "land descriptor %lld: negative src_offset %lld",
-                       (long long)i, (long long)d->src_offset);
-    const int64_t nb = d->cols / REFIT_MXFP8_BLOCK;
-    if (d->op == REFIT_CHUNK_COPY) {
-      REFIT_CHECK(check_pitch(what, i, "dst_pitch", d->rows, d->dst_pitch,
-                              d->row_bytes));
-    } else if (d->op == REFIT_CHUNK_QUANTIZE || d->op == REFIT_CHUNK_SPLIT) {
-      const int quantize = d->op == REFIT_CHUNK_QUANTIZE;
-      REFIT_CHECK(check_row_bytes(
-          what, i, quantize ? "QUANTIZE" : "SPLIT", d->row_bytes,
-          quantize ? 2 * d->cols : d->cols + nb, d->cols));
-      REFIT_CHECK(
-          check_pitch(what, i, "dst_pitch", d->rows, d->dst_pitch, d->cols));
-      REFIT_CHECK(
-          check_pitch(what, i, "scale_pitch", d->rows, d->scale_pitch, nb));
-      if (d->scale == NULL && d->rows * nb > 0)
-        return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                         "land descriptor %lld: NULL scale", (long long)i);
-    } else {
-      return REFIT_ERR(
-          REFIT_ERR_INVALID_ARGUMENT,
-          "land descriptor %lld: op %d is not COPY, QUANTIZE or SPLIT",
-          (long long)i, (int)d->op);
-    }
-    if (d->dst == NULL && d->rows * d->row_bytes > 0)
-      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "land descriptor %lld: NULL dst", (long long)i);
+    const refit_desc_view_t v = {.offset = d->src_offset,
+                                 .rows = d->rows,
+                                 .cols = d->cols,
+                                 .row_bytes = d->row_bytes,
+                                 .tensor = d->dst,
+                                 .pitch = d->dst_pitch,
+                                 .scale = d->scale,
+                                 .scale_pitch = d->scale_pitch,
+                                 .op = d->op,
+                                 .digest = d->digest};
+    REFIT_CHECK(check_desc(&refit_land_table, i, &v));
   }
   return REFIT_OK;
 }

@@ -11,6 +11,7 @@
 #include "reshard/rules.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,50 +239,90 @@ typedef struct {
   int32_t expert0; /* first of 3 * X expert tensors: gate, up, down per e */
 } refit_layer_src_t;
 
+/* A layer's sizes, which the rows and columns of its tensors are made of. */
+typedef enum {
+  REFIT_DIM_ONE, /* a norm's single row */
+  REFIT_DIM_H,   /* hidden_size */
+  REFIT_DIM_D,   /* head_dim */
+  REFIT_DIM_QD,  /* query heads x head_dim */
+  REFIT_DIM_KVD, /* key/value heads x head_dim */
+  REFIT_DIM_F,   /* intermediate_size (dense MLP) */
+  REFIT_NDIMS
+} refit_layer_dim_t;
+
+/* One trainer tensor of a layer under its Hugging Face name
+ * model.layers.<l>.<suffix>; `field` is its index in refit_layer_src_t. */
+typedef struct {
+  size_t field;
+  refit_role_t role;
+  refit_split_t split;
+  refit_layer_dim_t rows, cols;
+  const char *suffix;
+} refit_layer_tensor_t;
+
+/* A row of the tables below: field of refit_layer_src_t, role, split, rows,
+ * cols, name suffix. */
+#define REFIT_LAYER_TENSOR(field, role, split, rows, cols, suffix)                       \
+  {                                                                                      \
+    offsetof(refit_layer_src_t, field), REFIT_ROLE_##role, REFIT_SPLIT_##split,          \
+        REFIT_DIM_##rows, REFIT_DIM_##cols, suffix                                       \
+  }
+
+/* Attention and norms, in the order of every layer. */
+static const refit_layer_tensor_t refit_layer_attention[] = {
+    REFIT_LAYER_TENSOR(in_norm, NORM, NONE, ONE, H, "input_layernorm.weight"),
+    REFIT_LAYER_TENSOR(q, LINEAR, ROWS, QD, H, "self_attn.q_proj.weight"),
+    REFIT_LAYER_TENSOR(k, LINEAR, ROWS, KVD, H, "self_attn.k_proj.weight"),
+    REFIT_LAYER_TENSOR(v, LINEAR, ROWS, KVD, H, "self_attn.v_proj.weight"),
+    REFIT_LAYER_TENSOR(o, LINEAR, COLS, H, QD, "self_attn.o_proj.weight"),
+    REFIT_LAYER_TENSOR(q_norm, NORM, NONE, ONE, D, "self_attn.q_norm.weight"),
+    REFIT_LAYER_TENSOR(k_norm, NORM, NONE, ONE, D, "self_attn.k_norm.weight"),
+    REFIT_LAYER_TENSOR(post_norm, NORM, NONE, ONE, H, "post_attention_layernorm.weight"),
+};
+
+/* The dense MLP (qwen3). */
+static const refit_layer_tensor_t refit_layer_dense_mlp[] = {
+    REFIT_LAYER_TENSOR(gate, LINEAR, ROWS, F, H, "mlp.gate_proj.weight"),
+    REFIT_LAYER_TENSOR(up, LINEAR, ROWS, F, H, "mlp.up_proj.weight"),
+    REFIT_LAYER_TENSOR(down, LINEAR, COLS, H, F, "mlp.down_proj.weight"),
+};
+#undef REFIT_LAYER_TENSOR
+
+/* Append the tensors of `table` for layer l, their indices into `ls`. */
+static refit_status_t refit_add_layer_tensors(refit_catalog_builder_t *b, int l,
+                                              int stage, const int64_t *dims,
+                                              const refit_layer_tensor_t *table, size_t n,
+                                              refit_layer_src_t *ls) {
+  for (size_t i = 0; i < n; i++) {
+    const refit_layer_tensor_t *t = &table[i];
+    int32_t *index = (int32_t *)(void *)((char *)ls + t->field);
+    REFIT_CHECK(refit_add_src(b, index, stage, l, t->role, t->split, dims[t->rows],
+                              dims[t->cols], "model.layers.%d.%s", l, t->suffix));
+  }
+  return REFIT_OK;
+}
+
+#define REFIT_LAYER_TABLE(table) table, sizeof(table) / sizeof(table[0])
+
 static refit_status_t refit_build_src_layer(refit_catalog_builder_t *b, int l,
                                             int stage, refit_layer_src_t *ls) {
   const refit_model_t *m = &b->cat->model;
   const int64_t H = m->hidden_size, D = m->head_dim;
-  const int64_t QD = m->num_attention_heads * D, KVD = m->num_kv_heads * D;
+  const int64_t dims[REFIT_NDIMS] = {
+      [REFIT_DIM_ONE] = 1,
+      [REFIT_DIM_H] = H,
+      [REFIT_DIM_D] = D,
+      [REFIT_DIM_QD] = m->num_attention_heads * D,
+      [REFIT_DIM_KVD] = m->num_kv_heads * D,
+      [REFIT_DIM_F] = m->intermediate_size,
+  };
   const char *p = "model.layers";
 
-  REFIT_CHECK(refit_add_src(b, &ls->in_norm, stage, l, REFIT_ROLE_NORM,
-                            REFIT_SPLIT_NONE, 1, H,
-                            "%s.%d.input_layernorm.weight", p, l));
-  REFIT_CHECK(refit_add_src(b, &ls->q, stage, l, REFIT_ROLE_LINEAR,
-                            REFIT_SPLIT_ROWS, QD, H,
-                            "%s.%d.self_attn.q_proj.weight", p, l));
-  REFIT_CHECK(refit_add_src(b, &ls->k, stage, l, REFIT_ROLE_LINEAR,
-                            REFIT_SPLIT_ROWS, KVD, H,
-                            "%s.%d.self_attn.k_proj.weight", p, l));
-  REFIT_CHECK(refit_add_src(b, &ls->v, stage, l, REFIT_ROLE_LINEAR,
-                            REFIT_SPLIT_ROWS, KVD, H,
-                            "%s.%d.self_attn.v_proj.weight", p, l));
-  REFIT_CHECK(refit_add_src(b, &ls->o, stage, l, REFIT_ROLE_LINEAR,
-                            REFIT_SPLIT_COLS, H, QD,
-                            "%s.%d.self_attn.o_proj.weight", p, l));
-  REFIT_CHECK(refit_add_src(b, &ls->q_norm, stage, l, REFIT_ROLE_NORM,
-                            REFIT_SPLIT_NONE, 1, D,
-                            "%s.%d.self_attn.q_norm.weight", p, l));
-  REFIT_CHECK(refit_add_src(b, &ls->k_norm, stage, l, REFIT_ROLE_NORM,
-                            REFIT_SPLIT_NONE, 1, D,
-                            "%s.%d.self_attn.k_norm.weight", p, l));
-  REFIT_CHECK(refit_add_src(b, &ls->post_norm, stage, l, REFIT_ROLE_NORM,
-                            REFIT_SPLIT_NONE, 1, H,
-                            "%s.%d.post_attention_layernorm.weight", p, l));
-  if (m->family == REFIT_FAMILY_QWEN3) {
-    const int64_t F = m->intermediate_size;
-    REFIT_CHECK(refit_add_src(b, &ls->gate, stage, l, REFIT_ROLE_LINEAR,
-                              REFIT_SPLIT_ROWS, F, H,
-                              "%s.%d.mlp.gate_proj.weight", p, l));
-    REFIT_CHECK(refit_add_src(b, &ls->up, stage, l, REFIT_ROLE_LINEAR,
-                              REFIT_SPLIT_ROWS, F, H, "%s.%d.mlp.up_proj.weight",
-                              p, l));
-    REFIT_CHECK(refit_add_src(b, &ls->down, stage, l, REFIT_ROLE_LINEAR,
-                              REFIT_SPLIT_COLS, H, F,
-                              "%s.%d.mlp.down_proj.weight", p, l));
-    return REFIT_OK;
-  }
+  REFIT_CHECK(refit_add_layer_tensors(b, l, stage, dims,
+                                      REFIT_LAYER_TABLE(refit_layer_attention), ls));
+  if (m->family == REFIT_FAMILY_QWEN3)
+    return refit_add_layer_tensors(b, l, stage, dims,
+                                   REFIT_LAYER_TABLE(refit_layer_dense_mlp), ls);
   const int64_t X = m->num_experts, I = m->moe_intermediate_size;
   REFIT_CHECK(refit_add_src(b, &ls->router, stage, l, REFIT_ROLE_ROUTER,
                             REFIT_SPLIT_NONE, X, H, "%s.%d.mlp.gate.weight", p,

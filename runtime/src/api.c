@@ -4,12 +4,14 @@
  */
 #include "refit/refit.h"
 
+#include "checkpoint.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "dump.h"
 #include "session.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define REFIT_API_HANDLE(s)                                                    \
@@ -293,4 +295,45 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
            st.egress_mean > 0 ? st.egress_max / st.egress_mean : 0.0,
            (double)st.staging_max / 1048576.0, (unsigned long long)s->plan->hash,
            s->transport.ops->name);
+}
+
+struct refit_config_file {
+  refit_config_t cfg;
+};
+
+refit_status_t refit_config_open(const char *path, refit_config_h *out) {
+  if (path == NULL || out == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit_config_open: NULL path or out");
+  refit_config_h c = malloc(sizeof(*c));
+  if (c == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "refit_config_open: %s", path);
+  const refit_status_t st = refit_session_read_config(path, 0, &c->cfg, NULL, NULL);
+  if (st != REFIT_OK) {
+    free(c);
+    return st;
+  }
+  *out = c;
+  return REFIT_OK;
+}
+
+void refit_config_close(refit_config_h c) { free(c); }
+
+refit_status_t refit_checkpoint_write(refit_config_h c, const char *path,
+                                      const refit_checkpoint_options_t *opt,
+                                      refit_checkpoint_info_t *info) {
+  if (c == NULL || path == NULL || opt == NULL || info == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_checkpoint_write: NULL config, path, options or info");
+  if ((unsigned)opt->dtype > REFIT_CHECKPOINT_F16 ||
+      (unsigned)opt->format > REFIT_CHECKPOINT_SAFETENSORS)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_checkpoint_write: dtype %d or format %d out of range",
+                     (int)opt->dtype, (int)opt->format);
+  if (opt->shards < 1 || (opt->shards > 1 && opt->format != REFIT_CHECKPOINT_SAFETENSORS))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_checkpoint_write: %d shards of %s (at least 1; several "
+                     "only of safetensors)",
+                     opt->shards,
+                     opt->format == REFIT_CHECKPOINT_HDF5 ? "hdf5" : "safetensors");
+  return refit_checkpoint_write_config(&c->cfg, path, opt, info);
 }

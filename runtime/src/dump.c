@@ -43,28 +43,39 @@ refit_status_t refit_h5_error(const char *call, const char *fmt, ...) {
                    detail);
 }
 
+/* Attribute `name` on `obj`: a scalar (n == 0) or n values of file type
+ * `ftype`, written from `values` in memory type `mtype`. */
+static refit_status_t refit_h5_attr_write(hid_t obj, const char *name, hid_t ftype,
+                                          hid_t mtype, const void *values, size_t n) {
+  refit_status_t st = REFIT_OK;
+  hid_t space = -1, attr = -1;
+  hsize_t dim = n;
+  REFIT_H5_CHECK_GOTO(space = n ? H5Screate_simple(1, &dim, NULL) : H5Screate(H5S_SCALAR),
+                      st, out, "attribute %s", name);
+  REFIT_H5_CHECK_GOTO(attr =
+                          H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT),
+                      st, out, "attribute %s", name);
+  REFIT_H5_CHECK_GOTO(H5Awrite(attr, mtype, values), st, out, "attribute %s", name);
+out:
+  if (attr >= 0)
+    H5Aclose(attr);
+  if (space >= 0)
+    H5Sclose(space);
+  return st;
+}
+
 refit_status_t refit_h5_attr_write_str(hid_t obj, const char *name,
                                        const char *value) {
   refit_status_t st = REFIT_OK;
-  hid_t type = -1, space = -1, attr = -1;
+  hid_t type = -1;
   const size_t len = strlen(value);
   REFIT_H5_CHECK_GOTO(type = H5Tcopy(H5T_C_S1), st, out, "attribute %s", name);
   REFIT_H5_CHECK_GOTO(H5Tset_size(type, len ? len : 1), st, out, "attribute %s",
                       name);
   REFIT_H5_CHECK_GOTO(H5Tset_strpad(type, H5T_STR_NULLPAD), st, out,
                       "attribute %s", name);
-  REFIT_H5_CHECK_GOTO(space = H5Screate(H5S_SCALAR), st, out, "attribute %s",
-                      name);
-  REFIT_H5_CHECK_GOTO(attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT,
-                                        H5P_DEFAULT),
-                      st, out, "attribute %s", name);
-  REFIT_H5_CHECK_GOTO(H5Awrite(attr, type, len ? value : ""), st, out,
-                      "attribute %s", name);
+  st = refit_h5_attr_write(obj, name, type, type, len ? value : "", 0);
 out:
-  if (attr >= 0)
-    H5Aclose(attr);
-  if (space >= 0)
-    H5Sclose(space);
   if (type >= 0)
     H5Tclose(type);
   return st;
@@ -72,23 +83,14 @@ out:
 
 refit_status_t refit_h5_attr_write_i64(hid_t obj, const char *name,
                                        const int64_t *values, size_t n) {
-  refit_status_t st = REFIT_OK;
-  hid_t space = -1, attr = -1;
-  hsize_t dim = n;
-  REFIT_H5_CHECK_GOTO(space = n ? H5Screate_simple(1, &dim, NULL)
-                                : H5Screate(H5S_SCALAR),
-                      st, out, "attribute %s", name);
-  REFIT_H5_CHECK_GOTO(attr = H5Acreate2(obj, name, H5T_STD_I64LE, space,
-                                        H5P_DEFAULT, H5P_DEFAULT),
-                      st, out, "attribute %s", name);
-  REFIT_H5_CHECK_GOTO(H5Awrite(attr, H5T_NATIVE_INT64, values), st, out,
-                      "attribute %s", name);
-out:
-  if (attr >= 0)
-    H5Aclose(attr);
-  if (space >= 0)
-    H5Sclose(space);
-  return st;
+  return refit_h5_attr_write(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, values, n);
+}
+
+refit_status_t refit_h5_attr_write_i64s(hid_t obj, const refit_h5_i64_t *attrs,
+                                        size_t n) {
+  for (size_t i = 0; i < n; i++)
+    REFIT_CHECK(refit_h5_attr_write_i64(obj, attrs[i].name, &attrs[i].value, 0));
+  return REFIT_OK;
 }
 
 refit_status_t refit_h5_attr_read_str(hid_t obj, const char *name, char *buf,
@@ -195,8 +197,13 @@ hid_t refit_h5_type_f16(void) {
 /* Root attributes: the config and the generator layout. */
 static refit_status_t refit_dump_write_root(const refit_session_t *s, hid_t file) {
   const refit_generator_layout_t *g = &s->cfg.generator;
-  const int64_t ver = (int64_t)s->committed, tp = g->tp, ep = g->ep,
-                engines = g->engines, ngen = s->ngenerator, ntr = s->ntrainer;
+  const int64_t tp = g->tp, ngen = s->ngenerator;
+  const refit_h5_i64_t scalars[] = {{"version", (int64_t)s->committed},
+                                    {"generator_tp", tp},
+                                    {"generator_ep", g->ep},
+                                    {"generator_engines", g->engines},
+                                    {"generator_ranks", ngen},
+                                    {"trainer_ranks", s->ntrainer}};
   refit_status_t st = REFIT_OK;
   int64_t *engine = malloc((size_t)ngen * sizeof(int64_t));
   int64_t *tp_rank = malloc((size_t)ngen * sizeof(int64_t));
@@ -212,13 +219,9 @@ static refit_status_t refit_dump_write_root(const refit_session_t *s, hid_t file
   }
   REFIT_CHECK_GOTO(refit_h5_attr_write_str(file, "format", REFIT_DUMP_FORMAT), st, out);
   REFIT_CHECK_GOTO(refit_h5_attr_write_str(file, "config", s->config_text), st, out);
-  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "version", &ver, 0), st, out);
-  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "generator_tp", &tp, 0), st, out);
-  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "generator_ep", &ep, 0), st, out);
-  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "generator_engines", &engines, 0),
-                   st, out);
-  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "generator_ranks", &ngen, 0), st, out);
-  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "trainer_ranks", &ntr, 0), st, out);
+  REFIT_CHECK_GOTO(
+      refit_h5_attr_write_i64s(file, scalars, sizeof(scalars) / sizeof(scalars[0])), st,
+      out);
   REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "rank_engine", engine, (size_t)ngen),
                    st, out);
   REFIT_CHECK_GOTO(refit_h5_attr_write_i64(file, "rank_tp", tp_rank, (size_t)ngen),
@@ -296,7 +299,8 @@ static refit_status_t refit_dump_write_rank(const refit_session_t *s,
   refit_status_t st = REFIT_OK;
   hid_t file = -1, group = -1;
   char gname[32];
-  const int64_t engine = s->engine, tp_rank = s->tp_rank, world_rank = s->rank;
+  const refit_h5_i64_t scalars[] = {
+      {"engine", s->engine}, {"tp_rank", s->tp_rank}, {"world_rank", s->rank}};
 
   refit_h5_quiet();
   if (s->role_rank == 0)
@@ -315,10 +319,9 @@ static refit_status_t refit_dump_write_rank(const refit_session_t *s,
   REFIT_H5_CHECK_GOTO(group = H5Gcreate2(file, gname, H5P_DEFAULT, H5P_DEFAULT,
                                          H5P_DEFAULT),
                       st, out, "dump %s: group /%s", path, gname);
-  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(group, "engine", &engine, 0), st, out);
-  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(group, "tp_rank", &tp_rank, 0), st, out);
-  REFIT_CHECK_GOTO(refit_h5_attr_write_i64(group, "world_rank", &world_rank, 0),
-                   st, out);
+  REFIT_CHECK_GOTO(
+      refit_h5_attr_write_i64s(group, scalars, sizeof(scalars) / sizeof(scalars[0])), st,
+      out);
   for (int64_t i = 0; i < s->nstores; i++)
     REFIT_CHECK_GOTO(refit_dump_write_store(s, path, group, &s->stores[i]), st, out);
 out:

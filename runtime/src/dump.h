@@ -1,6 +1,7 @@
 /*
  * HDF5 files: the generator dump, and the plumbing that the checkpoint source
- * (source_hdf5.c) and the tools (refit-ckpt, refit-dump-check) share with it.
+ * (source_hdf5.c), the checkpoint writer (checkpoint.c) and refit-dump-check
+ * share with it.
  *
  * Dump schema (one file per job, serial HDF5, written by generator ranks in
  * turn):
@@ -18,7 +19,8 @@
  *                          bytes are padded beyond its shape); attributes
  *                          dtype, layout, version
  *
- * Checkpoint schema (refit-ckpt writes it, source.kind hdf5 reads it): one
+ * Checkpoint schema (refit_checkpoint_write writes it for refit-ckpt,
+ * source.kind hdf5 reads it): one
  * dataset per trainer tensor under its Hugging Face name, full (unsharded)
  * shape, [n] for 1-D tensors; element type uint16 with attribute dtype =
  * "bfloat16", or IEEE float32, or IEEE float16 (optional dtype attribute
@@ -83,6 +85,12 @@ refit_status_t refit_h5_attr_write_str(hid_t obj, const char *name,
 /* A 64-bit integer attribute, scalar (n == 0) or an array of n values. */
 refit_status_t refit_h5_attr_write_i64(hid_t obj, const char *name,
                                        const int64_t *values, size_t n);
+/* Scalar 64-bit integer attributes attrs[0 .. n) on `obj`, in order. */
+typedef struct {
+  const char *name;
+  int64_t value;
+} refit_h5_i64_t;
+refit_status_t refit_h5_attr_write_i64s(hid_t obj, const refit_h5_i64_t *attrs, size_t n);
 /*
  * Read string attribute `name` of `obj` (fixed or variable length) into
  * buf[len]. *found is 0 when there is no such attribute; a non-string

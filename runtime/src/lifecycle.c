@@ -161,8 +161,8 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
     st = refit_mem_after_stream(s->mem, stream);
   const double acquire_s = MPI_Wtime() - t_acquire;
 
-  /* Everyone's (run id, version, plan hash, committed version) before a
-   * byte moves. */
+  /* Everyone's (run id, version, plan hash, committed version, whether it
+   * could start, transport health) before a byte moves. */
   const int transport_ok =
       s->transport.ops->healthy == NULL || s->transport.ops->healthy(s->transport.ctx);
   /* The exchange's buffers live in the session: a collective that misses

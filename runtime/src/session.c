@@ -108,23 +108,28 @@ static refit_status_t refit_session_bcast(refit_session_t *s, void *buf, int cou
       s, &req, MPI_Ibcast(buf, count, type, 0, s->world, &req), what);
 }
 
+refit_status_t refit_session_read_config(const char *path, int world_size,
+                                         refit_config_t *cfg, char **text, size_t *len) {
+  char *errors = NULL;
+  const refit_status_t st = refit_config_load(path, world_size, cfg, &errors, text, len);
+  if (st == REFIT_OK)
+    return REFIT_OK;
+  fprintf(stderr, "%s", errors ? errors : refit_last_error());
+  if (errors != NULL && errors[0] != '\0' && errors[strlen(errors) - 1] != '\n')
+    fputc('\n', stderr);
+  free(errors);
+  return refit_error_set(st, "config %s rejected (problems listed above)", path);
+}
+
 /* Rank 0 reads and validates; the others receive the parsed config. */
 static refit_status_t refit_session_config(refit_session_t *s, const char *path) {
   refit_status_t st = REFIT_OK;
   unsigned long long len = 0;
   if (s->rank == 0) {
-    char *errors = NULL;
-    st = refit_config_load(path, s->size, &s->cfg, &errors, &s->config_text,
-                           &s->config_len);
-    if (st != REFIT_OK) {
-      fprintf(stderr, "%s", errors ? errors : refit_last_error());
-      if (errors != NULL && errors[0] != '\0' && errors[strlen(errors) - 1] != '\n')
-        fputc('\n', stderr);
-      free(errors);
-      refit_error_set(st, "config %s rejected (problems listed above)", path);
-    } else {
+    st = refit_session_read_config(path, s->size, &s->cfg, &s->config_text,
+                                   &s->config_len);
+    if (st == REFIT_OK)
       len = s->config_len;
-    }
   }
   REFIT_CHECK(refit_session_agree(s, st, "reading the config"));
   s->startup_u64[0] = len;
@@ -397,7 +402,8 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   /* Device memory when this rank sees a GPU, the job does not bind ranks
    * away from GPUs, and the transport can move device memory (MPI cannot;
    * UCX can where its build has CUDA, which its query() checks); every rank
-   * must agree, or host memory is used everywhere. */
+   * must agree, or host memory is used everywhere, which refit.transport nccl
+   * and ipc refuse (REFIT_ERR_CONFIG). */
   int want_device = refit_mem_gpu_count() > 0 &&
                     s->cfg.refit.device_map != REFIT_DEVICE_MAP_NONE &&
                     s->cfg.refit.transport != REFIT_TRANSPORT_MPI;

@@ -176,10 +176,17 @@ typedef struct refit_header {
   int32_t transport_ok, pad; /* transport_ok: its transport is healthy */
 } refit_header_t;
 
+/* session.c: read and validate the config at `path` (refit_config_load;
+ * world_size 0 skips that check). On failure every problem is printed to
+ * stderr and the error says the config was rejected. */
+refit_status_t refit_session_read_config(const char *path, int world_size,
+                                         refit_config_t *cfg, char **text, size_t *len);
+
 /* session.c: the collectives' helpers. */
 
 /* Wait for a collective on the session's communicators until `deadline`. A
- * rank that did not join breaks the session; `limit` names the bound. */
+ * rank that did not join, or an MPI failure, breaks the session; `limit`
+ * names the bound. */
 refit_status_t refit_session_join_wait(refit_session_t *s, MPI_Request *req,
                                        double deadline, const char *what,
                                        const char *limit, double limit_s);

@@ -7,14 +7,16 @@
 
 extern const refit_transport_ops_t refit_transport_ucx; /* transport_ucx.c */
 
-/* Compiled-in transports in order of preference for refit.transport: auto.
- * For device memory the GPU transports come first, and auto chooses per pair
- * of ranks by locality: on several nodes the per-pair transport (CUDA IPC
- * between ranks of one node, NCCL between nodes; refit.locality: gpu makes
- * each GPU a node); on one node IPC (copy-engine copies, also between ranks
- * of one GPU). Named, NCCL serves every pair when no two ranks share a GPU,
- * and UCX where its build has CUDA. Each query() says whether it holds;
- * auto's error lists every reason. Host memory skips them and reaches MPI. */
+/* Compiled-in transports in order of preference for refit.transport: auto,
+ * and for the per-pair choice (refit_transport_for_pair). For device memory
+ * the GPU transports come first, and auto chooses per pair of ranks by
+ * locality: on several nodes the per-pair transport, which gives each pair
+ * the first transport below whose can_connect() accepts it (CUDA IPC between
+ * ranks of one node, NCCL between nodes; refit.locality: gpu makes each GPU a
+ * node); on one node IPC (copy-engine copies, also between ranks of one GPU).
+ * Named, NCCL serves every pair when no two ranks share a GPU, and UCX where
+ * its build has CUDA. Each query() says whether it holds; auto's error lists
+ * every reason. Host memory skips them and reaches MPI. */
 static const refit_transport_ops_t *const refit_transports[] = {
 #ifdef REFIT_HAVE_CUDA
     &refit_transport_pairs, /* auto only */
@@ -27,6 +29,34 @@ static const refit_transport_ops_t *const refit_transports[] = {
                              and NCCL */
 };
 
+#define REFIT_NTRANSPORTS (sizeof(refit_transports) / sizeof(refit_transports[0]))
+_Static_assert(REFIT_NTRANSPORTS <= REFIT_TRANSPORTS_MAX,
+               "REFIT_TRANSPORTS_MAX must hold refit_transports[]");
+
+const refit_transport_ops_t *refit_transport_for_pair(const refit_pair_facts_t *pair) {
+  for (size_t i = 0; i < REFIT_NTRANSPORTS; i++)
+    if (refit_transports[i]->can_connect != NULL &&
+        refit_transports[i]->can_connect(pair))
+      return refit_transports[i];
+  return NULL;
+}
+
+int refit_transport_pair_candidates(refit_memory_t memory,
+                                    const refit_transport_ops_t **out) {
+  /* Every locality two ranks can have: (same node, same GPU). */
+  static const int where[][2] = {{1, 1}, {1, 0}, {0, 0}};
+  int n = 0;
+  for (size_t i = 0; i < REFIT_NTRANSPORTS; i++)
+    for (size_t k = 0; k < sizeof(where) / sizeof(where[0]); k++) {
+      const refit_pair_facts_t f = {where[k][0], where[k][1], memory};
+      if (refit_transport_for_pair(&f) == refit_transports[i]) {
+        out[n++] = refit_transports[i];
+        break;
+      }
+    }
+  return n;
+}
+
 static const char *refit_memory_name(refit_memory_t m) {
   return m == REFIT_MEMORY_DEVICE ? "device" : "host";
 }
@@ -34,7 +64,7 @@ static const char *refit_memory_name(refit_memory_t m) {
 refit_status_t refit_transport_open(refit_transport_kind_t kind,
                                     const refit_transport_args_t *args,
                                     refit_transport_t *out) {
-  const size_t n = sizeof(refit_transports) / sizeof(refit_transports[0]);
+  const size_t n = REFIT_NTRANSPORTS;
   char why[1024] = ""; /* auto: why each candidate was passed over */
   size_t used = 0;
   for (size_t i = 0; i < n; i++) {

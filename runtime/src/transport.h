@@ -6,6 +6,11 @@
  * it can serve the job; with refit.transport: auto the first that can wins,
  * naming one forces it (and an impossible choice is an error).
  *
+ * Per pair: the per-pair transport (transport_pairs.c) serves each pair of
+ * ranks by the first transport of the same table whose can_connect() accepts
+ * the pair's locality facts (refit_transport_for_pair), as NCCL's transports
+ * answer canConnect for two peers.
+ *
  * One exchange = the sends and receives of one rank for one bucket; it is
  * started without blocking and completed by wait(), which returns
  * REFIT_ERR_TIMEOUT naming the peers still outstanding when the deadline
@@ -74,6 +79,21 @@ typedef struct {
 
 typedef struct refit_exchange refit_exchange_t;
 
+/* What the per-pair choice knows of two ranks that exchange bytes. */
+typedef struct {
+  int same_node;         /* one node under refit.locality (a host, or a GPU) */
+  int same_gpu;          /* both ranks use one GPU */
+  refit_memory_t memory; /* where the buffers live (host or device) */
+} refit_pair_facts_t;
+
+/* Where the ranks are, for a transport the per-pair transport opens for some
+ * of the job's pairs (create_pairs). */
+typedef struct {
+  const int *node_of; /* [world size] node of each rank under refit.locality */
+  const int *gpu_of;  /* [world size] GPU of each rank */
+  int gpus_shared;    /* some two ranks of the world use one GPU */
+} refit_pair_locality_t;
+
 typedef struct {
   const char *name;
   refit_transport_kind_t kind;
@@ -84,6 +104,18 @@ typedef struct {
    * args->world: every rank gets the same answer. */
   refit_status_t (*query)(const refit_transport_args_t *args);
   refit_status_t (*create)(const refit_transport_args_t *args, void **ctx);
+  /* Optional (NULL: never chosen per pair). Whether this transport can carry
+   * the bytes of one pair of ranks, from the pair's facts alone (no
+   * communication): the per-pair choice gives the pair to the first
+   * transport of refit_transports[] that answers 1. */
+  int (*can_connect)(const refit_pair_facts_t *pair);
+  /* Optional (NULL: the per-pair transport opens it with create(), which
+   * reaches every rank once set up). Create this transport for the pairs the
+   * per-pair choice gave it (args->pairs, possibly none), collectively over
+   * args->world; leaves *ctx untouched when those pairs need nothing opened
+   * (every rank then agrees, having the same pairs). */
+  refit_status_t (*create_pairs)(const refit_transport_args_t *args,
+                                 const refit_pair_locality_t *loc, void **ctx);
   /* Post every send and receive of one bucket; `tag` tells buckets apart. */
   refit_status_t (*start)(void *ctx, const refit_xfer_t *sends, int nsends,
                           const refit_xfer_t *recvs, int nrecvs, int tag,
@@ -127,6 +159,19 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
                                     refit_transport_t *out);
 void refit_transport_close(refit_transport_t *t);
 
+/* The most transports refit_transports[] holds. */
+#define REFIT_TRANSPORTS_MAX 8
+
+/* The per-pair choice: the first transport of refit_transports[] whose
+ * can_connect() accepts `pair`, or NULL when none does. */
+const refit_transport_ops_t *refit_transport_for_pair(const refit_pair_facts_t *pair);
+
+/* The transports the per-pair choice can give some pair whose buffers are in
+ * `memory`, in the order of refit_transports[]: stored in out[] (room for
+ * REFIT_TRANSPORTS_MAX); returns how many. */
+int refit_transport_pair_candidates(refit_memory_t memory,
+                                    const refit_transport_ops_t **out);
+
 /* Register a receive buffer with the open transport, collectively (every
  * rank, same number of calls; NULL/0 where a rank has none). No-op for
  * transports without register_buffer. */
@@ -157,23 +202,6 @@ extern const refit_transport_ops_t refit_transport_mpi;
 extern const refit_transport_ops_t refit_transport_ipc;
 extern const refit_transport_ops_t refit_transport_nccl;
 extern const refit_transport_ops_t refit_transport_pairs;
-
-/* NCCL communicators over groups of world ranks: group k holds
- * ranks[begin[k] .. begin[k+1]) (ascending), and a pair of ranks that
- * exchanges bytes over NCCL must share exactly one group (pairs that share
- * several get no route); no group may hold two ranks of one GPU. Every rank
- * passes the same groups. */
-typedef struct {
-  int ngroups;
-  const int *begin; /* [ngroups + 1] */
-  const int *ranks;
-} refit_nccl_groups_t;
-
-/* Create the NCCL transport's context over `g` instead of one communicator
- * over the world (collective over args->world); the ops of
- * refit_transport_nccl serve it. */
-refit_status_t refit_nccl_create_groups(const refit_transport_args_t *args,
-                                        const refit_nccl_groups_t *g, void **ctx);
 #endif
 
 #endif /* REFIT_TRANSPORT_H */

@@ -112,6 +112,12 @@ static refit_status_t refit_ipc_query(const refit_transport_args_t *args) {
   return st;
 }
 
+/* Per pair: two ranks of one node with device memory (a node being a GPU
+ * under refit.locality: gpu, where ranks of two GPUs go to NCCL). */
+static int refit_ipc_can_connect(const refit_pair_facts_t *pair) {
+  return pair->memory == REFIT_MEMORY_DEVICE && pair->same_node;
+}
+
 static void refit_ipc_destroy(void *ctx);
 
 static refit_status_t refit_ipc_create(const refit_transport_args_t *args,
@@ -664,6 +670,7 @@ const refit_transport_ops_t refit_transport_ipc = {
     .memory = REFIT_MEMORY_DEVICE,
     .query = refit_ipc_query,
     .create = refit_ipc_create,
+    .can_connect = refit_ipc_can_connect,
     .start = refit_ipc_start,
     .wait = refit_ipc_wait,
     .test = refit_ipc_test,

@@ -50,6 +50,11 @@ static refit_status_t refit_mpi_query(const refit_transport_args_t *args) {
   return REFIT_OK;
 }
 
+/* Per pair: any two ranks whose buffers are in host memory. */
+static int refit_mpi_can_connect(const refit_pair_facts_t *pair) {
+  return pair->memory == REFIT_MEMORY_HOST;
+}
+
 static refit_status_t refit_mpi_create(const refit_transport_args_t *args,
                                        void **ctx) {
   refit_mpi_ctx_t *c = calloc(1, sizeof(*c));
@@ -317,6 +322,7 @@ const refit_transport_ops_t refit_transport_mpi = {
     .kind = REFIT_TRANSPORT_MPI,
     .query = refit_mpi_query,
     .create = refit_mpi_create,
+    .can_connect = refit_mpi_can_connect,
     .start = refit_mpi_start,
     .wait = refit_mpi_wait,
     .test = refit_mpi_test,

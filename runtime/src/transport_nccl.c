@@ -8,8 +8,9 @@
  *
  * Communicators: named `nccl`, one over the world. Inside the per-pair
  * transport (transport_pairs.c), a set of them for the pairs it gives NCCL
- * (refit_nccl_create_groups): a group is a list of world ranks, and every
- * pair of ranks that exchanges bytes shares exactly one group. All ids come
+ * (create_pairs: the groups of pair_groups.h): a group is a list of world
+ * ranks, and every pair of ranks that exchanges bytes shares exactly one
+ * group. All ids come
  * from world rank 0 in one MPI broadcast at start-up; every rank then
  * creates its groups' communicators in one NCCL group.
  *
@@ -26,12 +27,24 @@
  * groups given to refit_nccl_create_groups must not hold two (checked).
  */
 #include "device.h"
+#include "pair_groups.h"
 #include "transport.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* NCCL communicators over groups of world ranks: group k holds
+ * ranks[begin[k] .. begin[k+1]) (ascending), and a pair of ranks that
+ * exchanges bytes over NCCL must share exactly one group (pairs that share
+ * several get no route); no group may hold two ranks of one GPU. Every rank
+ * passes the same groups. */
+typedef struct {
+  int ngroups;
+  const int *begin; /* [ngroups + 1] */
+  const int *ranks;
+} refit_nccl_groups_t;
 
 struct refit_exchange {
   cudaEvent_t *done; /* [nmine]: NULL where the communicator has no operation */
@@ -278,8 +291,9 @@ static refit_status_t refit_nccl_ctx_new(const refit_transport_args_t *args,
   return REFIT_OK;
 }
 
-refit_status_t refit_nccl_create_groups(const refit_transport_args_t *args,
-                                        const refit_nccl_groups_t *g, void **out) {
+/* The context over the groups `g` (collective over args->world). */
+static refit_status_t refit_nccl_create_groups(const refit_transport_args_t *args,
+                                               const refit_nccl_groups_t *g, void **out) {
   refit_status_t st = REFIT_OK;
   refit_nccl_ctx_t *c = NULL;
   REFIT_CHECK(refit_nccl_ctx_new(args, &c));
@@ -340,6 +354,33 @@ static refit_status_t refit_nccl_create(const refit_transport_args_t *args, void
   const int begin[2] = {0, args->world_size};
   const refit_nccl_groups_t world = {1, begin, ranks};
   refit_status_t st = refit_nccl_create_groups(args, &world, out);
+  free(ranks);
+  return st;
+}
+
+/* Per pair: two ranks of different GPUs with device memory (one
+ * communicator cannot hold two ranks of one GPU). */
+static int refit_nccl_can_connect(const refit_pair_facts_t *pair) {
+  return pair->memory == REFIT_MEMORY_DEVICE && !pair->same_gpu;
+}
+
+/* The per-pair transport's pairs for NCCL: the communicators of their groups
+ * (pair_groups.h), none when no pair was given. Every rank computes the same
+ * groups from the same pairs and locality; a failure here is the same on
+ * every rank (out of memory aside, which the session's agreement after
+ * opening reports). */
+static refit_status_t refit_nccl_create_pairs(const refit_transport_args_t *args,
+                                              const refit_pair_locality_t *loc,
+                                              void **out) {
+  int ngroups = 0, *begin = NULL, *ranks = NULL;
+  REFIT_CHECK(refit_pair_groups(args->pairs, args->npairs, args->world_size, loc->node_of,
+                                loc->gpu_of, loc->gpus_shared, &ngroups, &begin, &ranks));
+  refit_status_t st = REFIT_OK;
+  if (ngroups > 0) {
+    const refit_nccl_groups_t g = {ngroups, begin, ranks};
+    st = refit_nccl_create_groups(args, &g, out);
+  }
+  free(begin);
   free(ranks);
   return st;
 }
@@ -592,6 +633,8 @@ const refit_transport_ops_t refit_transport_nccl = {
     .memory = REFIT_MEMORY_DEVICE,
     .query = refit_nccl_query,
     .create = refit_nccl_create,
+    .can_connect = refit_nccl_can_connect,
+    .create_pairs = refit_nccl_create_pairs,
     .start = refit_nccl_start,
     .wait = refit_nccl_wait,
     .test = refit_nccl_test,

@@ -1,7 +1,8 @@
 /*
  * Per-pair transport over device memory, `refit.transport: auto` when the
  * ranks span several nodes: each pair of ranks that exchanges bytes is served
- * by its locality.
+ * by the first transport of refit_transports[] whose can_connect() accepts
+ * the pair's locality (refit_transport_for_pair), which today means
  *   same node    CUDA IPC (transport_ipc.c): copy-engine copies between the
  *                node's GPUs, a device copy when both ranks use one GPU.
  *   other nodes  NCCL (transport_nccl.c).
@@ -9,21 +10,17 @@
  * GPU use IPC and every other pair NCCL, also on one host: the multi-node
  * path on one machine).
  *
- * NCCL communicators: one over the ranks that exchange across nodes when no
- * two ranks of the job share a GPU. When some do (trainer and generator
- * ranks colocated on the GPUs of several nodes), one communicator per pair
- * {(node a, slot i), (node b, slot j)} that carries bytes, holding the ranks
- * of slot i on node a and of slot j on node b, a rank's slot being its place
- * among the ranks of its GPU: two ranks of different nodes meet in exactly
- * one of them, and none holds two ranks of one GPU, which NCCL does not
- * support.
+ * Opening: every transport the choice can give a pair of device memory
+ * (refit_transport_pair_candidates), in table order on every rank. One built
+ * for its pairs (create_pairs: NCCL's communicators, pair_groups.h) gets the
+ * job's pairs it was given and opens nothing when there are none; one that
+ * reaches every rank once set up (IPC) is opened in any case.
  *
- * An exchange is split by peer into an IPC exchange and an NCCL exchange,
- * started together and completed together; a failure of either leaves both
- * transports to their own repair (recover) at the next begin.
+ * An exchange is split by peer into one exchange per transport, started
+ * together and completed together in table order; a failure of any leaves
+ * every transport to its own repair (recover) at the next begin.
  */
 #include "device.h"
-#include "pair_groups.h"
 #include "transport.h"
 
 #include <stdio.h>
@@ -31,13 +28,17 @@
 #include <string.h>
 
 typedef struct {
-  void *ipc, *nccl; /* nccl NULL when no pair crosses nodes */
+  /* The transports the choice can give a pair, in table order, and their
+   * contexts (NULL: opened for no pair). */
+  const refit_transport_ops_t *ops[REFIT_TRANSPORTS_MAX];
+  void *ctx[REFIT_TRANSPORTS_MAX];
+  int n;
   int rank;
-  int *node_of; /* [world size] node of each rank under refit.locality */
+  int *via; /* [world size] index into ops of the transport serving each peer */
 } refit_pairs_ctx_t;
 
 struct refit_exchange {
-  refit_exchange_t *ipc, *nccl; /* NULL: none, or already complete */
+  refit_exchange_t *sub[REFIT_TRANSPORTS_MAX]; /* NULL: none, or already complete */
 };
 
 /* Node of every rank under the configured locality, and whether two ranks
@@ -64,48 +65,77 @@ static refit_status_t refit_pairs_query(const refit_transport_args_t *args) {
   return REFIT_OK;
 }
 
+/* Index into c->ops of the transport the per-pair choice gives ranks a and
+ * b, or -1 when none serves them. */
+static int refit_pairs_choose(const refit_pairs_ctx_t *c,
+                              const refit_pair_locality_t *loc, refit_memory_t memory,
+                              int a, int b) {
+  const refit_pair_facts_t f = {.same_node = loc->node_of[a] == loc->node_of[b],
+                                .same_gpu = loc->gpu_of[a] == loc->gpu_of[b],
+                                .memory = memory};
+  const refit_transport_ops_t *ops = refit_transport_for_pair(&f);
+  for (int k = 0; k < c->n; k++)
+    if (c->ops[k] == ops)
+      return k;
+  return -1;
+}
+
 static void refit_pairs_destroy(void *ctx);
 
 static refit_status_t refit_pairs_create(const refit_transport_args_t *args, void **out) {
   refit_status_t st = REFIT_OK;
   refit_device_locality_t loc = {0};
-  int *node_of = NULL, nnodes = 0, ngroups = 0, *begin = NULL, *ranks = NULL;
+  int *node_of = NULL, nnodes = 0, *mine = NULL;
   refit_pairs_ctx_t *c = calloc(1, sizeof(*c));
   if (c == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ipc+nccl transport: context");
   c->rank = args->world_rank;
   REFIT_CHECK_GOTO(refit_pairs_nodes(args, &loc, &node_of, &nnodes), st, err);
-  c->node_of = malloc((size_t)args->world_size * sizeof(int));
-  if (c->node_of == NULL) {
+  const refit_pair_locality_t where = {node_of, loc.gpu_of, loc.shared_a >= 0};
+  c->n = refit_transport_pair_candidates(args->memory, c->ops);
+  c->via = malloc((size_t)args->world_size * sizeof(int));
+  mine = malloc((size_t)(args->npairs ? 2 * args->npairs : 1) * sizeof(int));
+  if (c->via == NULL || mine == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "ipc+nccl transport: nodes");
     goto err;
   }
-  memcpy(c->node_of, node_of, (size_t)args->world_size * sizeof(int));
-  /* Every rank computes the same groups from the same pairs and locality;
-   * a failure here is the same on every rank (out of memory aside, which the
-   * session's agreement after opening reports). */
-  REFIT_CHECK_GOTO(refit_pair_groups(args->pairs, args->npairs, args->world_size, node_of,
-                                     loc.gpu_of, loc.shared_a >= 0, &ngroups, &begin,
-                                     &ranks),
-                   st, err);
-  REFIT_CHECK_GOTO(refit_transport_ipc.create(args, &c->ipc), st, err);
-  if (ngroups > 0) {
-    const refit_nccl_groups_t g = {ngroups, begin, ranks};
-    REFIT_CHECK_GOTO(refit_nccl_create_groups(args, &g, &c->nccl), st, err);
+  for (int r = 0; r < args->world_size; r++)
+    c->via[r] = refit_pairs_choose(c, &where, args->memory, c->rank, r);
+  for (int i = 0; i < args->npairs; i++)
+    if (refit_pairs_choose(c, &where, args->memory, args->pairs[2 * i],
+                           args->pairs[2 * i + 1]) < 0) {
+      st = REFIT_ERR(REFIT_ERR_CONFIG,
+                     "ipc+nccl transport: no transport serves ranks %d and %d",
+                     args->pairs[2 * i], args->pairs[2 * i + 1]);
+      goto err;
+    }
+  /* Each transport in table order, with the pairs the choice gave it. */
+  for (int k = 0; k < c->n; k++) {
+    refit_transport_args_t sub = *args;
+    sub.pairs = mine;
+    sub.npairs = 0;
+    for (int i = 0; i < args->npairs; i++)
+      if (refit_pairs_choose(c, &where, args->memory, args->pairs[2 * i],
+                             args->pairs[2 * i + 1]) == k) {
+        mine[2 * sub.npairs] = args->pairs[2 * i];
+        mine[2 * sub.npairs++ + 1] = args->pairs[2 * i + 1];
+      }
+    if (c->ops[k]->create_pairs != NULL)
+      REFIT_CHECK_GOTO(c->ops[k]->create_pairs(&sub, &where, &c->ctx[k]), st, err);
+    else
+      REFIT_CHECK_GOTO(c->ops[k]->create(&sub, &c->ctx[k]), st, err);
+    REFIT_INFO("ipc+nccl transport: %s for %d pairs%s", c->ops[k]->name, sub.npairs,
+               c->ctx[k] == NULL ? " (not opened)" : "");
   }
-  REFIT_INFO("ipc+nccl transport: %d nodes (%s), %d NCCL communicator%s for the "
-             "pairs across nodes",
-             nnodes, args->locality == REFIT_LOCALITY_GPU ? "one per GPU" : "hosts",
-             ngroups, ngroups == 1 ? "" : "s");
-  free(begin);
-  free(ranks);
+  REFIT_INFO("ipc+nccl transport: %d nodes (%s)", nnodes,
+             args->locality == REFIT_LOCALITY_GPU ? "one per GPU" : "hosts");
+  free(mine);
   refit_device_locality_free(&loc);
   *out = c;
   return REFIT_OK;
 
 err:
-  free(begin);
-  free(ranks);
+  free(mine);
   refit_device_locality_free(&loc);
   refit_pairs_destroy(c);
   return st;
@@ -114,19 +144,16 @@ err:
 static void refit_pairs_exchange_free(refit_exchange_t *ex) { free(ex); }
 
 /* Complete what is left of `ex` at once, ignoring the outcome: after a
- * failure `st` of the other half, whose message stays the one reported.
- * Returns st. */
+ * failure `st` of one part, whose message stays the one reported. Returns
+ * st. */
 static refit_status_t refit_pairs_drop(refit_pairs_ctx_t *c, refit_exchange_t *ex,
                                        refit_status_t st) {
   char why[1024];
   snprintf(why, sizeof(why), "%s", refit_last_error());
-  if (ex->ipc != NULL)
-    (void)refit_transport_ipc.wait(c->ipc, ex->ipc, MPI_Wtime() - 1.0,
-                                   "ipc+nccl: dropped after a failure");
-  if (ex->nccl != NULL)
-    (void)refit_transport_nccl.wait(c->nccl, ex->nccl, MPI_Wtime() - 1.0,
-                                    "ipc+nccl: dropped after a failure");
-  ex->ipc = ex->nccl = NULL;
+  for (int k = 0; k < c->n; k++)
+    if (ex->sub[k] != NULL)
+      (void)c->ops[k]->wait(c->ctx[k], ex->sub[k], MPI_Wtime() - 1.0,
+                            "ipc+nccl: dropped after a failure");
   refit_pairs_exchange_free(ex);
   return refit_error_set(st, "%s", why);
 }
@@ -144,38 +171,38 @@ static refit_status_t refit_pairs_start(void *ctx, const refit_xfer_t *sends, in
     free(x);
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ipc+nccl transport: exchange of %d", n);
   }
-  /* x: local sends, local receives, remote sends, remote receives. */
-  const int here = c->node_of[c->rank];
-  int ls = 0, lr = 0, rs = 0, rr = 0;
-  for (int i = 0; i < nsends; i++)
-    ls += c->node_of[sends[i].peer] == here;
-  for (int i = 0; i < nrecvs; i++)
-    lr += c->node_of[recvs[i].peer] == here;
-  refit_xfer_t *l_s = x, *l_r = x + ls, *r_s = x + ls + lr,
-               *r_r = x + ls + lr + (nsends - ls);
-  ls = lr = 0;
-  for (int i = 0; i < nsends; i++) {
-    if (c->node_of[sends[i].peer] == here)
-      l_s[ls++] = sends[i];
-    else
-      r_s[rs++] = sends[i];
+  for (int i = 0; i < n; i++) {
+    const int peer = i < nsends ? sends[i].peer : recvs[i - nsends].peer;
+    if (c->via[peer] < 0) {
+      free(ex);
+      free(x);
+      return REFIT_ERR(REFIT_ERR_INTERNAL,
+                       "ipc+nccl transport: no transport serves ranks %d and %d", c->rank,
+                       peer);
+    }
   }
-  for (int i = 0; i < nrecvs; i++) {
-    if (c->node_of[recvs[i].peer] == here)
-      l_r[lr++] = recvs[i];
-    else
-      r_r[rr++] = recvs[i];
-  }
-  if (ls + lr > 0)
-    st = refit_transport_ipc.start(c->ipc, l_s, ls, l_r, lr, tag, &ex->ipc);
-  if (st == REFIT_OK && rs + rr > 0) {
-    if (c->nccl == NULL)
+  /* x, per transport in table order: its sends, then its receives. */
+  int used = 0;
+  for (int k = 0; k < c->n && st == REFIT_OK; k++) {
+    refit_xfer_t *s = x + used;
+    int ns = 0, nr = 0;
+    for (int i = 0; i < nsends; i++)
+      if (c->via[sends[i].peer] == k)
+        s[ns++] = sends[i];
+    refit_xfer_t *r = s + ns;
+    for (int i = 0; i < nrecvs; i++)
+      if (c->via[recvs[i].peer] == k)
+        r[nr++] = recvs[i];
+    used += ns + nr;
+    if (ns + nr == 0)
+      continue;
+    if (c->ctx[k] == NULL)
       st = REFIT_ERR(REFIT_ERR_INTERNAL,
-                     "ipc+nccl transport: rank %d exchanges with %d ranks of "
-                     "other nodes, but its pair list had none",
-                     c->rank, rs + rr);
+                     "ipc+nccl transport: rank %d exchanges with %d ranks over %s, "
+                     "but its pair list had none",
+                     c->rank, ns + nr, c->ops[k]->name);
     else
-      st = refit_transport_nccl.start(c->nccl, r_s, rs, r_r, rr, tag, &ex->nccl);
+      st = c->ops[k]->start(c->ctx[k], s, ns, r, nr, tag, &ex->sub[k]);
   }
   free(x);
   if (st != REFIT_OK) {
@@ -189,14 +216,11 @@ static refit_status_t refit_pairs_wait(void *ctx, refit_exchange_t *ex, double d
                                        const char *phase) {
   refit_pairs_ctx_t *c = ctx;
   refit_status_t st = REFIT_OK;
-  if (ex->ipc != NULL) {
-    st = refit_transport_ipc.wait(c->ipc, ex->ipc, deadline, phase);
-    ex->ipc = NULL;
-  }
-  if (st == REFIT_OK && ex->nccl != NULL) {
-    st = refit_transport_nccl.wait(c->nccl, ex->nccl, deadline, phase);
-    ex->nccl = NULL;
-  }
+  for (int k = 0; k < c->n && st == REFIT_OK; k++)
+    if (ex->sub[k] != NULL) {
+      st = c->ops[k]->wait(c->ctx[k], ex->sub[k], deadline, phase);
+      ex->sub[k] = NULL;
+    }
   if (st != REFIT_OK) {
     return refit_pairs_drop(c, ex, st);
   }
@@ -207,22 +231,22 @@ static refit_status_t refit_pairs_wait(void *ctx, refit_exchange_t *ex, double d
 static refit_status_t refit_pairs_test(void *ctx, refit_exchange_t *ex, int *done) {
   refit_pairs_ctx_t *c = ctx;
   refit_status_t st = REFIT_OK;
-  int d = 1;
+  int pending = 0;
   *done = 0;
-  if (ex->ipc != NULL) {
-    st = refit_transport_ipc.test(c->ipc, ex->ipc, &d);
+  for (int k = 0; k < c->n && st == REFIT_OK; k++) {
+    if (ex->sub[k] == NULL)
+      continue;
+    int d = 1;
+    st = c->ops[k]->test(c->ctx[k], ex->sub[k], &d);
     if (st != REFIT_OK || d)
-      ex->ipc = NULL; /* freed by test */
-  }
-  if (st == REFIT_OK && ex->nccl != NULL) {
-    st = refit_transport_nccl.test(c->nccl, ex->nccl, &d);
-    if (st != REFIT_OK || d)
-      ex->nccl = NULL;
+      ex->sub[k] = NULL; /* freed by test */
+    else
+      pending++;
   }
   if (st != REFIT_OK) {
     return refit_pairs_drop(c, ex, st);
   }
-  if (ex->ipc == NULL && ex->nccl == NULL) {
+  if (pending == 0) {
     refit_pairs_exchange_free(ex);
     *done = 1;
   }
@@ -231,34 +255,39 @@ static refit_status_t refit_pairs_test(void *ctx, refit_exchange_t *ex, int *don
 
 static refit_status_t refit_pairs_register(void *ctx, void *ptr, size_t bytes) {
   refit_pairs_ctx_t *c = ctx;
-  return refit_transport_ipc.register_buffer(c->ipc, ptr, bytes);
+  for (int k = 0; k < c->n; k++)
+    if (c->ctx[k] != NULL && c->ops[k]->register_buffer != NULL)
+      REFIT_CHECK(c->ops[k]->register_buffer(c->ctx[k], ptr, bytes));
+  return REFIT_OK;
 }
 
 static int refit_pairs_healthy(void *ctx) {
   refit_pairs_ctx_t *c = ctx;
-  return refit_transport_ipc.healthy(c->ipc) &&
-         (c->nccl == NULL || refit_transport_nccl.healthy(c->nccl));
+  for (int k = 0; k < c->n; k++)
+    if (c->ctx[k] != NULL && c->ops[k]->healthy != NULL && !c->ops[k]->healthy(c->ctx[k]))
+      return 0;
+  return 1;
 }
 
-/* Both halves repair, in the same order on every rank (each is collective
- * over the world). */
+/* Every part repairs, in table order on every rank (each is collective over
+ * the world). */
 static refit_status_t refit_pairs_recover(void *ctx, double deadline) {
   refit_pairs_ctx_t *c = ctx;
-  REFIT_CHECK(refit_transport_ipc.recover(c->ipc, deadline));
-  if (c->nccl != NULL)
-    REFIT_CHECK(refit_transport_nccl.recover(c->nccl, deadline));
+  for (int k = 0; k < c->n; k++)
+    if (c->ctx[k] != NULL && c->ops[k]->recover != NULL)
+      REFIT_CHECK(c->ops[k]->recover(c->ctx[k], deadline));
   return REFIT_OK;
 }
 
+/* In reverse table order. */
 static void refit_pairs_destroy(void *ctx) {
   refit_pairs_ctx_t *c = ctx;
   if (c == NULL)
     return;
-  if (c->nccl != NULL)
-    refit_transport_nccl.destroy(c->nccl);
-  if (c->ipc != NULL)
-    refit_transport_ipc.destroy(c->ipc);
-  free(c->node_of);
+  for (int k = c->n - 1; k >= 0; k--)
+    if (c->ctx[k] != NULL)
+      c->ops[k]->destroy(c->ctx[k]);
+  free(c->via);
   free(c);
 }
 

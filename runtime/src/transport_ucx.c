@@ -154,6 +154,13 @@ static refit_status_t refit_ucx_query(const refit_transport_args_t *args) {
                    mine ? "another rank's" : "this rank's", major, minor, release);
 }
 
+/* Per pair: host memory only. Whether UCX moves device memory is known only
+ * by asking every rank's UCP context (query(), collective), which a pair's
+ * facts cannot tell. */
+static int refit_ucx_can_connect(const refit_pair_facts_t *pair) {
+  return pair->memory == REFIT_MEMORY_HOST;
+}
+
 static void refit_ucx_destroy(void *vctx);
 
 static refit_status_t refit_ucx_create(const refit_transport_args_t *args,
@@ -542,6 +549,7 @@ const refit_transport_ops_t refit_transport_ucx = {
     .memory = REFIT_MEMORY_ANY,
     .query = refit_ucx_query,
     .create = refit_ucx_create,
+    .can_connect = refit_ucx_can_connect,
     .start = refit_ucx_start,
     .wait = refit_ucx_wait,
     .test = refit_ucx_test,

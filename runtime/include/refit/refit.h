@@ -144,7 +144,9 @@ refit_status_t refit_tensor_find(refit_session_h s, const char *name,
  * tensors, and a sync generator overwrites runtime storage, only after the
  * work queued on it before this call (see the top of this file). A tensor
  * missing from the registration is named here, before a byte moves.
- * Allowed in IDLE.
+ * Allowed in IDLE and POISONED (a POISONED generator serves again after a
+ * full successful refit): REFIT_ERR_STATE while a refit is in progress,
+ * REFIT_ERR_PEER once a collective of the session missed its deadline.
  */
 refit_status_t refit_begin(refit_session_h s, uint64_t version, void *stream);
 
@@ -164,9 +166,14 @@ refit_status_t refit_progress(refit_session_h s, int *done);
  * rank voted success does anything change: sync mode keeps what was written
  * in place and drops the saved copy; async mode copies the shadow into
  * runtime storage (same addresses) — the pause the engine sees. Otherwise
- * every generator keeps or restores version V and REFIT_ERR_PEER (or the
- * local error) is returned. Generators: work queued on `stream` after this
- * returns reads the committed version. Allowed in READY.
+ * every generator keeps or restores version V and REFIT_ERR_PEER (a peer
+ * voted no) or REFIT_ERR_STATE naming this rank's own failure is returned; a
+ * vote that misses its deadline is REFIT_ERR_TIMEOUT (see the top of this
+ * file for a rank that voted yes). Generators: work queued on `stream` after
+ * this returns reads the committed version. Allowed once per refit begun: in
+ * READY, or after refit_progress failed (this rank then votes no);
+ * REFIT_ERR_STATE when no begun refit awaits its vote, REFIT_ERR_PEER once a
+ * collective of the session missed its deadline.
  */
 refit_status_t refit_commit(refit_session_h s, void *stream);
 
@@ -174,7 +181,10 @@ refit_status_t refit_commit(refit_session_h s, void *stream);
  * Abandon the refit in progress: generators keep or restore version V (sync
  * with restore: none cannot restore: the generator becomes POISONED and
  * refuses to serve until a full successful refit). Idempotent: a second call,
- * or a call in IDLE, does nothing and returns REFIT_OK. Not collective.
+ * or a call in IDLE or POISONED, does nothing and returns REFIT_OK. Not
+ * collective; in RECEIVING it first completes this rank's part of the bucket
+ * schedule without landing anything (each bucket within refit.timeout_s), so
+ * that its peers reach the vote.
  */
 refit_status_t refit_abort(refit_session_h s);
 
@@ -320,6 +330,74 @@ refit_status_t refit_tensor_digest(refit_session_h s, uint64_t *out);
  * for a NULL session or path.
  */
 refit_status_t refit_dump(refit_session_h s, const char *path);
+
+/*
+ * Configs without a session. A config read in one process, with no MPI and
+ * no ranks: for tools that work from the job's description alone.
+ */
+
+/* Opaque handle on a validated config. */
+typedef struct refit_config_file *refit_config_h;
+
+/*
+ * Read and validate the config at `path` as refit_session_open does, but in
+ * this process alone and without the world-size check. Every problem is
+ * printed to stderr with file:line:col and nothing is opened: then
+ * REFIT_ERR_CONFIG (REFIT_ERR_NOT_AVAILABLE when the only problems are
+ * options not implemented yet), or the error of reading the file, is
+ * returned, refit_last_error() saying the config was rejected. On success
+ * *out owns the config until refit_config_close. Not collective; blocking
+ * (reads one file). REFIT_ERR_INVALID_ARGUMENT for a NULL path or out.
+ */
+refit_status_t refit_config_open(const char *path, refit_config_h *out);
+
+/* Release the config; NULL is ignored. */
+void refit_config_close(refit_config_h c);
+
+/* The element type of a checkpoint's tensors. */
+typedef enum {
+  REFIT_CHECKPOINT_BF16 = 0, /* the synthetic BF16 values as they are */
+  REFIT_CHECKPOINT_F32 = 1,  /* widened exactly */
+  REFIT_CHECKPOINT_F16 = 2   /* rounded to nearest even */
+} refit_checkpoint_dtype_t;
+
+typedef enum {
+  REFIT_CHECKPOINT_HDF5 = 0,       /* one file, the schema of source.kind hdf5 */
+  REFIT_CHECKPOINT_SAFETENSORS = 1 /* Hugging Face files, source.kind safetensors */
+} refit_checkpoint_format_t;
+
+typedef struct {
+  refit_checkpoint_format_t format;
+  refit_checkpoint_dtype_t dtype;
+  uint64_t version; /* the synthetic source's version whose values are written */
+  int shards;       /* safetensors: 1 writes one file at the path; more, a directory
+                       of that many files and their index. HDF5: 1 */
+} refit_checkpoint_options_t;
+
+/* What refit_checkpoint_write wrote. */
+typedef struct {
+  int64_t tensors;        /* every trainer tensor under its Hugging Face name */
+  uint64_t bytes;         /* their data */
+  uint64_t seed;          /* source.seed, which the values derive from */
+  const char *dtype_name; /* the element type as the file names it ("bfloat16"
+                             in HDF5, "BF16" in safetensors); static */
+} refit_checkpoint_info_t;
+
+/*
+ * Write a checkpoint of the config's model holding the synthetic source's
+ * values of opt->version (from source.seed, whatever source the config
+ * names), every tensor full (unsharded) under its Hugging Face name, so that
+ * source.kind hdf5 or safetensors can read it back. The checkpoint appears at
+ * `path` only once complete (written as PATH.tmp, then renamed); a directory
+ * of shards may not exist yet. Not collective; blocking; memory bounded by a
+ * few million elements whatever the model. *info is set only on success.
+ * REFIT_ERR_INVALID_ARGUMENT for a NULL argument, a dtype or format out of
+ * range, shards below 1, or several shards of HDF5; REFIT_ERR_HDF5 or
+ * REFIT_ERR_SYSTEM naming the file that could not be written.
+ */
+refit_status_t refit_checkpoint_write(refit_config_h c, const char *path,
+                                      const refit_checkpoint_options_t *opt,
+                                      refit_checkpoint_info_t *info);
 
 /*
  * Trainer and generator jobs started by separate launches (two mpirun
