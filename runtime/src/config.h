@@ -35,7 +35,8 @@ typedef enum {
 } refit_source_kind_t;
 
 /* Dense MXFP8 GEMM backend of the generator; the same order as
- * refit_kernels_dense_backend_t in kernels/layout.h (config.c asserts it). */
+ * refit_kernels_dense_backend_t in kernels/layout.h (config_rules.c asserts
+ * it). */
 typedef enum {
   REFIT_LINEAR_FLASHINFER_CUTLASS = 0,
   REFIT_LINEAR_FLASHINFER_CUTEDSL = 1,
