@@ -113,27 +113,20 @@ static bool refit_config_check_layout_rules(refit_config_ctx_t *c) {
   return unknown == 0 && v.count == 0;
 }
 
-/* Keys of the other family are errors, not silently ignored (the family's
- * own dimensions are a layout rule). */
+/* Keys of the other family (reshard's refit_field_family) are errors, not
+ * silently ignored (the family's own dimensions are a layout rule). */
 static void refit_config_check_model(refit_config_ctx_t *c) {
-  static const struct {
-    int row;
-    refit_family_t family; /* the family the key belongs to */
-  } specific[] = {
-      {ROW(MODEL_INTERMEDIATE_SIZE), REFIT_FAMILY_QWEN3},
-      {ROW(MODEL_NUM_EXPERTS), REFIT_FAMILY_QWEN3_MOE},
-      {ROW(MODEL_MOE_INTERMEDIATE_SIZE), REFIT_FAMILY_QWEN3_MOE},
-  };
   if (!ROWS_OK(ROW(MODEL_FAMILY)))
     return;
-  for (size_t i = 0; i < sizeof(specific) / sizeof(specific[0]); i++) {
-    const int id = specific[i].row;
-    if (!ROWS_OK(id) || c->cfg.model.family == specific[i].family ||
+  for (int f = REFIT_FIELD_NONE + 1; f < REFIT_FIELD_COUNT; f++) {
+    const int only = refit_field_family((refit_field_t)f);
+    const int id = refit_config_field_row((refit_field_t)f);
+    if (only < 0 || id < 0 || !ROWS_OK(id) || (int)c->cfg.model.family == only ||
         refit_config_int(c, id) == 0)
       continue;
     char family[32];
-    refit_config_choice_name(refit_config_rows[ROW(MODEL_FAMILY)].choices,
-                             specific[i].family, family, sizeof(family));
+    refit_config_choice_name(refit_config_rows[ROW(MODEL_FAMILY)].choices, only, family,
+                             sizeof(family));
     refit_config_rule(c, id,
                       "%s: %" PRId64 " is given but applies only to "
                       "model.family %s; remove it or change model.family",
@@ -148,9 +141,9 @@ static void refit_config_check_world(refit_config_ctx_t *c, int world_size) {
   if (world_size <= 0 || !ROWS_OK(ROW(TRAINER_TP), ROW(TRAINER_PP), ROW(TRAINER_DP),
                                   ROW(GENERATOR_TP), ROW(GENERATOR_ENGINES)))
     return;
-  /* Sizes are at most 2^20 each (table bounds), so products fit. */
-  int64_t trainer = (int64_t)t->tp * t->pp * t->dp;
-  int64_t generator = (int64_t)g->tp * g->engines;
+  /* Sizes are at most 2^20 each (table bounds), so the ranks fit. */
+  const int64_t trainer = refit_trainer_world(t);
+  const int64_t generator = refit_generator_world(g);
   if (trainer + generator == world_size)
     return;
   refit_config_pos_t *at = refit_config_section_pos(&c->parser, "trainer");
