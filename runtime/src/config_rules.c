@@ -224,15 +224,17 @@ static void refit_config_check_names(refit_config_ctx_t *c) {
   if (t->names == REFIT_TRAINER_NAMES_AUTO)
     t->names = c->cfg.source.kind == REFIT_SOURCE_CALLER ? REFIT_TRAINER_NAMES_MEGATRON
                                                          : REFIT_TRAINER_NAMES_HF;
-  /* Values, not presence: refit_config_format writes every key. */
+  /* Values, not presence (refit_config_format writes every key): a value
+   * other than the table's default is set. */
+  const refit_trainer_layout_t *d = &c->defaults.trainer;
   const struct {
     int row;
     bool set;
   } megatron_only[] = {
-      {ROW(TRAINER_SPEC), t->spec != REFIT_SPEC_TE},
-      {ROW(TRAINER_EXPERTS), t->experts != REFIT_EXPERTS_AUTO},
-      {ROW(TRAINER_NAME_PREFIX), t->name_prefix[0] != '\0'},
-      {ROW(TRAINER_VOCAB_DIVISIBLE_BY), t->vocab_divisible_by != 128},
+      {ROW(TRAINER_SPEC), t->spec != d->spec},
+      {ROW(TRAINER_EXPERTS), t->experts != d->experts},
+      {ROW(TRAINER_NAME_PREFIX), strcmp(t->name_prefix, d->name_prefix) != 0},
+      {ROW(TRAINER_VOCAB_DIVISIBLE_BY), t->vocab_divisible_by != d->vocab_divisible_by},
   };
   if (t->names == REFIT_TRAINER_NAMES_HF)
     for (size_t i = 0; i < sizeof(megatron_only) / sizeof(megatron_only[0]); i++)
@@ -244,7 +246,7 @@ static void refit_config_check_names(refit_config_ctx_t *c) {
             "trainer.layout: megatron",
             refit_config_row_path(&refit_config_rows[megatron_only[i].row]));
   if (ROWS_OK(ROW(TRAINER_EXPERTS), ROW(MODEL_FAMILY)) &&
-      c->cfg.model.family == REFIT_FAMILY_QWEN3 && t->experts != REFIT_EXPERTS_AUTO)
+      c->cfg.model.family == REFIT_FAMILY_QWEN3 && t->experts != d->experts)
     refit_config_rule(c, ROW(TRAINER_EXPERTS),
                       "trainer.experts: given but model.family is qwen3 "
                       "(dense); remove it");
