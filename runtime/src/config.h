@@ -89,6 +89,17 @@ typedef enum {
                                 previous refit's (transfer phase) */
 } refit_fault_action_t;
 
+/* The rules a fault obeys wherever it is given (refit.fault, REFIT_FAULT):
+ * it fires on a rank of the job (world_size 0: not known yet), and in a
+ * phase that runs (quantize only under refit.precision mxfp8). */
+static inline int refit_fault_rank_exists(int rank, int world_size) {
+  return world_size <= 0 || rank < world_size;
+}
+
+static inline int refit_fault_phase_runs(int phase, int precision) {
+  return phase != REFIT_FAULT_PHASE_QUANTIZE || precision == REFIT_PRECISION_MXFP8;
+}
+
 #define REFIT_PATH_MAX 1024
 #define REFIT_QUANT_IGNORE_MAX 16 /* entries of refit.quantization_ignore */
 #define REFIT_MODULE_NAME_MAX 96  /* bytes of one entry, NUL included */

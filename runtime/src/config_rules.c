@@ -581,15 +581,14 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
 
   if (!cfg->refit.fault.enabled)
     return;
-  if (world_size > 0 && ROWS_OK(ROW(REFIT_FAULT_RANK)) &&
-      cfg->refit.fault.rank >= world_size)
+  if (ROWS_OK(ROW(REFIT_FAULT_RANK)) &&
+      !refit_fault_rank_exists(cfg->refit.fault.rank, world_size))
     refit_config_rule(c, ROW(REFIT_FAULT_RANK),
                       "refit.fault.rank: %d is not a rank of this job "
                       "(world size %d, ranks 0..%d)",
                       cfg->refit.fault.rank, world_size, world_size - 1);
   if (ROWS_OK(ROW(REFIT_FAULT_PHASE), ROW(REFIT_PRECISION)) &&
-      cfg->refit.fault.phase == REFIT_FAULT_PHASE_QUANTIZE &&
-      cfg->refit.precision != REFIT_PRECISION_MXFP8)
+      !refit_fault_phase_runs(cfg->refit.fault.phase, cfg->refit.precision))
     refit_config_rule(c, ROW(REFIT_FAULT_PHASE),
                       "refit.fault.phase: a %s refit has no quantize phase, "
                       "so the fault would never fire; use refit.precision "
