@@ -7,8 +7,8 @@
  *   - the layout rules: reshard/rules.c's, the ones the catalog enforces,
  *     each reported at the key of the field it blames;
  *   - the world size, the source and the reference;
- *   - the refit section: prequantize, the fault seam, and the MXFP8 shape
- *     rules, asked of the kernels about the catalog's quantized tensors.
+ *   - the refit section: prequantize, the MXFP8 shape rules (asked of the
+ *     kernels about the catalog's quantized tensors) and the fault seam.
  * Each rule is skipped when one of its inputs was already reported, so one
  * mistake yields one message. Every value the table accepts is implemented;
  * what a machine cannot do (a GPU transport without a GPU) is reported when
