@@ -1,6 +1,6 @@
 /*
  * The model shape and the two parallel layouts that the planner works from.
- * These are plain values; runtime/src/config.c fills them from YAML,
+ * These are plain values; runtime/src/config*.c fill them from YAML,
  * reshard/rules.h checks them (the layout rules, summed up below), reshard/
  * turns them into tensors and a plan.
  *
@@ -83,7 +83,7 @@ typedef struct {
 /*
  * The fields above that the layout rules (reshard/rules.h) read, so that a
  * broken rule can say which one to change. The name is the field's path,
- * which is also its key in the YAML config ("trainer.tp"); config.c finds
+ * which is also its key in the YAML config ("trainer.tp"); config_rules.c finds
  * the key by it.
  */
 #define REFIT_FIELDS(X)                                                                  \

@@ -177,9 +177,9 @@ void refit_config_defaults(refit_config_t *cfg);
  * `world_size` is the number of MPI ranks the job runs with, or 0 to skip the
  * world-size check (refit-plan). On failure *errors (if not NULL) receives a
  * malloc'd string with one "file:line:col: message" per line, the caller
- * frees it, and the status is REFIT_ERR_CONFIG (REFIT_ERR_NOT_AVAILABLE when
- * the only problems are options that are not implemented yet). On success
- * *cfg is filled and *errors is NULL.
+ * frees it, and the status is REFIT_ERR_CONFIG (every value the table
+ * accepts is implemented; REFIT_ERR_NO_MEMORY when memory runs out, with
+ * *errors NULL). On success *cfg is filled and *errors is NULL.
  */
 refit_status_t refit_config_parse(const char *text, size_t len,
                                   const char *filename, int world_size,
