@@ -646,7 +646,7 @@ void refit_config_table_defaults(const refit_config_table_t *t, void *target) {
     if (r->default_text != NULL) {
       refit_config_value_status_t st =
           refit_config_value_parse(r, r->default_text, false, target, why, sizeof(why));
-      (void)st; /* a table default always parses: test_config_defaults */
+      (void)st; /* a table default always parses (test_defaults_applied) */
     }
   }
 }
