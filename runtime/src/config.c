@@ -45,9 +45,10 @@ refit_status_t refit_config_parse_bytes(const char *text, uint64_t *bytes) {
  * Fill the model keys from the Hugging Face config.json that model.hf_config
  * names (relative to the YAML file's directory). A key that the YAML file
  * gives too must agree with the file. Every row the file stands for is
- * marked (its `elsewhere` key), so that it is not "missing" and rules blaming it name the
- * file and its key; when the file cannot be read, those rows are marked bad
- * too, so that no rule repeats the failure.
+ * marked with the file's key (parser.keys[row].elsewhere), so that it is not
+ * "missing" and rules blaming it name the file and its key; when the file
+ * cannot be read, those rows are marked bad too, so that no rule repeats the
+ * failure.
  */
 static void refit_config_read_hf(refit_config_ctx_t *c) {
   const int at_row = ROW(MODEL_HF_CONFIG);
