@@ -151,7 +151,7 @@ typedef struct {
 
 /*
  * Build the catalog for a model and the two layouts. Refuses a layout that
- * breaks a layout rule (reshard/rules.h; config.c reports the same rules to
+ * breaks a layout rule (reshard/rules.h; config_rules.c reports the same rules to
  * the user with line numbers) or has more than 64 pipeline stages. On success *out is
  * owned by the caller, released with refit_catalog_destroy().
  */

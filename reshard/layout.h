@@ -1,6 +1,6 @@
 /*
  * The model shape and the two parallel layouts that the planner works from.
- * These are plain values; runtime/src/config.c fills them from YAML,
+ * These are plain values; runtime/src/config*.c fill them from YAML,
  * reshard/rules.h checks them (the layout rules, summed up below), reshard/
  * turns them into tensors and a plan.
  *
@@ -83,7 +83,7 @@ typedef struct {
 /*
  * The fields above that the layout rules (reshard/rules.h) read, so that a
  * broken rule can say which one to change. The name is the field's path,
- * which is also its key in the YAML config ("trainer.tp"); config.c finds
+ * which is also its key in the YAML config ("trainer.tp"); config_rules.c finds
  * the key by it.
  */
 #define REFIT_FIELDS(X)                                                                  \
@@ -124,12 +124,30 @@ typedef enum {
       REFIT_FIELD_COUNT
 } refit_field_t;
 
-static inline int refit_trainer_world(const refit_trainer_layout_t *t) {
-  return t->tp * t->pp * t->dp;
+/* The family whose models alone have dimension f (the dense MLP width:
+ * qwen3; the experts and their width: qwen3_moe), or -1 for a field of
+ * every family. The layout rules require the family's own; the config
+ * refuses the other family's; a config.json gives only the family's own. */
+static inline int refit_field_family(refit_field_t f) {
+  switch (f) {
+  case REFIT_FIELD_MODEL_INTERMEDIATE_SIZE:
+    return REFIT_FAMILY_QWEN3;
+  case REFIT_FIELD_MODEL_NUM_EXPERTS:
+  case REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE:
+    return REFIT_FAMILY_QWEN3_MOE;
+  default:
+    return -1;
+  }
 }
 
-static inline int refit_generator_world(const refit_generator_layout_t *g) {
-  return g->tp * g->engines;
+/* Ranks of each side, in 64 bits: the config bounds each size, not their
+ * product, to what an int holds. */
+static inline int64_t refit_trainer_world(const refit_trainer_layout_t *t) {
+  return (int64_t)t->tp * t->pp * t->dp;
+}
+
+static inline int64_t refit_generator_world(const refit_generator_layout_t *g) {
+  return (int64_t)g->tp * g->engines;
 }
 
 #endif /* REFIT_RESHARD_LAYOUT_H */

@@ -135,28 +135,26 @@ static void refit_rules_positive(refit_rules_t *r) {
  * rules), the other family's are not read. */
 static void refit_rules_family(refit_rules_t *r) {
   static const struct {
-    refit_field_t field;
-    refit_family_t family;
+    refit_field_t field; /* a dimension of one family (refit_field_family) */
     const char *what;
   } dims[] = {
-      {REFIT_FIELD_MODEL_INTERMEDIATE_SIZE, REFIT_FAMILY_QWEN3, "the dense MLP width F"},
-      {REFIT_FIELD_MODEL_NUM_EXPERTS, REFIT_FAMILY_QWEN3_MOE, "the routed experts X"},
-      {REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE, REFIT_FAMILY_QWEN3_MOE,
-       "the expert MLP width I"},
+      {REFIT_FIELD_MODEL_INTERMEDIATE_SIZE, "the dense MLP width F"},
+      {REFIT_FIELD_MODEL_NUM_EXPERTS, "the routed experts X"},
+      {REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE, "the expert MLP width I"},
   };
   if (!refit_rules_known(r, BIT(MODEL_FAMILY)))
     return;
   for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) {
     const refit_field_t f = dims[i].field;
-    if (r->model->family != dims[i].family || !refit_rules_known(r, REFIT_FIELD_BIT(f)) ||
+    const int family = refit_field_family(f);
+    if ((int)r->model->family != family || !refit_rules_known(r, REFIT_FIELD_BIT(f)) ||
         refit_rules_value(r, f) > 0)
       continue;
     refit_rules_break(r, f, REFIT_FIELD_MODEL_FAMILY,
                       "%s: a positive value is required when model.family is %s "
                       "(%s)",
                       refit_field_name(f),
-                      dims[i].family == REFIT_FAMILY_QWEN3 ? "qwen3" : "qwen3_moe",
-                      dims[i].what);
+                      family == REFIT_FAMILY_QWEN3 ? "qwen3" : "qwen3_moe", dims[i].what);
     r->unknown |= REFIT_FIELD_BIT(f);
   }
 }

@@ -35,7 +35,8 @@ typedef enum {
 } refit_source_kind_t;
 
 /* Dense MXFP8 GEMM backend of the generator; the same order as
- * refit_kernels_dense_backend_t in kernels/layout.h (config.c asserts it). */
+ * refit_kernels_dense_backend_t in kernels/layout.h (config_rules.c asserts
+ * it). */
 typedef enum {
   REFIT_LINEAR_FLASHINFER_CUTLASS = 0,
   REFIT_LINEAR_FLASHINFER_CUTEDSL = 1,
@@ -87,6 +88,17 @@ typedef enum {
   REFIT_FAULT_STALE = 8      /* a trainer sends a bucket sealed as the
                                 previous refit's (transfer phase) */
 } refit_fault_action_t;
+
+/* The rules a fault obeys wherever it is given (refit.fault, REFIT_FAULT):
+ * it fires on a rank of the job (world_size 0: not known yet), and in a
+ * phase that runs (quantize only under refit.precision mxfp8). */
+static inline int refit_fault_rank_exists(int rank, int world_size) {
+  return world_size <= 0 || rank < world_size;
+}
+
+static inline int refit_fault_phase_runs(int phase, int precision) {
+  return phase != REFIT_FAULT_PHASE_QUANTIZE || precision == REFIT_PRECISION_MXFP8;
+}
 
 #define REFIT_PATH_MAX 1024
 #define REFIT_QUANT_IGNORE_MAX 16 /* entries of refit.quantization_ignore */
@@ -165,9 +177,9 @@ void refit_config_defaults(refit_config_t *cfg);
  * `world_size` is the number of MPI ranks the job runs with, or 0 to skip the
  * world-size check (refit-plan). On failure *errors (if not NULL) receives a
  * malloc'd string with one "file:line:col: message" per line, the caller
- * frees it, and the status is REFIT_ERR_CONFIG (REFIT_ERR_NOT_AVAILABLE when
- * the only problems are options that are not implemented yet). On success
- * *cfg is filled and *errors is NULL.
+ * frees it, and the status is REFIT_ERR_CONFIG (every value the table
+ * accepts is implemented; REFIT_ERR_NO_MEMORY when memory runs out, with
+ * *errors NULL). On success *cfg is filled and *errors is NULL.
  */
 refit_status_t refit_config_parse(const char *text, size_t len,
                                   const char *filename, int world_size,

@@ -1,7 +1,8 @@
 /*
- * Every key of a refit configuration file, in one table. config.c turns each
- * row into a parser entry, a default, a bound check and a line of
- * documentation, so a key is added by adding a row here and nowhere else.
+ * Every key of a refit configuration file, in one table. config_table.c
+ * turns each row into a row of the configuration engine (config_parse.h):
+ * a parser entry, a default, a bound check and a line of documentation, so
+ * a key is added by adding a row here and nowhere else.
  *
  * X(ID, SECTION, KEY, TYPE, MEMBER, DEFAULT, MIN, MAX, CHOICES, FLAGS, DOC)
  *   ID       suffix of the row's enum constant (REFIT_CONFIG_ROW_<ID>)
@@ -20,22 +21,22 @@
  *   MIN, MAX bounds for INT, BYTES and DOUBLE. DOUBLE: the value must be
  *            > MIN (>= MIN with REFIT_CONFIG_MIN_INCLUSIVE), and <= MAX when
  *            MAX > MIN
+ *   CHOICES  ENUM: the names; STRING_LIST: "ITEM|EXAMPLE", what one item is
+ *            and an example list, for messages
  *   FLAGS    REFIT_CONFIG_REQUIRED (inside an optional SECTION: required
  *            when the section is given), REFIT_CONFIG_MIN_INCLUSIVE, or 0
  *   DOC      what the key means, used in messages
  *
- * Rules that relate several keys (divisibility, world size, stage layers)
- * are not expressible per row; they live in refit_config_check_layout() and
- * refit_config_check_mxfp8().
+ * Rules that relate several keys (divisibility, world size, stage layers,
+ * MXFP8 shapes) are not expressible per row; they live in config_rules.c.
  */
 #ifndef REFIT_CONFIG_TABLE_H
 #define REFIT_CONFIG_TABLE_H
 
+#include "config_parse.h"
+
 #include <limits.h>
 #include <stdint.h>
-
-#define REFIT_CONFIG_REQUIRED 1u
-#define REFIT_CONFIG_MIN_INCLUSIVE 2u
 
 /* Bound of every parallel size, so that rank-count products fit in 64 bits. */
 #define REFIT_CONFIG_MAX_RANKS 1048576
@@ -162,7 +163,8 @@
     "false", 0, 0, "", 0,                                                      \
     "quantize on the trainer before sending (needs precision mxfp8)")          \
   X(REFIT_QUANTIZATION_IGNORE, "refit", "quantization_ignore", STRING_LIST,    \
-    refit.quantization_ignore, "[lm_head]", 0, 0, "", 0,                       \
+    refit.quantization_ignore, "[lm_head]", 0, 0,                              \
+    "module name|[lm_head, mlp.gate]", 0,                                      \
     "modules kept in bf16 under mxfp8 (whole dotted segments of the name)")    \
   X(REFIT_RESTORE, "refit", "restore", ENUM, refit.restore, "full", 0, 0,      \
     "full|none", 0, "what a generator keeps to roll back a failed refit")      \
@@ -223,5 +225,9 @@ typedef enum {
 #undef REFIT_CONFIG_ROW_ENUM_
       REFIT_CONFIG_ROW_COUNT
 } refit_config_row_id_t;
+
+/* The table's rows, in the order above (config_table.c). */
+extern const refit_config_table_t refit_config_table;
+extern const refit_config_row_t refit_config_rows[REFIT_CONFIG_ROW_COUNT];
 
 #endif /* REFIT_CONFIG_TABLE_H */

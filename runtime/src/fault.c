@@ -17,32 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One row of the config table, as this parser needs it. */
-typedef struct {
-  const char *section, *key, *type, *default_text;
-  double min, max;
-  const char *choices;
-  unsigned flags;
-} refit_fault_row_t;
-
-#define REFIT_FAULT_ROW_(id, section, key, type, member, def, min, max, choices, flags,  \
-                         doc)                                                            \
-  {section, key, #type, def, (double)(min), (double)(max), choices, flags},
-static const refit_fault_row_t refit_fault_rows[] = {
-    REFIT_CONFIG_TABLE(REFIT_FAULT_ROW_)};
-#undef REFIT_FAULT_ROW_
-
 /* The keys of REFIT_FAULT, in refit_fault_t's order of fields. */
 enum { KEY_PHASE, KEY_RANK, KEY_ACTION, KEY_AT, KEY_REFIT, KEY_PROBABILITY, NKEYS };
 static const char *const refit_fault_keys[NKEYS] = {"phase", "rank",  "action",
                                                     "at",    "refit", "probability"};
 
-static const refit_fault_row_t *refit_fault_row(const char *key) {
-  for (size_t i = 0; i < sizeof(refit_fault_rows) / sizeof(refit_fault_rows[0]); i++)
-    if (strcmp(refit_fault_rows[i].section, "refit.fault") == 0 &&
-        strcmp(refit_fault_rows[i].key, key) == 0)
-      return &refit_fault_rows[i];
-  return NULL;
+/* The config table's row of refit.fault's `key`. */
+static const refit_config_row_t *refit_fault_row(const char *key) {
+  const int i = refit_config_table_find(&refit_config_table, "refit.fault", key);
+  return i < 0 ? NULL : &refit_config_rows[i];
 }
 
 /* Problems, "; "-separated, for one message. */
@@ -73,32 +56,27 @@ static void refit_fault_problem(refit_fault_problems_t *p, const char *fmt, ...)
 
 /* `value` (NUL-terminated) as `row` types it: the index of an ENUM choice,
  * or an INT or DOUBLE within the row's bounds. 0 on success. */
-static int refit_fault_value(const refit_fault_row_t *row, const char *value, double *out,
-                             refit_fault_problems_t *p) {
+static int refit_fault_value(const refit_config_row_t *row, const char *value,
+                             double *out, refit_fault_problems_t *p) {
   const char *key = row->key;
-  if (strcmp(row->type, "ENUM") == 0) {
-    int index = 0;
-    const size_t n = strlen(value);
-    for (const char *c = row->choices; *c; index++) {
-      const char *bar = strchr(c, '|');
-      const size_t len = bar ? (size_t)(bar - c) : strlen(c);
-      if (n == len && n > 0 && strncmp(c, value, len) == 0) {
-        *out = index;
-        return 0;
-      }
-      c += len + (bar != NULL);
+  const double min = (double)row->min, max = (double)row->max;
+  if (row->type == REFIT_CONFIG_TYPE_ENUM) {
+    const int index = refit_config_choice_index(row->choices, value);
+    if (index >= 0) {
+      *out = index;
+      return 0;
     }
     refit_fault_problem(p, "%s: '%s' is not one of %s", key, value, row->choices);
     return -1;
   }
   char *end = NULL;
   errno = 0;
-  if (strcmp(row->type, "INT") == 0) {
+  if (row->type == REFIT_CONFIG_TYPE_INT) {
     const long long v = strtoll(value, &end, 10);
-    if (value[0] == '\0' || *end != '\0' || errno != 0 || (double)v < row->min ||
-        (double)v > row->max) {
+    if (value[0] == '\0' || *end != '\0' || errno != 0 || (double)v < min ||
+        (double)v > max) {
       refit_fault_problem(p, "%s: '%s' is not an integer in [%.0f, %.0f]", key, value,
-                          row->min, row->max);
+                          min, max);
       return -1;
     }
     *out = (double)v;
@@ -108,10 +86,9 @@ static int refit_fault_value(const refit_fault_row_t *row, const char *value, do
   const int inclusive = (row->flags & REFIT_CONFIG_MIN_INCLUSIVE) != 0;
   const double v = strtod(value, &end);
   if (value[0] == '\0' || *end != '\0' || errno != 0 || !isfinite(v) ||
-      (inclusive ? v < row->min : v <= row->min) ||
-      (row->max > row->min && v > row->max)) {
+      (inclusive ? v < min : v <= min) || (max > min && v > max)) {
     refit_fault_problem(p, "%s: '%s' is not a number in %s%g, %g]", key, value,
-                        inclusive ? "[" : "(", row->min, row->max);
+                        inclusive ? "[" : "(", min, max);
     return -1;
   }
   *out = v;
@@ -162,11 +139,11 @@ refit_status_t refit_fault_parse(const char *text, int world_size, int precision
     kv = comma != NULL ? comma + 1 : NULL;
   }
   for (int k = 0; k < NKEYS; k++) {
-    const refit_fault_row_t *row = refit_fault_row(refit_fault_keys[k]);
+    const refit_config_row_t *row = refit_fault_row(refit_fault_keys[k]);
     if (given[k] != 0)
       continue;
     if (row->flags & REFIT_CONFIG_REQUIRED) {
-      if (strcmp(row->type, "ENUM") == 0)
+      if (row->type == REFIT_CONFIG_TYPE_ENUM)
         refit_fault_problem(&p, "%s is required (one of %s)", row->key, row->choices);
       else
         refit_fault_problem(&p, "%s is required", row->key);
@@ -175,13 +152,12 @@ refit_status_t refit_fault_parse(const char *text, int world_size, int precision
       refit_fault_value(row, row->default_text, &value[k], &p);
     }
   }
-  if (given[KEY_RANK] == 1 && world_size > 0 && value[KEY_RANK] >= world_size)
+  if (given[KEY_RANK] == 1 && !refit_fault_rank_exists((int)value[KEY_RANK], world_size))
     refit_fault_problem(
         &p, "rank: %.0f is not a rank of this job (world size %d, ranks 0..%d)",
         value[KEY_RANK], world_size, world_size - 1);
   if (given[KEY_PHASE] == 1 && precision >= 0 &&
-      (int)value[KEY_PHASE] == REFIT_FAULT_PHASE_QUANTIZE &&
-      precision != REFIT_PRECISION_MXFP8)
+      !refit_fault_phase_runs((int)value[KEY_PHASE], precision))
     refit_fault_problem(&p,
                         "phase: a refit without refit.precision mxfp8 has no quantize "
                         "phase, so the fault would never fire");

@@ -19,33 +19,30 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define REFIT_HF_KEY_(json, yaml, member, is_bool)                                       \
-  { json, "model." yaml, offsetof(refit_model_t, member), is_bool }
+#define REFIT_HF_KEY_(json, field, yaml, member, is_bool)                                \
+  {json, "model." yaml, offsetof(refit_model_t, member), is_bool,                        \
+   REFIT_FIELD_MODEL_##field}
 
 /* The order is the order problems are listed in. Which keys a family
  * requires is refit_hf_required(). */
 const refit_hf_key_t refit_hf_config_keys[] = {
-    REFIT_HF_KEY_("hidden_size", "hidden_size", hidden_size, 0),
-    REFIT_HF_KEY_("num_hidden_layers", "num_layers", num_layers, 0),
-    REFIT_HF_KEY_("num_attention_heads", "num_attention_heads", num_attention_heads, 0),
-    REFIT_HF_KEY_("num_key_value_heads", "num_kv_heads", num_kv_heads, 0),
-    REFIT_HF_KEY_("head_dim", "head_dim", head_dim, 0),
-    REFIT_HF_KEY_("vocab_size", "vocab_size", vocab_size, 0),
-    REFIT_HF_KEY_("intermediate_size", "intermediate_size", intermediate_size, 0),
-    REFIT_HF_KEY_("num_experts", "num_experts", num_experts, 0),
-    REFIT_HF_KEY_("moe_intermediate_size", "moe_intermediate_size", moe_intermediate_size,
-                  0),
-    REFIT_HF_KEY_("tie_word_embeddings", "tie_word_embeddings", tie_word_embeddings, 1),
+    REFIT_HF_KEY_("hidden_size", HIDDEN_SIZE, "hidden_size", hidden_size, 0),
+    REFIT_HF_KEY_("num_hidden_layers", NUM_LAYERS, "num_layers", num_layers, 0),
+    REFIT_HF_KEY_("num_attention_heads", NUM_ATTENTION_HEADS, "num_attention_heads",
+                  num_attention_heads, 0),
+    REFIT_HF_KEY_("num_key_value_heads", NUM_KV_HEADS, "num_kv_heads", num_kv_heads, 0),
+    REFIT_HF_KEY_("head_dim", HEAD_DIM, "head_dim", head_dim, 0),
+    REFIT_HF_KEY_("vocab_size", VOCAB_SIZE, "vocab_size", vocab_size, 0),
+    REFIT_HF_KEY_("intermediate_size", INTERMEDIATE_SIZE, "intermediate_size",
+                  intermediate_size, 0),
+    REFIT_HF_KEY_("num_experts", NUM_EXPERTS, "num_experts", num_experts, 0),
+    REFIT_HF_KEY_("moe_intermediate_size", MOE_INTERMEDIATE_SIZE, "moe_intermediate_size",
+                  moe_intermediate_size, 0),
+    REFIT_HF_KEY_("tie_word_embeddings", TIE_WORD_EMBEDDINGS, "tie_word_embeddings",
+                  tie_word_embeddings, 1),
 };
 const int refit_hf_config_nkeys =
     (int)(sizeof(refit_hf_config_keys) / sizeof(refit_hf_config_keys[0]));
-
-enum {
-  REFIT_HF_KEY_INTERMEDIATE = 6,
-  REFIT_HF_KEY_EXPERTS = 7,
-  REFIT_HF_KEY_MOE_INTERMEDIATE = 8,
-  REFIT_HF_KEY_TIE = 9
-};
 
 static const struct {
   const char *architecture;
@@ -58,17 +55,16 @@ static const struct {
 #define REFIT_HF_NARCH                                                                   \
   (sizeof(refit_hf_architectures) / sizeof(refit_hf_architectures[0]))
 
-/* Is key i needed by `family`? tie_word_embeddings defaults to false (both
- * configs' own default); intermediate_size of a MoE model sizes only dense
- * layers, which refit refuses, so it is not read there. */
+/* Is key i needed by `family`? The dimensions of the family
+ * (refit_field_family; intermediate_size of a MoE model sizes only dense
+ * layers, which refit refuses, so it is not read there) and those of every
+ * family, but tie_word_embeddings, which defaults to false (both configs'
+ * own default). */
 static bool refit_hf_required(int i, refit_family_t family) {
-  if (i == REFIT_HF_KEY_TIE)
+  const refit_field_t field = refit_hf_config_keys[i].field;
+  if (field == REFIT_FIELD_MODEL_TIE_WORD_EMBEDDINGS)
     return false;
-  if (i == REFIT_HF_KEY_INTERMEDIATE)
-    return family == REFIT_FAMILY_QWEN3;
-  if (i == REFIT_HF_KEY_EXPERTS || i == REFIT_HF_KEY_MOE_INTERMEDIATE)
-    return family == REFIT_FAMILY_QWEN3_MOE;
-  return true;
+  return refit_field_family(field) < 0 || refit_field_family(field) == (int)family;
 }
 
 typedef struct {

@@ -24,6 +24,7 @@ typedef struct {
   const char *yaml_key; /* "model.hidden_size" */
   size_t offset;        /* in refit_model_t */
   int is_bool;          /* an int member read from a JSON boolean */
+  refit_field_t field;  /* the same field (reshard/layout.h) */
 } refit_hf_key_t;
 
 extern const refit_hf_key_t refit_hf_config_keys[];

@@ -58,8 +58,9 @@ static void expect_rules(const refit_model_t *m, const refit_trainer_layout_t *t
     fail_msg("expected '%s' in '%s'", text, v.v[0].text);
 }
 
-/* Every field has a distinct name (config.c finds its key by it) and its
- * value is read from the right member. */
+/* Every field has a distinct name (config_rules.c finds its key by it), its
+ * value is read from the right member, and a family of its own only where
+ * one family's models alone have it. */
 static void test_field_names(void **state) {
   (void)state;
   refit_model_t m = moe_model();
@@ -75,6 +76,15 @@ static void test_field_names(void **state) {
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_MODEL_NUM_EXPERTS), 8);
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_TRAINER_EP), 2);
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_GENERATOR_ENGINES), 1);
+  /* Only the MLP's dimensions belong to one family. */
+  for (int f = REFIT_FIELD_NONE + 1; f < REFIT_FIELD_COUNT; f++) {
+    const int want = f == REFIT_FIELD_MODEL_INTERMEDIATE_SIZE ? REFIT_FAMILY_QWEN3
+                     : f == REFIT_FIELD_MODEL_NUM_EXPERTS ||
+                             f == REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE
+                         ? REFIT_FAMILY_QWEN3_MOE
+                         : -1;
+    assert_int_equal(refit_field_family((refit_field_t)f), want);
+  }
 }
 
 /* The pipeline split, stated independently: stage sizes are the given
