@@ -64,6 +64,16 @@ typedef enum {
   REFIT_LOCALITY_GPU = 1
 } refit_locality_t;
 
+/* refit.zero_copy: whether a generator reads the BF16 tensors of trainers on
+ * its own GPU in place (kernels/direct.h) instead of receiving them. auto:
+ * when every trainer-generator pair of the plan shares a GPU and memory is
+ * device memory; on: the same, refused at the first begin otherwise. */
+typedef enum {
+  REFIT_ZERO_COPY_AUTO = 0,
+  REFIT_ZERO_COPY_ON = 1,
+  REFIT_ZERO_COPY_OFF = 2
+} refit_zero_copy_t;
+
 /* Fault injection (tests only): the phase a fault fires in ... */
 typedef enum {
   REFIT_FAULT_PHASE_TRANSFER = 0,
@@ -140,6 +150,7 @@ typedef struct {
     int baseline;
     refit_device_map_t device_map; /* local_rank (default) | none */
     refit_locality_t locality;     /* host (default) | gpu */
+    refit_zero_copy_t zero_copy;   /* auto (default) | on | off */
     struct {
       int enabled;        /* the file has a refit.fault mapping */
       int phase;          /* refit_fault_phase_t */

@@ -181,6 +181,9 @@
   X(REFIT_LOCALITY, "refit", "locality", ENUM, refit.locality, "host", 0, 0, \
     "host|gpu", 0,                                                             \
     "what one node is for transport auto: a host, or a GPU")                   \
+  X(REFIT_ZERO_COPY, "refit", "zero_copy", ENUM, refit.zero_copy, "auto", 0,   \
+    0, "auto|on|off", 0,                                                       \
+    "generators read trainers on their GPU in place (auto: where all can)")    \
   X(REFIT_FAULT, "refit", "fault", SECTION, refit.fault.enabled, NULL, 0, 0,   \
     "", 0, "fault injection seam for tests")                                   \
   X(REFIT_FAULT_PHASE, "refit.fault", "phase", ENUM, refit.fault.phase, NULL,  \

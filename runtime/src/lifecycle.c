@@ -6,6 +6,7 @@
  * and the fault seam that tests fail each step with.
  */
 #include "session.h"
+#include "zero_copy.h"
 
 #include "core/digest.h"
 #include "core/hash.h"
@@ -26,9 +27,12 @@ static void refit_generator_recvs(refit_session_t *s, int32_t b, unsigned char *
   *nxfers = 0;
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
     const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
+    int64_t at = m->offset, bytes = m->bytes;
+    if (s->zero_copy) /* the chunks' digests only (zero_copy.c) */
+      refit_zc_msg(s, k, &at, &bytes);
     xfers[*nxfers].peer = m->src_rank;
-    xfers[*nxfers].buf = buf + m->offset;
-    xfers[*nxfers].bytes = (size_t)m->bytes;
+    xfers[*nxfers].buf = buf + at;
+    xfers[*nxfers].bytes = (size_t)bytes;
     (*nxfers)++;
   }
 }
@@ -152,6 +156,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
     st = refit_session_bind(s);
   else
     st = refit_session_acquire_staging(s);
+  const int moved = s->is_trainer && s->moved;
   if (st == REFIT_OK && s->moved)
     st = refit_trainer_repoint(s);
   /* Nothing refit does on the device starts before the caller's work
@@ -175,7 +180,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
                            s->is_trainer ? 0 : 1,
                            st == REFIT_OK,
                            transport_ok,
-                           0};
+                           moved};
   MPI_Request req;
   const double deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
   MPI_Iallgather(mine, (int)sizeof(*mine), MPI_BYTE, all, (int)sizeof(*mine), MPI_BYTE,
@@ -227,6 +232,16 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
     return st;
   if (unhealthy >= 0)
     REFIT_CHECK(refit_session_recover_transport(s, unhealthy, deadline));
+  /* Zero copy: generators map their trainers' tensors once, and again
+   * after a trainer registered one at a new address (zero_copy.c). */
+  int any_moved = 0;
+  for (int r = 0; r < s->size; r++)
+    any_moved |= all[r].moved;
+  if (s->zero_copy && (!s->zc_ready || any_moved)) {
+    REFIT_CHECK(refit_session_agree(s, refit_zc_exchange(s, deadline),
+                                    "zero-copy: mapping the trainers' tensors"));
+    s->zc_ready = 1;
+  }
 
   s->attempt++;
   s->vote_pending = 1;
@@ -358,9 +373,8 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
     } else if (s->fault.action == REFIT_FAULT_STALE && s->pending > 1 && s->attempt > 1) {
       /* The bytes of this refit, sealed as the previous refit's: what a
        * message of that refit left in a queue would look like. */
-      REFIT_CHECK(refit_mem_pack(
-          s->mem, &s->pack, s->pack_begin[b], s->pack_begin[b + 1] - s->pack_begin[b],
-          refit_seal_tag(s->pending - 1, s->attempt - 1), s->buffer[slot]));
+      REFIT_CHECK(refit_trainer_seal(s, b, s->buffer[slot],
+                                     refit_seal_tag(s->pending - 1, s->attempt - 1)));
       REFIT_CHECK(refit_mem_sync(s->mem));
       REFIT_WARN("fault seam: bucket %d sealed as the refit of version %llu", b,
                  (unsigned long long)(s->pending - 1));
@@ -426,8 +440,10 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
                                                     : REFIT_LAND_NORMAL;
   }
   double t = MPI_Wtime();
-  refit_status_t st = refit_loader_land_bucket(
-      s->loader, b, s->buffer[slot], refit_seal_tag(s->pending, s->attempt), lf);
+  const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
+  refit_status_t st =
+      s->zero_copy ? refit_loader_land_direct(s->loader, b, s->buffer[slot], tag, lf)
+                   : refit_loader_land_bucket(s->loader, b, s->buffer[slot], tag, lf);
   s->times.unpack += MPI_Wtime() - t;
   REFIT_CHECK(st);
   s->next_bucket++;

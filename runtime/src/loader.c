@@ -247,6 +247,9 @@ out:
 void refit_loader_release(refit_loader_t *l) {
   if (l->arena != NULL)
     refit_mem_free(l->mem, l->arena);
+  if (l->direct_acc != NULL)
+    refit_mem_free(l->mem, l->direct_acc);
+  l->direct_acc = NULL;
   l->arena = NULL;
   l->arena_bytes = 0;
   refit_mem_table_free(l->mem, &l->land);
@@ -261,7 +264,7 @@ void refit_loader_release(refit_loader_t *l) {
 }
 
 refit_status_t refit_loader_acquire(refit_loader_t *l) {
-  if (l->arena != NULL)
+  if (l->arena != NULL || l->direct)
     return REFIT_OK;
   return refit_loader_build_tables(l);
 }
@@ -303,7 +306,9 @@ refit_status_t refit_loader_allocate(refit_loader_t *l) {
     /* Targets are fixed for the session: the land tables hold them. */
     s->target = async ? s->saved : s->data;
   }
-  return refit_loader_build_tables(l);
+  /* Zero-copy tables need the trainers' addresses: built at the first
+   * begin (refit_loader_direct_tables). */
+  return l->direct ? REFIT_OK : refit_loader_build_tables(l);
 }
 
 void refit_loader_destroy(refit_loader_t *l) {
@@ -330,7 +335,7 @@ void refit_loader_begin(refit_loader_t *l) {
 
 /* Sync mode writes runtime storage in place: keep the previous bytes of a
  * store (restore: full) before its first byte is overwritten. */
-static refit_status_t refit_loader_touch(refit_loader_t *l, refit_store_t *s) {
+refit_status_t refit_loader_touch(refit_loader_t *l, refit_store_t *s) {
   if (l->cfg->refit.mode == REFIT_MODE_ASYNC)
     return REFIT_OK;
   l->touched = 1;
@@ -407,7 +412,7 @@ static refit_status_t refit_loader_transform(const refit_loader_t *l, int64_t i,
 
 /* Count what descriptor k landed; a tensor that is complete gets its layout
  * transform (quantized) now. */
-static refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
+refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
   const int64_t i = l->desc_tensor[k];
   const refit_chunk_t *ch = &l->plan->chunks[l->desc_chunk[k]];
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
@@ -421,7 +426,7 @@ static refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
                      (long long)(ch->rows * ch->cols), ch->src_rank,
                      (long long)total);
   l->filled[i] += ch->rows * ch->cols;
-  if (!g->quantized || l->filled[i] < total)
+  if (!g->quantized || l->filled[i] < total || l->direct)
     return REFIT_OK;
   refit_store_t *w = &l->stores[l->store_of[i]];
   REFIT_CHECK(refit_loader_touch(l, &w[0]));

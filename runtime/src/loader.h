@@ -98,6 +98,13 @@ typedef struct {
 
   int64_t *filled; /* elements landed this refit, per tensor */
   int touched;     /* sync: runtime storage written this refit */
+
+  /* Zero-copy (refit.zero_copy, loader_direct.c): `land` holds
+   * refit_direct_desc_t, the chunks bucket by bucket, then direct_pads PAD
+   * descriptors run with bucket 0; direct_acc the kernels' accumulators. */
+  int direct;
+  int64_t direct_pads;
+  void *direct_acc;
 } refit_loader_t;
 
 /* Allocate the stores of tp rank `tp_rank`. The catalog's `quantized` flags
@@ -141,6 +148,26 @@ typedef enum {
 refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
                                         unsigned char *staging, uint64_t tag,
                                         refit_land_fault_t fault);
+
+/* Zero-copy: one descriptor per chunk this rank receives, reading the
+ * trainers' shards in place: bases[t * nsrc + i] is trainer rank t's shard of
+ * catalog tensor i in this process (mapped), or NULL where it holds none.
+ * Built at the first begin, and again when a trainer tensor moved. */
+refit_status_t refit_loader_direct_tables(refit_loader_t *l, const uint16_t *const *bases,
+                                          int64_t nsrc);
+
+/* Zero-copy: land bucket b, reading each chunk in place and checking it
+ * against the trainer's sealed digests in `digests` (this rank's memory: what
+ * the bucket's messages carried); bucket 0 also writes the layouts' padding.
+ * Errors as refit_loader_land_bucket's. */
+refit_status_t refit_loader_land_direct(refit_loader_t *l, int32_t b, unsigned char *digests,
+                                        uint64_t tag, refit_land_fault_t fault);
+
+/* Between loader.c and loader_direct.c: save a store before its first write
+ * of the refit (sync, restore: full), and count what descriptor k landed
+ * (the staged path also lays out a quantized tensor it completes). */
+refit_status_t refit_loader_touch(refit_loader_t *l, refit_store_t *s);
+refit_status_t refit_loader_account(refit_loader_t *l, int64_t k);
 
 /* Give up the refit in progress. Returns 1 when runtime storage holds the
  * previous version (restored from saved copies, or never touched), 0 when it

@@ -9,6 +9,7 @@
 #ifdef REFIT_HAVE_CUDA
 #include "device.h"
 #include "kernels/datapath_cuda.h"
+#include "kernels/direct_cuda.h"
 #include "kernels/mxfp8_cuda.h"
 #endif
 
@@ -350,6 +351,35 @@ refit_status_t refit_mem_land_collect(refit_mem_t *m, int64_t runs,
       break;
     }
   return REFIT_OK;
+}
+
+refit_status_t refit_mem_direct_run(refit_mem_t *m, const refit_mem_table_t *t,
+                                    int64_t first, int64_t n, uint64_t tag, void *digests,
+                                    void *acc, int64_t run) {
+  if (run >= m->runs_cap)
+    return REFIT_ERR(REFIT_ERR_INTERNAL, "direct run %lld beyond the %lld reserved",
+                     (long long)run, (long long)m->runs_cap);
+  if (run >= 0) {
+    m->run_first[run] = first;
+    m->run_bad[run] = -1;
+  }
+  if (n == 0)
+    return REFIT_OK;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    int64_t *bad = NULL;
+    if (run >= 0) {
+      bad = m->run_bad_device + run;
+      REFIT_CHECK(refit_device_memcpy_async(bad, &m->run_bad[run], sizeof(int64_t),
+                                            m->stream));
+    }
+    return refit_direct_rows_cuda((const refit_direct_desc_t *)t->device + first, n, tag,
+                                  digests, acc, bad, m->stream);
+  }
+#endif
+  (void)acc;
+  return refit_direct_rows((const refit_direct_desc_t *)t->host + first, n, tag, digests,
+                           run >= 0 ? &m->run_bad[run] : NULL);
 }
 
 refit_status_t refit_mem_quantize_rows(refit_mem_t *m, const uint16_t *src,

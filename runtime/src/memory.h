@@ -11,6 +11,7 @@
 #define REFIT_MEMORY_H
 
 #include "kernels/datapath.h"
+#include "kernels/direct.h"
 #include "kernels/layout.h"
 #include "refit/status.h"
 
@@ -102,6 +103,18 @@ refit_status_t refit_mem_land_run(refit_mem_t *m, const refit_mem_table_t *t,
                                   const void *staging, int64_t run);
 refit_status_t refit_mem_land_collect(refit_mem_t *m, int64_t runs,
                                       int64_t *bad_chunk);
+
+/*
+ * Zero-copy descriptors [first, first + n) of `t` (kernels/direct.h), digests
+ * sealed with `tag` in `digests` (this rank's memory). acc: n 8-byte
+ * accumulators in this rank's memory (unused on the host). With run >= 0 the
+ * run's first bad chunk is collected by refit_mem_land_collect like a land
+ * run's (reserve the runs first); with run < 0 nothing is checked (the
+ * trainer's DIGEST table).
+ */
+refit_status_t refit_mem_direct_run(refit_mem_t *m, const refit_mem_table_t *t,
+                                    int64_t first, int64_t n, uint64_t tag, void *digests,
+                                    void *acc, int64_t run);
 
 /* The layout kernels (kernels/layout.h) on this rank's memory. */
 refit_status_t refit_mem_quantize_rows(refit_mem_t *m, const uint16_t *src,

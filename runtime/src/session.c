@@ -7,6 +7,7 @@
  * trainer.c, the lifecycle of a refit lifecycle.c.
  */
 #include "session.h"
+#include "zero_copy.h"
 
 #include "fault.h"
 
@@ -219,7 +220,7 @@ void refit_session_release_staging(refit_session_t *s) {
     refit_mem_free(s->mem, s->buffer[i]);
     s->buffer[i] = NULL;
   }
-  if (s->loader != NULL)
+  if (s->loader != NULL && !s->zero_copy)
     refit_loader_release(s->loader);
   s->staging_released = 1;
 }
@@ -254,6 +255,9 @@ refit_status_t refit_session_alloc_buffers(refit_session_t *s) {
   } else {
     need = s->plan->staging[s->role_rank];
   }
+  if (s->zero_copy)
+    need = refit_zc_buffer_bytes(s);
+  s->buffer_bytes = (size_t)need;
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
     REFIT_CHECK(refit_mem_alloc(s->mem, (size_t)need, (void **)&s->buffer[i]));
   return REFIT_OK;
@@ -315,8 +319,7 @@ refit_status_t refit_session_open_transport(refit_session_t *s) {
 refit_status_t refit_session_register_staging(refit_session_t *s, refit_status_t st) {
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT && st == REFIT_OK; i++)
     st = refit_transport_register(&s->transport, s->is_trainer ? NULL : s->buffer[i],
-                                  s->is_trainer ? 0
-                                                : (size_t)s->plan->staging[s->role_rank]);
+                                  s->is_trainer ? 0 : s->buffer_bytes);
   REFIT_CHECK(refit_session_agree(s, st, "registering staging"));
   if (!s->cfg.refit.keep_staging && s->transport.ops->register_buffer != NULL)
     return REFIT_ERR(REFIT_ERR_CONFIG,
@@ -331,6 +334,7 @@ refit_status_t refit_session_make_loader(refit_session_t *s) {
   REFIT_CHECK(refit_loader_create(s->cat, &s->cfg, s->mem, s->tp_rank, s->role_rank,
                                   s->plan, &s->loader));
   s->loader->run_id = s->run_id;
+  s->loader->direct = s->zero_copy;
   s->stores = s->loader->stores;
   s->nstores = s->loader->nstores;
   return REFIT_OK;
@@ -449,6 +453,9 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
       s->fault.rank == s->rank)
     REFIT_CHECK_GOTO(refit_session_fault_act(s, "opening the transport"), st, err);
   REFIT_CHECK_GOTO(refit_session_open_transport(s), st, err);
+  /* Zero copy where every pair of the plan shares a GPU (zero_copy.c). */
+  REFIT_CHECK_GOTO(refit_zc_locate(s), st, err);
+  REFIT_CHECK_GOTO(refit_session_agree(s, refit_zc_decide(s), "refit.zero_copy"), st, err);
   /* The source generators verify against, and trainers produce from: with
    * caller-owned weights, the configured reference (trainers produce
    * nothing). */
@@ -485,10 +492,9 @@ void refit_session_destroy(refit_session_t *s) {
     return;
   refit_transport_close(&s->transport);
   refit_source_close(&s->source);
-  if (s->shards != NULL)
-    for (int64_t i = 0; i < s->cat->nsrc; i++)
-      if (s->shard_owned[i])
-        refit_mem_free(s->mem, s->shards[i]);
+  refit_zc_close(s);
+  if (s->shard_slab != NULL)
+    refit_mem_free(s->mem, s->shard_slab);
   free(s->shards);
   free(s->held);
   free(s->held_at);

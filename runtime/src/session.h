@@ -130,6 +130,24 @@ typedef struct refit_session {
   double t_begin, deadline;
   refit_phase_times_t times;
   refit_fault_t fault;
+
+  /* Zero copy (refit.zero_copy, zero_copy.c): the GPU of every rank (NULL
+   * when some rank's memory is not on a GPU), whether this plan reads in
+   * place, each of my_msgs' place in its buffer, the trainer's digest
+   * accumulators and the count it sent; the generator's mapped trainer
+   * allocations and every trainer tensor's address here
+   * ([trainer * nsrc + tensor]). */
+  int *gpu_of;
+  int zero_copy;
+  int zc_ready; /* the mapping was exchanged */
+  int64_t *zc_off;
+  void *zc_acc;
+  int64_t zc_count;
+  struct refit_zc_map *zc_maps;
+  int64_t zc_nmaps;
+  const uint16_t **zc_base;
+  void *shard_slab; /* trainer: the shards it allocated itself, one allocation */
+  size_t buffer_bytes; /* of each send buffer or staging area */
 } refit_session_t;
 
 /*
@@ -173,7 +191,8 @@ refit_status_t refit_session_verify(refit_session_t *s, uint64_t version,
 typedef struct refit_header {
   uint64_t run_id, version, plan_hash, committed;
   int32_t side, ok; /* ok: this rank could start (memory bound) */
-  int32_t transport_ok, pad; /* transport_ok: its transport is healthy */
+  int32_t transport_ok, moved; /* transport_ok: its transport is healthy;
+                                  moved: a trainer tensor has a new address */
 } refit_header_t;
 
 /* session.c: read and validate the config at `path` (refit_config_load;
@@ -229,6 +248,11 @@ void refit_session_release_staging(refit_session_t *s);
 refit_status_t refit_session_acquire_staging(refit_session_t *s);
 
 /* trainer.c */
+
+/* Write bucket b's messages into `buf` sealed with `tag`: packed rows and
+ * their digests, or under zero copy the digests alone. */
+refit_status_t refit_trainer_seal(refit_session_t *s, int32_t b, unsigned char *buf,
+                                  uint64_t tag);
 
 /* The shards this trainer rank holds (memory attached at bind). */
 refit_status_t refit_session_index_trainer(refit_session_t *s);

@@ -5,6 +5,7 @@
  * need; and binding memory at the first begin.
  */
 #include "session.h"
+#include "zero_copy.h"
 
 #include "precision.h"
 
@@ -250,6 +251,7 @@ static refit_status_t refit_session_replan(refit_session_t *s) {
   refit_plan_destroy(s->plan);
   s->plan = NULL;
   REFIT_CHECK(refit_session_make_plan(s, REFIT_OK));
+  REFIT_CHECK(refit_zc_decide(s));
   refit_transport_close(&s->transport);
   REFIT_CHECK(refit_session_open_transport(s));
   refit_status_t st = REFIT_OK;
@@ -335,16 +337,29 @@ refit_status_t refit_session_bind(refit_session_t *s) {
                        missing, nmissing > 8 ? ", ..." : "");
   }
   if (s->is_trainer) {
-    for (int64_t i = 0; i < s->cat->nsrc; i++) {
-      if (s->shard_part[i] < 0 || s->shards[i] != NULL)
-        continue;
-      int64_t rows, cols;
-      refit_src_shard_shape(&s->cat->src[i], &rows, &cols);
-      REFIT_CHECK(refit_mem_alloc(s->mem, (size_t)(rows * cols) * sizeof(uint16_t),
-                                  (void **)&s->shards[i]));
-      s->shard_owned[i] = 1;
+    /* The shards nobody registered, in one allocation (one IPC mapping for
+     * a zero-copy generator instead of one per tensor). */
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+      size_t at = 0;
+      for (int64_t i = 0; i < s->cat->nsrc; i++) {
+        if (s->shard_part[i] < 0 || (s->shards[i] != NULL && !s->shard_owned[i]))
+          continue;
+        int64_t rows, cols;
+        refit_src_shard_shape(&s->cat->src[i], &rows, &cols);
+        if (pass == 1) {
+          s->shards[i] = (uint16_t *)((unsigned char *)s->shard_slab + at);
+          s->shard_owned[i] = 1;
+        }
+        at += ((size_t)(rows * cols) * sizeof(uint16_t) + 255) & ~(size_t)255;
+      }
+      total = at;
+      if (pass == 0 && total > 0)
+        REFIT_CHECK(refit_mem_alloc(s->mem, total, &s->shard_slab));
+      if (total == 0)
+        break;
     }
-    REFIT_CHECK(refit_trainer_tables(s));
+    REFIT_CHECK(s->zero_copy ? refit_zc_trainer_tables(s) : refit_trainer_tables(s));
   } else {
     REFIT_CHECK(refit_loader_allocate(s->loader));
   }

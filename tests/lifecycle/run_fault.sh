@@ -3,17 +3,19 @@
 # what every rank reported.
 #   run_fault.sh BUILD CONFIG MAX_SECONDS [--rows N] [--exit zero|nonzero]
 #                [--expect TEXT]... [--reject TEXT]... [--verified N]...
-#                [--gpus N]
+#                [--gpus N] [--one-gpu]
 # --rows N: exactly N refit rows, each "verified" or "aborted: kept version",
 #           and never a mismatch (no mix of versions anywhere).
 # --gpus N: a GPU variant: exit 77 (skipped) unless N GPUs are visible.
+# --one-gpu: exit 77 unless exactly one GPU is visible (every rank then
+#   shares it: the zero-copy tests).
 # --verified N: refit N committed and verified (the job recovered from the
 #           fault: later refits work on the same transports).
 set -uo pipefail
 build=$1 config=$2 max_s=$3
 shift 3
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-expects=() rejects=() verified=() rows="" want_exit=nonzero gpus=0
+expects=() rejects=() verified=() rows="" want_exit=nonzero gpus=0 one_gpu=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --expect) expects+=("$2"); shift 2 ;;
@@ -21,6 +23,7 @@ while [ $# -gt 0 ]; do
     --rows) rows=$2; shift 2 ;;
     --verified) verified+=("$2"); shift 2 ;;
     --gpus) gpus=$2; shift 2 ;;
+    --one-gpu) gpus=1 one_gpu=1; shift ;;
     --exit) want_exit=$2; shift 2 ;;
     *) echo "run_fault: unknown argument $1"; exit 2 ;;
   esac
@@ -29,6 +32,10 @@ if [ "$gpus" -gt 0 ]; then
   have=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
   if [ "$have" -lt "$gpus" ]; then
     echo "run_fault: skipped: needs $gpus GPUs, $have visible"
+    exit 77
+  fi
+  if [ "$one_gpu" -eq 1 ] && [ "$have" -ne 1 ]; then
+    echo "run_fault: skipped: needs exactly one GPU (every rank on it), $have visible"
     exit 77
   fi
 fi
