@@ -13,7 +13,7 @@
 
 namespace {
 
-constexpr int64_t kDirectQuantTile = 128; /* MXFP8 blocks per warp tile */
+constexpr int64_t kDirectQuantTile = 512; /* MXFP8 blocks per warp tile */
 constexpr int64_t kDirectWordTile = 1024; /* 8-byte words per warp tile */
 
 __device__ inline bool direct_reads(const refit_direct_desc_t &d) {

@@ -279,7 +279,7 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
            "digests %s\n"
            "plan: %lld trainer tensors -> %lld runtime tensors per tp rank, %d "
            "buckets, %lld messages, %.2f MiB per refit, egress max/mean %.3f, "
-           "staging max %.2f MiB, hash %016llx, transport %s",
+           "staging max %.2f MiB, hash %016llx, transport %s%s",
            c->model.family == REFIT_FAMILY_QWEN3_MOE ? "qwen3_moe" : "qwen3",
            s->size, s->ntrainer, c->trainer.tp, c->trainer.pp, c->trainer.dp,
            c->trainer.ep, c->trainer.etp, s->ngenerator, c->generator.engines,
@@ -294,7 +294,10 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
            (double)st.total_bytes / 1048576.0,
            st.egress_mean > 0 ? st.egress_max / st.egress_mean : 0.0,
            (double)st.staging_max / 1048576.0, (unsigned long long)s->plan->hash,
-           s->transport.ops->name);
+           s->transport.ops->name,
+           s->zero_copy ? ", zero copy (generators read the trainers' tensors in place; "
+                          "staging holds digests only)"
+                        : "");
 }
 
 struct refit_config_file {
