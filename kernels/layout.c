@@ -350,9 +350,8 @@ refit_status_t refit_kernels_dense_sizes(refit_kernels_dense_backend_t backend,
                                          int64_t *weight_bytes,
                                          int64_t *scale_bytes) {
   REFIT_CHECK(refit_kernels_check_shape(backend, NULL, n, k));
-  int64_t rows = backend == REFIT_KERNELS_DENSE_FLASHINFER_TRTLLM
-                     ? refit_round_up(n, 128)
-                     : n;
+  int perm;
+  const int64_t rows = refit_kernels_dense_rows(backend, n, &perm);
   if (weight_bytes != NULL)
     *weight_bytes = rows * k;
   if (scale_bytes != NULL)
@@ -370,11 +369,10 @@ refit_status_t refit_kernels_dense_transform(
                      "dense %s transform: NULL buffer",
                      refit_kernels_dense_backend_name(backend));
   const int32_t *perm = NULL;
-  int64_t rows = n;
-  if (backend == REFIT_KERNELS_DENSE_FLASHINFER_TRTLLM) {
-    rows = refit_round_up(n, 128);
-    REFIT_CHECK(refit_kernels_perm_get(REFIT_KERNELS_PERM_SRC32, rows, &perm));
-  }
+  int kind;
+  const int64_t rows = refit_kernels_dense_rows(backend, n, &kind);
+  if (kind >= 0)
+    REFIT_CHECK(refit_kernels_perm_get((refit_kernels_perm_kind_t)kind, rows, &perm));
   /* cutlass and cutedsl keep the weight bytes: the gather is then a copy. */
   refit_kernels_gather_rows(q, 1, n, k, perm, rows, weight_out);
   refit_kernels_gather_swizzle(scale, 1, n, k / 32, perm, scale_out);

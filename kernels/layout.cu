@@ -340,7 +340,9 @@ extern "C" refit_status_t refit_kernels_dense_transform_cuda(
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "dense %s transform (cuda): NULL buffer",
                      refit_kernels_dense_backend_name(backend));
   const char *what = refit_kernels_dense_backend_name(backend);
-  if (backend != REFIT_KERNELS_DENSE_FLASHINFER_TRTLLM) {
+  int kind;
+  const int64_t rows = refit_kernels_dense_rows(backend, n, &kind);
+  if (kind < 0) {
     /* cutlass and cutedsl keep the weight bytes. */
     cudaError_t err = cudaMemcpyAsync(weight_out, q, static_cast<size_t>(n * k),
                                       cudaMemcpyDeviceToDevice, stream);
@@ -349,10 +351,9 @@ extern "C" refit_status_t refit_kernels_dense_transform_cuda(
                        cudaGetErrorString(err));
     return gather_swizzle(scale, 1, n, k / 32, kIdentity, scale_out, stream, what);
   }
-  st = gather_rows(q, 1, n, k, REFIT_KERNELS_PERM_SRC32, refit_round_up(n, 128), weight_out,
-                   stream, what);
+  const refit_kernels_perm_kind_t perm = static_cast<refit_kernels_perm_kind_t>(kind);
+  st = gather_rows(q, 1, n, k, perm, rows, weight_out, stream, what);
   if (st != REFIT_OK)
     return st;
-  return gather_swizzle(scale, 1, n, k / 32, REFIT_KERNELS_PERM_SRC32, scale_out, stream,
-                        what);
+  return gather_swizzle(scale, 1, n, k / 32, perm, scale_out, stream, what);
 }

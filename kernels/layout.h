@@ -230,6 +230,17 @@ typedef enum {
 
 #define REFIT_KERNELS_DENSE_DEFAULT REFIT_KERNELS_DENSE_FLASHINFER_CUTLASS
 
+/* The rows of a dense backend's runtime weight for [n, k] and the row
+ * permutation over them (*perm = -1: none): flashinfer_trtllm pads the rows
+ * to 128 and shuffles them with src32, the others keep them. The one
+ * statement of that rule for sizes, transforms and the zero-copy path. */
+static inline REFIT_HD int64_t refit_kernels_dense_rows(refit_kernels_dense_backend_t backend,
+                                                        int64_t n, int *perm) {
+  const int trtllm = backend == REFIT_KERNELS_DENSE_FLASHINFER_TRTLLM;
+  *perm = trtllm ? (int)REFIT_KERNELS_PERM_SRC32 : -1;
+  return trtllm ? refit_round_up(n, 128) : n;
+}
+
 /* Config spelling of a backend ("flashinfer_cutlass"); "?" if out of range. */
 const char *refit_kernels_dense_backend_name(refit_kernels_dense_backend_t b);
 

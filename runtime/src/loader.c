@@ -28,7 +28,7 @@ static refit_kernels_dense_backend_t refit_loader_backend(const refit_loader_t *
   return (refit_kernels_dense_backend_t)l->cfg->refit.linear_backend;
 }
 
-static refit_kernels_moe_shape_t refit_loader_moe_shape(const refit_gen_tensor_t *g) {
+refit_kernels_moe_shape_t refit_loader_moe_shape(const refit_gen_tensor_t *g) {
   refit_kernels_moe_shape_t m;
   m.num_experts = g->shape[0];
   m.gated = 1;
@@ -77,9 +77,10 @@ static refit_status_t refit_loader_describe(refit_loader_t *l, int64_t gen) {
     int64_t wb, sb;
     REFIT_CHECK(refit_kernels_check_shape(b, g->name, n, k));
     REFIT_CHECK(refit_kernels_dense_sizes(b, n, k, &wb, &sb));
+    int perm;
     if (b == REFIT_KERNELS_DENSE_FLASHINFER_TRTLLM)
       refit_loader_add_store(l, gen, "", REFIT_DTYPE_E4M3, "trtllm_dense", 2,
-                             refit_round_up(n, 128), k, 0, (size_t)wb);
+                             refit_kernels_dense_rows(b, n, &perm), k, 0, (size_t)wb);
     else if (b == REFIT_KERNELS_DENSE_FLASHINFER_CUTEDSL)
       refit_loader_add_store(l, gen, "", REFIT_DTYPE_E4M3, "linear_kn", 2, k, n,
                              0, (size_t)wb);

@@ -24,16 +24,21 @@ static int refit_direct_layout(const refit_loader_t *l, const refit_gen_tensor_t
   d->perm = -1;
   d->group_rows = d->perm_rows = g->rows;
   if (g->kind == REFIT_GEN_LINEAR) {
-    if ((refit_kernels_dense_backend_t)l->cfg->refit.linear_backend ==
-        REFIT_KERNELS_DENSE_FLASHINFER_TRTLLM) {
-      d->perm = REFIT_KERNELS_PERM_SRC32;
-      d->perm_rows = refit_round_up(g->rows, 128);
-    }
+    int perm;
+    d->perm_rows = refit_kernels_dense_rows(
+        (refit_kernels_dense_backend_t)l->cfg->refit.linear_backend, g->rows, &perm);
+    d->perm = perm;
   } else {
+    /* The expert layout's rows and permutation, as the transform takes them. */
     const int64_t e = g->shape[0];
-    d->group_rows = d->perm_rows = g->rows / e;
-    d->perm = g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_PERM_SRC13
-                                          : REFIT_KERNELS_PERM_SRC32;
+    const refit_kernels_moe_shape_t m = refit_loader_moe_shape(g);
+    int64_t rows, k;
+    refit_kernels_perm_kind_t kind;
+    refit_kernels_moe_tensor_dims(&m, g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_MOE_W13
+                                                                  : REFIT_KERNELS_MOE_W2,
+                                  &rows, &k, &kind);
+    d->group_rows = d->perm_rows = rows;
+    d->perm = kind;
     d->value_group_bytes = (int64_t)w[0].bytes / e;
     d->scale_group_bytes = (int64_t)w[1].bytes / e;
   }

@@ -315,23 +315,35 @@ refit_status_t refit_mem_land_reserve(refit_mem_t *m, int64_t runs) {
   return REFIT_OK;
 }
 
-refit_status_t refit_mem_land_run(refit_mem_t *m, const refit_mem_table_t *t,
-                                  int64_t first, int64_t n, uint64_t tag,
-                                  const void *staging, int64_t run) {
+/* A run's result slot: its first descriptor, no bad chunk yet (on the
+ * device too, in stream order, when n > 0). */
+static refit_status_t refit_mem_run_slot(refit_mem_t *m, int64_t first, int64_t n,
+                                         int64_t run) {
   if (run >= m->runs_cap)
     return REFIT_ERR(REFIT_ERR_INTERNAL, "land run %lld beyond the %lld reserved",
                      (long long)run, (long long)m->runs_cap);
   m->run_first[run] = first;
   m->run_bad[run] = -1;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device && n > 0)
+    return refit_device_memcpy_async(m->run_bad_device + run, &m->run_bad[run],
+                                     sizeof(int64_t), m->stream);
+#else
+  (void)n;
+#endif
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_land_run(refit_mem_t *m, const refit_mem_table_t *t,
+                                  int64_t first, int64_t n, uint64_t tag,
+                                  const void *staging, int64_t run) {
+  REFIT_CHECK(refit_mem_run_slot(m, first, n, run));
   if (n == 0)
     return REFIT_OK;
 #ifdef REFIT_HAVE_CUDA
-  if (m->device) {
-    REFIT_CHECK(refit_device_memcpy_async(m->run_bad_device + run, &m->run_bad[run],
-                                          sizeof(int64_t), m->stream));
+  if (m->device)
     return refit_land_rows_cuda((const refit_land_desc_t *)t->device + first, n, tag,
                                 staging, m->run_bad_device + run, m->stream);
-  }
 #endif
   return refit_land_rows((const refit_land_desc_t *)t->host + first, n, tag, staging,
                          &m->run_bad[run]);
@@ -356,26 +368,15 @@ refit_status_t refit_mem_land_collect(refit_mem_t *m, int64_t runs,
 refit_status_t refit_mem_direct_run(refit_mem_t *m, const refit_mem_table_t *t,
                                     int64_t first, int64_t n, uint64_t tag, void *digests,
                                     void *acc, int64_t run) {
-  if (run >= m->runs_cap)
-    return REFIT_ERR(REFIT_ERR_INTERNAL, "direct run %lld beyond the %lld reserved",
-                     (long long)run, (long long)m->runs_cap);
-  if (run >= 0) {
-    m->run_first[run] = first;
-    m->run_bad[run] = -1;
-  }
+  if (run >= 0)
+    REFIT_CHECK(refit_mem_run_slot(m, first, n, run));
   if (n == 0)
     return REFIT_OK;
 #ifdef REFIT_HAVE_CUDA
-  if (m->device) {
-    int64_t *bad = NULL;
-    if (run >= 0) {
-      bad = m->run_bad_device + run;
-      REFIT_CHECK(refit_device_memcpy_async(bad, &m->run_bad[run], sizeof(int64_t),
-                                            m->stream));
-    }
+  if (m->device)
     return refit_direct_rows_cuda((const refit_direct_desc_t *)t->device + first, n, tag,
-                                  digests, acc, bad, m->stream);
-  }
+                                  digests, acc, run >= 0 ? m->run_bad_device + run : NULL,
+                                  m->stream);
 #endif
   (void)acc;
   return refit_direct_rows((const refit_direct_desc_t *)t->host + first, n, tag, digests,

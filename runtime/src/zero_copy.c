@@ -354,12 +354,26 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
   return st;
 }
 
-void refit_zc_close(refit_session_t *s) {
+/* Generator: unmap the trainers' allocations. */
+static void refit_zc_unmap(refit_session_t *s) {
   for (int64_t i = 0; i < s->zc_nmaps; i++)
     cudaIpcCloseMemHandle(s->zc_maps[i].mapped);
   free(s->zc_maps);
   s->zc_maps = NULL;
   s->zc_nmaps = 0;
+}
+#else
+refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
+  (void)deadline;
+  (void)s;
+  return REFIT_ERR(REFIT_ERR_INTERNAL, "zero-copy without CUDA");
+}
+
+static void refit_zc_unmap(refit_session_t *s) { (void)s; }
+#endif
+
+void refit_zc_close(refit_session_t *s) {
+  refit_zc_unmap(s);
   free((void *)s->zc_base);
   s->zc_base = NULL;
   free(s->zc_off);
@@ -370,20 +384,3 @@ void refit_zc_close(refit_session_t *s) {
     refit_mem_free(s->mem, s->zc_acc);
   s->zc_acc = NULL;
 }
-#else
-refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
-  (void)deadline;
-  (void)s;
-  return REFIT_ERR(REFIT_ERR_INTERNAL, "zero-copy without CUDA");
-}
-
-void refit_zc_close(refit_session_t *s) {
-  free(s->zc_off);
-  s->zc_off = NULL;
-  free(s->gpu_of);
-  s->gpu_of = NULL;
-  if (s->zc_acc != NULL && s->mem != NULL)
-    refit_mem_free(s->mem, s->zc_acc);
-  s->zc_acc = NULL;
-}
-#endif
