@@ -1,10 +1,14 @@
 /*
- * Catalog construction: Megatron-Core sharding of the HF-named parameters on
- * the trainer side, vLLM runtime tensors on the generator side. The rules are
- * those of ../shared/reference/sharding.md; each function below names the
- * rule it implements.
+ * Catalog construction (catalog.h): the builder's tables (trainer tensors,
+ * row runs, runtime tensors, segments), the walk that fills them, and the
+ * lookups by name. What the tensors are is in three files, one per naming:
+ * catalog_hf.c (the Hugging Face tensors, as the trainer holds them under
+ * those names), catalog_megatron.c (Megatron-Core's tensors and names) and
+ * catalog_runtime.c (vLLM's runtime tensors). The rules are those of
+ * ../shared/reference/sharding.md; each function names the rule it
+ * implements.
  */
-#include "reshard/catalog.h"
+#include "reshard/catalog_internal.h"
 
 #include "core/error.h"
 #include "core/hash.h"
@@ -15,12 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-  refit_catalog_t *cat;
-  int64_t src_cap, gen_cap, seg_cap, run_cap;
-  int64_t ngen;
-} refit_catalog_builder_t;
 
 static refit_status_t refit_catalog_index(refit_catalog_t *cat);
 
@@ -64,8 +62,7 @@ static refit_status_t refit_catalog_grow(void **ptr, int64_t *cap, int64_t need,
   return REFIT_OK;
 }
 
-static void refit_name_fmt(char *dst, const char *fmt, ...) REFIT_PRINTF(2, 3);
-static void refit_name_fmt(char *dst, const char *fmt, ...) {
+void refit_name_fmt(char *dst, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(dst, REFIT_NAME_MAX, fmt, ap);
@@ -86,15 +83,9 @@ static refit_status_t refit_layout_check(const refit_model_t *m,
 
 /* Append a trainer tensor. Dense tensors are split over the tp ranks of their
  * stage with dp replicas; replicated ones are held by all tp*dp ranks. */
-static refit_status_t refit_add_src(refit_catalog_builder_t *b, int32_t *index,
-                                    int stage, int32_t layer, refit_role_t role,
-                                    refit_split_t split, int64_t rows,
-                                    int64_t cols, const char *fmt, ...)
-    REFIT_PRINTF(9, 10);
-static refit_status_t refit_add_src(refit_catalog_builder_t *b, int32_t *index,
-                                    int stage, int32_t layer, refit_role_t role,
-                                    refit_split_t split, int64_t rows,
-                                    int64_t cols, const char *fmt, ...) {
+refit_status_t refit_add_src(refit_catalog_builder_t *b, int32_t *index, int stage,
+                             int32_t layer, refit_role_t role, refit_split_t split,
+                             int64_t rows, int64_t cols, const char *fmt, ...) {
   refit_catalog_t *cat = b->cat;
   REFIT_CHECK(refit_catalog_grow((void **)&cat->src, &b->src_cap, cat->nsrc + 1,
                                  sizeof(*cat->src)));
@@ -127,8 +118,8 @@ static refit_status_t refit_add_src(refit_catalog_builder_t *b, int32_t *index,
 
 /* Megatron MoE parallel folding: the tp*dp ranks of a stage are viewed as
  * etp (fastest) x ep x edp; expert e lives on ep rank e / (X / ep). */
-static void refit_src_set_expert(const refit_catalog_t *cat,
-                                 refit_src_tensor_t *t, int64_t expert) {
+void refit_src_set_expert(const refit_catalog_t *cat, refit_src_tensor_t *t,
+                          int64_t expert) {
   const refit_trainer_layout_t *tr = &cat->trainer;
   int64_t ep_rank = expert / (cat->model.num_experts / tr->ep);
   t->nparts = tr->etp;
@@ -140,11 +131,10 @@ static void refit_src_set_expert(const refit_catalog_t *cat,
     t->split = REFIT_SPLIT_NONE;
 }
 
-static refit_status_t refit_add_gen(refit_catalog_builder_t *b,
-                                    refit_gen_tensor_t **out, int32_t layer,
-                                    refit_role_t role, refit_gen_kind_t kind,
-                                    int ndim, int64_t d0, int64_t d1, int64_t d2,
-                                    const char *name) {
+refit_status_t refit_add_gen(refit_catalog_builder_t *b, refit_gen_tensor_t **out,
+                             int32_t layer, refit_role_t role, refit_gen_kind_t kind,
+                             int ndim, int64_t d0, int64_t d1, int64_t d2,
+                             const char *name) {
   refit_catalog_t *cat = b->cat;
   int64_t n = b->ngen;
   REFIT_CHECK(refit_catalog_grow((void **)&cat->gen, &b->gen_cap, n + 1,
@@ -169,9 +159,8 @@ static refit_status_t refit_add_gen(refit_catalog_builder_t *b,
 
 /* Rows [src_row, +rows) of trainer tensor `src` are rows [hf_row, +rows)
  * of Hugging Face tensor `hf`. */
-static refit_status_t refit_add_run(refit_catalog_builder_t *b, int32_t src,
-                                    int32_t hf, int64_t src_row, int64_t hf_row,
-                                    int64_t rows) {
+refit_status_t refit_add_run(refit_catalog_builder_t *b, int32_t src, int32_t hf,
+                             int64_t src_row, int64_t hf_row, int64_t rows) {
   refit_catalog_t *cat = b->cat;
   REFIT_CHECK(refit_catalog_grow((void **)&cat->runs, &b->run_cap, cat->nruns + 1,
                                  sizeof(*cat->runs)));
@@ -195,11 +184,9 @@ static refit_status_t refit_add_run(refit_catalog_builder_t *b, int32_t src,
  * run that holds a part of those rows (one with trainer.names hf; with
  * megatron, a fused tensor's rows come in several runs).
  */
-static refit_status_t refit_add_seg(refit_catalog_builder_t *b,
-                                    refit_gen_tensor_t *g, int32_t hf,
-                                    int64_t hf_row, int64_t col, int64_t rows,
-                                    int64_t cols, int64_t dst_row,
-                                    int64_t dst_col) {
+refit_status_t refit_add_seg(refit_catalog_builder_t *b, refit_gen_tensor_t *g,
+                             int32_t hf, int64_t hf_row, int64_t col, int64_t rows,
+                             int64_t cols, int64_t dst_row, int64_t dst_col) {
   refit_catalog_t *cat = b->cat;
   int64_t covered = 0;
   for (int64_t k = cat->hf_run_begin[hf]; k < cat->hf_run_begin[hf + 1]; k++) {
@@ -229,376 +216,6 @@ static refit_status_t refit_add_seg(refit_catalog_builder_t *b,
                      "trainer tensor",
                      (long long)(rows - covered), (long long)rows,
                      cat->hf[hf].name, g->name);
-  return REFIT_OK;
-}
-
-/* Trainer tensor indices of one layer, filled by refit_build_src_layer. */
-typedef struct {
-  int32_t in_norm, post_norm, q, k, v, o, q_norm, k_norm;
-  int32_t gate, up, down, router;
-  int32_t expert0; /* first of 3 * X expert tensors: gate, up, down per e */
-} refit_layer_src_t;
-
-/* A layer's sizes, which the rows and columns of its tensors are made of. */
-typedef enum {
-  REFIT_DIM_ONE, /* a norm's single row */
-  REFIT_DIM_H,   /* hidden_size */
-  REFIT_DIM_D,   /* head_dim */
-  REFIT_DIM_QD,  /* query heads x head_dim */
-  REFIT_DIM_KVD, /* key/value heads x head_dim */
-  REFIT_DIM_F,   /* intermediate_size (dense MLP) */
-  REFIT_NDIMS
-} refit_layer_dim_t;
-
-/* One trainer tensor of a layer under its Hugging Face name
- * model.layers.<l>.<suffix>; `field` is its index in refit_layer_src_t. */
-typedef struct {
-  size_t field;
-  refit_role_t role;
-  refit_split_t split;
-  refit_layer_dim_t rows, cols;
-  const char *suffix;
-} refit_layer_tensor_t;
-
-/* A row of the tables below: field of refit_layer_src_t, role, split, rows,
- * cols, name suffix. */
-#define REFIT_LAYER_TENSOR(field, role, split, rows, cols, suffix)                       \
-  {                                                                                      \
-    offsetof(refit_layer_src_t, field), REFIT_ROLE_##role, REFIT_SPLIT_##split,          \
-        REFIT_DIM_##rows, REFIT_DIM_##cols, suffix                                       \
-  }
-
-/* Attention and norms, in the order of every layer. */
-static const refit_layer_tensor_t refit_layer_attention[] = {
-    REFIT_LAYER_TENSOR(in_norm, NORM, NONE, ONE, H, "input_layernorm.weight"),
-    REFIT_LAYER_TENSOR(q, LINEAR, ROWS, QD, H, "self_attn.q_proj.weight"),
-    REFIT_LAYER_TENSOR(k, LINEAR, ROWS, KVD, H, "self_attn.k_proj.weight"),
-    REFIT_LAYER_TENSOR(v, LINEAR, ROWS, KVD, H, "self_attn.v_proj.weight"),
-    REFIT_LAYER_TENSOR(o, LINEAR, COLS, H, QD, "self_attn.o_proj.weight"),
-    REFIT_LAYER_TENSOR(q_norm, NORM, NONE, ONE, D, "self_attn.q_norm.weight"),
-    REFIT_LAYER_TENSOR(k_norm, NORM, NONE, ONE, D, "self_attn.k_norm.weight"),
-    REFIT_LAYER_TENSOR(post_norm, NORM, NONE, ONE, H, "post_attention_layernorm.weight"),
-};
-
-/* The dense MLP (qwen3). */
-static const refit_layer_tensor_t refit_layer_dense_mlp[] = {
-    REFIT_LAYER_TENSOR(gate, LINEAR, ROWS, F, H, "mlp.gate_proj.weight"),
-    REFIT_LAYER_TENSOR(up, LINEAR, ROWS, F, H, "mlp.up_proj.weight"),
-    REFIT_LAYER_TENSOR(down, LINEAR, COLS, H, F, "mlp.down_proj.weight"),
-};
-#undef REFIT_LAYER_TENSOR
-
-/* Append the tensors of `table` for layer l, their indices into `ls`. */
-static refit_status_t refit_add_layer_tensors(refit_catalog_builder_t *b, int l,
-                                              int stage, const int64_t *dims,
-                                              const refit_layer_tensor_t *table, size_t n,
-                                              refit_layer_src_t *ls) {
-  for (size_t i = 0; i < n; i++) {
-    const refit_layer_tensor_t *t = &table[i];
-    int32_t *index = (int32_t *)(void *)((char *)ls + t->field);
-    REFIT_CHECK(refit_add_src(b, index, stage, l, t->role, t->split, dims[t->rows],
-                              dims[t->cols], "model.layers.%d.%s", l, t->suffix));
-  }
-  return REFIT_OK;
-}
-
-#define REFIT_LAYER_TABLE(table) table, sizeof(table) / sizeof(table[0])
-
-static refit_status_t refit_build_src_layer(refit_catalog_builder_t *b, int l,
-                                            int stage, refit_layer_src_t *ls) {
-  const refit_model_t *m = &b->cat->model;
-  const int64_t H = m->hidden_size, D = m->head_dim;
-  const int64_t dims[REFIT_NDIMS] = {
-      [REFIT_DIM_ONE] = 1,
-      [REFIT_DIM_H] = H,
-      [REFIT_DIM_D] = D,
-      [REFIT_DIM_QD] = m->num_attention_heads * D,
-      [REFIT_DIM_KVD] = m->num_kv_heads * D,
-      [REFIT_DIM_F] = m->intermediate_size,
-  };
-  const char *p = "model.layers";
-
-  REFIT_CHECK(refit_add_layer_tensors(b, l, stage, dims,
-                                      REFIT_LAYER_TABLE(refit_layer_attention), ls));
-  if (m->family == REFIT_FAMILY_QWEN3)
-    return refit_add_layer_tensors(b, l, stage, dims,
-                                   REFIT_LAYER_TABLE(refit_layer_dense_mlp), ls);
-  const int64_t X = m->num_experts, I = m->moe_intermediate_size;
-  REFIT_CHECK(refit_add_src(b, &ls->router, stage, l, REFIT_ROLE_ROUTER,
-                            REFIT_SPLIT_NONE, X, H, "%s.%d.mlp.gate.weight", p,
-                            l));
-  ls->expert0 = (int32_t)b->cat->nsrc;
-  for (int64_t e = 0; e < X; e++) {
-    static const char *const names[3] = {"gate_proj", "up_proj", "down_proj"};
-    for (int w = 0; w < 3; w++) {
-      int32_t idx;
-      const int down = w == 2;
-      REFIT_CHECK(refit_add_src(
-          b, &idx, stage, l, REFIT_ROLE_EXPERT,
-          down ? REFIT_SPLIT_COLS : REFIT_SPLIT_ROWS, down ? H : I,
-          down ? I : H, "%s.%d.mlp.experts.%lld.%s.weight", p, l, (long long)e,
-          names[w]));
-      refit_src_set_expert(b->cat, &b->cat->src[idx], e);
-    }
-  }
-  return REFIT_OK;
-}
-
-/*
- * Generator tensors of one layer for tp rank t (vLLM):
- * qkv_proj = [q_t; k_t; v_t] with KV-head replication when tp > KV,
- * o_proj split on dim 1, gate_up_proj = [gate_t; up_t], down_proj on dim 1,
- * experts w13 = [gate; up] per expert and w2, TP-sharded (ep 1) or split
- * over ranks (ep tp), router and norms replicated.
- */
-static refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l,
-                                            int t, const refit_layer_src_t *ls) {
-  const refit_model_t *m = &b->cat->model;
-  const int gtp = b->cat->generator.tp;
-  const int64_t H = m->hidden_size, D = m->head_dim;
-  const int64_t q_rows = m->num_attention_heads / gtp * D;
-  int64_t kv_rows, kv_row0;
-  char name[REFIT_NAME_MAX];
-  refit_gen_tensor_t *g;
-
-  if (gtp <= m->num_kv_heads) {
-    kv_rows = m->num_kv_heads / gtp * D;
-    kv_row0 = t * kv_rows;
-  } else {
-    int64_t share = gtp / m->num_kv_heads; /* ranks sharing one KV head */
-    kv_rows = D;
-    kv_row0 = (t / share) * D;
-  }
-
-#define REFIT_GEN(layer_name, role, kind, nd, d0, d1, d2)                      \
-  do {                                                                         \
-    refit_name_fmt(name, "model.layers.%d.%s", l, layer_name);                 \
-    REFIT_CHECK(refit_add_gen(b, &g, l, role, kind, nd, d0, d1, d2, name));    \
-  } while (0)
-
-  REFIT_GEN("input_layernorm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, H, 0, 0);
-  REFIT_CHECK(refit_add_seg(b, g, ls->in_norm, 0, 0, 1, H, 0, 0));
-
-  REFIT_GEN("self_attn.qkv_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2,
-            q_rows + 2 * kv_rows, H, 0);
-  g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
-  REFIT_CHECK(refit_add_seg(b, g, ls->q, t * q_rows, 0, q_rows, H, 0, 0));
-  REFIT_CHECK(refit_add_seg(b, g, ls->k, kv_row0, 0, kv_rows, H, q_rows, 0));
-  REFIT_CHECK(refit_add_seg(b, g, ls->v, kv_row0, 0, kv_rows, H,
-                            q_rows + kv_rows, 0));
-
-  REFIT_GEN("self_attn.o_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, H,
-            q_rows, 0);
-  g->k_field = REFIT_FIELD_MODEL_HEAD_DIM;
-  REFIT_CHECK(refit_add_seg(b, g, ls->o, 0, t * q_rows, H, q_rows, 0, 0));
-
-  REFIT_GEN("self_attn.q_norm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, D, 0, 0);
-  REFIT_CHECK(refit_add_seg(b, g, ls->q_norm, 0, 0, 1, D, 0, 0));
-  REFIT_GEN("self_attn.k_norm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, D, 0, 0);
-  REFIT_CHECK(refit_add_seg(b, g, ls->k_norm, 0, 0, 1, D, 0, 0));
-
-  REFIT_GEN("post_attention_layernorm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN,
-            1, H, 0, 0);
-  REFIT_CHECK(refit_add_seg(b, g, ls->post_norm, 0, 0, 1, H, 0, 0));
-
-  if (m->family == REFIT_FAMILY_QWEN3) {
-    const int64_t f = m->intermediate_size / gtp;
-    REFIT_GEN("mlp.gate_up_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2,
-              2 * f, H, 0);
-    g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
-    REFIT_CHECK(refit_add_seg(b, g, ls->gate, t * f, 0, f, H, 0, 0));
-    REFIT_CHECK(refit_add_seg(b, g, ls->up, t * f, 0, f, H, f, 0));
-    REFIT_GEN("mlp.down_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, H,
-              f, 0);
-    g->k_field = REFIT_FIELD_MODEL_INTERMEDIATE_SIZE;
-    REFIT_CHECK(refit_add_seg(b, g, ls->down, 0, t * f, H, f, 0, 0));
-    return REFIT_OK;
-  }
-
-  const int64_t X = m->num_experts, I = m->moe_intermediate_size;
-  const int ep = b->cat->generator.ep;
-  const int64_t E = ep == 1 ? X : X / gtp;   /* local experts */
-  const int64_t i = ep == 1 ? I / gtp : I;    /* intermediate rows per rank */
-  const int64_t e0 = ep == 1 ? 0 : t * E;     /* first global expert */
-  const int64_t i0 = ep == 1 ? t * i : 0;     /* first intermediate row */
-
-  /* vLLM builds the router as ReplicatedLinear with quant_config=None
-   * (model_executor/models/qwen3_moe.py, Qwen3MoeSparseMoeBlock): BF16 under
-   * every quantization. */
-  REFIT_GEN("mlp.gate.weight", REFIT_ROLE_ROUTER, REFIT_GEN_PLAIN, 2, X, H, 0);
-  REFIT_CHECK(refit_add_seg(b, g, ls->router, 0, 0, X, H, 0, 0));
-  REFIT_GEN("mlp.experts.w13_weight", REFIT_ROLE_EXPERT, REFIT_GEN_MOE_W13, 3,
-            E, 2 * i, H);
-  g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
-  for (int64_t e = 0; e < E; e++) {
-    int32_t gate = ls->expert0 + (int32_t)(3 * (e0 + e));
-    REFIT_CHECK(refit_add_seg(b, g, gate, i0, 0, i, H, e * 2 * i, 0));
-    REFIT_CHECK(refit_add_seg(b, g, gate + 1, i0, 0, i, H, e * 2 * i + i, 0));
-  }
-  REFIT_GEN("mlp.experts.w2_weight", REFIT_ROLE_EXPERT, REFIT_GEN_MOE_W2, 3, E,
-            H, i);
-  g->k_field = REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE;
-  for (int64_t e = 0; e < E; e++) {
-    int32_t down = ls->expert0 + (int32_t)(3 * (e0 + e)) + 2;
-    REFIT_CHECK(refit_add_seg(b, g, down, 0, i0, H, i, e * H, 0));
-  }
-#undef REFIT_GEN
-  return REFIT_OK;
-}
-
-/* Append trainer tensor `name` holding Hugging Face tensor `hf` row for row
- * (same shape), split as `split` over the stage's tp ranks. */
-static refit_status_t refit_add_alias(refit_catalog_builder_t *b, int32_t *index,
-                                      int32_t hf, int stage, refit_split_t split,
-                                      const char *name) {
-  const refit_src_tensor_t h = b->cat->hf[hf];
-  REFIT_CHECK(refit_add_src(b, index, stage, h.layer, h.role, split, h.rows,
-                            h.cols, "%s", name));
-  return refit_add_run(b, *index, hf, 0, 0, h.rows);
-}
-
-/* [gate_r; up_r] for r < parts: Megatron's linear_fc1 keeps each tp (or etp)
- * rank's gate rows and up rows together (megatron/core/transformer/mlp.py;
- * Megatron-Bridge GatedMLPMapping, 067f987d). */
-static refit_status_t refit_add_fc1_runs(refit_catalog_builder_t *b, int32_t src,
-                                         int32_t gate, int32_t up, int64_t rows,
-                                         int parts) {
-  const int64_t f = rows / parts;
-  for (int r = 0; r < parts; r++) {
-    REFIT_CHECK(refit_add_run(b, src, gate, 2 * r * f, r * f, f));
-    REFIT_CHECK(refit_add_run(b, src, up, 2 * r * f + f, r * f, f));
-  }
-  return REFIT_OK;
-}
-
-/*
- * The trainer tensors of one layer as Megatron-Core's GPTModel holds them
- * (named_parameters(), Megatron-LM d98e8a64; ../shared/reference/
- * framework-layouts.md). Layer numbers are local to the stage; experts are
- * numbered within their ep rank (global id = ep_rank * X/ep + k,
- * megatron/core/transformer/moe/moe_layer.py).
- */
-static refit_status_t refit_build_megatron_layer(refit_catalog_builder_t *b, int l,
-                                                 int stage,
-                                                 const refit_layer_src_t *ls) {
-  refit_catalog_t *cat = b->cat;
-  const refit_model_t *m = &cat->model;
-  const refit_trainer_layout_t *tr = &cat->trainer;
-  const int te = tr->spec == REFIT_SPEC_TE;
-  const int moe = m->family == REFIT_FAMILY_QWEN3_MOE;
-  const int grouped = tr->experts == REFIT_EXPERTS_GROUPED ||
-                      (tr->experts == REFIT_EXPERTS_AUTO && te);
-  const int64_t D = m->head_dim, H = m->hidden_size;
-  const int64_t groups = m->num_kv_heads;
-  const int64_t per_group = m->num_attention_heads / groups; /* q heads */
-  char p[REFIT_NAME_MAX], name[REFIT_NAME_MAX];
-  int32_t idx;
-
-  refit_name_fmt(p, "%sdecoder.layers.%lld.", tr->name_prefix,
-                 (long long)(l - cat->stage_first_layer[stage]));
-#define REFIT_MEG_NAME(suffix) refit_name_fmt(name, "%s%s", p, suffix)
-
-  REFIT_MEG_NAME(te ? "self_attention.linear_qkv.layer_norm_weight"
-                    : "input_layernorm.weight");
-  REFIT_CHECK(refit_add_alias(b, &idx, ls->in_norm, stage, REFIT_SPLIT_NONE, name));
-
-  /* linear_qkv, globally [q..q k v] per query group: per_group query heads,
-   * then the group's K head, then its V head (attention.py
-   * get_query_key_value_tensors; Bridge QKVMapping). A tp rank holds a
-   * contiguous 1/tp of these rows. */
-  REFIT_MEG_NAME("self_attention.linear_qkv.weight");
-  REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_LINEAR, REFIT_SPLIT_ROWS,
-                            (m->num_attention_heads + 2 * groups) * D, H, "%s",
-                            name));
-  for (int64_t g = 0; g < groups; g++) {
-    const int64_t row0 = g * (per_group + 2) * D;
-    REFIT_CHECK(refit_add_run(b, idx, ls->q, row0, g * per_group * D, per_group * D));
-    REFIT_CHECK(refit_add_run(b, idx, ls->k, row0 + per_group * D, g * D, D));
-    REFIT_CHECK(refit_add_run(b, idx, ls->v, row0 + (per_group + 1) * D, g * D, D));
-  }
-  REFIT_MEG_NAME("self_attention.q_layernorm.weight");
-  REFIT_CHECK(refit_add_alias(b, &idx, ls->q_norm, stage, REFIT_SPLIT_NONE, name));
-  REFIT_MEG_NAME("self_attention.k_layernorm.weight");
-  REFIT_CHECK(refit_add_alias(b, &idx, ls->k_norm, stage, REFIT_SPLIT_NONE, name));
-  REFIT_MEG_NAME("self_attention.linear_proj.weight");
-  REFIT_CHECK(refit_add_alias(b, &idx, ls->o, stage, REFIT_SPLIT_COLS, name));
-
-  /* The pre-MLP norm: fused into linear_fc1 by TE in a dense layer; a MoE
-   * layer keeps its own pre_mlp_layernorm under both specs. */
-  REFIT_MEG_NAME(te && !moe ? "mlp.linear_fc1.layer_norm_weight"
-                            : "pre_mlp_layernorm.weight");
-  REFIT_CHECK(refit_add_alias(b, &idx, ls->post_norm, stage, REFIT_SPLIT_NONE, name));
-
-  if (!moe) {
-    REFIT_MEG_NAME("mlp.linear_fc1.weight");
-    REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_LINEAR, REFIT_SPLIT_ROWS,
-                              2 * m->intermediate_size, H, "%s", name));
-    REFIT_CHECK(refit_add_fc1_runs(b, idx, ls->gate, ls->up, m->intermediate_size,
-                                   tr->tp));
-    REFIT_MEG_NAME("mlp.linear_fc2.weight");
-    REFIT_CHECK(refit_add_alias(b, &idx, ls->down, stage, REFIT_SPLIT_COLS, name));
-    return REFIT_OK;
-  }
-
-  REFIT_MEG_NAME("mlp.router.weight");
-  REFIT_CHECK(refit_add_alias(b, &idx, ls->router, stage, REFIT_SPLIT_NONE, name));
-  const int64_t X = m->num_experts, I = m->moe_intermediate_size;
-  const int64_t local = X / tr->ep;
-  for (int64_t e = 0; e < X; e++) {
-    const int32_t gate = ls->expert0 + (int32_t)(3 * e);
-    const long long k = (long long)(e % local);
-    if (grouped)
-      refit_name_fmt(name, "%smlp.experts.linear_fc1.weight%lld", p, k);
-    else
-      refit_name_fmt(name, "%smlp.experts.local_experts.%lld.linear_fc1.weight", p, k);
-    REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_EXPERT, REFIT_SPLIT_ROWS,
-                              2 * I, H, "%s", name));
-    refit_src_set_expert(cat, &cat->src[idx], e);
-    REFIT_CHECK(refit_add_fc1_runs(b, idx, gate, gate + 1, I, tr->etp));
-    if (grouped)
-      refit_name_fmt(name, "%smlp.experts.linear_fc2.weight%lld", p, k);
-    else
-      refit_name_fmt(name, "%smlp.experts.local_experts.%lld.linear_fc2.weight", p, k);
-    REFIT_CHECK(refit_add_alias(b, &idx, gate + 2, stage, REFIT_SPLIT_COLS, name));
-    refit_src_set_expert(cat, &cat->src[idx], e);
-  }
-#undef REFIT_MEG_NAME
-  return REFIT_OK;
-}
-
-/* Megatron-Core's non-layer tensors: the padded word embedding on the first
- * stage, the final norm and the output layer on the last. With tied
- * embeddings and several stages the last stage still holds output_layer
- * (a copy of the embedding, kept in sync by Megatron): accepted, never
- * read. */
-static refit_status_t refit_build_megatron(refit_catalog_builder_t *b,
-                                           const refit_layer_src_t *ls,
-                                           int32_t embed, int32_t norm,
-                                           int32_t lm_head) {
-  refit_catalog_t *cat = b->cat;
-  const refit_trainer_layout_t *tr = &cat->trainer;
-  const int pp = tr->pp;
-  const int64_t H = cat->model.hidden_size, V = cat->model.vocab_size;
-  const int64_t Vpad = refit_catalog_trainer_vocab(&cat->model, tr);
-  char name[REFIT_NAME_MAX];
-  int32_t idx;
-
-  refit_name_fmt(name, "%sembedding.word_embeddings.weight", tr->name_prefix);
-  REFIT_CHECK(refit_add_src(b, &idx, 0, -1, REFIT_ROLE_EMBED, REFIT_SPLIT_ROWS, Vpad,
-                            H, "%s", name));
-  REFIT_CHECK(refit_add_run(b, idx, embed, 0, 0, V));
-  for (int s = 0; s < pp; s++)
-    for (int64_t l = cat->stage_first_layer[s]; l < cat->stage_first_layer[s + 1]; l++)
-      REFIT_CHECK(refit_build_megatron_layer(b, (int)l, s, &ls[l]));
-  refit_name_fmt(name, "%sdecoder.final_layernorm.weight", tr->name_prefix);
-  REFIT_CHECK(refit_add_alias(b, &idx, norm, pp - 1, REFIT_SPLIT_NONE, name));
-  if (lm_head >= 0 || pp > 1) {
-    refit_name_fmt(name, "%soutput_layer.weight", tr->name_prefix);
-    REFIT_CHECK(refit_add_src(b, &idx, pp - 1, -1, REFIT_ROLE_LM_HEAD,
-                              REFIT_SPLIT_ROWS, Vpad, H, "%s", name));
-    if (lm_head >= 0)
-      REFIT_CHECK(refit_add_run(b, idx, lm_head, 0, 0, V));
-  }
   return REFIT_OK;
 }
 

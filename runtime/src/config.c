@@ -48,7 +48,8 @@ refit_status_t refit_config_parse_bytes(const char *text, uint64_t *bytes) {
  * marked with the file's key (parser.keys[row].elsewhere), so that it is not
  * "missing" and rules blaming it name the file and its key; when the file
  * cannot be read, those rows are marked bad too, so that no rule repeats the
- * failure.
+ * failure. A value from the file meets its row's bounds (the table's, as
+ * for the YAML file), or is refused at model.hf_config by file and key.
  */
 static void refit_config_read_hf(refit_config_ctx_t *c) {
   const int at_row = ROW(MODEL_HF_CONFIG);
@@ -98,6 +99,22 @@ static void refit_config_read_hf(refit_config_ctx_t *c) {
       continue;
     const refit_config_row_t *r = &refit_config_rows[i];
     const int64_t from_file = refit_config_row_int(r, &file);
+    /* The row's bounds hold for the file's value as for the YAML file's. */
+    const refit_config_value_status_t bound =
+        r->type == REFIT_CONFIG_TYPE_INT ? refit_config_value_check_int(r, from_file)
+                                         : REFIT_CONFIG_VALUE_OK;
+    if (bound != REFIT_CONFIG_VALUE_OK) {
+      char expect[128];
+      refit_config_value_expect(r, bound == REFIT_CONFIG_VALUE_TOO_BIG, expect,
+                                sizeof(expect));
+      refit_config_problem(&c->parser, at,
+                           "model.hf_config: %s: %s: %lld is beyond %s's bound "
+                           "(expected %s)",
+                           c->hf_file, c->parser.keys[i].elsewhere, (long long)from_file,
+                           refit_config_row_path(r), expect);
+      c->parser.keys[i].bad = true;
+      continue;
+    }
     if (c->parser.keys[i].pos.line > 0 && !c->parser.keys[i].bad &&
         refit_config_row_int(r, &c->cfg) != from_file) {
       char yaml_value[64], file_value[64];

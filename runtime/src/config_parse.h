@@ -136,6 +136,12 @@ refit_config_value_status_t refit_config_value_parse(const refit_config_row_t *r
                                                      void *target, char *why,
                                                      size_t why_len);
 
+/* Whether `v` is within the bounds of INT row r: the check of
+ * refit_config_value_parse, for values that come from elsewhere than YAML
+ * text (model.hf_config). */
+refit_config_value_status_t refit_config_value_check_int(const refit_config_row_t *r,
+                                                         int64_t v);
+
 /* What row r accepts, as a phrase that follows "expected ". */
 void refit_config_value_expect(const refit_config_row_t *r, bool too_big, char *buf,
                                size_t n);

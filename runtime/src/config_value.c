@@ -324,6 +324,15 @@ void refit_config_quote(const char *text, char *buf, size_t n) {
   buf[off] = '\0';
 }
 
+refit_config_value_status_t refit_config_value_check_int(const refit_config_row_t *r,
+                                                         int64_t v) {
+  if (v < r->min)
+    return REFIT_CONFIG_VALUE_INVALID;
+  if (v > r->max)
+    return REFIT_CONFIG_VALUE_TOO_BIG;
+  return REFIT_CONFIG_VALUE_OK;
+}
+
 refit_config_value_status_t refit_config_value_parse(const refit_config_row_t *r,
                                                      const char *text, bool plain,
                                                      void *target, char *why,
@@ -344,10 +353,9 @@ refit_config_value_status_t refit_config_value_parse(const refit_config_row_t *r
     long long v = strtoll(text, NULL, 10);
     if (errno == ERANGE)
       return v < 0 ? REFIT_CONFIG_VALUE_INVALID : REFIT_CONFIG_VALUE_TOO_BIG;
-    if (v < r->min)
-      return REFIT_CONFIG_VALUE_INVALID;
-    if (v > r->max)
-      return REFIT_CONFIG_VALUE_TOO_BIG;
+    const refit_config_value_status_t bound = refit_config_value_check_int(r, v);
+    if (bound != REFIT_CONFIG_VALUE_OK)
+      return bound;
     refit_config_store_int(field, r->size, v);
     return REFIT_CONFIG_VALUE_OK;
   }

@@ -4,10 +4,10 @@
  * Prints the reshard plan without moving data: per-rank bytes, max/mean,
  * messages, buckets, the floor (the busiest rank's bytes over its links),
  * the transfer time predicted bucket by bucket, their ratio, the worst
- * bucket's balance and the MXFP8 arena. One process, no MPI launch needed.
+ * bucket's balance and the MXFP8 arena. One process, no MPI launch needed:
+ * a client of refit/plan.h alone.
  */
-#include "config.h"
-#include "reshard/plan.h"
+#include "refit/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
   double gbps = 25.0, nvlink = 450.0;
   int gpus_per_node = 0;
   int world_only = 0, all_ranks = 0;
-  refit_config_t cfg;
+  refit_plan_report_h report = NULL;
   char *errors = NULL;
 
   for (int i = 1; i < argc; i++) {
@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
   }
   if (path == NULL)
     return refit_plan_usage();
-  refit_status_t st = refit_config_load(path, 0, &cfg, &errors, NULL, NULL);
+  refit_status_t st = refit_plan_report_open(path, &report, &errors);
   if (st != REFIT_OK) {
     fprintf(stderr, "%s", errors ? errors : refit_last_error());
     if (errors == NULL || (errors[0] && errors[strlen(errors) - 1] != '\n'))
@@ -99,40 +99,32 @@ int main(int argc, char **argv) {
     free(errors);
     return 2;
   }
-  const int T = refit_trainer_world(&cfg.trainer);
-  const int G = refit_generator_world(&cfg.generator);
+  int T = 0, G = 0;
+  refit_plan_report_world(report, &T, &G);
   if (world_only) {
     printf("%d\n", T + G);
+    refit_plan_report_close(report);
     return 0;
   }
 
-  refit_catalog_t *cat = NULL;
-  refit_plan_t *plan = NULL;
-  refit_plan_options_t opt;
-  refit_config_plan_options(&cfg, &opt);
   double t0 = refit_plan_now();
-  st = refit_catalog_create(&cfg.model, &cfg.trainer, &cfg.generator, &cat);
-  if (st == REFIT_OK) {
-    refit_config_mark_quantized(&cfg, cat);
-    st = refit_plan_create(cat, &opt, &plan);
-  }
+  st = refit_plan_report_build(report);
   double plan_s = refit_plan_now() - t0;
   if (st != REFIT_OK) {
     fprintf(stderr, "refit-plan: %s: %s\n", refit_status_str(st), refit_last_error());
-    refit_catalog_destroy(cat);
+    refit_plan_report_close(report);
     return 1;
   }
-  refit_plan_stats_t s;
-  const refit_plan_network_t net = {
+  refit_plan_figures_t f;
+  refit_plan_prediction_t s;
+  const refit_plan_links_t links = {
       .link_gbps = gbps, .nvlink_gbps = nvlink, .gpus_per_node = gpus_per_node};
-  refit_plan_predict(plan, &net, &s);
-  int64_t params = 0;
-  for (int64_t i = 0; i < cat->nhf; i++)
-    params += cat->hf[i].rows * cat->hf[i].cols;
+  refit_plan_report_figures(report, &f);
+  refit_plan_report_predict(report, &links, &s);
 
   printf("refit-plan %s\n", path);
   printf("  model            %.3f B parameters, %lld trainer tensors\n",
-         (double)params / 1e9, (long long)cat->nsrc);
+         (double)f.parameters / 1e9, (long long)f.trainer_tensors);
   printf("  ranks            %d trainer + %d generator = %d\n", T, G, T + G);
   printf("  bytes moved      %.3f GB per refit\n", (double)s.total_bytes / 1e9);
   printf("  trainer egress   max %.3f GB, mean %.3f GB, max/mean %.3f\n",
@@ -141,12 +133,11 @@ int main(int argc, char **argv) {
   printf("  generator ingress max %.3f GB, mean %.3f GB, max/mean %.3f\n",
          (double)s.ingress_max / 1e9, s.ingress_mean / 1e9,
          s.ingress_mean > 0 ? (double)s.ingress_max / s.ingress_mean : 0.0);
-  printf("  chunks           %lld\n", (long long)plan->nchunks);
-  printf("  messages         %lld\n", (long long)plan->nmsgs);
+  printf("  chunks           %lld\n", (long long)f.chunks);
+  printf("  messages         %lld\n", (long long)f.messages);
   printf("  buckets          %d of at most %llu bytes per generator rank "
          "(largest staged: %lld)\n",
-         plan->nbuckets, (unsigned long long)cfg.refit.bucket_bytes,
-         (long long)s.staging_max);
+         f.buckets, (unsigned long long)f.bucket_bytes, (long long)s.staging_max);
   if (gpus_per_node > 0)
     printf("  network          NIC %.1f GB/s per rank and direction; %d GPUs per "
            "node on NVLink %.1f GB/s\n",
@@ -163,22 +154,26 @@ int main(int argc, char **argv) {
          s.bucket_egress_imbalance, s.bucket_ingress_imbalance);
   printf("  schedule spread  %.3f (1: every bucket from every trainer; 0: "
          "tensor order)\n",
-         plan->spread);
-  if (cfg.refit.precision == REFIT_PRECISION_MXFP8)
+         f.spread);
+  if (f.mxfp8)
     printf("  MXFP8 assembly   %.1f MiB per generator rank (largest; bound "
            "refit.arena_bytes %.1f MiB); staging 2 x %.1f MiB\n",
-           (double)s.arena_max / 1048576.0, (double)cfg.refit.arena_bytes / 1048576.0,
+           (double)s.arena_max / 1048576.0, (double)f.arena_bound / 1048576.0,
            (double)s.staging_max / 1048576.0);
   printf("  planned in       %.3f s\n", plan_s);
-  printf("  plan hash        %016llx\n", (unsigned long long)plan->hash);
+  printf("  plan hash        %016llx\n", (unsigned long long)f.hash);
   if (all_ranks || T + G <= 16) {
+    int64_t bytes = 0;
     printf("\n  %-10s %6s %16s\n", "side", "rank", "bytes");
-    for (int r = 0; r < T; r++)
-      printf("  %-10s %6d %16lld\n", "trainer", r, (long long)plan->egress[r]);
-    for (int g = 0; g < G; g++)
-      printf("  %-10s %6d %16lld\n", "generator", g, (long long)plan->ingress[g]);
+    for (int r = 0; r < T; r++) {
+      refit_plan_report_rank_bytes(report, REFIT_PLAN_SIDE_TRAINER, r, &bytes);
+      printf("  %-10s %6d %16lld\n", "trainer", r, (long long)bytes);
+    }
+    for (int g = 0; g < G; g++) {
+      refit_plan_report_rank_bytes(report, REFIT_PLAN_SIDE_GENERATOR, g, &bytes);
+      printf("  %-10s %6d %16lld\n", "generator", g, (long long)bytes);
+    }
   }
-  refit_plan_destroy(plan);
-  refit_catalog_destroy(cat);
+  refit_plan_report_close(report);
   return 0;
 }

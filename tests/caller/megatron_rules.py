@@ -1,7 +1,7 @@
 """What a Megatron-Core trainer rank holds, stated from Megatron-Core's rules.
 
 An independent statement for tests: it shares no code and no tables with
-refit's catalog (reshard/catalog.c). Given the full Hugging Face weights of a
+refit's catalog (reshard/catalog_megatron.c). Given the full Hugging Face weights of a
 Qwen3 or Qwen3-MoE model (numpy uint16 arrays of bfloat16 bits) and a refit
 config, it returns the tensors one trainer rank holds, under the names
 Megatron-Core's GPTModel.named_parameters() gives them and with the values

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "config_table.h"
 #include "hf_config.h"
 
 #include <stdio.h>
@@ -190,6 +191,52 @@ static void test_unsupported_values(void **state) {
   free(errors);
 }
 
+/* A value from config.json meets the bounds of the table row it fills, as
+ * the same value in the YAML file would: refused at model.hf_config, naming
+ * the file, its key and the row's bound. */
+static void test_table_bounds(void **state) {
+  (void)state;
+  static const struct {
+    const char *from, *json_key, *yaml_key;
+  } keys[] = {
+      {"\"hidden_size\": 128", "hidden_size", "model.hidden_size"},
+      {"\"num_hidden_layers\": 4", "num_hidden_layers", "model.num_layers"},
+      {"\"num_attention_heads\": 8", "num_attention_heads", "model.num_attention_heads"},
+      {"\"num_key_value_heads\": 4", "num_key_value_heads", "model.num_kv_heads"},
+      {"\"head_dim\": 16", "head_dim", "model.head_dim"},
+      {"\"vocab_size\": 512", "vocab_size", "model.vocab_size"},
+      {"\"num_experts\": 8", "num_experts", "model.num_experts"},
+      {"\"moe_intermediate_size\": 64", "moe_intermediate_size",
+       "model.moe_intermediate_size"},
+  };
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    const int row = refit_config_table_path(&refit_config_table, keys[i].yaml_key);
+    assert_true(row >= 0);
+    const int64_t max = refit_config_rows[row].max;
+    char to[96], message[256];
+    snprintf(to, sizeof(to), "\"%s\": %lld", keys[i].json_key, (long long)max + 1);
+    write_json_edit(keys[i].from, to);
+    char *errors = parse("model:\n  hf_config: .\n", REFIT_ERR_CONFIG, NULL);
+    snprintf(message, sizeof(message),
+             "/config.json: %s: %lld is beyond %s's bound (expected a %s "
+             "integer no larger than %lld)",
+             keys[i].json_key, (long long)max + 1, keys[i].yaml_key,
+             refit_config_rows[row].min == 1 ? "positive" : "non-negative",
+             (long long)max);
+    expect(errors, "job.yaml:2:3: model.hf_config: ");
+    expect(errors, message);
+    assert_null(strstr(errors, "missing required"));
+    free(errors);
+  }
+  /* The case reported: a hidden size eight times the bound. */
+  write_json_edit("\"hidden_size\": 128", "\"hidden_size\": 1048576");
+  char *errors = parse("model:\n  hf_config: .\n", REFIT_ERR_CONFIG, NULL);
+  expect(errors, "job.yaml:2:3: model.hf_config: ");
+  expect(errors, "/config.json: hidden_size: 1048576 is beyond model.hidden_size's bound "
+                 "(expected a positive integer no larger than 131072)");
+  free(errors);
+}
+
 static void test_missing_file(void **state) {
   (void)state;
   char *errors =
@@ -226,6 +273,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_yaml_must_agree, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rule_names_the_file_key, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unsupported_values, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_table_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_missing_file, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dense_family, setup, teardown),
   };

@@ -3,7 +3,8 @@
  * re-sharded, optionally quantized to MXFP8 and laid out for the inference
  * kernels, written in place into storage whose addresses never change.
  *
- * This header is the whole public API. A trainer process and an inference
+ * This header is the whole public API of a refit (refit/plan.h plans one
+ * without MPI, for tools that only plan). A trainer process and an inference
  * engine process each open a session over the same MPI communicator (the
  * first trainer.tp*pp*dp ranks are trainers, the rest generators), then for
  * each new version:

@@ -1,0 +1,105 @@
+/*
+ * vLLM's runtime tensors of a layer (catalog_internal.h): fused qkv_proj
+ * and gate_up_proj, the experts' w13 and w2 stacks, each as segments of
+ * Hugging Face tensors.
+ */
+#include "reshard/catalog_internal.h"
+
+/*
+ * Generator tensors of one layer for tp rank t (vLLM):
+ * qkv_proj = [q_t; k_t; v_t] with KV-head replication when tp > KV,
+ * o_proj split on dim 1, gate_up_proj = [gate_t; up_t], down_proj on dim 1,
+ * experts w13 = [gate; up] per expert and w2, TP-sharded (ep 1) or split
+ * over ranks (ep tp), router and norms replicated.
+ */
+refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l, int t,
+                                     const refit_layer_src_t *ls) {
+  const refit_model_t *m = &b->cat->model;
+  const int gtp = b->cat->generator.tp;
+  const int64_t H = m->hidden_size, D = m->head_dim;
+  const int64_t q_rows = m->num_attention_heads / gtp * D;
+  int64_t kv_rows, kv_row0;
+  char name[REFIT_NAME_MAX];
+  refit_gen_tensor_t *g;
+
+  if (gtp <= m->num_kv_heads) {
+    kv_rows = m->num_kv_heads / gtp * D;
+    kv_row0 = t * kv_rows;
+  } else {
+    int64_t share = gtp / m->num_kv_heads; /* ranks sharing one KV head */
+    kv_rows = D;
+    kv_row0 = (t / share) * D;
+  }
+
+#define REFIT_GEN(layer_name, role, kind, nd, d0, d1, d2)                                \
+  do {                                                                                   \
+    refit_name_fmt(name, "model.layers.%d.%s", l, layer_name);                           \
+    REFIT_CHECK(refit_add_gen(b, &g, l, role, kind, nd, d0, d1, d2, name));              \
+  } while (0)
+
+  REFIT_GEN("input_layernorm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, H, 0, 0);
+  REFIT_CHECK(refit_add_seg(b, g, ls->in_norm, 0, 0, 1, H, 0, 0));
+
+  REFIT_GEN("self_attn.qkv_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2,
+            q_rows + 2 * kv_rows, H, 0);
+  g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
+  REFIT_CHECK(refit_add_seg(b, g, ls->q, t * q_rows, 0, q_rows, H, 0, 0));
+  REFIT_CHECK(refit_add_seg(b, g, ls->k, kv_row0, 0, kv_rows, H, q_rows, 0));
+  REFIT_CHECK(refit_add_seg(b, g, ls->v, kv_row0, 0, kv_rows, H, q_rows + kv_rows, 0));
+
+  REFIT_GEN("self_attn.o_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, H, q_rows,
+            0);
+  g->k_field = REFIT_FIELD_MODEL_HEAD_DIM;
+  REFIT_CHECK(refit_add_seg(b, g, ls->o, 0, t * q_rows, H, q_rows, 0, 0));
+
+  REFIT_GEN("self_attn.q_norm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, D, 0, 0);
+  REFIT_CHECK(refit_add_seg(b, g, ls->q_norm, 0, 0, 1, D, 0, 0));
+  REFIT_GEN("self_attn.k_norm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, D, 0, 0);
+  REFIT_CHECK(refit_add_seg(b, g, ls->k_norm, 0, 0, 1, D, 0, 0));
+
+  REFIT_GEN("post_attention_layernorm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, H, 0,
+            0);
+  REFIT_CHECK(refit_add_seg(b, g, ls->post_norm, 0, 0, 1, H, 0, 0));
+
+  if (m->family == REFIT_FAMILY_QWEN3) {
+    const int64_t f = m->intermediate_size / gtp;
+    REFIT_GEN("mlp.gate_up_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, 2 * f, H,
+              0);
+    g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
+    REFIT_CHECK(refit_add_seg(b, g, ls->gate, t * f, 0, f, H, 0, 0));
+    REFIT_CHECK(refit_add_seg(b, g, ls->up, t * f, 0, f, H, f, 0));
+    REFIT_GEN("mlp.down_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, H, f, 0);
+    g->k_field = REFIT_FIELD_MODEL_INTERMEDIATE_SIZE;
+    REFIT_CHECK(refit_add_seg(b, g, ls->down, 0, t * f, H, f, 0, 0));
+    return REFIT_OK;
+  }
+
+  const int64_t X = m->num_experts, I = m->moe_intermediate_size;
+  const int ep = b->cat->generator.ep;
+  const int64_t E = ep == 1 ? X : X / gtp; /* local experts */
+  const int64_t i = ep == 1 ? I / gtp : I; /* intermediate rows per rank */
+  const int64_t e0 = ep == 1 ? 0 : t * E;  /* first global expert */
+  const int64_t i0 = ep == 1 ? t * i : 0;  /* first intermediate row */
+
+  /* vLLM builds the router as ReplicatedLinear with quant_config=None
+   * (model_executor/models/qwen3_moe.py, Qwen3MoeSparseMoeBlock): BF16 under
+   * every quantization. */
+  REFIT_GEN("mlp.gate.weight", REFIT_ROLE_ROUTER, REFIT_GEN_PLAIN, 2, X, H, 0);
+  REFIT_CHECK(refit_add_seg(b, g, ls->router, 0, 0, X, H, 0, 0));
+  REFIT_GEN("mlp.experts.w13_weight", REFIT_ROLE_EXPERT, REFIT_GEN_MOE_W13, 3, E, 2 * i,
+            H);
+  g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
+  for (int64_t e = 0; e < E; e++) {
+    int32_t gate = ls->expert0 + (int32_t)(3 * (e0 + e));
+    REFIT_CHECK(refit_add_seg(b, g, gate, i0, 0, i, H, e * 2 * i, 0));
+    REFIT_CHECK(refit_add_seg(b, g, gate + 1, i0, 0, i, H, e * 2 * i + i, 0));
+  }
+  REFIT_GEN("mlp.experts.w2_weight", REFIT_ROLE_EXPERT, REFIT_GEN_MOE_W2, 3, E, H, i);
+  g->k_field = REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE;
+  for (int64_t e = 0; e < E; e++) {
+    int32_t down = ls->expert0 + (int32_t)(3 * (e0 + e)) + 2;
+    REFIT_CHECK(refit_add_seg(b, g, down, 0, i0, H, i, e * H, 0));
+  }
+#undef REFIT_GEN
+  return REFIT_OK;
+}

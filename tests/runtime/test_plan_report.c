@@ -1,0 +1,100 @@
+/*
+ * refit/plan.h: the public planning API, as a client that includes nothing
+ * else sees it. Every contract of the header: what open refuses, the order
+ * of build and queries, the ranges of the per-rank query, and figures that
+ * agree with each other.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "refit/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void test_open_refuses(void **state) {
+  (void)state;
+  refit_plan_report_h r = NULL;
+  char *errors = NULL;
+  assert_int_equal(refit_plan_report_open("/nonexistent/job.yaml", &r, &errors),
+                   REFIT_ERR_SYSTEM);
+  assert_null(r);
+  assert_non_null(errors);
+  assert_non_null(strstr(errors, "/nonexistent/job.yaml: cannot open"));
+  free(errors);
+  assert_int_equal(refit_plan_report_open(NULL, &r, NULL), REFIT_ERR_INVALID_ARGUMENT);
+  refit_plan_report_close(NULL);
+}
+
+static void test_figures_agree(void **state) {
+  (void)state;
+  refit_plan_report_h r = NULL;
+  char *errors = NULL;
+  assert_int_equal(refit_plan_report_open(REFIT_CONFIGS_DIR "/demo.yaml", &r, &errors),
+                   REFIT_OK);
+  assert_null(errors);
+  int trainers = 0, generators = 0;
+  assert_int_equal(refit_plan_report_world(r, &trainers, &generators), REFIT_OK);
+  assert_true(trainers > 0 && generators > 0);
+
+  /* Queries wait for the plan; the plan is built once. */
+  refit_plan_figures_t f;
+  refit_plan_prediction_t p;
+  int64_t bytes = 0;
+  const refit_plan_links_t links = {
+      .link_gbps = 25, .nvlink_gbps = 450, .gpus_per_node = 0};
+  assert_int_equal(refit_plan_report_figures(r, &f), REFIT_ERR_STATE);
+  assert_int_equal(refit_plan_report_predict(r, &links, &p), REFIT_ERR_STATE);
+  assert_int_equal(refit_plan_report_rank_bytes(r, REFIT_PLAN_SIDE_TRAINER, 0, &bytes),
+                   REFIT_ERR_STATE);
+  assert_int_equal(refit_plan_report_build(r), REFIT_OK);
+  assert_int_equal(refit_plan_report_build(r), REFIT_ERR_STATE);
+
+  assert_int_equal(refit_plan_report_figures(r, &f), REFIT_OK);
+  assert_int_equal(f.trainers, trainers);
+  assert_int_equal(f.generators, generators);
+  assert_true(f.parameters > 0 && f.trainer_tensors > 0);
+  assert_true(f.chunks >= f.messages && f.messages > 0 && f.buckets > 0);
+  assert_true(f.spread >= 0 && f.spread <= 1);
+  assert_true(f.hash != 0);
+
+  /* Per-rank bytes sum to the total on both sides; the maxima are theirs. */
+  assert_int_equal(refit_plan_report_predict(r, &links, &p), REFIT_OK);
+  int64_t sum[2] = {0, 0}, max[2] = {0, 0};
+  for (int side = 0; side < 2; side++)
+    for (int k = 0; k < (side ? generators : trainers); k++) {
+      assert_int_equal(
+          refit_plan_report_rank_bytes(r, (refit_plan_side_t)side, k, &bytes), REFIT_OK);
+      sum[side] += bytes;
+      max[side] = bytes > max[side] ? bytes : max[side];
+    }
+  assert_int_equal(sum[0], p.total_bytes);
+  assert_int_equal(sum[1], p.total_bytes);
+  assert_int_equal(max[0], p.egress_max);
+  assert_int_equal(max[1], p.ingress_max);
+  assert_true(p.floor_s > 0 && p.predicted_s >= p.floor_s);
+
+  /* Out of range. */
+  assert_int_equal(
+      refit_plan_report_rank_bytes(r, REFIT_PLAN_SIDE_TRAINER, trainers, &bytes),
+      REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(refit_plan_report_rank_bytes(r, REFIT_PLAN_SIDE_GENERATOR, -1, &bytes),
+                   REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(refit_plan_report_rank_bytes(r, (refit_plan_side_t)2, 0, &bytes),
+                   REFIT_ERR_INVALID_ARGUMENT);
+  const refit_plan_links_t none = {.link_gbps = 0};
+  assert_int_equal(refit_plan_report_predict(r, &none, &p), REFIT_ERR_INVALID_ARGUMENT);
+  refit_plan_report_close(r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_open_refuses),
+      cmocka_unit_test(test_figures_agree),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
