@@ -193,13 +193,18 @@ refit_status_t refit_delta_encode(const void *new_bytes, const void *base, size_
     uint8_t *offsets = p, *values = p + 4 * st.changed_bytes;
     for (uint64_t k = next_marked(bitmap, nb, 0); k < nb;
          k = next_marked(bitmap, nb, k + 1)) {
-      const uint64_t len = block_len(bytes, k);
-      for (uint64_t i = k * BLOCK; i < k * BLOCK + len; i++)
-        if (a[i] != b[i]) {
-          store_u32(offsets, (uint32_t)i);
-          offsets += 4;
-          *values++ = a[i];
-        }
+      const uint64_t end = k * BLOCK + block_len(bytes, k);
+      /* Words that did not change are skipped whole. */
+      for (uint64_t w = k * BLOCK; w < end; w += 8) {
+        if (w + 8 <= end && load_u64(a + w) == load_u64(b + w))
+          continue;
+        for (uint64_t i = w; i < w + 8 && i < end; i++)
+          if (a[i] != b[i]) {
+            store_u32(offsets, (uint32_t)i);
+            offsets += 4;
+            *values++ = a[i];
+          }
+      }
     }
   } else if (e == REFIT_DELTA_MASK) {
     store_u32(o + 12, (uint32_t)st.changed_blocks);
