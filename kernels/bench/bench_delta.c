@@ -29,6 +29,7 @@
  *
  * Usage: refit-bench-delta [chunk MiB, default 64]
  */
+#include "bench_util.h"
 #include "kernels/datapath.h"
 #include "kernels/delta.h"
 #include "kernels/mxfp8.h"
@@ -39,30 +40,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void *xmalloc(size_t n) {
-  void *p = malloc(n > 0 ? n : 1);
-  if (p == NULL) {
-    fprintf(stderr, "out of memory (%zu bytes)\n", n);
-    exit(2);
-  }
-  memset(p, 0, n); /* fault pages in before timing */
-  return p;
-}
-
-static void check(refit_status_t st, const char *what) {
-  if (st != REFIT_OK) {
-    fprintf(stderr, "%s failed: %s: %s\n", what, refit_status_name(st),
-            refit_last_error());
-    exit(2);
-  }
-}
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint64_t rnd(void) {
