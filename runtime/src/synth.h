@@ -3,7 +3,8 @@
  * tensor name, global element index), so any rank can compute the expected
  * value of any element of any version in O(1), without a gather and without
  * the versions before it. Magnitudes are realistic: projections and experts
- * mostly within 2^-12 .. 2^-5 with rare larger outliers, norms in [1, 2).
+ * mostly within 2^-12 .. 2^-5 with rare larger outliers, norms in [1, 2)
+ * (with an update rate, the masters are; versions move by up to r of them).
  * kernels/synth_rules.h holds the exact definition, shared by host and device.
  *
  * source.update_rate 0 (the default): versions are independent, every refit
