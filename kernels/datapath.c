@@ -308,21 +308,20 @@ out:
 /* ---- Synthetic weights and comparison -------------------------------------
  */
 
-void refit_synth_rect(uint64_t key, int norm, int64_t tensor_cols, int64_t row0,
+void refit_synth_rect(const refit_synth_key_t *key, int64_t tensor_cols, int64_t row0,
                       int64_t col0, int64_t rows, int64_t cols, uint16_t *dst) {
   for (int64_t r = 0; r < rows; r++) {
     const int64_t base = (row0 + r) * tensor_cols + col0;
     for (int64_t c = 0; c < cols; c++)
-      dst[r * cols + c] = refit_synth_value(key, norm, base + c);
+      dst[r * cols + c] = refit_synth_value(key, base + c);
   }
 }
 
-void refit_synth_rows(const uint64_t *keys, const int32_t *norms,
-                      const int64_t *bases, int64_t rows, int64_t cols,
-                      uint16_t *dst) {
+void refit_synth_rows(const refit_synth_key_t *keys, const int64_t *bases, int64_t rows,
+                      int64_t cols, uint16_t *dst) {
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < cols; c++)
-      dst[r * cols + c] = refit_synth_value(keys[r], norms[r], bases[r] + c);
+      dst[r * cols + c] = refit_synth_value(&keys[r], bases[r] + c);
 }
 
 refit_status_t refit_compare_check(size_t bytes, size_t elem) {

@@ -17,6 +17,7 @@
 #ifndef REFIT_KERNELS_DATAPATH_H
 #define REFIT_KERNELS_DATAPATH_H
 
+#include "kernels/synth_rules.h"
 #include "refit/status.h"
 
 #include <stddef.h>
@@ -110,22 +111,21 @@ refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n, uint64
                                const void *staging, int64_t *bad_chunk);
 
 /*
- * Synthetic weights (runtime/src/synth.h states the definition): element
- * (row, col) of a tensor with `tensor_cols` columns is
- * refit_synth_value(key, norm, row * tensor_cols + col). Fill rows x cols
- * from global (row0, col0), row-major with `cols` per row.
+ * Synthetic weights (runtime/src/synth.h states the model, kernels/
+ * synth_rules.h the definition): element (row, col) of a tensor with
+ * `tensor_cols` columns is refit_synth_value(key, row * tensor_cols + col).
+ * Fill rows x cols from global (row0, col0), row-major with `cols` per row.
  */
-void refit_synth_rect(uint64_t key, int norm, int64_t tensor_cols, int64_t row0,
+void refit_synth_rect(const refit_synth_key_t *key, int64_t tensor_cols, int64_t row0,
                       int64_t col0, int64_t rows, int64_t cols, uint16_t *dst);
 
 /*
  * Synthetic rows of different tensors (the expected values of a verification):
- * row r of dst (cols values) = refit_synth_value(keys[r], norms[r],
- * bases[r] + c) for c < cols.
+ * row r of dst (cols values) = refit_synth_value(&keys[r], bases[r] + c) for
+ * c < cols.
  */
-void refit_synth_rows(const uint64_t *keys, const int32_t *norms,
-                      const int64_t *bases, int64_t rows, int64_t cols,
-                      uint16_t *dst);
+void refit_synth_rows(const refit_synth_key_t *keys, const int64_t *bases, int64_t rows,
+                      int64_t cols, uint16_t *dst);
 
 /*
  * Compare two buffers element by element (elem = 1 or 2 bytes, bytes % elem

@@ -56,16 +56,16 @@ refit_status_t refit_land_rows_cuda(const refit_land_desc_t *descs_device,
                                     int64_t *bad_chunk_device,
                                     cudaStream_t stream);
 
-/* refit_synth_rect on the device (dst: rows x cols uint16 in device memory). */
-refit_status_t refit_synth_rect_cuda(uint64_t key, int norm,
-                                     int64_t tensor_cols, int64_t row0,
-                                     int64_t col0, int64_t rows, int64_t cols,
-                                     uint16_t *dst, cudaStream_t stream);
+/* refit_synth_rect on the device (key: host memory; dst: rows x cols uint16
+ * in device memory). */
+refit_status_t refit_synth_rect_cuda(const refit_synth_key_t *key, int64_t tensor_cols,
+                                     int64_t row0, int64_t col0, int64_t rows,
+                                     int64_t cols, uint16_t *dst, cudaStream_t stream);
 
-/* refit_synth_rows on the device (keys, norms, bases: `rows` entries each). */
-refit_status_t refit_synth_rows_cuda(const uint64_t *keys, const int32_t *norms,
-                                     const int64_t *bases, int64_t rows,
-                                     int64_t cols, uint16_t *dst,
+/* refit_synth_rows on the device (keys, bases: `rows` entries each, in
+ * device memory). */
+refit_status_t refit_synth_rows_cuda(const refit_synth_key_t *keys, const int64_t *bases,
+                                     int64_t rows, int64_t cols, uint16_t *dst,
                                      cudaStream_t stream);
 
 /*

@@ -20,10 +20,10 @@ constexpr unsigned kFull = 0xffffffffu; /* every lane of a warp */
 
 template <bool kRows>
 __global__ void __launch_bounds__(kThreads)
-    refit_dp_synth_kernel(uint64_t key, int norm, int64_t tensor_cols,
-                          int64_t row0, int64_t col0, const uint64_t *keys,
-                          const int32_t *norms, const int64_t *bases,
-                          int64_t cols, int64_t total, uint16_t *dst) {
+    refit_dp_synth_kernel(refit_synth_key_t key, int64_t tensor_cols, int64_t row0,
+                          int64_t col0, const refit_synth_key_t *keys,
+                          const int64_t *bases, int64_t cols, int64_t total,
+                          uint16_t *dst) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * kThreads * 8;
   for (int64_t e0 =
            (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 8;
@@ -33,9 +33,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < 8; k++) {
       if (e0 + k < total)
-        v[k] = kRows ? refit_synth_value(keys[r], norms[r], bases[r] + c)
-                     : refit_synth_value(key, norm,
-                                         (row0 + r) * tensor_cols + col0 + c);
+        v[k] = kRows ? refit_synth_value(&keys[r], bases[r] + c)
+                     : refit_synth_value(&key, (row0 + r) * tensor_cols + col0 + c);
       if (++c == cols) {
         c = 0;
         r++;
@@ -53,15 +52,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-refit_status_t launch_synth(bool by_rows, uint64_t key, int norm,
+refit_status_t launch_synth(bool by_rows, const refit_synth_key_t *key,
                             int64_t tensor_cols, int64_t row0, int64_t col0,
-                            const uint64_t *keys, const int32_t *norms,
-                            const int64_t *bases, int64_t rows, int64_t cols,
-                            uint16_t *dst, cudaStream_t stream) {
+                            const refit_synth_key_t *keys, const int64_t *bases,
+                            int64_t rows, int64_t cols, uint16_t *dst,
+                            cudaStream_t stream) {
   const char *what = by_rows ? "synth rows" : "synth rect";
   if (rows < 0 || cols < 0 || (rows * cols > 0 && dst == NULL) ||
-      (by_rows && rows * cols > 0 &&
-       (keys == NULL || norms == NULL || bases == NULL)))
+      (rows * cols > 0 && (by_rows ? (keys == NULL || bases == NULL) : key == NULL)))
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "%s (cuda): bad arguments ([%lld, %lld], dst %p)", what,
                      (long long)rows, (long long)cols,
@@ -69,23 +67,20 @@ refit_status_t launch_synth(bool by_rows, uint64_t key, int norm,
   const int64_t total = rows * cols;
   if (total == 0)
     return REFIT_OK;
+  const refit_synth_key_t one = by_rows ? refit_synth_key_t{} : *key;
   int64_t blocks = (total + 8 * kThreads - 1) / (8 * kThreads);
   if (by_rows) {
     static const int64_t fill =
         refit_cuda_filling_grid(refit_dp_synth_kernel<true>, kThreads);
     blocks = blocks < fill ? blocks : fill;
-    refit_dp_synth_kernel<true>
-        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-            key, norm, tensor_cols, row0, col0, keys, norms, bases, cols, total,
-            dst);
+    refit_dp_synth_kernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        one, tensor_cols, row0, col0, keys, bases, cols, total, dst);
   } else {
     static const int64_t fill =
         refit_cuda_filling_grid(refit_dp_synth_kernel<false>, kThreads);
     blocks = blocks < fill ? blocks : fill;
-    refit_dp_synth_kernel<false>
-        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-            key, norm, tensor_cols, row0, col0, keys, norms, bases, cols, total,
-            dst);
+    refit_dp_synth_kernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        one, tensor_cols, row0, col0, keys, bases, cols, total, dst);
   }
   return refit_cuda_launch_check(what);
 }
@@ -151,20 +146,19 @@ __global__ void __launch_bounds__(kThreads)
 
 } // namespace
 
-extern "C" refit_status_t
-refit_synth_rect_cuda(uint64_t key, int norm, int64_t tensor_cols, int64_t row0,
-                      int64_t col0, int64_t rows, int64_t cols, uint16_t *dst,
-                      cudaStream_t stream) {
-  return launch_synth(false, key, norm, tensor_cols, row0, col0, NULL, NULL,
-                      NULL, rows, cols, dst, stream);
+extern "C" refit_status_t refit_synth_rect_cuda(const refit_synth_key_t *key,
+                                                int64_t tensor_cols, int64_t row0,
+                                                int64_t col0, int64_t rows, int64_t cols,
+                                                uint16_t *dst, cudaStream_t stream) {
+  return launch_synth(false, key, tensor_cols, row0, col0, NULL, NULL, rows, cols, dst,
+                      stream);
 }
 
-extern "C" refit_status_t
-refit_synth_rows_cuda(const uint64_t *keys, const int32_t *norms,
-                      const int64_t *bases, int64_t rows, int64_t cols,
-                      uint16_t *dst, cudaStream_t stream) {
-  return launch_synth(true, 0, 0, 0, 0, 0, keys, norms, bases, rows, cols, dst,
-                      stream);
+extern "C" refit_status_t refit_synth_rows_cuda(const refit_synth_key_t *keys,
+                                                const int64_t *bases, int64_t rows,
+                                                int64_t cols, uint16_t *dst,
+                                                cudaStream_t stream) {
+  return launch_synth(true, NULL, 0, 0, 0, keys, bases, rows, cols, dst, stream);
 }
 
 extern "C" refit_status_t refit_compare_cuda(const void *a, const void *b,

@@ -26,6 +26,7 @@
  * trainer tensors straight into the runtime layouts (bench_model_direct).
  * Usage: refit-bench-kernels [E H I]
  */
+#include "bench_util.h"
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
 #ifdef REFIT_HAVE_CUDA
@@ -38,12 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int64_t diff_bytes(const uint8_t *a, const uint8_t *b, int64_t n) {
   int64_t d = 0;
@@ -60,24 +55,6 @@ static void row(const char *name, int64_t bytes, double t, int64_t wrong) {
   printf("%-49s %10.1f %10.3f %9.1f %7.2f %8lld\n", name, (double)bytes / 1e6,
          t * 1e3, gbs, gbs / ceiling_gbs, (long long)wrong);
   total_wrong += wrong;
-}
-
-static void *xmalloc(size_t n) {
-  void *p = malloc(n);
-  if (p == NULL) {
-    fprintf(stderr, "out of memory (%zu bytes)\n", n);
-    exit(2);
-  }
-  memset(p, 0, n); /* fault pages in before timing */
-  return p;
-}
-
-static void check(refit_status_t st, const char *what) {
-  if (st != REFIT_OK) {
-    fprintf(stderr, "%s failed: %s: %s\n", what, refit_status_name(st),
-            refit_last_error());
-    exit(2);
-  }
 }
 
 #ifdef REFIT_HAVE_CUDA

@@ -166,6 +166,8 @@ typedef struct {
     refit_source_kind_t kind; /* synthetic (default) | hdf5 | caller |
                                  safetensors */
     uint64_t seed;            /* default 1234 */
+    double update_rate;       /* synthetic only: 0 (default) = independent
+                                 versions, else updates of a master (synth.h) */
     char path[REFIT_PATH_MAX];
   } source;
   /* What generators verify against when source.kind is caller (the

@@ -6,7 +6,8 @@
  *     dimensions (the family of each is reshard's refit_field_family);
  *   - the layout rules: reshard/rules.c's, the ones the catalog enforces,
  *     each reported at the key of the field it blames;
- *   - the world size, the source and the reference;
+ *   - the world size, the source (its path, and source.update_rate for the
+ *     synthetic source only) and the reference;
  *   - the refit section: prequantize, the MXFP8 shape rules (asked of the
  *     kernels about the catalog's quantized tensors) and the fault seam.
  * Each rule is skipped when one of its inputs was already reported, so one
@@ -179,6 +180,20 @@ static void refit_config_check_source(refit_config_ctx_t *c) {
                       "source.path: given but source.kind is %s; "
                       "remove it or set source.kind: hdf5 or safetensors",
                       kind);
+  /* The update model is the synthetic source's; a checkpoint or the caller
+   * has versions of its own. The kernels take the rate in FP32. */
+  if (ROWS_OK(ROW(SOURCE_UPDATE_RATE)) && cfg->source.update_rate != 0.0) {
+    if (cfg->source.kind != REFIT_SOURCE_SYNTHETIC)
+      refit_config_rule(c, ROW(SOURCE_UPDATE_RATE),
+                        "source.update_rate: %g is for the synthetic source, but "
+                        "source.kind is %s; remove it or set source.kind: synthetic",
+                        cfg->source.update_rate, kind);
+    else if ((float)cfg->source.update_rate == 0.0f)
+      refit_config_rule(c, ROW(SOURCE_UPDATE_RATE),
+                        "source.update_rate: %g rounds to 0 in FP32, which would "
+                        "mean independent versions; use 0 or at least 1e-45",
+                        cfg->source.update_rate);
+  }
   if (!ROWS_OK(ROW(REFERENCE_KIND), ROW(REFERENCE_PATH)))
     return;
   refit_config_choice_name(refit_config_rows[ROW(REFERENCE_KIND)].choices,

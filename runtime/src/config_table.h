@@ -207,6 +207,10 @@
     "safetensors), or the tensors the trainer registered (caller)")            \
   X(SOURCE_SEED, "source", "seed", U64, source.seed, "1234", 0, 0, "", 0,      \
     "seed of the synthetic weights")                                           \
+  X(SOURCE_UPDATE_RATE, "source", "update_rate", DOUBLE, source.update_rate,  \
+    "0", 0, 1, "", REFIT_CONFIG_MIN_INCLUSIVE,                                 \
+    "synthetic versions as optimizer-like updates of a master, each element "  \
+    "moving by up to this fraction of itself (0 = independent versions)")     \
   X(SOURCE_PATH, "source", "path", STRING, source.path, "", 0, 0, "", 0,       \
     "checkpoint for source.kind hdf5 (a file) or safetensors (a file, or a "  \
     "directory with model.safetensors.index.json)")                            \

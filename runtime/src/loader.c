@@ -554,28 +554,24 @@ static refit_status_t refit_loader_expected(const refit_loader_t *l,
   const refit_catalog_t *cat = l->cat;
   const refit_gen_tensor_t *g = &cat->gen[l->first + i];
   const int synth = src->ops->synth_key != NULL;
-  uint64_t *keys = NULL;
+  refit_synth_key_t *keys = NULL;
   int64_t *bases = NULL;
-  int32_t *norms = NULL;
   uint16_t *host = NULL;
   refit_status_t st = REFIT_OK;
 
   if (synth) {
     keys = malloc((size_t)g->rows * sizeof(*keys));
     bases = malloc((size_t)g->rows * sizeof(*bases));
-    norms = malloc((size_t)g->rows * sizeof(*norms));
   } else {
     host = malloc((size_t)(g->rows * g->cols) * sizeof(*host));
   }
-  if ((synth && (keys == NULL || bases == NULL || norms == NULL)) ||
-      (!synth && host == NULL)) {
+  if ((synth && (keys == NULL || bases == NULL)) || (!synth && host == NULL)) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: expected %s", g->name);
     goto out;
   }
   char prev[REFIT_NAME_MAX] = "";
   int64_t si = -1;
-  uint64_t key = 0;
-  int norm = 0;
+  refit_synth_key_t key = {0};
   /* Vocabulary padding rows (zeros, never sent) end a tensor. */
   int64_t valid = g->rows;
   for (int64_t row = 0; row < g->rows; row++) {
@@ -600,14 +596,12 @@ static refit_status_t refit_loader_expected(const refit_loader_t *l,
       }
       memcpy(prev, name, sizeof(prev));
       if (synth)
-        REFIT_CHECK_GOTO(src->ops->synth_key(src->ctx, &cat->hf[si], version, &key,
-                                             &norm),
-                         st, out);
+        REFIT_CHECK_GOTO(src->ops->synth_key(src->ctx, &cat->hf[si], version, &key), st,
+                         out);
     }
     const refit_src_tensor_t *t = &cat->hf[si];
     if (synth) {
       keys[row] = key;
-      norms[row] = norm;
       bases[row] = src_row * t->cols + col_off;
     } else {
       REFIT_CHECK_GOTO(src->ops->read(src->ctx, t, version, src_row, col_off, 1,
@@ -616,7 +610,7 @@ static refit_status_t refit_loader_expected(const refit_loader_t *l,
     }
   }
   if (synth) {
-    st = refit_mem_synth_rows(l->mem, keys, norms, bases, valid, g->cols, out);
+    st = refit_mem_synth_rows(l->mem, keys, bases, valid, g->cols, out);
     if (st == REFIT_OK && valid < g->rows)
       st = refit_mem_zero(l->mem, out + valid * g->cols,
                           (size_t)((g->rows - valid) * g->cols) * sizeof(*out));
@@ -629,7 +623,6 @@ static refit_status_t refit_loader_expected(const refit_loader_t *l,
 out:
   free(keys);
   free(bases);
-  free(norms);
   free(host);
   return st;
 }

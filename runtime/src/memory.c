@@ -423,40 +423,36 @@ refit_status_t refit_mem_moe_transform(refit_mem_t *m,
   return refit_kernels_moe_transform_tensor(shape, which, q, scale, w_out, s_out);
 }
 
-refit_status_t refit_mem_synth_rect(refit_mem_t *m, uint64_t key, int norm,
-                                    int64_t tensor_cols, int64_t row0,
-                                    int64_t col0, int64_t rows, int64_t cols,
-                                    uint16_t *dst) {
+refit_status_t refit_mem_synth_rect(refit_mem_t *m, const refit_synth_key_t *key,
+                                    int64_t tensor_cols, int64_t row0, int64_t col0,
+                                    int64_t rows, int64_t cols, uint16_t *dst) {
 #ifdef REFIT_HAVE_CUDA
   if (m->device)
-    return refit_synth_rect_cuda(key, norm, tensor_cols, row0, col0, rows, cols,
-                                 dst, m->stream);
+    return refit_synth_rect_cuda(key, tensor_cols, row0, col0, rows, cols, dst,
+                                 m->stream);
 #endif
   (void)m;
-  refit_synth_rect(key, norm, tensor_cols, row0, col0, rows, cols, dst);
+  refit_synth_rect(key, tensor_cols, row0, col0, rows, cols, dst);
   return REFIT_OK;
 }
 
-refit_status_t refit_mem_synth_rows(refit_mem_t *m, const uint64_t *keys,
-                                    const int32_t *norms, const int64_t *bases,
-                                    int64_t rows, int64_t cols, uint16_t *dst) {
+refit_status_t refit_mem_synth_rows(refit_mem_t *m, const refit_synth_key_t *keys,
+                                    const int64_t *bases, int64_t rows, int64_t cols,
+                                    uint16_t *dst) {
 #ifdef REFIT_HAVE_CUDA
   if (m->device) {
     /* The row tables travel once per tensor; small next to the tensor. */
-    const size_t kb = (size_t)rows * sizeof(uint64_t), nb = (size_t)rows * sizeof(int32_t);
+    const size_t kb = (size_t)rows * sizeof(*keys), bb = (size_t)rows * sizeof(*bases);
     unsigned char *d = NULL;
-    refit_status_t st = refit_device_alloc((void **)&d, 2 * kb + nb);
+    refit_status_t st = refit_device_alloc((void **)&d, kb + bb);
     if (st != REFIT_OK)
       return st;
     st = refit_device_memcpy_async(d, keys, kb, m->stream);
     if (st == REFIT_OK)
-      st = refit_device_memcpy_async(d + kb, bases, kb, m->stream);
+      st = refit_device_memcpy_async(d + kb, bases, bb, m->stream);
     if (st == REFIT_OK)
-      st = refit_device_memcpy_async(d + 2 * kb, norms, nb, m->stream);
-    if (st == REFIT_OK)
-      st = refit_synth_rows_cuda((const uint64_t *)d, (const int32_t *)(d + 2 * kb),
-                                 (const int64_t *)(d + kb), rows, cols, dst,
-                                 m->stream);
+      st = refit_synth_rows_cuda((const refit_synth_key_t *)d, (const int64_t *)(d + kb),
+                                 rows, cols, dst, m->stream);
     if (st == REFIT_OK)
       st = refit_mem_sync(m);
     refit_device_free(d);
@@ -464,7 +460,7 @@ refit_status_t refit_mem_synth_rows(refit_mem_t *m, const uint64_t *keys,
   }
 #endif
   (void)m;
-  refit_synth_rows(keys, norms, bases, rows, cols, dst);
+  refit_synth_rows(keys, bases, rows, cols, dst);
   return REFIT_OK;
 }
 

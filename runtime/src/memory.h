@@ -132,14 +132,13 @@ refit_status_t refit_mem_moe_transform(refit_mem_t *m,
                                        uint8_t *w_out, uint8_t *s_out);
 
 /* Synthetic weights straight into this rank's memory. */
-refit_status_t refit_mem_synth_rect(refit_mem_t *m, uint64_t key, int norm,
-                                    int64_t tensor_cols, int64_t row0,
-                                    int64_t col0, int64_t rows, int64_t cols,
-                                    uint16_t *dst);
-/* keys, norms, bases are host arrays of `rows` entries. */
-refit_status_t refit_mem_synth_rows(refit_mem_t *m, const uint64_t *keys,
-                                    const int32_t *norms, const int64_t *bases,
+refit_status_t refit_mem_synth_rect(refit_mem_t *m, const refit_synth_key_t *key,
+                                    int64_t tensor_cols, int64_t row0, int64_t col0,
                                     int64_t rows, int64_t cols, uint16_t *dst);
+/* keys and bases are host arrays of `rows` entries. */
+refit_status_t refit_mem_synth_rows(refit_mem_t *m, const refit_synth_key_t *keys,
+                                    const int64_t *bases, int64_t rows, int64_t cols,
+                                    uint16_t *dst);
 
 /* Count differing elements of a and b (both in this rank's memory); waits. */
 refit_status_t refit_mem_compare(refit_mem_t *m, const void *a, const void *b,

@@ -40,9 +40,11 @@ void refit_source_close(refit_source_t *src) {
 }
 
 /* The synthetic source: values are a function of (seed, version, name,
- * global index); see synth.h. */
+ * global index), independent per version or updates of a master at
+ * source.update_rate; see synth.h. */
 typedef struct {
   uint64_t seed;
+  double rate;
 } refit_synth_source_t;
 
 static refit_status_t refit_synth_open(const refit_config_t *cfg,
@@ -52,6 +54,7 @@ static refit_status_t refit_synth_open(const refit_config_t *cfg,
   if (s == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "synthetic source");
   s->seed = cfg->source.seed;
+  s->rate = cfg->source.update_rate;
   *ctx = s;
   return REFIT_OK;
 }
@@ -61,19 +64,16 @@ static refit_status_t refit_synth_read(void *ctx, const refit_src_tensor_t *t,
                                        int64_t col0, int64_t rows, int64_t cols,
                                        uint16_t *dst) {
   refit_synth_source_t *s = ctx;
-  refit_synth_t syn;
-  refit_synth_init(&syn, s->seed, version, t);
-  refit_synth_rect(syn.key, syn.norm, t->cols, row0, col0, rows, cols, dst);
+  refit_synth_key_t key;
+  refit_synth_init(&key, s->seed, s->rate, version, t);
+  refit_synth_rect(&key, t->cols, row0, col0, rows, cols, dst);
   return REFIT_OK;
 }
 
 static refit_status_t refit_synth_key(void *ctx, const refit_src_tensor_t *t,
-                                      uint64_t version, uint64_t *key, int *norm) {
+                                      uint64_t version, refit_synth_key_t *key) {
   refit_synth_source_t *s = ctx;
-  refit_synth_t syn;
-  refit_synth_init(&syn, s->seed, version, t);
-  *key = syn.key;
-  *norm = syn.norm;
+  refit_synth_init(key, s->seed, s->rate, version, t);
   return REFIT_OK;
 }
 

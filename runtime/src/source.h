@@ -9,6 +9,7 @@
 #define REFIT_SOURCE_H
 
 #include "config.h"
+#include "kernels/synth_rules.h"
 #include "reshard/catalog.h"
 
 #include <stdint.h>
@@ -27,11 +28,11 @@ typedef struct {
                          int64_t rows, int64_t cols, uint16_t *dst);
   void (*close)(void *ctx);
   /* Optional: when every element of tensor `t` in `version` is
-   * refit_synth_value(*key, *norm, row * t->cols + col) (kernels/
-   * synth_rules.h), say so; device memory is then filled on the device
-   * instead of through a host copy. NULL for sources that read data. */
-  refit_status_t (*synth_key)(void *ctx, const refit_src_tensor_t *t,
-                              uint64_t version, uint64_t *key, int *norm);
+   * refit_synth_value(key, row * t->cols + col) (kernels/synth_rules.h),
+   * say so; device memory is then filled on the device instead of through a
+   * host copy. NULL for sources that read data. */
+  refit_status_t (*synth_key)(void *ctx, const refit_src_tensor_t *t, uint64_t version,
+                              refit_synth_key_t *key);
 } refit_source_ops_t;
 
 typedef struct {

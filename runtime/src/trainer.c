@@ -28,10 +28,9 @@ static refit_status_t refit_trainer_fill(refit_session_t *s, const refit_src_ten
                                          uint16_t **bounce, size_t *bounce_bytes) {
   const int on_device = refit_mem_on_device(s->mem);
   if (on_device && s->source.ops->synth_key != NULL) {
-    uint64_t key;
-    int norm;
-    REFIT_CHECK(s->source.ops->synth_key(s->source.ctx, hf, version, &key, &norm));
-    return refit_mem_synth_rect(s->mem, key, norm, hf->cols, row0, col0, rows, cols, dst);
+    refit_synth_key_t key;
+    REFIT_CHECK(s->source.ops->synth_key(s->source.ctx, hf, version, &key));
+    return refit_mem_synth_rect(s->mem, &key, hf->cols, row0, col0, rows, cols, dst);
   }
   if (!on_device)
     return s->source.ops->read(s->source.ctx, hf, version, row0, col0, rows, cols, dst);

@@ -369,47 +369,58 @@ static void test_datapath_checks(void **state) {
   assert_int_equal(bad, -1);
 }
 
+/* A random key: both modes, norms and not. */
+static refit_synth_key_t random_synth_key(int norm, int update) {
+  refit_synth_key_t k = {.key = kt_rand(), .master = kt_rand(), .norm = norm};
+  k.rate = update ? (float)kt_rand_range(1, 100000) * 1e-7f : 0.0f;
+  return k;
+}
+
 static void test_datapath_synth(void **state) {
   (void)state;
   kt_seed("test_datapath_synth");
   const int64_t R = 37, C = 203;
-  const uint64_t key = kt_rand();
-  for (int norm = 0; norm <= 1; norm++) {
+  for (int mode = 0; mode < 4; mode++) {
+    const refit_synth_key_t key = random_synth_key(mode & 1, mode >> 1);
     uint16_t *whole = malloc((size_t)(R * C) * 2);
-    refit_synth_rect(key, norm, C, 0, 0, R, C, whole);
+    refit_synth_rect(&key, C, 0, 0, R, C, whole);
     for (int64_t r = 0; r < R; r++)
       for (int64_t c = 0; c < C; c++)
-        assert_int_equal(whole[r * C + c],
-                         refit_synth_value(key, norm, r * C + c));
+        assert_int_equal(whole[r * C + c], refit_synth_value(&key, r * C + c));
     /* A sub-rectangle is the same part of the whole tensor. */
     const int64_t r0 = 5, c0 = 17, rows = 20, cols = 101;
     uint16_t *part = malloc((size_t)(rows * cols) * 2);
-    refit_synth_rect(key, norm, C, r0, c0, rows, cols, part);
+    refit_synth_rect(&key, C, r0, c0, rows, cols, part);
     for (int64_t r = 0; r < rows; r++)
       assert_memory_equal(part + r * cols, whole + (r0 + r) * C + c0,
                           (size_t)cols * 2);
     free(whole);
     free(part);
   }
-  uint64_t keys[9];
-  int32_t norms[9];
-  int64_t bases[9];
-  for (int r = 0; r < 9; r++) {
-    keys[r] = kt_rand();
-    norms[r] = r % 3 == 0;
+  refit_synth_key_t keys[12];
+  int64_t bases[12];
+  for (int r = 0; r < 12; r++) {
+    keys[r] = random_synth_key(r % 3 == 0, r % 2);
     bases[r] = kt_rand_range(0, 1 << 30);
   }
-  uint16_t out[9 * 77];
-  refit_synth_rows(keys, norms, bases, 9, 77, out);
-  for (int r = 0; r < 9; r++)
+  uint16_t out[12 * 77];
+  refit_synth_rows(keys, bases, 12, 77, out);
+  for (int r = 0; r < 12; r++)
     for (int c = 0; c < 77; c++)
-      assert_int_equal(out[r * 77 + c],
-                       refit_synth_value(keys[r], norms[r], bases[r] + c));
-  /* Values look like weights: norms in [1, 2), others small and finite. */
-  for (int c = 0; c < 77; c++) {
-    const float v = refit_bf16_to_float(out[c]);
-    assert_true(v >= 1.0f && v < 2.0f);
-  }
+      assert_int_equal(out[r * 77 + c], refit_synth_value(&keys[r], bases[r] + c));
+  /* Values look like weights: norms in [1, 2), moved by an update by up to
+   * its rate and BF16's rounding (at most 2^-8 of the value), others small
+   * and finite. */
+  for (int r = 0; r < 12; r++)
+    for (int c = 0; c < 77; c++) {
+      const float v = refit_bf16_to_float(out[r * 77 + c]);
+      const double rate = keys[r].rate;
+      if (keys[r].norm)
+        assert_true(v >= (1.0 - rate) * (1.0 - 1.0 / 256) &&
+                    v <= 2.0 * (1.0 + rate) * (1.0 + 1.0 / 256));
+      else
+        assert_true(v != 0.0f && v > -0.5f && v < 0.5f);
+    }
 }
 
 static void test_datapath_compare(void **state) {

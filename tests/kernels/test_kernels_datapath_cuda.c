@@ -199,31 +199,34 @@ static void test_cuda_synth_compare(void **state) {
     const int64_t rows = kt_rand_range(1, 50), cols = kt_rand_range(1, 3000);
     const int64_t tc = cols + kt_rand_range(0, 100), r0 = kt_rand_range(0, 9),
                   c0 = tc - cols;
-    const uint64_t key = kt_rand();
-    const int norm = iter % 2;
+    /* Both modes: independent versions and updates of a master. */
+    const refit_synth_key_t key = {
+        .key = kt_rand(),
+        .master = kt_rand(),
+        .rate = iter % 4 < 2 ? 0.0f : (float)kt_rand_range(1, 100000) * 1e-7f,
+        .norm = iter % 2};
     const size_t n = (size_t)(rows * cols);
     uint16_t *h = malloc(n * 2);
-    refit_synth_rect(key, norm, tc, r0, c0, rows, cols, h);
+    refit_synth_rect(&key, tc, r0, c0, rows, cols, h);
     uint16_t *d = dev_copy(NULL, n * 2 + 2);
     const int shift = iter % 3 == 2; /* unaligned destination */
-    assert_int_equal(
-        refit_synth_rect_cuda(key, norm, tc, r0, c0, rows, cols, d + shift, 0),
-        REFIT_OK);
+    assert_int_equal(refit_synth_rect_cuda(&key, tc, r0, c0, rows, cols, d + shift, 0),
+                     REFIT_OK);
     expect_same((const uint8_t *)h, d + shift, n * 2, "synth rect");
-    uint64_t *keys = malloc((size_t)rows * 8);
-    int32_t *norms = malloc((size_t)rows * 4);
+    refit_synth_key_t *keys = malloc((size_t)rows * sizeof(*keys));
     int64_t *bases = malloc((size_t)rows * 8);
     for (int64_t r = 0; r < rows; r++) {
-      keys[r] = kt_rand();
-      norms[r] = (int32_t)(kt_rand() & 1);
+      keys[r] = (refit_synth_key_t){.key = kt_rand(),
+                                    .master = kt_rand(),
+                                    .rate = (float)kt_rand_range(0, 1) *
+                                            (float)kt_rand_range(1, 100000) * 1e-7f,
+                                    .norm = (int32_t)(kt_rand() & 1)};
       bases[r] = kt_rand_range(0, 1LL << 40);
     }
-    refit_synth_rows(keys, norms, bases, rows, cols, h);
-    uint64_t *dk = dev_copy(keys, (size_t)rows * 8);
-    int32_t *dn = dev_copy(norms, (size_t)rows * 4);
+    refit_synth_rows(keys, bases, rows, cols, h);
+    refit_synth_key_t *dk = dev_copy(keys, (size_t)rows * sizeof(*keys));
     int64_t *db = dev_copy(bases, (size_t)rows * 8);
-    assert_int_equal(refit_synth_rows_cuda(dk, dn, db, rows, cols, d, 0),
-                     REFIT_OK);
+    assert_int_equal(refit_synth_rows_cuda(dk, db, rows, cols, d, 0), REFIT_OK);
     expect_same((const uint8_t *)h, d, n * 2, "synth rows");
     /* compare: flip a few bytes of the device copy, both element sizes */
     uint8_t *hb = malloc(n * 2);
@@ -247,12 +250,10 @@ static void test_cuda_synth_compare(void **state) {
     }
     free(h);
     free(keys);
-    free(norms);
     free(bases);
     free(hb);
     CK(cudaFree(d));
     CK(cudaFree(dk));
-    CK(cudaFree(dn));
     CK(cudaFree(db));
     CK(cudaFree(da));
     CK(cudaFree(dbb));

@@ -651,6 +651,18 @@ static const mistake_t mistakes[] = {
     CASE(.base = moe, .append = "source:\n  path: w.h5\n",
          .want = {"demo.yaml:22:3: source.path: given but source.kind is "
                   "synthetic"}),
+    CASE(.base = moe, .append = "source:\n  update_rate: 1.5\n",
+         .want = {"demo.yaml:22:16: source.update_rate: expected a number from 0 "
+                  "to 1, got '1.5'"}),
+    CASE(.base = moe, .append = "source:\n  update_rate: -1e-4\n",
+         .want = {"source.update_rate: expected a number from 0 to 1, got '-1e-4'"}),
+    CASE(.base = moe, .append = "source:\n  update_rate: 1e-50\n",
+         .want = {"demo.yaml:22:3: source.update_rate: 1e-50 rounds to 0 in FP32"}),
+    CASE(.base = moe,
+         .append = "source:\n  kind: hdf5\n  path: w.h5\n  update_rate: 1e-4\n",
+         .lines = 1,
+         .want = {"demo.yaml:24:3: source.update_rate: 0.0001 is for the synthetic "
+                  "source, but source.kind is hdf5"}),
 
     /* ---- Many mistakes at once, in file order, each once ---- */
     CASE(.base = moe,
@@ -935,6 +947,7 @@ static void test_defaults_applied(void **state) {
   assert_int_equal(d.source.kind, REFIT_SOURCE_SYNTHETIC);
   assert_int_equal(d.source.seed, 1234);
   assert_string_equal(d.source.path, "");
+  assert_true(d.source.update_rate == 0.0);
   assert_int_equal(d.verify, 1);
   assert_string_equal(d.dump, "");
   assert_int_equal(d.model.tie_word_embeddings, 0);
@@ -1005,6 +1018,7 @@ static void test_values_parsed(void **state) {
                      "  transport: mpi\n"
                      "source:\n"
                      "  seed: 18446744073709551615\n"
+                     "  update_rate: 2.5e-4\n"
                      "verify: off\n"),
             4, &cfg);
   assert_int_equal(cfg.model.family, REFIT_FAMILY_QWEN3_MOE);
@@ -1016,6 +1030,7 @@ static void test_values_parsed(void **state) {
   assert_int_equal(cfg.refit.steps, 7);
   assert_int_equal(cfg.refit.transport, REFIT_TRANSPORT_MPI);
   assert_true(cfg.source.seed == UINT64_MAX);
+  assert_true(cfg.source.update_rate == 2.5e-4);
   assert_int_equal(cfg.verify, 0);
 }
 
