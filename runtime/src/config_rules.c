@@ -472,9 +472,13 @@ static void refit_config_check_moe_layout(refit_config_ctx_t *c,
     return;
   char why[512], expr[160];
   snprintf(why, sizeof(why), "%s", refit_last_error());
-  /* Blame what a person would change: H, else the tp split, else I. */
+  /* Blame what a person would change: H, else the tp split, else I. H is
+   * not to blame when the kernels take it with I = H (their rules for I
+   * then hold too), so the rule stays theirs alone. */
   int blame = ROW(MODEL_HIDDEN_SIZE);
-  if (m->hidden_size % 128 == 0) {
+  refit_kernels_moe_shape_t probe = shape;
+  probe.intermediate = shape.hidden;
+  if (refit_kernels_moe_check_shape(&probe, NULL, NULL) == REFIT_OK) {
     refit_kernels_moe_shape_t whole = shape;
     whole.intermediate = m->moe_intermediate_size;
     blame = split > 1 && refit_kernels_moe_check_shape(&whole, NULL, NULL) == REFIT_OK
