@@ -291,6 +291,32 @@ static void bench_datapath(cudaEvent_t e0, cudaEvent_t e1, int greps) {
   cudaFree(dsrc); cudaFree(dwire); cudaFree(ddst); cudaFree(dpd); cudaFree(dld);
   cudaFree(dbad); cudaFree(dbf); cudaFree(dqw); cudaFree(dq); cudaFree(dsc);
 }
+/* The whole model's quantized tensors per layer (experts first, their bytes
+ * bf's layout): rows x K of w13, w2, q, k, v, o and the router, and each
+ * tensor's element offset in a layer. */
+enum { kModelLayers = 48, kModelTensors = 7 };
+static void model_tensors(const refit_kernels_moe_shape_t *s, int64_t rows[kModelTensors],
+                          int64_t ks[kModelTensors], int64_t off[kModelTensors + 1]) {
+  const int64_t E = s->num_experts, H = s->hidden, I = s->intermediate;
+  const int64_t r[kModelTensors] = {E * 2 * I, E * H, 4096, 512, 512, 2048, E};
+  const int64_t k[kModelTensors] = {H, I, H, H, H, 4096, H};
+  off[0] = 0;
+  for (int i = 0; i < kModelTensors; i++) {
+    rows[i] = r[i];
+    ks[i] = k[i];
+    off[i + 1] = off[i] + r[i] * k[i];
+  }
+}
+
+/* Every layer's BF16 tensors in device memory (per elements each): the
+ * experts from bf, the rest from bf's first elements, copied to all layers. */
+static void model_upload(uint16_t *din, const uint16_t *bf, int64_t experts, int64_t per) {
+  cudaMemcpy(din, bf, (size_t)(experts * 2), cudaMemcpyHostToDevice);
+  cudaMemcpy(din + experts, bf, (size_t)((per - experts) * 2), cudaMemcpyHostToDevice);
+  for (int l = 1; l < kModelLayers; l++)
+    cudaMemcpy(din + l * per, din, (size_t)(per * 2), cudaMemcpyDeviceToDevice);
+}
+
 /*
  * The whole model's quantization on the GPU: every quantized tensor of
  * Qwen3-30B-A3B (48 layers of q/k/v/o projections, the router, and the
@@ -305,19 +331,15 @@ static void bench_model_quantize(cudaEvent_t e0, cudaEvent_t e1, int greps,
                                  const refit_kernels_moe_shape_t *s,
                                  const uint16_t *bf, const uint8_t *q,
                                  const uint8_t *sc) {
-  enum { kLayers = 48, kTensors = 7 };
+  enum { kLayers = kModelLayers, kTensors = kModelTensors };
   const int64_t E = s->num_experts, H = s->hidden, I = s->intermediate;
   if (E != 128 || H != 2048 || I != 768) {
     printf("# whole-model quantization: skipped (not the Qwen3-30B-A3B shape)\n");
     return;
   }
-  /* rows x K of each tensor, experts first (their bytes are bf's layout). */
-  const int64_t rows[kTensors] = {E * 2 * I, E * H, 4096, 512, 512, 2048, E};
-  const int64_t ks[kTensors] = {H, I, H, H, H, 4096, H};
-  int64_t off[kTensors + 1] = {0};
-  for (int i = 0; i < kTensors; i++)
-    off[i + 1] = off[i] + rows[i] * ks[i];
-  const int64_t per = off[kTensors], experts = off[2], rest = per - experts;
+  int64_t rows[kTensors], ks[kTensors], off[kTensors + 1];
+  model_tensors(s, rows, ks, off);
+  const int64_t per = off[kTensors], experts = off[2];
   uint16_t *din = NULL;
   uint8_t *dq = NULL, *dsc = NULL;
   if (cudaMalloc((void **)&din, (size_t)(kLayers * per * 2)) != cudaSuccess ||
@@ -330,10 +352,7 @@ static void bench_model_quantize(cudaEvent_t e0, cudaEvent_t e1, int greps,
     cudaFree(dq);
     return;
   }
-  cudaMemcpy(din, bf, (size_t)(experts * 2), cudaMemcpyHostToDevice);
-  cudaMemcpy(din + experts, bf, (size_t)(rest * 2), cudaMemcpyHostToDevice);
-  for (int l = 1; l < kLayers; l++)
-    cudaMemcpy(din + l * per, din, (size_t)(per * 2), cudaMemcpyDeviceToDevice);
+  model_upload(din, bf, experts, per);
   /* Reference of one layer: the experts' from the caller, the rest here. */
   uint8_t *rq = xmalloc((size_t)per), *rs = xmalloc((size_t)per / 32);
   memcpy(rq, q, (size_t)experts);
@@ -379,26 +398,25 @@ static void bench_model_quantize(cudaEvent_t e0, cudaEvent_t e1, int greps,
  */
 static void bench_model_direct(cudaEvent_t e0, cudaEvent_t e1, int greps,
                                const refit_kernels_moe_shape_t *s, const uint16_t *bf) {
-  enum { kLayers = 48, kTensors = 7, kCalls = 114 };
+  enum { kLayers = kModelLayers, kTensors = kModelTensors, kCalls = 114 };
   const int64_t E = s->num_experts, H = s->hidden, I = s->intermediate;
   if (E != 128 || H != 2048 || I != 768) {
     printf("# whole-model direct land: skipped (not the Qwen3-30B-A3B shape)\n");
     return;
   }
-  const int64_t rows[kTensors] = {E * 2 * I, E * H, 4096, 512, 512, 2048, E};
-  const int64_t ks[kTensors] = {H, I, H, H, H, 4096, H};
-  int64_t off[kTensors + 1] = {0}, woff[kTensors + 1] = {0}, soff[kTensors + 1] = {0};
+  int64_t rows[kTensors], ks[kTensors], off[kTensors + 1];
+  int64_t woff[kTensors + 1] = {0}, soff[kTensors + 1] = {0};
+  model_tensors(s, rows, ks, off);
   refit_kernels_moe_sizes_t sz;
   check(refit_kernels_moe_check_shape(s, "bench", &sz), "shape");
   for (int i = 0; i < kTensors; i++) {
-    off[i + 1] = off[i] + rows[i] * ks[i];
     woff[i + 1] = woff[i] + rows[i] * ks[i];
     const int64_t sb = i == 0   ? sz.w13_weight_scale
                        : i == 1 ? sz.w2_weight_scale
                                 : refit_kernels_swizzle_bytes(rows[i], ks[i] / 32);
     soff[i + 1] = soff[i] + sb;
   }
-  const int64_t per = off[kTensors], experts = off[2], rest = per - experts;
+  const int64_t per = off[kTensors], experts = off[2];
   const int64_t sper = soff[kTensors];
   uint16_t *din = NULL;
   uint8_t *dw = NULL, *dsw = NULL, *dig = NULL;
@@ -411,10 +429,7 @@ static void bench_model_direct(cudaEvent_t e0, cudaEvent_t e1, int greps,
     cudaFree(dw);
     return;
   }
-  cudaMemcpy(din, bf, (size_t)(experts * 2), cudaMemcpyHostToDevice);
-  cudaMemcpy(din + experts, bf, (size_t)(rest * 2), cudaMemcpyHostToDevice);
-  for (int l = 1; l < kLayers; l++)
-    cudaMemcpy(din + l * per, din, (size_t)(per * 2), cudaMemcpyDeviceToDevice);
+  model_upload(din, bf, experts, per);
   const int64_t per_layer = 2 * E + (kTensors - 2), n = kLayers * per_layer;
   refit_direct_desc_t *land = calloc((size_t)n, sizeof(*land));
   refit_direct_desc_t *digest = calloc((size_t)n, sizeof(*digest));

@@ -437,6 +437,16 @@ refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
                                 w[1].target);
 }
 
+void refit_loader_chunk_str(const refit_loader_t *l, int64_t k, char *buf, size_t len) {
+  const refit_chunk_t *ch = &l->plan->chunks[l->desc_chunk[k]];
+  snprintf(buf, len,
+           "tensor %s (rows %lld..%lld, cols %lld..%lld) from trainer rank %d to "
+           "generator rank %d",
+           l->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
+           (long long)(ch->dst_row + ch->rows - 1), (long long)ch->dst_col,
+           (long long)(ch->dst_col + ch->cols - 1), ch->src_rank, l->generator_rank);
+}
+
 /* The refit chunk k's trailer was sealed for, read back from staging; 0
  * when it is none (its rows were damaged: the tag decodes to no refit that
  * can precede this one). */
@@ -504,30 +514,19 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
   }
   REFIT_CHECK(refit_mem_land_collect(l->mem, runs, &bad));
   if (bad >= 0) {
-    const refit_chunk_t *ch = &l->plan->chunks[l->desc_chunk[bad]];
+    char what[REFIT_NAME_MAX + 160];
+    refit_loader_chunk_str(l, bad, what, sizeof(what));
     const uint64_t sent = refit_loader_sealed_tag(l, bad, staging, tag);
     if (sent != 0)
       return REFIT_ERR(REFIT_ERR_INTEGRITY,
-                       "stale chunk in tensor %s (rows %lld..%lld, cols %lld..%lld) "
-                       "from trainer rank %d to generator rank %d: it was sent by the "
-                       "refit of version %llu (attempt %llu), this is the refit of "
-                       "version %llu (attempt %llu); a message of an earlier refit "
-                       "arrived, the refit is discarded",
-                       l->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
-                       (long long)(ch->dst_row + ch->rows - 1), (long long)ch->dst_col,
-                       (long long)(ch->dst_col + ch->cols - 1), ch->src_rank,
-                       l->generator_rank,
-                       (unsigned long long)refit_seal_version(sent),
+                       "stale chunk in %s: it was sent by the refit of version %llu "
+                       "(attempt %llu), this is the refit of version %llu (attempt %llu); "
+                       "a message of an earlier refit arrived, the refit is discarded",
+                       what, (unsigned long long)refit_seal_version(sent),
                        (unsigned long long)refit_seal_attempt(sent),
                        (unsigned long long)refit_seal_version(tag),
                        (unsigned long long)refit_seal_attempt(tag));
-    return REFIT_ERR(REFIT_ERR_INTEGRITY,
-                     "digest mismatch in tensor %s (rows %lld..%lld, cols "
-                     "%lld..%lld) sent by trainer rank %d to generator rank %d",
-                     l->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
-                     (long long)(ch->dst_row + ch->rows - 1), (long long)ch->dst_col,
-                     (long long)(ch->dst_col + ch->cols - 1), ch->src_rank,
-                     l->generator_rank);
+    return REFIT_ERR(REFIT_ERR_INTEGRITY, "digest mismatch in %s", what);
   }
   return refit_mem_sync(l->mem);
 }

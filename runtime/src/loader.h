@@ -167,6 +167,8 @@ refit_status_t refit_loader_land_direct(refit_loader_t *l, int32_t b, unsigned c
  * of the refit (sync, restore: full), and count what descriptor k landed
  * (the staged path also lays out a quantized tensor it completes). */
 refit_status_t refit_loader_touch(refit_loader_t *l, refit_store_t *s);
+/* Descriptor k's chunk for a message: tensor, rows, cols and the pair. */
+void refit_loader_chunk_str(const refit_loader_t *l, int64_t k, char *buf, size_t len);
 /* The expert-layout shape of a MoE runtime tensor (w13 or w2). */
 refit_kernels_moe_shape_t refit_loader_moe_shape(const refit_gen_tensor_t *g);
 refit_status_t refit_loader_account(refit_loader_t *l, int64_t k);

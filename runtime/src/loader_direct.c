@@ -189,16 +189,13 @@ refit_status_t refit_loader_land_direct(refit_loader_t *l, int32_t b, unsigned c
     REFIT_CHECK(refit_loader_account(l, k));
   REFIT_CHECK(refit_mem_land_collect(l->mem, runs, &bad));
   if (bad >= 0) {
-    const refit_chunk_t *ch = &l->plan->chunks[l->desc_chunk[bad]];
+    char what[REFIT_NAME_MAX + 160];
+    refit_loader_chunk_str(l, bad, what, sizeof(what));
     return REFIT_ERR(REFIT_ERR_INTEGRITY,
-                     "digest mismatch in tensor %s (rows %lld..%lld, cols %lld..%lld) read "
-                     "in place from trainer rank %d by generator rank %d: the rows are "
-                     "not what the trainer sealed for this refit (changed since, another "
-                     "refit's, or a damaged digest)",
-                     l->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
-                     (long long)(ch->dst_row + ch->rows - 1), (long long)ch->dst_col,
-                     (long long)(ch->dst_col + ch->cols - 1), ch->src_rank,
-                     l->generator_rank);
+                     "digest mismatch in %s, read in place from the trainer's memory: the "
+                     "rows are not what the trainer sealed for this refit (changed since, "
+                     "another refit's, or a damaged digest)",
+                     what);
   }
   return refit_mem_sync(l->mem);
 }
