@@ -15,6 +15,8 @@ namespace {
 
 constexpr int64_t kDirectQuantTile = 512; /* MXFP8 blocks per warp tile */
 constexpr int64_t kDirectWordTile = 1024; /* 8-byte words per warp tile */
+constexpr int64_t kDirectUnitTile = 2048; /* 16-byte units per DIGEST tile */
+constexpr int kDirectUnitLoads = 4;       /* a lane's 16-byte loads in flight */
 
 __device__ inline bool direct_reads(const refit_direct_desc_t &d) {
   return d.op == REFIT_DIRECT_COPY || d.op == REFIT_DIRECT_QUANTIZE ||
@@ -117,13 +119,71 @@ __device__ inline uint64_t direct_word_tile(const refit_direct_desc_t &d, int64_
   return sum;
 }
 
+/* A DIGEST whose rows are whole, aligned 16-byte units: read 16 bytes per
+ * lane, several loads in flight (the general tile reads a word at a time). */
+__device__ inline bool direct_units(const refit_direct_desc_t &d) {
+  return d.op == REFIT_DIRECT_DIGEST && d.cols % 8 == 0 && d.src_pitch % 16 == 0 &&
+         (reinterpret_cast<uintptr_t>(d.src) & 15) == 0 && d.rows * (d.cols / 8) <= UINT32_MAX;
+}
+
+/*
+ * Tile t of such a DIGEST. Its steps (kDirectUnitLoads x 32 units, each load
+ * instruction 512 contiguous bytes over the warp) are strided by the
+ * descriptor's tile count: the warps that run a descriptor's tiles side by
+ * side read one window of it, as a copy does. Returns the lane's terms.
+ */
+__device__ inline uint64_t direct_unit_tile(const refit_direct_desc_t &d, int64_t t,
+                                            int lane) {
+  constexpr int U = kDirectUnitLoads;
+  const uint32_t row_bytes = static_cast<uint32_t>(2 * d.cols), nu = row_bytes / 16;
+  const uint32_t total = static_cast<uint32_t>(d.rows) * nu;
+  const uint32_t ntiles = static_cast<uint32_t>(ceil_div(total, kDirectUnitTile));
+  const uint32_t nsteps = static_cast<uint32_t>(ceil_div(total, 32 * U));
+  const uint8_t *src = static_cast<const uint8_t *>(d.src);
+  uint64_t sum = 0;
+  for (uint32_t k = static_cast<uint32_t>(t); k < nsteps; k += ntiles) {
+    uint32_t x[U][4];
+    uint64_t word[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const uint32_t unit = (k * U + u) * 32 + lane;
+      word[u] = UINT64_MAX;
+      if (unit < total) {
+        const uint32_t r = unit / nu, c = unit - r * nu;
+        const uint4 v = *reinterpret_cast<const uint4 *>(src + r * d.src_pitch + 16 * c);
+        x[u][0] = v.x;
+        x[u][1] = v.y;
+        x[u][2] = v.z;
+        x[u][3] = v.w;
+        word[u] = (static_cast<uint64_t>(r) * row_bytes + 16 * c) / 8;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if (word[u] != UINT64_MAX)
+        sum += refit_digest_term2(x[u][0], x[u][1], word[u]) +
+               refit_digest_term2(x[u][2], x[u][3], word[u] + 1);
+  }
+  return sum;
+}
+
+/* A QUANTIZE whose every 4-block group of a row lies in one row, with its 4
+ * scale bytes in one aligned 32-bit word of the swizzled matrix. */
+__device__ inline bool direct_quads(const refit_direct_desc_t &d) {
+  return d.cols % 128 == 0 && d.col0 % 128 == 0 &&
+         (reinterpret_cast<uintptr_t>(d.scale) & 3) == 0 && d.scale_group_bytes % 4 == 0;
+}
+
 /*
  * Tile t of a QUANTIZE: blocks [t * kDirectQuantTile, +kDirectQuantTile) of
- * the chunk's row-major block grid, 32 per warp step (a quad per block, four
- * loads in flight per lane). One division per tile: later blocks step
- * along their row, and a row's place in the layout is found once per row.
- * Returns the lane's digest terms.
+ * the chunk's row-major block grid, 32 per warp step, a quad of lanes per
+ * block and four loads in flight per lane. kGroups (direct_quads): quad q
+ * takes blocks 4q .. 4q + 3 of a step, one row, and stores their 4 scale
+ * bytes as one word; else blocks q, q + 8, q + 16, q + 24, a byte each. One
+ * division per tile: later blocks step along their row, and a row's place
+ * in the layout is found once per row. Returns the lane's digest terms.
  */
+template <bool kGroups>
 __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64_t t,
                                              int lane) {
   const int part = lane & 3;
@@ -138,7 +198,9 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
   uint8_t *scales = static_cast<uint8_t *>(d.scale);
   const uint32_t c0 = static_cast<uint32_t>(d.col0 / 32);
   constexpr int U = kQuantUnroll;
-  uint32_t g = static_cast<uint32_t>(t * kDirectQuantTile) + lane / 4;
+  /* Block u of this lane's step: g + du * u, the first at (r, b). */
+  constexpr uint32_t du = kGroups ? 1 : 8;
+  uint32_t g = static_cast<uint32_t>(t * kDirectQuantTile) + (kGroups ? 4 : 1) * (lane / 4);
   uint32_t r = g / nb, b = g - r * nb;
   /* This lane's current row: its source and its places in the layout. */
   uint32_t row_at = UINT32_MAX;
@@ -151,24 +213,28 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
 #pragma unroll
     for (int u = 0; u < U; u++) {
       rs[u] = r;
-      bs[u] = b;
-      if (g + 8 * u < total) {
-        refit_mxfp8_dev_load8(src + rs[u] * d.src_pitch + 64 * b + 16 * part, x[u]);
+      bs[u] = kGroups ? b + u : b;
+      if (g + du * u < total) {
+        refit_mxfp8_dev_load8(src + rs[u] * d.src_pitch + 64 * bs[u] + 16 * part, x[u]);
         if (d.digest) {
-          const uint64_t word = (static_cast<uint64_t>(r) * row_bytes + 64 * b + 16 * part) / 8;
+          const uint64_t word =
+              (static_cast<uint64_t>(r) * row_bytes + 64 * bs[u] + 16 * part) / 8;
           sum += refit_digest_term2(x[u][0], x[u][1], word);
           sum += refit_digest_term2(x[u][2], x[u][3], word + 1);
         }
       }
-      b += 8;
-      while (b >= nb) {
-        b -= nb;
-        r++;
+      if (!kGroups) {
+        b += 8;
+        while (b >= nb) {
+          b -= nb;
+          r++;
+        }
       }
     }
+    uint32_t word = 0;
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      if (g + 8 * u >= total)
+      if (g + du * u >= total)
         break; /* the whole quad leaves together */
       uint32_t q[2];
       const uint8_t sb = refit_mxfp8_dev_quantize8(x[u], quad_mask, q);
@@ -180,12 +246,24 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
         srow_scale = scales + e * d.scale_group_bytes;
       }
       refit_mxfp8_dev_store8(vrow + 32 * bs[u], q);
-      if (part == 0)
+      if (kGroups)
+        word |= static_cast<uint32_t>(sb) << (8 * u);
+      else if (part == 0)
         srow_scale[refit_kernels_swizzle_offset(j, c0 + bs[u], kp)] = sb;
     }
+    if (kGroups && part == 0 && g < total)
+      *reinterpret_cast<uint32_t *>(srow_scale + refit_kernels_swizzle_offset(j, c0 + b, kp)) =
+          word;
     g += 8 * U;
     if (g >= total)
       break;
+    if (kGroups) {
+      b += 8 * U;
+      while (b >= nb) {
+        b -= nb;
+        r++;
+      }
+    }
   }
   return sum;
 }
@@ -222,19 +300,24 @@ template <int kSel> struct DirectPlan {
       return 0;
     if (d.op == REFIT_DIRECT_PAD)
       return d.rows;
+    if (direct_units(d))
+      return ceil_div(d.rows * (d.cols / 8), kDirectUnitTile);
     return ceil_div(ceil_div(d.rows * 2 * d.cols, 8), kDirectWordTile);
   }
   __device__ void run(int64_t i, int64_t t, int lane) const {
-    const refit_direct_desc_t &d = descs[i];
+    /* A copy, not a reference: the stores below could alias the table, so
+     * through a reference every field would be loaded again after each. */
+    const refit_direct_desc_t d = descs[i];
     uint64_t s = 0;
     if (d.op == REFIT_DIRECT_PAD) {
       direct_pad_tile(d, t, lane);
       return;
     }
     if constexpr (kSel == kQuantJobs)
-      s = direct_quant_tile(d, t, lane);
+      s = direct_quads(d) ? direct_quant_tile<true>(d, t, lane)
+                          : direct_quant_tile<false>(d, t, lane);
     else
-      s = direct_word_tile(d, t, lane);
+      s = direct_units(d) ? direct_unit_tile(d, t, lane) : direct_word_tile(d, t, lane);
     if (d.digest) {
       s = warp_sum(s);
       if (lane == 0)

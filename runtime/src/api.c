@@ -198,7 +198,8 @@ refit_status_t refit_session_plan_summary(refit_session_h s, refit_plan_summary_
   out->messages = s->plan->nmsgs;
   out->bytes = st.total_bytes;
   if (!s->is_trainer) {
-    out->staging_bytes = REFIT_EXCHANGES_IN_FLIGHT * s->plan->staging[s->role_rank];
+    /* What was allocated: under zero copy, the trainers' digests only. */
+    out->staging_bytes = REFIT_EXCHANGES_IN_FLIGHT * (int64_t)s->buffer_bytes;
     out->arena_bytes = s->loader != NULL ? s->loader->arena_bytes : 0;
   }
   return REFIT_OK;

@@ -167,6 +167,8 @@ static refit_status_t refit_session_config(refit_session_t *s, const char *path)
 refit_status_t refit_session_make_plan(refit_session_t *s, refit_status_t st) {
   refit_plan_options_t opt;
   refit_config_plan_options(&s->cfg, &opt);
+  if (s->zc_merged)
+    opt.bucket_bytes = REFIT_ZC_BUCKET_BYTES;
   if (st == REFIT_OK)
     st = refit_plan_create(s->cat, &opt, &s->plan);
   REFIT_CHECK(refit_session_agree(s, st, "planning"));
@@ -447,15 +449,17 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
     st = refit_mem_create(all_device, &s->mem);
   REFIT_CHECK_GOTO(refit_session_agree(s, st, "choosing memory"), st, err);
 
+  /* Zero copy where every pair of the plan shares a GPU (zero_copy.c), with
+   * the plan it takes, before the transport opens for that plan's pairs. */
+  REFIT_CHECK_GOTO(refit_zc_locate(s), st, err);
+  REFIT_CHECK_GOTO(refit_session_agree(s, refit_zc_decide(s), "refit.zero_copy"), st, err);
+  REFIT_CHECK_GOTO(refit_zc_merge(s), st, err);
   /* Fault seam: a rank that dies (or stalls) just as the transports start
    * up; its peers' start-up collectives must end at their deadline. */
   if (s->fault.enabled && s->fault.phase == REFIT_FAULT_PHASE_OPEN &&
       s->fault.rank == s->rank)
     REFIT_CHECK_GOTO(refit_session_fault_act(s, "opening the transport"), st, err);
   REFIT_CHECK_GOTO(refit_session_open_transport(s), st, err);
-  /* Zero copy where every pair of the plan shares a GPU (zero_copy.c). */
-  REFIT_CHECK_GOTO(refit_zc_locate(s), st, err);
-  REFIT_CHECK_GOTO(refit_session_agree(s, refit_zc_decide(s), "refit.zero_copy"), st, err);
   /* The source generators verify against, and trainers produce from: with
    * caller-owned weights, the configured reference (trainers produce
    * nothing). */

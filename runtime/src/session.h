@@ -139,6 +139,7 @@ typedef struct refit_session {
    * ([trainer * nsrc + tensor]). */
   int *gpu_of;
   int zero_copy;
+  int zc_merged; /* the plan is zero copy's one bucket (refit_zc_merge) */
   int zc_ready; /* the mapping was exchanged */
   int64_t *zc_off;
   void *zc_acc;

@@ -250,8 +250,10 @@ static refit_status_t refit_session_replan(refit_session_t *s) {
   s->my_msgs = NULL;
   refit_plan_destroy(s->plan);
   s->plan = NULL;
+  s->zc_merged = 0;
   REFIT_CHECK(refit_session_make_plan(s, REFIT_OK));
   REFIT_CHECK(refit_zc_decide(s));
+  REFIT_CHECK(refit_zc_merge(s));
   refit_transport_close(&s->transport);
   REFIT_CHECK(refit_session_open_transport(s));
   refit_status_t st = REFIT_OK;

@@ -61,6 +61,19 @@ refit_status_t refit_zc_locate(refit_session_t *s) {
   return REFIT_OK;
 }
 
+/* The first pair of the plan whose ranks use different GPUs: 1 and its
+ * trainer and generator ranks, or 0. */
+static int refit_zc_far_pair(const refit_session_t *s, int32_t *far_t, int32_t *far_g) {
+  const refit_plan_t *p = s->plan;
+  for (int64_t i = 0; i < p->nmsgs; i++)
+    if (s->gpu_of[p->msgs[i].src_rank] != s->gpu_of[s->ntrainer + p->msgs[i].dst_rank]) {
+      *far_t = p->msgs[i].src_rank;
+      *far_g = p->msgs[i].dst_rank;
+      return 1;
+    }
+  return 0;
+}
+
 refit_status_t refit_zc_decide(refit_session_t *s) {
   const refit_plan_t *p = s->plan;
   int32_t far_t = -1, far_g = -1;
@@ -77,12 +90,7 @@ refit_status_t refit_zc_decide(refit_session_t *s) {
                        "refit.zero_copy: auto or off");
     return REFIT_OK;
   }
-  for (int64_t i = 0; i < p->nmsgs && far_t < 0; i++)
-    if (s->gpu_of[p->msgs[i].src_rank] != s->gpu_of[s->ntrainer + p->msgs[i].dst_rank]) {
-      far_t = p->msgs[i].src_rank;
-      far_g = p->msgs[i].dst_rank;
-    }
-  if (far_t >= 0) {
+  if (refit_zc_far_pair(s, &far_t, &far_g)) {
     if (s->cfg.refit.zero_copy == REFIT_ZERO_COPY_ON)
       return REFIT_ERR(REFIT_ERR_CONFIG,
                        "refit.zero_copy: on, but trainer rank %d and generator rank %d "
@@ -113,6 +121,49 @@ refit_status_t refit_zc_decide(refit_session_t *s) {
     REFIT_INFO("zero-copy: every trainer-generator pair shares a GPU; generators read the "
                "trainers' tensors in place");
   return REFIT_OK;
+}
+
+refit_status_t refit_zc_merge(refit_session_t *s) {
+  /* Async mode keeps its buckets: a generator serves between progress
+   * calls, and each lands one bucket. */
+  if (!s->zero_copy || s->zc_merged || s->plan->nbuckets <= 1 ||
+      s->cfg.refit.mode != REFIT_MODE_SYNC)
+    return REFIT_OK;
+  refit_plan_t *bucketed = s->plan;
+  int64_t *begin = s->my_begin, *msgs = s->my_msgs;
+  const int32_t nbuckets = bucketed->nbuckets;
+  int32_t far_t, far_g;
+  s->plan = NULL;
+  s->my_begin = s->my_msgs = NULL;
+  s->zc_merged = 1;
+  /* Collective and alike everywhere: the planner's outcome is agreed on, and
+   * the pairs are a function of the plan and s->gpu_of. */
+  refit_status_t st = refit_session_make_plan(s, REFIT_OK);
+  if (st == REFIT_OK && !refit_zc_far_pair(s, &far_t, &far_g)) {
+    refit_plan_destroy(bucketed);
+    free(begin);
+    free(msgs);
+    if (s->rank == 0)
+      REFIT_INFO("zero-copy: one bucket instead of %d (buckets bound staging, which zero "
+                 "copy does not use)",
+                 (int)nbuckets);
+    return refit_zc_decide(s);
+  }
+  if (st != REFIT_OK)
+    REFIT_WARN("zero-copy: no one-bucket plan (%s); keeping %d buckets",
+               refit_status_name(st), (int)nbuckets);
+  else
+    REFIT_INFO("zero-copy: the one-bucket plan pairs trainer %d with generator %d on "
+               "another GPU; keeping %d buckets",
+               (int)far_t, (int)far_g, (int)nbuckets);
+  refit_plan_destroy(s->plan);
+  free(s->my_begin);
+  free(s->my_msgs);
+  s->plan = bucketed;
+  s->my_begin = begin;
+  s->my_msgs = msgs;
+  s->zc_merged = 0;
+  return refit_zc_decide(s);
 }
 
 int64_t refit_zc_buffer_bytes(const refit_session_t *s) {

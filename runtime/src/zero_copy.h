@@ -18,6 +18,18 @@ refit_status_t refit_zc_locate(refit_session_t *s);
  * place in its buffer. Again after a re-plan. */
 refit_status_t refit_zc_decide(refit_session_t *s);
 
+/* The bucket cap of a zero-copy plan: the planner's largest. */
+#define REFIT_ZC_BUCKET_BYTES (UINT64_C(1) << 40)
+
+/* After refit_zc_decide chose zero copy, in sync mode (collective, every
+ * rank alike): plan again with one bucket, since buckets bound staging and
+ * zero copy stages nothing; a refit is then one hand-off between the
+ * processes instead of one per bucket. Async mode keeps its buckets (a
+ * generator serves between progress calls, each landing one bucket). The
+ * bucketed plan stays if the merged one fails or pairs ranks on different
+ * GPUs. Callers that plan again clear s->zc_merged first. */
+refit_status_t refit_zc_merge(refit_session_t *s);
+
 /* Bytes of one send buffer or staging area under zero copy: the digests of
  * this rank's largest bucket. */
 int64_t refit_zc_buffer_bytes(const refit_session_t *s);
