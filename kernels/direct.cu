@@ -167,23 +167,13 @@ __device__ inline uint64_t direct_unit_tile(const refit_direct_desc_t &d, int64_
   return sum;
 }
 
-/* A QUANTIZE whose every 4-block group of a row lies in one row, with its 4
- * scale bytes in one aligned 32-bit word of the swizzled matrix. */
-__device__ inline bool direct_quads(const refit_direct_desc_t &d) {
-  return d.cols % 128 == 0 && d.col0 % 128 == 0 &&
-         (reinterpret_cast<uintptr_t>(d.scale) & 3) == 0 && d.scale_group_bytes % 4 == 0;
-}
-
 /*
  * Tile t of a QUANTIZE: blocks [t * kDirectQuantTile, +kDirectQuantTile) of
- * the chunk's row-major block grid, 32 per warp step, a quad of lanes per
- * block and four loads in flight per lane. kGroups (direct_quads): quad q
- * takes blocks 4q .. 4q + 3 of a step, one row, and stores their 4 scale
- * bytes as one word; else blocks q, q + 8, q + 16, q + 24, a byte each. One
- * division per tile: later blocks step along their row, and a row's place
- * in the layout is found once per row. Returns the lane's digest terms.
+ * the chunk's row-major block grid, 32 per warp step (a quad per block, four
+ * loads in flight per lane). One division per tile: later blocks step
+ * along their row, and a row's place in the layout is found once per row.
+ * Returns the lane's digest terms.
  */
-template <bool kGroups>
 __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64_t t,
                                              int lane) {
   const int part = lane & 3;
@@ -198,9 +188,7 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
   uint8_t *scales = static_cast<uint8_t *>(d.scale);
   const uint32_t c0 = static_cast<uint32_t>(d.col0 / 32);
   constexpr int U = kQuantUnroll;
-  /* Block u of this lane's step: g + du * u, the first at (r, b). */
-  constexpr uint32_t du = kGroups ? 1 : 8;
-  uint32_t g = static_cast<uint32_t>(t * kDirectQuantTile) + (kGroups ? 4 : 1) * (lane / 4);
+  uint32_t g = static_cast<uint32_t>(t * kDirectQuantTile) + lane / 4;
   uint32_t r = g / nb, b = g - r * nb;
   /* This lane's current row: its source and its places in the layout. */
   uint32_t row_at = UINT32_MAX;
@@ -213,28 +201,24 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
 #pragma unroll
     for (int u = 0; u < U; u++) {
       rs[u] = r;
-      bs[u] = kGroups ? b + u : b;
-      if (g + du * u < total) {
-        refit_mxfp8_dev_load8(src + rs[u] * d.src_pitch + 64 * bs[u] + 16 * part, x[u]);
+      bs[u] = b;
+      if (g + 8 * u < total) {
+        refit_mxfp8_dev_load8(src + rs[u] * d.src_pitch + 64 * b + 16 * part, x[u]);
         if (d.digest) {
-          const uint64_t word =
-              (static_cast<uint64_t>(r) * row_bytes + 64 * bs[u] + 16 * part) / 8;
+          const uint64_t word = (static_cast<uint64_t>(r) * row_bytes + 64 * b + 16 * part) / 8;
           sum += refit_digest_term2(x[u][0], x[u][1], word);
           sum += refit_digest_term2(x[u][2], x[u][3], word + 1);
         }
       }
-      if (!kGroups) {
-        b += 8;
-        while (b >= nb) {
-          b -= nb;
-          r++;
-        }
+      b += 8;
+      while (b >= nb) {
+        b -= nb;
+        r++;
       }
     }
-    uint32_t word = 0;
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      if (g + du * u >= total)
+      if (g + 8 * u >= total)
         break; /* the whole quad leaves together */
       uint32_t q[2];
       const uint8_t sb = refit_mxfp8_dev_quantize8(x[u], quad_mask, q);
@@ -246,24 +230,12 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
         srow_scale = scales + e * d.scale_group_bytes;
       }
       refit_mxfp8_dev_store8(vrow + 32 * bs[u], q);
-      if (kGroups)
-        word |= static_cast<uint32_t>(sb) << (8 * u);
-      else if (part == 0)
+      if (part == 0)
         srow_scale[refit_kernels_swizzle_offset(j, c0 + bs[u], kp)] = sb;
     }
-    if (kGroups && part == 0 && g < total)
-      *reinterpret_cast<uint32_t *>(srow_scale + refit_kernels_swizzle_offset(j, c0 + b, kp)) =
-          word;
     g += 8 * U;
     if (g >= total)
       break;
-    if (kGroups) {
-      b += 8 * U;
-      while (b >= nb) {
-        b -= nb;
-        r++;
-      }
-    }
   }
   return sum;
 }
@@ -314,8 +286,7 @@ template <int kSel> struct DirectPlan {
       return;
     }
     if constexpr (kSel == kQuantJobs)
-      s = direct_quads(d) ? direct_quant_tile<true>(d, t, lane)
-                          : direct_quant_tile<false>(d, t, lane);
+      s = direct_quant_tile(d, t, lane);
     else
       s = direct_units(d) ? direct_unit_tile(d, t, lane) : direct_word_tile(d, t, lane);
     if (d.digest) {
