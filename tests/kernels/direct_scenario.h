@@ -11,6 +11,12 @@
  *   4  BF16 [37, 50] (a norm-like tensor: COPY, rows of 100 bytes, so 8-byte
  *      words straddle rows)
  *
+ * The aligned variant (dis_create_aligned) is the shape a real refit mostly
+ * has, which the CUDA twin takes faster paths for: 16-byte aligned places and
+ * pitches, the BF16 tensor [37, 56] (whole 16-byte units per row) cut in
+ * steps of 8 columns, and the quantized tensors whose K is a multiple of 128
+ * cut in steps of 128 (whole 4-block groups of scales).
+ *
  * Each tensor is cut into random rectangles (rows at random, columns in
  * multiples of 32 for the quantized ones), one chunk each, in shuffled order,
  * plus a PAD descriptor per quantized tensor. The trainer's table computes the
@@ -56,8 +62,8 @@ typedef struct {
   uint8_t *want; /* expected dst arena */
 } dis_t;
 
-static inline int64_t dis_place(int64_t *used, int64_t bytes) {
-  const int64_t at = (*used + 15) / 16 * 16 + 2 * kt_rand_range(0, 3);
+static inline int64_t dis_place(int64_t *used, int64_t bytes, int aligned) {
+  const int64_t at = (*used + 15) / 16 * 16 + (aligned ? 0 : 2 * kt_rand_range(0, 3));
   *used = at + bytes;
   return at;
 }
@@ -134,18 +140,19 @@ static inline void dis_layout(const dis_t *s, int ti, refit_direct_desc_t *d) {
   }
 }
 
-static inline void dis_create(dis_t *s) {
+static inline void dis_create_mode(dis_t *s, int aligned) {
   memset(s, 0, sizeof(*s));
   const int64_t shape[DIS_TENSORS][3] = {
-      {256, 128, 1}, {256, 64, 1}, {100, 256, 1}, {70, 96, 1}, {37, 50, 0}};
+      {256, 128, 1}, {256, 64, 1}, {100, 256, 1}, {70, 96, 1}, {37, aligned ? 56 : 50, 0}};
   int64_t src_used = 0, dst_used = 0;
   for (int i = 0; i < DIS_TENSORS; i++) {
     dis_tensor_t *t = &s->t[i];
     t->rows = shape[i][0];
     t->cols = shape[i][1];
     t->quantized = (int)shape[i][2];
-    t->src_pitch = 2 * (t->cols + kt_rand_range(0, 3) * 32 + 2 * kt_rand_range(0, 1));
-    t->src_off = dis_place(&src_used, t->rows * t->src_pitch);
+    t->src_pitch = aligned ? (2 * t->cols + 15) / 16 * 16 + 64 * kt_rand_range(0, 3)
+                           : 2 * (t->cols + kt_rand_range(0, 3) * 32 + 2 * kt_rand_range(0, 1));
+    t->src_off = dis_place(&src_used, t->rows * t->src_pitch, aligned);
     if (t->quantized) {
       int64_t wb, sb;
       if (i <= 1) {
@@ -161,17 +168,19 @@ static inline void dis_create(dis_t *s) {
       }
       t->w_bytes = wb;
       t->s_bytes = sb;
-      t->w_off = dis_place(&dst_used, wb);
-      t->s_off = dis_place(&dst_used, sb);
+      t->w_off = dis_place(&dst_used, wb, aligned);
+      t->s_off = dis_place(&dst_used, sb, aligned);
     } else {
       t->w_bytes = t->rows * t->cols * 2;
-      t->w_off = dis_place(&dst_used, t->w_bytes);
+      t->w_off = dis_place(&dst_used, t->w_bytes, aligned);
     }
   }
   s->src_bytes = src_used + 16;
   s->dst_bytes = dst_used + 16;
   for (int i = 0; i < DIS_TENSORS; i++)
-    dis_cut(s, i, s->t[i].quantized ? 32 : 3);
+    dis_cut(s, i,
+            !s->t[i].quantized ? (aligned ? 8 : 3)
+                               : (aligned && s->t[i].cols % 128 == 0 ? 128 : 32));
   for (int64_t k = 0; k < s->nchunks; k++)
     if (s->land[k].op == REFIT_DIRECT_QUANTIZE)
       dis_layout(s, s->land[k].reserved, &s->land[k]);
@@ -244,6 +253,9 @@ static inline void dis_create(dis_t *s) {
     free(sc[i]);
   }
 }
+
+static inline void dis_create(dis_t *s) { dis_create_mode(s, 0); }
+static inline void dis_create_aligned(dis_t *s) { dis_create_mode(s, 1); }
 
 /* Offsets in pointer fields -> pointers into the given arenas. */
 static inline void dis_bind(refit_direct_desc_t *d, int64_t n, const uint8_t *src,

@@ -42,9 +42,9 @@ static void run_host(dis_t *s, uint8_t *src, uint8_t *dst, uint8_t *digests, uin
 
 static void test_layouts_exact(void **state) {
   (void)state;
-  for (int round = 0; round < 4; round++) {
+  for (int round = 0; round < 6; round++) {
     dis_t s;
-    dis_create(&s);
+    dis_create_mode(&s, round % 2); /* misaligned, then aligned */
     uint8_t *src = malloc((size_t)s.src_bytes), *dst = malloc((size_t)s.dst_bytes);
     uint8_t *dig = calloc(1, (size_t)s.digest_bytes);
     memcpy(src, s.src, (size_t)s.src_bytes);

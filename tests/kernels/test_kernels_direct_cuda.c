@@ -33,11 +33,12 @@ static void *to_host(const void *dev, size_t n) {
   return h;
 }
 
-/* Both sides of one scenario; corrupt >= 0 changes source bytes of chunk
- * `corrupt` and of later ones after the trainer's digests. */
-static void twin(int corrupt) {
+/* Both sides of one scenario (aligned: the variant the device takes its wide
+ * paths for); corrupt >= 0 changes source bytes of chunk `corrupt` and of
+ * later ones after the trainer's digests. */
+static void twin(int corrupt, int aligned) {
   dis_t s;
-  dis_create(&s);
+  dis_create_mode(&s, aligned);
   const size_t tb = sizeof(s.trainer), lb = sizeof(s.land);
   /* Host. */
   uint8_t *hsrc = malloc((size_t)s.src_bytes), *hdst = malloc((size_t)s.dst_bytes);
@@ -112,14 +113,14 @@ static void twin(int corrupt) {
 
 static void test_twin_clean(void **state) {
   (void)state;
-  for (int round = 0; round < 6; round++)
-    twin(-1);
+  for (int round = 0; round < 8; round++)
+    twin(-1, round % 2);
 }
 
 static void test_twin_corrupt(void **state) {
   (void)state;
-  for (int round = 0; round < 4; round++)
-    twin((int)kt_rand_range(0, 20));
+  for (int round = 0; round < 6; round++)
+    twin((int)kt_rand_range(0, 20), round % 2);
 }
 
 int main(void) {
