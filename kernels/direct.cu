@@ -119,25 +119,18 @@ __device__ inline uint64_t direct_word_tile(const refit_direct_desc_t &d, int64_
   return sum;
 }
 
-/* A DIGEST or COPY whose rows are whole, aligned 16-byte units (a COPY's
- * destination rows too): 16 bytes per lane, several loads in flight (the
- * general tile moves a word at a time). */
+/* A DIGEST whose rows are whole, aligned 16-byte units: read 16 bytes per
+ * lane, several loads in flight (the general tile reads a word at a time). */
 __device__ inline bool direct_units(const refit_direct_desc_t &d) {
-  const bool copy = d.op == REFIT_DIRECT_COPY;
-  if (!copy && d.op != REFIT_DIRECT_DIGEST)
-    return false;
-  if (copy && (d.dst_pitch % 16 != 0 || (reinterpret_cast<uintptr_t>(d.dst) & 15) != 0))
-    return false;
-  return d.cols % 8 == 0 && d.src_pitch % 16 == 0 &&
+  return d.op == REFIT_DIRECT_DIGEST && d.cols % 8 == 0 && d.src_pitch % 16 == 0 &&
          (reinterpret_cast<uintptr_t>(d.src) & 15) == 0 && d.rows * (d.cols / 8) <= UINT32_MAX;
 }
 
 /*
- * Tile t of such a descriptor. Its steps (kDirectUnitLoads x 32 units, each
- * load instruction 512 contiguous bytes over the warp) are strided by the
+ * Tile t of such a DIGEST. Its steps (kDirectUnitLoads x 32 units, each load
+ * instruction 512 contiguous bytes over the warp) are strided by the
  * descriptor's tile count: the warps that run a descriptor's tiles side by
- * side read one window of it, as a copy does. Returns the lane's digest
- * terms (none for a COPY without a digest).
+ * side read one window of it, as a copy does. Returns the lane's terms.
  */
 __device__ inline uint64_t direct_unit_tile(const refit_direct_desc_t &d, int64_t t,
                                             int lane) {
@@ -147,8 +140,6 @@ __device__ inline uint64_t direct_unit_tile(const refit_direct_desc_t &d, int64_
   const uint32_t ntiles = static_cast<uint32_t>(ceil_div(total, kDirectUnitTile));
   const uint32_t nsteps = static_cast<uint32_t>(ceil_div(total, 32 * U));
   const uint8_t *src = static_cast<const uint8_t *>(d.src);
-  uint8_t *dst = static_cast<uint8_t *>(d.dst);
-  const bool copy = d.op == REFIT_DIRECT_COPY;
   uint64_t sum = 0;
   for (uint32_t k = static_cast<uint32_t>(t); k < nsteps; k += ntiles) {
     uint32_t x[U][4];
@@ -165,12 +156,8 @@ __device__ inline uint64_t direct_unit_tile(const refit_direct_desc_t &d, int64_
         x[u][2] = v.z;
         x[u][3] = v.w;
         word[u] = (static_cast<uint64_t>(r) * row_bytes + 16 * c) / 8;
-        if (copy)
-          *reinterpret_cast<uint4 *>(dst + r * d.dst_pitch + 16 * c) = v;
       }
     }
-    if (copy && !d.digest)
-      continue;
 #pragma unroll
     for (int u = 0; u < U; u++)
       if (word[u] != UINT64_MAX)
@@ -185,21 +172,10 @@ __device__ inline uint64_t direct_unit_tile(const refit_direct_desc_t &d, int64_
  * the chunk's row-major block grid, 32 per warp step (a quad per block, four
  * loads in flight per lane). One division per tile: later blocks step
  * along their row, and a row's place in the layout is found once per row.
- * Scale bytes: where every 4-block group of a row lies in one row with its
- * 4 swizzled bytes in one aligned word (direct_quads), they are gathered in
- * shared memory and stored a word at a time after the tile; else a byte at a
- * time. Returns the lane's digest terms.
+ * Returns the lane's digest terms.
  */
-__device__ inline bool direct_quads(const refit_direct_desc_t &d) {
-  return d.cols % 128 == 0 && d.col0 % 128 == 0 &&
-         (reinterpret_cast<uintptr_t>(d.scale) & 3) == 0 && d.scale_group_bytes % 4 == 0;
-}
-
 __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64_t t,
                                              int lane) {
-  __shared__ __align__(4) uint8_t stage_all[kWarps][kDirectQuantTile];
-  uint8_t *stage = stage_all[threadIdx.x / 32];
-  const bool quads = direct_quads(d);
   const int part = lane & 3;
   const unsigned quad_mask = 0xfu << (lane & 28);
   const uint32_t nb = static_cast<uint32_t>(d.cols / 32);
@@ -212,8 +188,7 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
   uint8_t *scales = static_cast<uint8_t *>(d.scale);
   const uint32_t c0 = static_cast<uint32_t>(d.col0 / 32);
   constexpr int U = kQuantUnroll;
-  const uint32_t g0 = static_cast<uint32_t>(t * kDirectQuantTile);
-  uint32_t g = g0 + lane / 4;
+  uint32_t g = static_cast<uint32_t>(t * kDirectQuantTile) + lane / 4;
   uint32_t r = g / nb, b = g - r * nb;
   /* This lane's current row: its source and its places in the layout. */
   uint32_t row_at = UINT32_MAX;
@@ -255,29 +230,12 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
         srow_scale = scales + e * d.scale_group_bytes;
       }
       refit_mxfp8_dev_store8(vrow + 32 * bs[u], q);
-      if (part == 0 && quads)
-        stage[g + 8 * u - g0] = sb;
-      else if (part == 0)
+      if (part == 0)
         srow_scale[refit_kernels_swizzle_offset(j, c0 + bs[u], kp)] = sb;
     }
     g += 8 * U;
     if (g >= total)
       break;
-  }
-  if (quads) {
-    /* The tile's 4-block groups, a word each, at their swizzled places. */
-    __syncwarp();
-    for (uint32_t m = lane; m < kDirectQuantTile / 4; m += 32) {
-      const uint32_t gb = g0 + 4 * m;
-      if (gb >= total)
-        break;
-      const uint32_t rr = gb / nb, R = static_cast<uint32_t>(d.row0) + rr, e = R / group;
-      const int64_t jj = direct_row(d, R - e * group);
-      *reinterpret_cast<uint32_t *>(scales + e * d.scale_group_bytes +
-                                    refit_kernels_swizzle_offset(jj, c0 + gb - rr * nb, kp)) =
-          *reinterpret_cast<const uint32_t *>(stage + 4 * m);
-    }
-    __syncwarp();
   }
   return sum;
 }
@@ -323,15 +281,14 @@ template <int kSel> struct DirectPlan {
      * through a reference every field would be loaded again after each. */
     const refit_direct_desc_t d = descs[i];
     uint64_t s = 0;
-    if constexpr (kSel == kQuantJobs) {
-      s = direct_quant_tile(d, t, lane); /* tiles() gives this kernel nothing else */
-    } else {
-      if (d.op == REFIT_DIRECT_PAD) {
-        direct_pad_tile(d, t, lane);
-        return;
-      }
-      s = direct_units(d) ? direct_unit_tile(d, t, lane) : direct_word_tile(d, t, lane);
+    if (d.op == REFIT_DIRECT_PAD) {
+      direct_pad_tile(d, t, lane);
+      return;
     }
+    if constexpr (kSel == kQuantJobs)
+      s = direct_quant_tile(d, t, lane);
+    else
+      s = direct_units(d) ? direct_unit_tile(d, t, lane) : direct_word_tile(d, t, lane);
     if (d.digest) {
       s = warp_sum(s);
       if (lane == 0)

@@ -7,14 +7,12 @@
  *
  * Cost: two kernels over the table's work (the quantizing descriptors, and
  * the rest), cut into equal warp tiles numbered across the whole table (512
- * MXFP8 blocks; 2048 16-byte units of a DIGEST or COPY whose rows are whole
- * aligned units, else 1024 words), then a kernel with a thread per
- * descriptor that writes (DIGEST) or checks (COPY, QUANTIZE) the sealed
- * digests. QUANTIZE reads each BF16 word once and sums the digest from the
- * registers it quantizes; its stores are 8 bytes per lane at the row's final
- * place; its scale bytes are gathered per tile in shared memory and stored a
- * 4-byte word at a time where K and the chunk's first column are multiples
- * of 128 (single byte stores otherwise).
+ * MXFP8 blocks; 2048 16-byte units of a DIGEST whose rows are whole aligned
+ * units, else 1024 words), then a kernel with a thread per descriptor that
+ * writes (DIGEST) or checks (COPY, QUANTIZE) the sealed digests. QUANTIZE
+ * reads each BF16 word once and sums the digest from the registers it
+ * quantizes; its stores are 8 bytes per lane at the row's final place, its
+ * scale bytes single stores at their swizzled places.
  */
 #ifndef REFIT_KERNELS_DIRECT_CUDA_H
 #define REFIT_KERNELS_DIRECT_CUDA_H

@@ -12,10 +12,10 @@
  *      words straddle rows)
  *
  * The aligned variant (dis_create_aligned) is the shape a real refit mostly
- * has, which the CUDA twin takes faster paths for: 16-byte aligned places and
- * pitches, the BF16 tensor [37, 56] (whole 16-byte units per row) cut in
- * steps of 8 columns, and the quantized tensors whose K is a multiple of 128
- * cut in steps of 128 (whole 4-block groups of scales).
+ * has, whose trainer digests the CUDA twin reads 16 bytes per lane: 16-byte
+ * aligned places and pitches, the BF16 tensor [37, 56] (whole 16-byte units
+ * per row) cut in steps of 8 columns, and the quantized tensors whose K is a
+ * multiple of 128 cut in steps of 128.
  *
  * Each tensor is cut into random rectangles (rows at random, columns in
  * multiples of 32 for the quantized ones), one chunk each, in shuffled order,
