@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "dump.h"
+#include "delta_wire.h"
 #include "session.h"
 
 #include <stdio.h>
@@ -172,6 +173,20 @@ refit_status_t refit_last_times(refit_session_h s, refit_times_t *out) {
   return REFIT_OK;
 }
 
+refit_status_t refit_last_wire_stats(refit_session_h s, refit_wire_stats_t *out) {
+  REFIT_API_HANDLE(s);
+  if (out == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit_last_wire_stats: NULL out");
+  memset(out, 0, sizeof(*out));
+  if (s->dw != NULL) {
+    out->delta = s->dw->this_refit;
+    out->wire_bytes = s->dw->wire_bytes;
+    out->full_bytes = s->dw->full_bytes;
+    out->framed_msgs = s->dw->framed_msgs;
+  }
+  return REFIT_OK;
+}
+
 refit_status_t refit_session_settings(refit_session_h s, refit_settings_t *out) {
   REFIT_API_HANDLE(s);
   if (out == NULL)
@@ -183,6 +198,7 @@ refit_status_t refit_session_settings(refit_session_h s, refit_settings_t *out) 
   out->restore_full = c->refit.restore == REFIT_RESTORE_FULL;
   out->verify = c->verify != 0;
   out->timeout_s = c->refit.timeout_s;
+  out->delta = (int)c->refit.delta;
   out->dump = c->dump;
   return REFIT_OK;
 }

@@ -5,6 +5,7 @@
  * one outcome per commit), abort with drain and rollback, verification;
  * and the fault seam that tests fail each step with.
  */
+#include "delta_wire.h"
 #include "session.h"
 #include "zero_copy.h"
 
@@ -35,6 +36,7 @@ static void refit_generator_recvs(refit_session_t *s, int32_t b, unsigned char *
     xfers[*nxfers].bytes = (size_t)bytes;
     (*nxfers)++;
   }
+  refit_dw_generator_recvs(s->dw, (int)(b % REFIT_EXCHANGES_IN_FLIGHT), xfers, *nxfers);
 }
 
 /* Wait for a request on the control communicator until the deadline. */
@@ -159,6 +161,10 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
   const int moved = s->is_trainer && s->moved;
   if (st == REFIT_OK && s->moved)
     st = refit_trainer_repoint(s);
+  if (st == REFIT_OK && !s->dw_made) {
+    st = refit_dw_create(s, &s->dw);
+    s->dw_made = st == REFIT_OK;
+  }
   /* Nothing refit does on the device starts before the caller's work
    * queued on `stream` so far: a trainer's last optimizer step, an engine's
    * last forward over the storage a sync refit overwrites. */
@@ -180,7 +186,9 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
                            s->is_trainer ? 0 : 1,
                            st == REFIT_OK,
                            transport_ok,
-                           moved};
+                           moved,
+                           refit_dw_ready(s, s->dw),
+                           0};
   MPI_Request req;
   const double deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
   MPI_Iallgather(mine, (int)sizeof(*mine), MPI_BYTE, all, (int)sizeof(*mine), MPI_BYTE,
@@ -242,6 +250,14 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
                                     "zero-copy: mapping the trainers' tensors"));
     s->zc_ready = 1;
   }
+
+  /* A delta refit needs every rank's baseline of the committed version:
+   * one rank without it (first refit, a failed or aborted one, restored or
+   * POISONED, a tensor registered anew) makes it a full one everywhere. */
+  int delta = 1;
+  for (int r = 0; r < s->size; r++)
+    delta &= all[r].delta_ready != 0;
+  refit_dw_begin(s->dw, delta);
 
   s->attempt++;
   s->vote_pending = 1;
@@ -351,6 +367,8 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
         s->transport.ops->test != NULL)
       st = refit_session_poll_slot(s, other, &sent);
   }
+  if (st == REFIT_OK && s->dw != NULL)
+    st = refit_dw_trainer_encode(s, b, slot, s->buffer[slot], s->xfers, nx);
   s->times.pack += MPI_Wtime() - t;
   REFIT_CHECK(st);
   if (nx > 0 && refit_session_fault_here(s, REFIT_FAULT_PHASE_TRANSFER) &&
@@ -441,8 +459,9 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
   }
   double t = MPI_Wtime();
   const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
-  refit_status_t st =
-      s->zero_copy ? refit_loader_land_direct(s->loader, b, s->buffer[slot], tag, lf)
+  refit_status_t st = refit_dw_generator_apply(s, b, slot, s->buffer[slot]);
+  if (st == REFIT_OK)
+    st = s->zero_copy ? refit_loader_land_direct(s->loader, b, s->buffer[slot], tag, lf)
                    : refit_loader_land_bucket(s->loader, b, s->buffer[slot], tag, lf);
   s->times.unpack += MPI_Wtime() - t;
   REFIT_CHECK(st);
@@ -584,6 +603,7 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
   }
   s->times.commit = MPI_Wtime() - t;
   s->committed = s->pending;
+  refit_dw_commit(s->dw, s->committed);
   s->poisoned_before = 0;
   s->state = REFIT_STATE_IDLE;
   const double t_release = MPI_Wtime();

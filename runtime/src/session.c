@@ -6,6 +6,7 @@
  * files use. Registration is session_register.c, the trainer's tables
  * trainer.c, the lifecycle of a refit lifecycle.c.
  */
+#include "delta_wire.h"
 #include "session.h"
 #include "zero_copy.h"
 
@@ -493,6 +494,7 @@ void refit_session_destroy(refit_session_t *s) {
   refit_transport_close(&s->transport);
   refit_source_close(&s->source);
   refit_zc_close(s);
+  refit_dw_destroy(s->dw);
   if (s->shard_slab != NULL)
     refit_mem_free(s->mem, s->shard_slab);
   free(s->shards);

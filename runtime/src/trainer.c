@@ -224,6 +224,7 @@ refit_status_t refit_trainer_pack(refit_session_t *s, int32_t b, unsigned char *
     xfers[*nxfers].peer = s->ntrainer + m->dst_rank;
     xfers[*nxfers].buf = buf + at;
     xfers[*nxfers].bytes = (size_t)bytes;
+    xfers[*nxfers].got = NULL;
     (*nxfers)++;
   }
   REFIT_CHECK(refit_trainer_seal(s, b, buf, refit_seal_tag(s->pending, s->attempt)));

@@ -1,0 +1,138 @@
+/*
+ * Delta refits on the wire (refit.delta; issue "Delta refit"): trainers send,
+ * per message, only what changed since the last committed version, each
+ * chunk in the cheapest encoding of kernels/delta.h; generators rebuild the
+ * message's full bytes and land them as a full refit would, so every digest
+ * is checked against the resulting bytes and the runtime bytes are those of
+ * a full refit of the same version, bit for bit.
+ *
+ * Baselines. Both sides keep the bytes of the last committed version's
+ * messages in host memory: a trainer each message it packs (a message packed
+ * once for several engines is kept once), a generator each message it
+ * receives. They are updated in place while a refit runs (every refit, delta
+ * or full, leaves the new bytes there) and are valid only once that refit
+ * commits: begin marks them invalid, commit marks them valid for the
+ * committed version. So any refit that fails or aborts, on any rank, leaves
+ * some rank without a baseline, and the next refit is full.
+ *
+ * The decision. At begin every rank says whether it can take part in a delta
+ * refit (refit_dw_ready: a valid baseline of the committed version, not
+ * POISONED, no trainer tensor registered at a new address); the refit is a
+ * delta refit only when every rank says yes (the header exchange), so the
+ * first refit, and the one after any failed, aborted, restored or POISONED
+ * one, is full.
+ *
+ * A message of a delta refit is either its full bytes (exactly the plan's
+ * length: when the delta would be no smaller, or under delta: auto not
+ * worth it) or a frame shorter than that, little-endian:
+ *   u32 magic "RFDM", u32 chunk count, u64 frame bytes (header included),
+ *   then per chunk of the message in plan order: u32 length, the chunk's
+ *   delta (kernels/delta.h) against the baseline of its bytes.
+ * A chunk's bytes are its span of the message (its rows and trailer, up to
+ * the next chunk). The receive is posted at the message's full length with
+ * a variable length (refit_xfer_t.got), so the received length tells the two
+ * forms apart. Transports without variable lengths (NCCL, IPC) cannot carry
+ * delta refits; neither can device memory or zero copy (delta: on refuses
+ * them at the first begin, auto falls back to full refits).
+ *
+ * Costs: a trainer quantizes and packs every chunk as a full refit does,
+ * then compares it with its baseline (one pass) and copies it there; a
+ * generator copies each delta-coded message's baseline, applies the delta,
+ * and lands the whole message as a full refit does (so landing costs what it
+ * costs in a full refit). Memory: each side's baseline is as large as the
+ * bytes it sends or receives per refit; a trainer also keeps one encode
+ * buffer per exchange in flight.
+ */
+#ifndef REFIT_DELTA_WIRE_H
+#define REFIT_DELTA_WIRE_H
+
+#include "refit/status.h"
+#include "transport.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct refit_session;
+
+#define REFIT_DW_MAGIC UINT32_C(0x4d444652) /* "RFDM" in memory order */
+#define REFIT_DW_HEADER_BYTES 16
+
+/* delta: auto sends a message's delta only when it is at most this fraction
+ * of the full message: below it the generator's extra copy of the message
+ * costs less than the bytes it saves on a host-memory link. */
+#define REFIT_DW_AUTO_BREAK_EVEN 0.5
+
+typedef struct refit_dw {
+  int mode;       /* refit_delta_mode_t */
+  int usable;     /* this session can carry delta refits (transport, memory) */
+  int valid;      /* the baseline holds version `version`'s bytes */
+  uint64_t version;
+  int this_refit; /* the ranks agreed that the refit in progress is a delta one */
+  unsigned char *base; /* the baseline, host memory */
+  size_t base_bytes;
+  int64_t *base_off;   /* trainer: per bucket; generator: per my message */
+  /* Trainer: a frame buffer per exchange in flight. */
+  unsigned char *enc[REFIT_EXCHANGES_IN_FLIGHT];
+  size_t enc_bytes;
+  /* Generator: each receive's length, per exchange in flight and message. */
+  size_t *got[REFIT_EXCHANGES_IN_FLIGHT];
+  int64_t max_msgs; /* most messages of this rank in one bucket */
+  int64_t *span;    /* one message's chunk spans (most chunks + 1) */
+  /* This refit so far: bytes this rank sent (trainer) or received
+   * (generator), what a full refit moves, messages sent as frames. */
+  uint64_t wire_bytes, full_bytes;
+  int64_t framed_msgs;
+} refit_dw_t;
+
+/* At the first begin, once memory is bound: the baseline and buffers when
+ * refit.delta is on or auto and this rank's transport and memory can carry
+ * delta refits (sizes logged); *out NULL when refit.delta is off. delta: on
+ * where they cannot is REFIT_ERR_CONFIG naming what to use instead. */
+refit_status_t refit_dw_create(struct refit_session *s, refit_dw_t **out);
+void refit_dw_destroy(refit_dw_t *dw);
+
+/* Can this rank take part in a delta refit now? (See the decision above.) */
+int refit_dw_ready(const struct refit_session *s, const refit_dw_t *dw);
+
+/* Begin: the ranks' answer (every rank ready); the baseline becomes invalid
+ * until commit. */
+void refit_dw_begin(refit_dw_t *dw, int delta_refit);
+
+/* Commit succeeded: the baseline holds `version`. */
+void refit_dw_commit(refit_dw_t *dw, uint64_t version);
+
+/* Trainer, bucket b packed in `buf` (exchange slot `slot`), its sends in
+ * xfers[0..nx) as refit_trainer_pack listed them: copy each message into the
+ * baseline and, in a delta refit, point its send at a frame where that is
+ * smaller (messages packed once share their frame). */
+refit_status_t refit_dw_trainer_encode(struct refit_session *s, int32_t b, int slot,
+                                       unsigned char *buf, refit_xfer_t *xfers, int nx);
+
+/* Generator: the receive lengths of bucket b's messages go to slot `slot`'s
+ * table (xfers as refit_generator_recvs listed them). */
+void refit_dw_generator_recvs(refit_dw_t *dw, int slot, refit_xfer_t *xfers, int nx);
+
+/* Generator, bucket b received in `staging` (slot `slot`): rebuild every
+ * framed message's full bytes from the baseline into its place in staging,
+ * and keep every message's bytes as the new baseline. A frame that is
+ * malformed, of another chunk count or made against another baseline, or a
+ * message of another length, is REFIT_ERR_INTEGRITY naming bucket, trainer
+ * rank and chunk. */
+refit_status_t refit_dw_generator_apply(struct refit_session *s, int32_t b, int slot,
+                                        unsigned char *staging);
+
+/* Encode message bytes `now` against `base` (chunk spans at `span`, n + 1
+ * offsets from the message's start, the last its length) as a frame into
+ * `out` (room for refit_dw_frame_bound); *len its length. */
+refit_status_t refit_dw_frame_encode(const unsigned char *now, const unsigned char *base,
+                                     const int64_t *span, int64_t n, unsigned char *out,
+                                     size_t *len);
+size_t refit_dw_frame_bound(int64_t bytes, int64_t nchunks);
+
+/* Apply a frame of `len` bytes to `dst` (the message's baseline, spans as
+ * above); `what` names the message in errors. */
+refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
+                                    unsigned char *dst, const int64_t *span, int64_t n,
+                                    const char *what);
+
+#endif /* REFIT_DELTA_WIRE_H */
