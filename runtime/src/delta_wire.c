@@ -184,13 +184,15 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
                      "delta refit baseline of %zu bytes on %s rank %d", dw->base_bytes,
                      s->is_trainer ? "trainer" : "generator", s->role_rank);
   }
+  char frames[64] = "";
+  if (s->is_trainer)
+    snprintf(frames, sizeof(frames), ", frame buffers 2 x %.1f MiB",
+             (double)dw->enc_bytes / 1048576.0);
   REFIT_INFO("%s rank %d: refit.delta %s: baseline of the last committed version "
-             "%.1f MiB in host memory%s%.1f MiB",
+             "%.1f MiB in host memory%s",
              s->is_trainer ? "trainer" : "generator", s->role_rank,
              dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto",
-             (double)dw->base_bytes / 1048576.0,
-             s->is_trainer ? ", frame buffers 2 x " : "", 
-             s->is_trainer ? (double)dw->enc_bytes / 1048576.0 : 0.0);
+             (double)dw->base_bytes / 1048576.0, frames);
   return REFIT_OK;
 }
 
