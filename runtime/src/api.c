@@ -292,7 +292,7 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
   snprintf(buf, len,
            "%s, %d ranks = %d trainer (tp %d, pp %d, dp %d, ep %d, etp %d) + %d "
            "generator (%d engine%s x tp %d, ep %d); %s %s, mode %s, restore %s, "
-           "digests %s\n"
+           "digests %s%s\n"
            "plan: %lld trainer tensors -> %lld runtime tensors per tp rank, %d "
            "buckets, %lld messages, %.2f MiB per refit, egress max/mean %.3f, "
            "staging max %.2f MiB, hash %016llx, transport %s%s",
@@ -301,10 +301,14 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
            c->trainer.ep, c->trainer.etp, s->ngenerator, c->generator.engines,
            c->generator.engines == 1 ? "" : "s", c->generator.tp, c->generator.ep,
            c->refit.precision == REFIT_PRECISION_MXFP8 ? "mxfp8" : "bf16",
-           c->refit.prequantize ? "(prequantized on the trainer)" : "",
+           s->plan->options.wire == REFIT_WIRE_MXFP8 ? "(prequantized on the trainer)" : "",
            c->refit.mode == REFIT_MODE_ASYNC ? "async" : "sync",
            c->refit.restore == REFIT_RESTORE_FULL ? "full" : "none",
-           c->refit.digests ? "on" : "off", (long long)s->cat->nsrc,
+           c->refit.digests ? "on" : "off",
+           c->refit.delta == REFIT_DELTA_MODE_ON     ? ", delta on"
+           : c->refit.delta == REFIT_DELTA_MODE_AUTO ? ", delta auto"
+                                                     : "",
+           (long long)s->cat->nsrc,
            (long long)(s->cat->gen_begin[1] - s->cat->gen_begin[0]),
            s->plan->nbuckets, (long long)s->plan->nmsgs,
            (double)st.total_bytes / 1048576.0,
