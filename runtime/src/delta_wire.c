@@ -134,7 +134,6 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
     return REFIT_OK;
   }
   int64_t max_chunks = 1, bucket_frames = 0;
-  const int64_t nmine = s->my_begin[p->nbuckets];
   for (int32_t b = 0; b < p->nbuckets; b++) {
     int64_t frames = 0;
     if (s->my_begin[b + 1] - s->my_begin[b] > dw->max_msgs)
@@ -149,31 +148,32 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
       bucket_frames = frames;
   }
   dw->span = malloc((size_t)(max_chunks + 1) * sizeof(*dw->span));
-  if (s->is_trainer) {
-    /* The baseline has the send buffer's layout, bucket after bucket:
-     * messages packed once for several generators are kept once. */
-    dw->base_off = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
-    for (int32_t b = 0; dw->base_off != NULL && b < p->nbuckets; b++) {
-      int64_t used = 0;
-      for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
-        const int64_t end = s->msg_wire[k] + p->msgs[s->my_msgs[k]].bytes;
-        used = end > used ? end : used;
-      }
-      dw->base_off[b + 1] = dw->base_off[b] + used;
+  /* Bucket b's area of a baseline: the trainer's has the send buffer's
+   * layout (messages packed once for several generators kept once), the
+   * generator's the staging layout, so that it lands from it. */
+  dw->base_off = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
+  for (int32_t b = 0; dw->base_off != NULL && b < p->nbuckets; b++) {
+    int64_t used = 0;
+    for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
+      const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
+      const int64_t end = (s->is_trainer ? s->msg_wire[k] : m->offset) + m->bytes;
+      used = end > used ? end : used;
     }
-    dw->base_bytes = dw->base_off ? (size_t)dw->base_off[p->nbuckets] : 0;
+    dw->base_off[b + 1] = dw->base_off[b] + used;
+  }
+  dw->base_bytes = dw->base_off ? (size_t)dw->base_off[p->nbuckets] : 0;
+  if (s->is_trainer) {
     dw->enc_bytes = (size_t)bucket_frames;
     for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
       dw->enc[i] = malloc(dw->enc_bytes ? dw->enc_bytes : 1);
   } else {
-    dw->base_off = calloc((size_t)nmine + 1, sizeof(int64_t));
-    for (int64_t k = 0; dw->base_off != NULL && k < nmine; k++)
-      dw->base_off[k + 1] = dw->base_off[k] + p->msgs[s->my_msgs[k]].bytes;
-    dw->base_bytes = dw->base_off ? (size_t)dw->base_off[nmine] : 0;
     for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
       dw->got[i] = calloc((size_t)(dw->max_msgs ? dw->max_msgs : 1), sizeof(size_t));
   }
-  dw->base = malloc(dw->base_bytes ? dw->base_bytes : 1);
+  /* A trainer packs into a candidate beside the baseline (two copies, the
+   * roles swapped at commit); a generator updates its one copy in place. */
+  dw->copies = s->is_trainer ? 2 : 1;
+  dw->base = malloc(dw->base_bytes ? dw->copies * dw->base_bytes : 1);
   int ok = dw->span != NULL && dw->base_off != NULL && dw->base != NULL;
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
     ok = ok && (s->is_trainer ? dw->enc[i] != NULL : dw->got[i] != NULL);
@@ -189,10 +189,11 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
     snprintf(frames, sizeof(frames), ", frame buffers 2 x %.1f MiB",
              (double)dw->enc_bytes / 1048576.0);
   REFIT_INFO("%s rank %d: refit.delta %s: baseline of the last committed version "
-             "%.1f MiB in host memory%s",
+             "%.1f MiB in host memory%s%s",
              s->is_trainer ? "trainer" : "generator", s->role_rank,
              dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto",
-             (double)dw->base_bytes / 1048576.0, frames);
+             (double)dw->base_bytes / 1048576.0,
+             s->is_trainer ? " and a candidate as large" : "", frames);
   return REFIT_OK;
 }
 
@@ -219,7 +220,9 @@ void refit_dw_begin(refit_dw_t *dw, int delta_refit) {
   if (dw == NULL)
     return;
   dw->this_refit = delta_refit && dw->usable;
-  dw->valid = 0;
+  /* The generator's baseline is rewritten in place from now on; the
+   * trainer's stays as it is (the refit packs into the candidate). */
+  dw->valid = dw->copies == 2 && dw->valid;
   dw->wire_bytes = dw->full_bytes = 0;
   dw->framed_msgs = 0;
 }
@@ -229,6 +232,14 @@ void refit_dw_commit(refit_dw_t *dw, uint64_t version) {
     return;
   dw->valid = 1;
   dw->version = version;
+  if (dw->copies == 2)
+    dw->cur = 1 - dw->cur;
+}
+
+unsigned char *refit_dw_pack_target(refit_dw_t *dw, int32_t b, unsigned char *buf) {
+  if (dw == NULL || !dw->usable)
+    return buf;
+  return dw->base + (size_t)(1 - dw->cur) * dw->base_bytes + dw->base_off[b];
 }
 
 refit_status_t refit_dw_trainer_encode(refit_session_t *s, int32_t b, int slot,
@@ -252,8 +263,9 @@ refit_status_t refit_dw_trainer_encode(refit_session_t *s, int32_t b, int slot,
       xfers[i].buf = xfers[first].buf;
       xfers[i].bytes = xfers[first].bytes;
     } else if (dw->usable) {
-      unsigned char *now = buf + s->msg_wire[k];
-      unsigned char *base = dw->base + dw->base_off[b] + s->msg_wire[k];
+      const unsigned char *now = buf + s->msg_wire[k];
+      const unsigned char *base =
+          dw->base + (size_t)dw->cur * dw->base_bytes + dw->base_off[b] + s->msg_wire[k];
       if (dw->this_refit) {
         size_t len = 0;
         refit_dw_spans(p, m, dw->span);
@@ -269,7 +281,6 @@ refit_status_t refit_dw_trainer_encode(refit_session_t *s, int32_t b, int slot,
           at += len;
         }
       }
-      memcpy(base, now, (size_t)m->bytes);
     }
     dw->framed_msgs += xfers[i].bytes < (size_t)m->bytes;
     dw->wire_bytes += xfers[i].bytes;
@@ -288,16 +299,18 @@ void refit_dw_generator_recvs(refit_dw_t *dw, int slot, refit_xfer_t *xfers, int
 }
 
 refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
-                                        unsigned char *staging) {
+                                        unsigned char *staging, unsigned char **land_from) {
   refit_dw_t *dw = s->dw;
   const refit_plan_t *p = s->plan;
+  *land_from = staging;
   if (dw == NULL || !dw->usable)
     return REFIT_OK;
+  unsigned char *area = dw->base + dw->base_off[b];
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
     const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
     const size_t got = dw->got[slot][k - s->my_begin[b]];
-    unsigned char *msg = staging + m->offset;
-    unsigned char *base = dw->base + dw->base_off[k];
+    const unsigned char *msg = staging + m->offset;
+    unsigned char *base = area + m->offset;
     dw->full_bytes += (uint64_t)m->bytes;
     dw->wire_bytes += got;
     if (got == (size_t)m->bytes) {
@@ -315,8 +328,10 @@ refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
                        what, (long long)m->bytes, got);
     refit_dw_spans(p, m, dw->span);
     REFIT_CHECK(refit_dw_frame_apply(msg, got, base, dw->span, m->chunk_count, what));
-    memcpy(msg, base, (size_t)m->bytes);
     dw->framed_msgs++;
   }
+  /* The baseline now holds the bucket's new bytes in the staging layout. */
+  if (dw->this_refit)
+    *land_from = area;
   return REFIT_OK;
 }

@@ -9,11 +9,13 @@
  * Baselines. Both sides keep the bytes of the last committed version's
  * messages in host memory: a trainer each message it packs (a message packed
  * once for several engines is kept once), a generator each message it
- * receives. They are updated in place while a refit runs (every refit, delta
- * or full, leaves the new bytes there) and are valid only once that refit
- * commits: begin marks them invalid, commit marks them valid for the
- * committed version. So any refit that fails or aborts, on any rank, leaves
- * some rank without a baseline, and the next refit is full.
+ * receives. A trainer keeps a candidate beside its baseline: every refit,
+ * delta or full, packs into the candidate, and commit swaps the two (so its
+ * baseline is never partly rewritten, at twice the memory). A generator
+ * updates its one copy in place while a refit runs, valid only once that
+ * refit commits: begin marks it invalid, commit valid for the committed
+ * version. So any refit that fails or aborts leaves every generator without
+ * a baseline, and the next refit is full.
  *
  * The decision. At begin every rank says whether it can take part in a delta
  * refit (refit_dw_ready: a valid baseline of the committed version, not
@@ -35,13 +37,15 @@
  * delta refits; neither can device memory or zero copy (delta: on refuses
  * them at the first begin, auto falls back to full refits).
  *
- * Costs: a trainer quantizes and packs every chunk as a full refit does,
- * then compares it with its baseline (one pass) and copies it there; a
- * generator copies each delta-coded message's baseline, applies the delta,
- * and lands the whole message as a full refit does (so landing costs what it
- * costs in a full refit). Memory: each side's baseline is as large as the
- * bytes it sends or receives per refit; a trainer also keeps one encode
- * buffer per exchange in flight.
+ * Costs: a trainer quantizes and packs every chunk as a full refit does (into
+ * its candidate), then compares it with its baseline (one pass reading
+ * both); a generator applies each frame to its baseline (touching only the
+ * changed bytes), copies each full message there, and lands the whole bucket
+ * from the baseline as a full refit lands from staging (so landing, the
+ * layout transforms included, costs what it costs in a full refit). Memory:
+ * a generator's baseline is as large as the bytes it receives per refit, a
+ * trainer's baseline and candidate each as large as the bytes it packs, and
+ * a trainer keeps one frame buffer per exchange in flight.
  */
 #ifndef REFIT_DELTA_WIRE_H
 #define REFIT_DELTA_WIRE_H
@@ -68,9 +72,13 @@ typedef struct refit_dw {
   int valid;      /* the baseline holds version `version`'s bytes */
   uint64_t version;
   int this_refit; /* the ranks agreed that the refit in progress is a delta one */
-  unsigned char *base; /* the baseline, host memory */
+  /* The baseline, host memory: `copies` areas of base_bytes (a trainer's
+   * second is the candidate its refit packs into; area `cur` is the
+   * baseline), bucket b at base_off[b] in each. */
+  unsigned char *base;
   size_t base_bytes;
-  int64_t *base_off;   /* trainer: per bucket; generator: per my message */
+  int copies, cur;
+  int64_t *base_off;
   /* Trainer: a frame buffer per exchange in flight. */
   unsigned char *enc[REFIT_EXCHANGES_IN_FLIGHT];
   size_t enc_bytes;
@@ -101,10 +109,14 @@ void refit_dw_begin(refit_dw_t *dw, int delta_refit);
 /* Commit succeeded: the baseline holds `version`. */
 void refit_dw_commit(refit_dw_t *dw, uint64_t version);
 
-/* Trainer, bucket b packed in `buf` (exchange slot `slot`), its sends in
- * xfers[0..nx) as refit_trainer_pack listed them: copy each message into the
- * baseline and, in a delta refit, point its send at a frame where that is
- * smaller (messages packed once share their frame). */
+/* Trainer: where bucket b is packed (its area of the candidate, or `buf`
+ * without a baseline). */
+unsigned char *refit_dw_pack_target(refit_dw_t *dw, int32_t b, unsigned char *buf);
+
+/* Trainer, bucket b packed in `buf` (refit_dw_pack_target; exchange slot
+ * `slot`), its sends in xfers[0..nx) as refit_trainer_pack listed them: in a
+ * delta refit, point each send at a frame against the baseline where that is
+ * smaller (messages packed once share their frame); count the bytes. */
 refit_status_t refit_dw_trainer_encode(struct refit_session *s, int32_t b, int slot,
                                        unsigned char *buf, refit_xfer_t *xfers, int nx);
 
@@ -112,14 +124,15 @@ refit_status_t refit_dw_trainer_encode(struct refit_session *s, int32_t b, int s
  * table (xfers as refit_generator_recvs listed them). */
 void refit_dw_generator_recvs(refit_dw_t *dw, int slot, refit_xfer_t *xfers, int nx);
 
-/* Generator, bucket b received in `staging` (slot `slot`): rebuild every
- * framed message's full bytes from the baseline into its place in staging,
- * and keep every message's bytes as the new baseline. A frame that is
- * malformed, of another chunk count or made against another baseline, or a
- * message of another length, is REFIT_ERR_INTEGRITY naming bucket, trainer
- * rank and chunk. */
+/* Generator, bucket b received in `staging` (slot `slot`): apply every
+ * framed message to the baseline and copy every full one there, so that the
+ * baseline's area of the bucket holds its new bytes in the staging layout;
+ * *land_from = that area in a delta refit (landed from there, no copy back),
+ * staging otherwise. A frame that is malformed, of another chunk count or
+ * made against another baseline, or a message of another length, is
+ * REFIT_ERR_INTEGRITY naming bucket, trainer rank and chunk. */
 refit_status_t refit_dw_generator_apply(struct refit_session *s, int32_t b, int slot,
-                                        unsigned char *staging);
+                                        unsigned char *staging, unsigned char **land_from);
 
 /* Encode message bytes `now` against `base` (chunk spans at `span`, n + 1
  * offsets from the message's start, the last its length) as a frame into

@@ -356,7 +356,8 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
   REFIT_CHECK(refit_session_wait_slot(s, slot, "send", b - REFIT_EXCHANGES_IN_FLIGHT));
   int nx = 0;
   double t = MPI_Wtime();
-  st = refit_trainer_pack(s, b, s->buffer[slot], s->xfers, &nx, 0);
+  unsigned char *packed_at = refit_dw_pack_target(s->dw, b, s->buffer[slot]);
+  st = refit_trainer_pack(s, b, packed_at, s->xfers, &nx, 0);
   /* While the pack kernel runs, keep the bucket in flight moving: some
    * transports (CUDA IPC) only advance when called. */
   for (int packed = 0; st == REFIT_OK && !packed;) {
@@ -368,7 +369,7 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
       st = refit_session_poll_slot(s, other, &sent);
   }
   if (st == REFIT_OK && s->dw != NULL)
-    st = refit_dw_trainer_encode(s, b, slot, s->buffer[slot], s->xfers, nx);
+    st = refit_dw_trainer_encode(s, b, slot, packed_at, s->xfers, nx);
   s->times.pack += MPI_Wtime() - t;
   REFIT_CHECK(st);
   if (nx > 0 && refit_session_fault_here(s, REFIT_FAULT_PHASE_TRANSFER) &&
@@ -391,7 +392,7 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
     } else if (s->fault.action == REFIT_FAULT_STALE && s->pending > 1 && s->attempt > 1) {
       /* The bytes of this refit, sealed as the previous refit's: what a
        * message of that refit left in a queue would look like. */
-      REFIT_CHECK(refit_trainer_seal(s, b, s->buffer[slot],
+      REFIT_CHECK(refit_trainer_seal(s, b, packed_at,
                                      refit_seal_tag(s->pending - 1, s->attempt - 1)));
       REFIT_CHECK(refit_mem_sync(s->mem));
       REFIT_WARN("fault seam: bucket %d sealed as the refit of version %llu", b,
@@ -459,10 +460,11 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
   }
   double t = MPI_Wtime();
   const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
-  refit_status_t st = refit_dw_generator_apply(s, b, slot, s->buffer[slot]);
+  unsigned char *land_from = s->buffer[slot];
+  refit_status_t st = refit_dw_generator_apply(s, b, slot, s->buffer[slot], &land_from);
   if (st == REFIT_OK)
     st = s->zero_copy ? refit_loader_land_direct(s->loader, b, s->buffer[slot], tag, lf)
-                   : refit_loader_land_bucket(s->loader, b, s->buffer[slot], tag, lf);
+                      : refit_loader_land_bucket(s->loader, b, land_from, tag, lf);
   s->times.unpack += MPI_Wtime() - t;
   REFIT_CHECK(st);
   s->next_bucket++;
