@@ -158,7 +158,8 @@ int refit_plan_msgs_same(const refit_plan_t *plan, const refit_catalog_t *cat,
     if (x->src_tensor != y->src_tensor || x->src_row != y->src_row ||
         x->src_col != y->src_col || x->rows != y->rows || x->cols != y->cols ||
         x->row_bytes != y->row_bytes || x->offset - a->offset != y->offset - b->offset ||
-        refit_plan_chunk_quantized(plan, cat, x) != refit_plan_chunk_quantized(plan, cat, y))
+        refit_plan_chunk_quantized(plan, cat, x) !=
+            refit_plan_chunk_quantized(plan, cat, y))
       return 0;
   }
   return 1;

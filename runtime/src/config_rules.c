@@ -609,7 +609,8 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
                       cfg->refit.transport == REFIT_TRANSPORT_NCCL ? "nccl" : "ipc",
                       cfg->refit.transport == REFIT_TRANSPORT_NCCL ? "nccl" : "ipc");
   if (ROWS_OK(ROW(REFIT_DELTA), ROW(REFIT_ZERO_COPY)) &&
-      cfg->refit.delta == REFIT_DELTA_MODE_ON && cfg->refit.zero_copy == REFIT_ZERO_COPY_ON)
+      cfg->refit.delta == REFIT_DELTA_MODE_ON &&
+      cfg->refit.zero_copy == REFIT_ZERO_COPY_ON)
     refit_config_rule(c, ROW(REFIT_DELTA),
                       "refit.delta: on cannot be combined with refit.zero_copy: on "
                       "(zero copy moves no weight bytes to compare); use "

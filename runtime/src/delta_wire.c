@@ -80,8 +80,8 @@ refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
     refit_status_t st = refit_delta_decode(frame + at, dlen, dst + span[i],
                                            (size_t)(span[i + 1] - span[i]));
     if (st != REFIT_OK)
-      return REFIT_ERR(st, "%s, chunk %lld of %lld: %s", what, (long long)i,
-                       (long long)n, refit_last_error());
+      return REFIT_ERR(st, "%s, chunk %lld of %lld: %s", what, (long long)i, (long long)n,
+                       refit_last_error());
     at += dlen;
   }
   if (at != len)
@@ -269,9 +269,8 @@ refit_status_t refit_dw_trainer_encode(refit_session_t *s, int32_t b, int slot,
       if (dw->this_refit) {
         size_t len = 0;
         refit_dw_spans(p, m, dw->span);
-        REFIT_CHECK(
-            refit_dw_frame_encode(now, base, dw->span, m->chunk_count, dw->enc[slot] + at,
-                                  &len));
+        REFIT_CHECK(refit_dw_frame_encode(now, base, dw->span, m->chunk_count,
+                                          dw->enc[slot] + at, &len));
         const double limit = dw->mode == REFIT_DELTA_MODE_AUTO
                                  ? REFIT_DW_AUTO_BREAK_EVEN * (double)m->bytes
                                  : (double)m->bytes - 1.0;
@@ -299,7 +298,8 @@ void refit_dw_generator_recvs(refit_dw_t *dw, int slot, refit_xfer_t *xfers, int
 }
 
 refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
-                                        unsigned char *staging, unsigned char **land_from) {
+                                        unsigned char *staging,
+                                        unsigned char **land_from) {
   refit_dw_t *dw = s->dw;
   const refit_plan_t *p = s->plan;
   *land_from = staging;

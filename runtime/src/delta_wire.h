@@ -67,9 +67,9 @@ struct refit_session;
 #define REFIT_DW_AUTO_BREAK_EVEN 0.5
 
 typedef struct refit_dw {
-  int mode;       /* refit_delta_mode_t */
-  int usable;     /* this session can carry delta refits (transport, memory) */
-  int valid;      /* the baseline holds version `version`'s bytes */
+  int mode;   /* refit_delta_mode_t */
+  int usable; /* this session can carry delta refits (transport, memory) */
+  int valid;  /* the baseline holds version `version`'s bytes */
   uint64_t version;
   int this_refit; /* the ranks agreed that the refit in progress is a delta one */
   /* The baseline, host memory: `copies` areas of base_bytes (a trainer's
@@ -132,7 +132,8 @@ void refit_dw_generator_recvs(refit_dw_t *dw, int slot, refit_xfer_t *xfers, int
  * made against another baseline, or a message of another length, is
  * REFIT_ERR_INTEGRITY naming bucket, trainer rank and chunk. */
 refit_status_t refit_dw_generator_apply(struct refit_session *s, int32_t b, int slot,
-                                        unsigned char *staging, unsigned char **land_from);
+                                        unsigned char *staging,
+                                        unsigned char **land_from);
 
 /* Encode message bytes `now` against `base` (chunk spans at `span`, n + 1
  * offsets from the message's start, the last its length) as a frame into

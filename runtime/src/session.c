@@ -6,8 +6,8 @@
  * files use. Registration is session_register.c, the trainer's tables
  * trainer.c, the lifecycle of a refit lifecycle.c.
  */
-#include "delta_wire.h"
 #include "session.h"
+#include "delta_wire.h"
 #include "zero_copy.h"
 
 #include "fault.h"

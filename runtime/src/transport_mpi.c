@@ -26,8 +26,8 @@ struct refit_exchange {
   MPI_Request *req;
   int *peer;
   int *indices;
-  size_t *bytes;       /* expected size (or, with got, the most) of each message */
-  size_t **got;        /* receives of variable length: where the length goes */
+  size_t *bytes; /* expected size (or, with got, the most) of each message */
+  size_t **got;  /* receives of variable length: where the length goes */
   MPI_Status *status;
 };
 
@@ -106,8 +106,8 @@ static refit_status_t refit_mpi_start(void *ctx, const refit_xfer_t *sends,
   ex->bytes = malloc((size_t)(n ? n : 1) * sizeof(*ex->bytes));
   ex->status = malloc((size_t)(n ? n : 1) * sizeof(*ex->status));
   ex->got = calloc((size_t)(n ? n : 1), sizeof(*ex->got));
-  if (ex->req == NULL || ex->peer == NULL || ex->indices == NULL ||
-      ex->bytes == NULL || ex->status == NULL || ex->got == NULL) {
+  if (ex->req == NULL || ex->peer == NULL || ex->indices == NULL || ex->bytes == NULL ||
+      ex->status == NULL || ex->got == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "mpi transport: %d requests", n);
     goto err;
   }

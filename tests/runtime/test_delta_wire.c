@@ -34,7 +34,8 @@ static uint64_t rng(void) {
 static int setup(void **state) {
   (void)state;
   const char *env = getenv("REFIT_TEST_SEED");
-  rng_state = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)clock() << 20;
+  rng_state =
+      env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)clock() << 20;
   if (rng_state == 0)
     rng_state = 1;
   printf("test_delta_wire: seed %llu (REFIT_TEST_SEED repeats it)\n",
@@ -149,7 +150,8 @@ static void test_round_trips(void **state) {
 
 /* Apply `frame` (len bytes) to m's baseline: REFIT_ERR_INTEGRITY whose
  * message contains `want`. */
-static void expect_bad(msg_t *m, const unsigned char *frame, size_t len, const char *want) {
+static void expect_bad(msg_t *m, const unsigned char *frame, size_t len,
+                       const char *want) {
   unsigned char *dst = msg_reset(m);
   refit_status_t st = refit_dw_frame_apply(frame, len, dst, m->span, m->n, "bucket 3");
   assert_int_equal(st, REFIT_ERR_INTEGRITY);
