@@ -2,22 +2,25 @@
 # One delta-refit job (refit.delta) through the project's launcher, with a
 # fresh random source.seed, then assertions on what each refit was and sent.
 #   run_delta.sh BUILD CONFIG [--refit N full|delta|aborted]... [--max F]
-#                [--transport T]
+#                [--transport T] [--as-delta STEPS]
 # Every refit row must be verified (or, where --refit N aborted says so,
 # aborted with the previous version kept and verified); --refit N full|delta
 # requires refit N's wire line (refit-run: wire) to name that kind; every
 # delta refit must send at most F (default 0.5) of a full refit's bytes, and
 # every full one exactly a full refit's. --transport overrides refit.transport.
+# --as-delta STEPS turns a config of the MPI matrix into a delta job: delta:
+# on, STEPS refits, source.update_rate 1e-3.
 set -uo pipefail
 build=$1 config=$2
 shift 2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-kinds=() max=0.5 transport=""
+kinds=() max=0.5 transport="" as_delta=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --refit) kinds+=("$2 $3"); shift 3 ;;
     --max) max=$2; shift 2 ;;
     --transport) transport=$2; shift 2 ;;
+    --as-delta) as_delta=$2; shift 2 ;;
     *) echo "run_delta: unknown argument $1"; exit 2 ;;
   esac
 done
@@ -25,6 +28,10 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 seed=$(( (RANDOM << 15 | RANDOM) + 1 ))
 sed "s/^  seed: .*/  seed: $seed/" "$config" >"$dir/job.yaml"
+if [ -n "$as_delta" ]; then
+  sed -i -e "s/^  steps: .*/  steps: $as_delta/" -e "s/^\(  seed: .*\)/\1\n  update_rate: 1.0e-3/" \
+    -e "s/^refit:\$/refit:\n  delta: on/" "$dir/job.yaml"
+fi
 if [ -n "$transport" ]; then
   sed -i "s/^refit:$/refit:\n  transport: $transport/" "$dir/job.yaml"
 fi
