@@ -211,9 +211,12 @@ void refit_dw_destroy(refit_dw_t *dw) {
 }
 
 int refit_dw_ready(const refit_session_t *s, const refit_dw_t *dw) {
+  const int pays = dw == NULL || dw->mode != REFIT_DELTA_MODE_AUTO ||
+                   dw->last_fraction <= REFIT_DW_AUTO_BREAK_EVEN ||
+                   dw->full_streak >= REFIT_DW_AUTO_PROBE;
   return dw != NULL && dw->usable && dw->valid && dw->version == s->committed &&
          s->committed > 0 && s->state != REFIT_STATE_POISONED &&
-         !(s->is_trainer && s->moved);
+         !(s->is_trainer && s->moved) && pays;
 }
 
 void refit_dw_begin(refit_dw_t *dw, int delta_refit) {
@@ -232,6 +235,13 @@ void refit_dw_commit(refit_dw_t *dw, uint64_t version) {
     return;
   dw->valid = 1;
   dw->version = version;
+  if (dw->this_refit) {
+    dw->last_fraction =
+        dw->full_bytes > 0 ? (double)dw->wire_bytes / (double)dw->full_bytes : 0.0;
+    dw->full_streak = 0;
+  } else {
+    dw->full_streak++;
+  }
   if (dw->copies == 2)
     dw->cur = 1 - dw->cur;
 }
@@ -271,10 +281,7 @@ refit_status_t refit_dw_trainer_encode(refit_session_t *s, int32_t b, int slot,
         refit_dw_spans(p, m, dw->span);
         REFIT_CHECK(refit_dw_frame_encode(now, base, dw->span, m->chunk_count,
                                           dw->enc[slot] + at, &len));
-        const double limit = dw->mode == REFIT_DELTA_MODE_AUTO
-                                 ? REFIT_DW_AUTO_BREAK_EVEN * (double)m->bytes
-                                 : (double)m->bytes - 1.0;
-        if ((double)len <= limit && len < (size_t)m->bytes) {
+        if (len < (size_t)m->bytes) {
           xfers[i].buf = dw->enc[slot] + at;
           xfers[i].bytes = len;
           at += len;

@@ -19,14 +19,15 @@
  *
  * The decision. At begin every rank says whether it can take part in a delta
  * refit (refit_dw_ready: a valid baseline of the committed version, not
- * POISONED, no trainer tensor registered at a new address); the refit is a
- * delta refit only when every rank says yes (the header exchange), so the
- * first refit, and the one after any failed, aborted, restored or POISONED
- * one, is full.
+ * POISONED, no trainer tensor registered at a new address; under delta: auto
+ * a rank also says no while delta refits do not pay, see
+ * REFIT_DW_AUTO_BREAK_EVEN); the refit is a delta refit only when every rank
+ * says yes (the header exchange), so the first refit, and the one after any
+ * failed, aborted, restored or POISONED one, is full.
  *
  * A message of a delta refit is either its full bytes (exactly the plan's
- * length: when the delta would be no smaller, or under delta: auto not
- * worth it) or a frame shorter than that, little-endian:
+ * length, when the delta would be no smaller) or a frame shorter than that,
+ * little-endian:
  *   u32 magic "RFDM", u32 chunk count, u64 frame bytes (header included),
  *   then per chunk of the message in plan order: u32 length, the chunk's
  *   delta (kernels/delta.h) against the baseline of its bytes.
@@ -61,10 +62,15 @@ struct refit_session;
 #define REFIT_DW_MAGIC UINT32_C(0x4d444652) /* "RFDM" in memory order */
 #define REFIT_DW_HEADER_BYTES 16
 
-/* delta: auto sends a message's delta only when it is at most this fraction
- * of the full message: below it the generator's extra copy of the message
- * costs less than the bytes it saves on a host-memory link. */
-#define REFIT_DW_AUTO_BREAK_EVEN 0.5
+/* delta: auto runs a delta refit only while every rank's last delta refit
+ * moved at most this fraction of a full refit's bytes (measured on CPU2,
+ * docs/benchmarks.md: a delta refit of 8.4 % of the bytes takes as long as a
+ * full one over TCP and longer over shared memory, one of 0.86 % up to 1.6x
+ * less); above it the rank asks for full refits, and tries a delta one
+ * again after REFIT_DW_AUTO_PROBE full ones (the changes may have become
+ * sparser). */
+#define REFIT_DW_AUTO_BREAK_EVEN (1.0 / 16)
+#define REFIT_DW_AUTO_PROBE 4
 
 typedef struct refit_dw {
   int mode;   /* refit_delta_mode_t */
@@ -90,6 +96,10 @@ typedef struct refit_dw {
    * (generator), what a full refit moves, messages sent as frames. */
   uint64_t wire_bytes, full_bytes;
   int64_t framed_msgs;
+  /* delta: auto: the last committed delta refit's bytes over a full one's
+   * on this rank, and full refits committed since. */
+  double last_fraction;
+  int full_streak;
 } refit_dw_t;
 
 /* At the first begin, once memory is bound: the baseline and buffers when
