@@ -215,8 +215,7 @@ int refit_dw_ready(const refit_session_t *s, const refit_dw_t *dw) {
                    dw->last_fraction <= REFIT_DW_AUTO_BREAK_EVEN ||
                    dw->full_streak >= REFIT_DW_AUTO_PROBE;
   return dw != NULL && dw->usable && dw->valid && dw->version == s->committed &&
-         s->committed > 0 && s->state != REFIT_STATE_POISONED &&
-         !(s->is_trainer && s->moved) && pays;
+         s->committed > 0 && s->state != REFIT_STATE_POISONED && pays;
 }
 
 void refit_dw_begin(refit_dw_t *dw, int delta_refit) {

@@ -109,7 +109,8 @@ typedef struct refit_dw {
 refit_status_t refit_dw_create(struct refit_session *s, refit_dw_t **out);
 void refit_dw_destroy(refit_dw_t *dw);
 
-/* Can this rank take part in a delta refit now? (See the decision above.) */
+/* Can this rank take part in a delta refit now? (See the decision above;
+ * begin adds that no trainer tensor was registered at a new address.) */
 int refit_dw_ready(const struct refit_session *s, const refit_dw_t *dw);
 
 /* Begin: the ranks' answer (every rank ready); the baseline becomes invalid

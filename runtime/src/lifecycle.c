@@ -187,7 +187,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
                            st == REFIT_OK,
                            transport_ok,
                            moved,
-                           refit_dw_ready(s, s->dw),
+                           refit_dw_ready(s, s->dw) && !moved,
                            0};
   MPI_Request req;
   const double deadline = MPI_Wtime() + s->cfg.refit.timeout_s;

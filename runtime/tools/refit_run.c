@@ -410,10 +410,12 @@ int main(int argc, char **argv) {
                        MPI_SUM, 0);
     if (rank == 0) {
       const double refit_s = maxes[5] - maxes[0];
+      /* What crossed the transport: a delta refit's frames, not the plan. */
+      const double moved = cfg.delta != 0 ? wire_sum[0] : (double)pst.bytes;
       printf("%6d %8llu %9.4f %9.4f %10.4f %9.4f %9.4f %9.4f %9.4f %9.4f %8.2f  %s\n",
              step, (unsigned long long)version, maxes[0], maxes[1], maxes[2], maxes[3],
              maxes[4], maxes[5], refit_s, maxes[6],
-             refit_s > 0 ? (double)pst.bytes / refit_s / 1e9 : 0.0,
+             refit_s > 0 ? moved / refit_s / 1e9 : 0.0,
              !cfg.verify ? "committed" : (bad_all == 0 ? "verified" : "MISMATCH"));
       if (cfg.delta != 0)
         printf("refit-run: wire: refit %d %s: %.0f of %.0f bytes (%.6f of a full "
