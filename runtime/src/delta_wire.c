@@ -178,11 +178,11 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
     ok = ok && (s->is_trainer ? dw->enc[i] != NULL : dw->got[i] != NULL);
   if (!ok) {
+    const size_t bytes = dw->copies * dw->base_bytes;
     refit_dw_destroy(dw);
     *out = NULL;
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY,
-                     "delta refit baseline of %zu bytes on %s rank %d", dw->base_bytes,
-                     s->is_trainer ? "trainer" : "generator", s->role_rank);
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit baseline of %zu bytes on %s rank %d",
+                     bytes, s->is_trainer ? "trainer" : "generator", s->role_rank);
   }
   char frames[64] = "";
   if (s->is_trainer)
@@ -293,12 +293,19 @@ refit_status_t refit_dw_trainer_encode(refit_session_t *s, int32_t b, int slot,
   return REFIT_OK;
 }
 
-void refit_dw_generator_recvs(refit_dw_t *dw, int slot, refit_xfer_t *xfers, int nx) {
+void refit_dw_generator_recvs(refit_session_t *s, int32_t b, int slot, refit_xfer_t *xfers,
+                              int nx) {
+  refit_dw_t *dw = s->dw;
   for (int i = 0; i < nx; i++) {
     xfers[i].got = NULL;
-    if (dw != NULL && dw->usable) {
+    if (dw == NULL || !dw->usable)
+      continue;
+    if (dw->this_refit) { /* a frame or the full message, into staging */
       dw->got[slot][i] = 0;
       xfers[i].got = &dw->got[slot][i];
+    } else { /* full messages, straight into the baseline */
+      const refit_msg_t *m = &s->plan->msgs[s->my_msgs[s->my_begin[b] + i]];
+      xfers[i].buf = dw->base + dw->base_off[b] + m->offset;
     }
   }
 }
@@ -312,6 +319,13 @@ refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
   if (dw == NULL || !dw->usable)
     return REFIT_OK;
   unsigned char *area = dw->base + dw->base_off[b];
+  *land_from = area; /* where the bucket's new bytes are once this returns */
+  if (!dw->this_refit) { /* received there, each exactly its length */
+    for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++)
+      dw->full_bytes += (uint64_t)p->msgs[s->my_msgs[k]].bytes;
+    dw->wire_bytes = dw->full_bytes;
+    return REFIT_OK;
+  }
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
     const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
     const size_t got = dw->got[slot][k - s->my_begin[b]];
@@ -327,17 +341,9 @@ refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
     snprintf(what, sizeof(what),
              "version %llu bucket %d: message from trainer rank %d to generator rank %d",
              (unsigned long long)s->pending, b, m->src_rank, m->dst_rank);
-    if (!dw->this_refit)
-      return REFIT_ERR(REFIT_ERR_INTEGRITY,
-                       "%s: truncated message in a full refit: expected %lld bytes, "
-                       "got %zu",
-                       what, (long long)m->bytes, got);
     refit_dw_spans(p, m, dw->span);
     REFIT_CHECK(refit_dw_frame_apply(msg, got, base, dw->span, m->chunk_count, what));
     dw->framed_msgs++;
   }
-  /* The baseline now holds the bucket's new bytes in the staging layout. */
-  if (dw->this_refit)
-    *land_from = area;
   return REFIT_OK;
 }

@@ -41,8 +41,9 @@
  * Costs: a trainer quantizes and packs every chunk as a full refit does (into
  * its candidate), then compares it with its baseline (one pass reading
  * both); a generator applies each frame to its baseline (touching only the
- * changed bytes), copies each full message there, and lands the whole bucket
- * from the baseline as a full refit lands from staging (so landing, the
+ * changed bytes), copies each full message there (a full refit receives
+ * straight into the baseline), and lands the whole bucket from the baseline
+ * as a refit without baselines lands from staging (so landing, the
  * layout transforms included, costs what it costs in a full refit). Memory:
  * a generator's baseline is as large as the bytes it receives per refit, a
  * trainer's baseline and candidate each as large as the bytes it packs, and
@@ -131,16 +132,19 @@ unsigned char *refit_dw_pack_target(refit_dw_t *dw, int32_t b, unsigned char *bu
 refit_status_t refit_dw_trainer_encode(struct refit_session *s, int32_t b, int slot,
                                        unsigned char *buf, refit_xfer_t *xfers, int nx);
 
-/* Generator: the receive lengths of bucket b's messages go to slot `slot`'s
- * table (xfers as refit_generator_recvs listed them). */
-void refit_dw_generator_recvs(refit_dw_t *dw, int slot, refit_xfer_t *xfers, int nx);
+/* Generator: bucket b's receives (xfers as refit_generator_recvs listed
+ * them, into staging slot `slot`): in a delta refit each may be shorter (its
+ * length goes to the slot's table); in a full one each goes straight into
+ * the baseline, exactly its length. */
+void refit_dw_generator_recvs(struct refit_session *s, int32_t b, int slot,
+                              refit_xfer_t *xfers, int nx);
 
-/* Generator, bucket b received in `staging` (slot `slot`): apply every
- * framed message to the baseline and copy every full one there, so that the
- * baseline's area of the bucket holds its new bytes in the staging layout;
- * *land_from = that area in a delta refit (landed from there, no copy back),
- * staging otherwise. A frame that is malformed, of another chunk count or
- * made against another baseline, or a message of another length, is
+/* Generator, bucket b received (slot `slot`): in a delta refit apply every
+ * frame to the baseline and copy every full message there from `staging`;
+ * either way the baseline's area of the bucket then holds its new bytes in
+ * the staging layout, and *land_from is that area (`staging` without a
+ * baseline). A frame that is malformed, of another chunk count or made
+ * against another baseline, or a message of another length, is
  * REFIT_ERR_INTEGRITY naming bucket, trainer rank and chunk. */
 refit_status_t refit_dw_generator_apply(struct refit_session *s, int32_t b, int slot,
                                         unsigned char *staging,
