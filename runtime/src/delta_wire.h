@@ -47,7 +47,10 @@
  * layout transforms included, costs what it costs in a full refit). Memory:
  * a generator's baseline is as large as the bytes it receives per refit, a
  * trainer's baseline and candidate each as large as the bytes it packs, and
- * a trainer keeps one frame buffer per exchange in flight.
+ * a trainer keeps one frame buffer per exchange in flight. All of it is
+ * plain host memory (malloc): delta refits run only where the buffers are
+ * host memory, and the memory module has no pinned host allocation to offer.
+ * The sizes are logged (INFO) at the first begin and printed by refit-plan.
  */
 #ifndef REFIT_DELTA_WIRE_H
 #define REFIT_DELTA_WIRE_H
