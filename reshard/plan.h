@@ -100,6 +100,23 @@ refit_status_t refit_plan_create(const refit_catalog_t *cat,
                                  const refit_plan_options_t *options, refit_plan_t **out);
 void refit_plan_destroy(refit_plan_t *plan);
 
+/* Does chunk ch travel quantized (an MXFP8 wire and a quantized runtime
+ * tensor: the trainer quantizes it)? */
+int refit_plan_chunk_quantized(const refit_plan_t *plan, const refit_catalog_t *cat,
+                               const refit_chunk_t *ch);
+
+/* Do messages a and b carry the same bytes: the same chunks of the same
+ * source rectangles, packed the same way at the same places? A trainer packs
+ * such messages of one bucket once (every engine replica needs them). */
+int refit_plan_msgs_same(const refit_plan_t *plan, const refit_catalog_t *cat,
+                         const refit_msg_t *a, const refit_msg_t *b);
+
+/* The bytes trainer rank `trainer` packs per refit: its messages, each one
+ * equal to an earlier one of its bucket counted once (what a delta refit's
+ * trainer baseline holds). */
+int64_t refit_plan_packed_bytes(const refit_plan_t *plan, const refit_catalog_t *cat,
+                                int32_t trainer);
+
 /* Bytes one row of `cols` elements of generator tensor `gen` takes on the
  * wire in format `wire`. */
 int64_t refit_plan_row_bytes(const refit_gen_tensor_t *gen, refit_wire_t wire,

@@ -142,3 +142,42 @@ refit_status_t refit_planner_finish(refit_planner_t *p) {
   plan->hash = h;
   return REFIT_OK;
 }
+
+int refit_plan_chunk_quantized(const refit_plan_t *plan, const refit_catalog_t *cat,
+                               const refit_chunk_t *ch) {
+  return plan->options.wire == REFIT_WIRE_MXFP8 && cat->gen[ch->dst_tensor].quantized;
+}
+
+int refit_plan_msgs_same(const refit_plan_t *plan, const refit_catalog_t *cat,
+                         const refit_msg_t *a, const refit_msg_t *b) {
+  if (a->bytes != b->bytes || a->chunk_count != b->chunk_count)
+    return 0;
+  for (int64_t i = 0; i < a->chunk_count; i++) {
+    const refit_chunk_t *x = &plan->chunks[a->chunk_begin + i];
+    const refit_chunk_t *y = &plan->chunks[b->chunk_begin + i];
+    if (x->src_tensor != y->src_tensor || x->src_row != y->src_row ||
+        x->src_col != y->src_col || x->rows != y->rows || x->cols != y->cols ||
+        x->row_bytes != y->row_bytes || x->offset - a->offset != y->offset - b->offset ||
+        refit_plan_chunk_quantized(plan, cat, x) !=
+            refit_plan_chunk_quantized(plan, cat, y))
+      return 0;
+  }
+  return 1;
+}
+
+int64_t refit_plan_packed_bytes(const refit_plan_t *plan, const refit_catalog_t *cat,
+                                int32_t trainer) {
+  int64_t bytes = 0;
+  for (int32_t b = 0; b < plan->nbuckets; b++)
+    for (int64_t i = plan->bucket_msg_begin[b]; i < plan->bucket_msg_begin[b + 1]; i++) {
+      const refit_msg_t *m = &plan->msgs[i];
+      int same = 0;
+      if (m->src_rank != trainer)
+        continue;
+      for (int64_t j = plan->bucket_msg_begin[b]; j < i && !same; j++)
+        same = plan->msgs[j].src_rank == trainer &&
+               refit_plan_msgs_same(plan, cat, &plan->msgs[j], m);
+      bytes += same ? 0 : m->bytes;
+    }
+  return bytes;
+}

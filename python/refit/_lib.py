@@ -2,7 +2,7 @@
 runtime/include/refit/refit.h and status.h the package calls.
 
 This is the one file that restates C declarations (ctypes cannot read a
-header): the two structs, the enum values of refit_side_t and
+header): the three structs, the enum values of refit_side_t and
 refit_tensor_dtype_t, and the argument types. tests/python/test_binding.py
 compares the struct fields with the header so that a change there fails a
 test instead of corrupting memory.
@@ -74,6 +74,12 @@ class Times(ctypes.Structure):
                 for n in ("source", "pack", "transfer", "land", "commit", "total")]
 
 
+class WireStats(ctypes.Structure):
+    """refit_wire_stats_t"""
+    _fields_ = [("delta", ctypes.c_int), ("wire_bytes", ctypes.c_uint64),
+                ("full_bytes", ctypes.c_uint64), ("framed_msgs", ctypes.c_int64)]
+
+
 _session = ctypes.c_void_p
 _status = ctypes.c_int
 
@@ -109,6 +115,8 @@ state = _proto("refit_state", ctypes.c_int, _session)
 state_str = _proto("refit_state_str", ctypes.c_char_p, ctypes.c_int)
 committed_version = _proto("refit_committed_version", ctypes.c_uint64, _session)
 last_times = _proto("refit_last_times", _status, _session, ctypes.POINTER(Times))
+last_wire_stats = _proto("refit_last_wire_stats", _status, _session,
+                         ctypes.POINTER(WireStats))
 session_describe = _proto("refit_session_describe", None, _session,
                           ctypes.c_char_p, ctypes.c_size_t)
 verify = _proto("refit_verify", _status, _session, ctypes.c_uint64,

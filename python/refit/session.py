@@ -278,6 +278,15 @@ class Session:
         check(_lib.last_times(self._handle(), ctypes.byref(t)))
         return {name: getattr(t, name) for name, _ in _lib.Times._fields_}
 
+    def last_wire_stats(self):
+        """Bytes on the wire of the last refit on this rank (refit.delta):
+        delta (1 for a delta refit), wire_bytes (sent by a trainer, received
+        by a generator), full_bytes (what a full refit moves here),
+        framed_msgs; all zero with refit.delta off."""
+        w = _lib.WireStats()
+        check(_lib.last_wire_stats(self._handle(), ctypes.byref(w)))
+        return {name: getattr(w, name) for name, _ in _lib.WireStats._fields_}
+
     def verify(self, version):
         """Generators: the number of runtime elements that differ from what
         `version` must be (0: verified); trainers: 0."""

@@ -7,6 +7,7 @@
 #include "checkpoint.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "delta_wire.h"
 #include "dump.h"
 #include "session.h"
 
@@ -172,6 +173,20 @@ refit_status_t refit_last_times(refit_session_h s, refit_times_t *out) {
   return REFIT_OK;
 }
 
+refit_status_t refit_last_wire_stats(refit_session_h s, refit_wire_stats_t *out) {
+  REFIT_API_HANDLE(s);
+  if (out == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit_last_wire_stats: NULL out");
+  memset(out, 0, sizeof(*out));
+  if (s->dw != NULL) {
+    out->delta = s->dw->this_refit;
+    out->wire_bytes = s->dw->wire_bytes;
+    out->full_bytes = s->dw->full_bytes;
+    out->framed_msgs = s->dw->framed_msgs;
+  }
+  return REFIT_OK;
+}
+
 refit_status_t refit_session_settings(refit_session_h s, refit_settings_t *out) {
   REFIT_API_HANDLE(s);
   if (out == NULL)
@@ -183,6 +198,7 @@ refit_status_t refit_session_settings(refit_session_h s, refit_settings_t *out) 
   out->restore_full = c->refit.restore == REFIT_RESTORE_FULL;
   out->verify = c->verify != 0;
   out->timeout_s = c->refit.timeout_s;
+  out->delta = (int)c->refit.delta;
   out->dump = c->dump;
   return REFIT_OK;
 }
@@ -274,25 +290,28 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
   const refit_config_t *c = &s->cfg;
   refit_plan_stats_t st;
   refit_plan_stats(s->plan, 0, &st);
+  const char *quantized =
+      s->plan->options.wire == REFIT_WIRE_MXFP8 ? "(prequantized on the trainer)" : "";
+  const char *delta = c->refit.delta == REFIT_DELTA_MODE_ON     ? ", delta on"
+                      : c->refit.delta == REFIT_DELTA_MODE_AUTO ? ", delta auto"
+                                                                : "";
   snprintf(buf, len,
            "%s, %d ranks = %d trainer (tp %d, pp %d, dp %d, ep %d, etp %d) + %d "
            "generator (%d engine%s x tp %d, ep %d); %s %s, mode %s, restore %s, "
-           "digests %s\n"
+           "digests %s%s\n"
            "plan: %lld trainer tensors -> %lld runtime tensors per tp rank, %d "
            "buckets, %lld messages, %.2f MiB per refit, egress max/mean %.3f, "
            "staging max %.2f MiB, hash %016llx, transport %s%s",
-           c->model.family == REFIT_FAMILY_QWEN3_MOE ? "qwen3_moe" : "qwen3",
-           s->size, s->ntrainer, c->trainer.tp, c->trainer.pp, c->trainer.dp,
-           c->trainer.ep, c->trainer.etp, s->ngenerator, c->generator.engines,
+           c->model.family == REFIT_FAMILY_QWEN3_MOE ? "qwen3_moe" : "qwen3", s->size,
+           s->ntrainer, c->trainer.tp, c->trainer.pp, c->trainer.dp, c->trainer.ep,
+           c->trainer.etp, s->ngenerator, c->generator.engines,
            c->generator.engines == 1 ? "" : "s", c->generator.tp, c->generator.ep,
-           c->refit.precision == REFIT_PRECISION_MXFP8 ? "mxfp8" : "bf16",
-           c->refit.prequantize ? "(prequantized on the trainer)" : "",
+           c->refit.precision == REFIT_PRECISION_MXFP8 ? "mxfp8" : "bf16", quantized,
            c->refit.mode == REFIT_MODE_ASYNC ? "async" : "sync",
            c->refit.restore == REFIT_RESTORE_FULL ? "full" : "none",
-           c->refit.digests ? "on" : "off", (long long)s->cat->nsrc,
-           (long long)(s->cat->gen_begin[1] - s->cat->gen_begin[0]),
-           s->plan->nbuckets, (long long)s->plan->nmsgs,
-           (double)st.total_bytes / 1048576.0,
+           c->refit.digests ? "on" : "off", delta, (long long)s->cat->nsrc,
+           (long long)(s->cat->gen_begin[1] - s->cat->gen_begin[0]), s->plan->nbuckets,
+           (long long)s->plan->nmsgs, (double)st.total_bytes / 1048576.0,
            st.egress_mean > 0 ? st.egress_max / st.egress_mean : 0.0,
            (double)st.staging_max / 1048576.0, (unsigned long long)s->plan->hash,
            s->transport.ops->name,

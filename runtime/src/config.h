@@ -74,6 +74,18 @@ typedef enum {
   REFIT_ZERO_COPY_OFF = 2
 } refit_zero_copy_t;
 
+/* refit.delta: whether trainers send only what changed since the last
+ * committed version (runtime/src/delta_wire.h). off: every refit is full;
+ * on: delta refits wherever the ranks hold that version's bytes, and a job
+ * whose transport or memory cannot carry them is refused (config or first
+ * begin); auto: the same, falling back to full refits there. Either quantizes
+ * on the trainer as refit.prequantize does (under precision mxfp8). */
+typedef enum {
+  REFIT_DELTA_MODE_OFF = 0,
+  REFIT_DELTA_MODE_ON = 1,
+  REFIT_DELTA_MODE_AUTO = 2
+} refit_delta_mode_t;
+
 /* Fault injection (tests only): the phase a fault fires in ... */
 typedef enum {
   REFIT_FAULT_PHASE_TRANSFER = 0,
@@ -134,6 +146,7 @@ typedef struct {
     refit_linear_backend_t linear_backend; /* flashinfer_cutlass (default) */
     refit_moe_backend_t moe_backend;       /* flashinfer_trtllm (only) */
     int prequantize; /* quantize on the trainer before sending; default false */
+    refit_delta_mode_t delta; /* off (default) | on | auto */
     /* Modules left in bf16 under mxfp8, by their runtime (vLLM) names: an
      * entry matches a module when it equals whole dotted segments of its
      * name ("mlp.gate" matches model.layers.*.mlp.gate, not

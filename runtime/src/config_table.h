@@ -162,6 +162,9 @@
   X(REFIT_PREQUANTIZE, "refit", "prequantize", BOOL, refit.prequantize,        \
     "false", 0, 0, "", 0,                                                      \
     "quantize on the trainer before sending (needs precision mxfp8)")          \
+  X(REFIT_DELTA, "refit", "delta", ENUM, refit.delta, "off", 0, 0,             \
+    "off|on|auto", 0,                                                          \
+    "send only what changed since the last committed version")                 \
   X(REFIT_QUANTIZATION_IGNORE, "refit", "quantization_ignore", STRING_LIST,    \
     refit.quantization_ignore, "[lm_head]", 0, 0,                              \
     "module name|[lm_head, mlp.gate]", 0,                                      \

@@ -5,6 +5,7 @@
  * one outcome per commit), abort with drain and rollback, verification;
  * and the fault seam that tests fail each step with.
  */
+#include "delta_wire.h"
 #include "session.h"
 #include "zero_copy.h"
 
@@ -35,6 +36,7 @@ static void refit_generator_recvs(refit_session_t *s, int32_t b, unsigned char *
     xfers[*nxfers].bytes = (size_t)bytes;
     (*nxfers)++;
   }
+  refit_dw_generator_recvs(s, b, (int)(b % REFIT_EXCHANGES_IN_FLIGHT), xfers, *nxfers);
 }
 
 /* Wait for a request on the control communicator until the deadline. */
@@ -159,6 +161,10 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
   const int moved = s->is_trainer && s->moved;
   if (st == REFIT_OK && s->moved)
     st = refit_trainer_repoint(s);
+  if (st == REFIT_OK && !s->dw_made) {
+    st = refit_dw_create(s, &s->dw);
+    s->dw_made = st == REFIT_OK;
+  }
   /* Nothing refit does on the device starts before the caller's work
    * queued on `stream` so far: a trainer's last optimizer step, an engine's
    * last forward over the storage a sync refit overwrites. */
@@ -180,7 +186,9 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
                            s->is_trainer ? 0 : 1,
                            st == REFIT_OK,
                            transport_ok,
-                           moved};
+                           moved,
+                           refit_dw_ready(s, s->dw) && !moved,
+                           0};
   MPI_Request req;
   const double deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
   MPI_Iallgather(mine, (int)sizeof(*mine), MPI_BYTE, all, (int)sizeof(*mine), MPI_BYTE,
@@ -242,6 +250,14 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
                                     "zero-copy: mapping the trainers' tensors"));
     s->zc_ready = 1;
   }
+
+  /* A delta refit needs every rank's baseline of the committed version:
+   * one rank without it (first refit, a failed or aborted one, restored or
+   * POISONED, a tensor registered anew) makes it a full one everywhere. */
+  int delta = 1;
+  for (int r = 0; r < s->size; r++)
+    delta &= all[r].delta_ready != 0;
+  refit_dw_begin(s->dw, delta);
 
   s->attempt++;
   s->vote_pending = 1;
@@ -340,7 +356,8 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
   REFIT_CHECK(refit_session_wait_slot(s, slot, "send", b - REFIT_EXCHANGES_IN_FLIGHT));
   int nx = 0;
   double t = MPI_Wtime();
-  st = refit_trainer_pack(s, b, s->buffer[slot], s->xfers, &nx, 0);
+  unsigned char *packed_at = refit_dw_pack_target(s->dw, b, s->buffer[slot]);
+  st = refit_trainer_pack(s, b, packed_at, s->xfers, &nx, 0);
   /* While the pack kernel runs, keep the bucket in flight moving: some
    * transports (CUDA IPC) only advance when called. */
   for (int packed = 0; st == REFIT_OK && !packed;) {
@@ -351,6 +368,8 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
         s->transport.ops->test != NULL)
       st = refit_session_poll_slot(s, other, &sent);
   }
+  if (st == REFIT_OK && s->dw != NULL)
+    st = refit_dw_trainer_encode(s, b, slot, packed_at, s->xfers, nx);
   s->times.pack += MPI_Wtime() - t;
   REFIT_CHECK(st);
   if (nx > 0 && refit_session_fault_here(s, REFIT_FAULT_PHASE_TRANSFER) &&
@@ -373,7 +392,7 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
     } else if (s->fault.action == REFIT_FAULT_STALE && s->pending > 1 && s->attempt > 1) {
       /* The bytes of this refit, sealed as the previous refit's: what a
        * message of that refit left in a queue would look like. */
-      REFIT_CHECK(refit_trainer_seal(s, b, s->buffer[slot],
+      REFIT_CHECK(refit_trainer_seal(s, b, packed_at,
                                      refit_seal_tag(s->pending - 1, s->attempt - 1)));
       REFIT_CHECK(refit_mem_sync(s->mem));
       REFIT_WARN("fault seam: bucket %d sealed as the refit of version %llu", b,
@@ -441,9 +460,11 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
   }
   double t = MPI_Wtime();
   const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
-  refit_status_t st =
-      s->zero_copy ? refit_loader_land_direct(s->loader, b, s->buffer[slot], tag, lf)
-                   : refit_loader_land_bucket(s->loader, b, s->buffer[slot], tag, lf);
+  unsigned char *land_from = s->buffer[slot];
+  refit_status_t st = refit_dw_generator_apply(s, b, slot, s->buffer[slot], &land_from);
+  if (st == REFIT_OK)
+    st = s->zero_copy ? refit_loader_land_direct(s->loader, b, s->buffer[slot], tag, lf)
+                      : refit_loader_land_bucket(s->loader, b, land_from, tag, lf);
   s->times.unpack += MPI_Wtime() - t;
   REFIT_CHECK(st);
   s->next_bucket++;
@@ -584,6 +605,7 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
   }
   s->times.commit = MPI_Wtime() - t;
   s->committed = s->pending;
+  refit_dw_commit(s->dw, s->committed);
   s->poisoned_before = 0;
   s->state = REFIT_STATE_IDLE;
   const double t_release = MPI_Wtime();

@@ -100,6 +100,18 @@ refit_status_t refit_plan_report_figures(refit_plan_report_h r,
   f.arena_bound = r->cfg.refit.arena_bytes;
   f.spread = r->plan->spread;
   f.hash = r->plan->hash;
+  f.delta = (int)r->cfg.refit.delta;
+  for (int32_t t = 0; f.delta != REFIT_DELTA_MODE_OFF && t < r->plan->ntrainer; t++) {
+    const int64_t bytes = refit_plan_packed_bytes(r->plan, cat, t);
+    f.delta_trainer_bytes = bytes > f.delta_trainer_bytes ? bytes : f.delta_trainer_bytes;
+  }
+  for (int32_t g = 0; f.delta != REFIT_DELTA_MODE_OFF && g < r->plan->ngenerator; g++) {
+    int64_t bytes = 0;
+    for (int64_t i = 0; i < r->plan->nmsgs; i++)
+      bytes += r->plan->msgs[i].dst_rank == g ? r->plan->msgs[i].bytes : 0;
+    f.delta_generator_bytes =
+        bytes > f.delta_generator_bytes ? bytes : f.delta_generator_bytes;
+  }
   *out = f;
   return REFIT_OK;
 }

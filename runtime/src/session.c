@@ -7,6 +7,7 @@
  * trainer.c, the lifecycle of a refit lifecycle.c.
  */
 #include "session.h"
+#include "delta_wire.h"
 #include "zero_copy.h"
 
 #include "fault.h"
@@ -497,6 +498,7 @@ void refit_session_destroy(refit_session_t *s) {
   refit_transport_close(&s->transport);
   refit_source_close(&s->source);
   refit_zc_close(s);
+  refit_dw_destroy(s->dw);
   if (s->shard_slab != NULL)
     refit_mem_free(s->mem, s->shard_slab);
   free(s->shards);

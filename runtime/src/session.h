@@ -149,6 +149,11 @@ typedef struct refit_session {
   const uint16_t **zc_base;
   void *shard_slab; /* trainer: the shards it allocated itself, one allocation */
   size_t buffer_bytes; /* of each send buffer or staging area */
+
+  /* refit.delta (delta_wire.h): baselines and frames, made at the first
+   * begin once memory is bound; NULL with delta off. */
+  struct refit_dw *dw;
+  int dw_made;
 } refit_session_t;
 
 /*
@@ -194,6 +199,8 @@ typedef struct refit_header {
   int32_t side, ok; /* ok: this rank could start (memory bound) */
   int32_t transport_ok, moved; /* transport_ok: its transport is healthy;
                                   moved: a trainer tensor has a new address */
+  int32_t delta_ready, pad;    /* this rank can take part in a delta refit
+                                  (refit_dw_ready) */
 } refit_header_t;
 
 /* session.c: read and validate the config at `path` (refit_config_load;

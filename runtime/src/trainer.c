@@ -92,29 +92,8 @@ refit_status_t refit_trainer_source(refit_session_t *s, uint64_t version) {
 
 /* The pack operation of chunk ch on this trainer. */
 static int refit_trainer_chunk_op(const refit_session_t *s, const refit_chunk_t *ch) {
-  return s->plan->options.wire == REFIT_WIRE_MXFP8 &&
-                 s->cat->gen[ch->dst_tensor].quantized
-             ? REFIT_CHUNK_QUANTIZE
-             : REFIT_CHUNK_COPY;
-}
-
-/* Do messages a and b carry the same bytes: the same chunks of the same
- * source rectangles, packed the same way at the same places? */
-static int refit_trainer_same_msg(const refit_session_t *s, const refit_msg_t *a,
-                                  const refit_msg_t *b) {
-  const refit_plan_t *p = s->plan;
-  if (a->bytes != b->bytes || a->chunk_count != b->chunk_count)
-    return 0;
-  for (int64_t i = 0; i < a->chunk_count; i++) {
-    const refit_chunk_t *x = &p->chunks[a->chunk_begin + i];
-    const refit_chunk_t *y = &p->chunks[b->chunk_begin + i];
-    if (x->src_tensor != y->src_tensor || x->src_row != y->src_row ||
-        x->src_col != y->src_col || x->rows != y->rows || x->cols != y->cols ||
-        x->row_bytes != y->row_bytes || x->offset - a->offset != y->offset - b->offset ||
-        refit_trainer_chunk_op(s, x) != refit_trainer_chunk_op(s, y))
-      return 0;
-  }
-  return 1;
+  return refit_plan_chunk_quantized(s->plan, s->cat, ch) ? REFIT_CHUNK_QUANTIZE
+                                                         : REFIT_CHUNK_COPY;
 }
 
 /* One pack descriptor per chunk this rank sends, bucket by bucket,
@@ -143,7 +122,7 @@ refit_status_t refit_trainer_tables(refit_session_t *s) {
       const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
       int64_t same = -1;
       for (int64_t k0 = s->my_begin[b]; k0 < k && same < 0; k0++)
-        if (refit_trainer_same_msg(s, &p->msgs[s->my_msgs[k0]], m))
+        if (refit_plan_msgs_same(p, s->cat, &p->msgs[s->my_msgs[k0]], m))
           same = k0;
       if (same >= 0) {
         s->msg_wire[k] = s->msg_wire[same];
@@ -224,6 +203,7 @@ refit_status_t refit_trainer_pack(refit_session_t *s, int32_t b, unsigned char *
     xfers[*nxfers].peer = s->ntrainer + m->dst_rank;
     xfers[*nxfers].buf = buf + at;
     xfers[*nxfers].bytes = (size_t)bytes;
+    xfers[*nxfers].got = NULL;
     (*nxfers)++;
   }
   REFIT_CHECK(refit_trainer_seal(s, b, buf, refit_seal_tag(s->pending, s->attempt)));

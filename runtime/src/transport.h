@@ -59,6 +59,12 @@ typedef struct {
   int peer;    /* rank in the world communicator */
   void *buf;   /* memory of the kind given in args->memory */
   size_t bytes;
+  /* Receives only. NULL: the message is exactly `bytes` long (anything else
+   * fails the exchange). Otherwise the message may be shorter (at most
+   * `bytes`; a longer one still fails) and its length is stored here when
+   * the exchange completes: only for transports whose ops->variable_length
+   * is 1 (delta refits, runtime/src/delta_wire.h). Sends ignore it. */
+  size_t *got;
 } refit_xfer_t;
 
 typedef struct {
@@ -99,6 +105,10 @@ typedef struct {
   refit_transport_kind_t kind;
   /* The memory its buffers must be in (zero-initialized: host). */
   refit_memory_t memory;
+  /* 1 when its receives can be shorter than posted and report their length
+   * (refit_xfer_t.got); 0 (zero-initialized) when every message must be
+   * exactly as long as its receive. */
+  int variable_length;
   /* REFIT_OK when this transport can serve the job; otherwise the reason
    * (REFIT_ERR_CONFIG for a job it can never serve). Collective over
    * args->world: every rank gets the same answer. */

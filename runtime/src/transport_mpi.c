@@ -26,7 +26,8 @@ struct refit_exchange {
   MPI_Request *req;
   int *peer;
   int *indices;
-  size_t *bytes;       /* expected size of each message */
+  size_t *bytes; /* expected size (or, with got, the most) of each message */
+  size_t **got;  /* receives of variable length: where the length goes */
   MPI_Status *status;
 };
 
@@ -84,6 +85,7 @@ static void refit_mpi_exchange_free(refit_exchange_t *ex) {
   free(ex->indices);
   free(ex->bytes);
   free(ex->status);
+  free(ex->got);
   free(ex);
 }
 
@@ -103,8 +105,9 @@ static refit_status_t refit_mpi_start(void *ctx, const refit_xfer_t *sends,
   ex->indices = malloc((size_t)(n ? n : 1) * sizeof(*ex->indices));
   ex->bytes = malloc((size_t)(n ? n : 1) * sizeof(*ex->bytes));
   ex->status = malloc((size_t)(n ? n : 1) * sizeof(*ex->status));
-  if (ex->req == NULL || ex->peer == NULL || ex->indices == NULL ||
-      ex->bytes == NULL || ex->status == NULL) {
+  ex->got = calloc((size_t)(n ? n : 1), sizeof(*ex->got));
+  if (ex->req == NULL || ex->peer == NULL || ex->indices == NULL || ex->bytes == NULL ||
+      ex->status == NULL || ex->got == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "mpi transport: %d requests", n);
     goto err;
   }
@@ -119,6 +122,7 @@ static refit_status_t refit_mpi_start(void *ctx, const refit_xfer_t *sends,
     }
     ex->peer[ex->n] = recvs[i].peer;
     ex->bytes[ex->n] = recvs[i].bytes;
+    ex->got[ex->n] = recvs[i].got;
     REFIT_CHECK_GOTO(refit_mpi_check(MPI_Irecv(recvs[i].buf, (int)recvs[i].bytes,
                                                MPI_BYTE, recvs[i].peer, tag,
                                                c->comm, &ex->req[ex->n]),
@@ -178,7 +182,9 @@ static refit_status_t refit_mpi_poll(refit_exchange_t *ex, const char *phase,
     if (i >= ex->n - ex->nsends || *bad != REFIT_OK)
       continue;
     MPI_Get_count(&ex->status[k], MPI_BYTE, &count);
-    if ((size_t)count != ex->bytes[i])
+    if (ex->got[i] != NULL) /* at most bytes: MPI refuses a longer message */
+      *ex->got[i] = (size_t)count;
+    else if ((size_t)count != ex->bytes[i])
       *bad = REFIT_ERR(REFIT_ERR_INTEGRITY,
                        "%s: truncated message from rank %d: expected %zu bytes, "
                        "got %d",
@@ -320,6 +326,7 @@ static void refit_mpi_destroy(void *ctx) {
 const refit_transport_ops_t refit_transport_mpi = {
     .name = "mpi",
     .kind = REFIT_TRANSPORT_MPI,
+    .variable_length = 1,
     .query = refit_mpi_query,
     .create = refit_mpi_create,
     .can_connect = refit_mpi_can_connect,

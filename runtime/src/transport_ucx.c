@@ -76,6 +76,7 @@ typedef struct {
   int peer;
   int is_send;
   size_t bytes;
+  size_t *got; /* a receive of variable length: where its length goes */
 } refit_ucx_op_t;
 
 struct refit_exchange {
@@ -365,6 +366,7 @@ static refit_status_t refit_ucx_start(void *vctx, const refit_xfer_t *sends,
     op->req = r;
     op->peer = recvs[i].peer;
     op->bytes = recvs[i].bytes;
+    op->got = recvs[i].got;
     ex->n++;
     ex->left += r != NULL;
   }
@@ -416,7 +418,9 @@ static refit_status_t refit_ucx_poll(refit_ucx_ctx_t *c, refit_exchange_t *ex,
     return REFIT_ERR(REFIT_ERR_UCX, "%s: %s %s rank %d failed: %s", phase,
                      op->is_send ? "send" : "receive",
                      op->is_send ? "to" : "from", op->peer, ucs_status_string(s));
-  if (!op->is_send && info.length != op->bytes)
+  if (!op->is_send && op->got != NULL) /* at most bytes: UCX refuses longer */
+    *op->got = info.length;
+  else if (!op->is_send && info.length != op->bytes)
     return REFIT_ERR(REFIT_ERR_UCX,
                      "%s: message from rank %d has %zu bytes, expected %zu "
                      "(do all ranks run the same plan?)",
@@ -547,6 +551,7 @@ const refit_transport_ops_t refit_transport_ucx = {
     .name = "ucx",
     .kind = REFIT_TRANSPORT_UCX,
     .memory = REFIT_MEMORY_ANY,
+    .variable_length = 1,
     .query = refit_ucx_query,
     .create = refit_ucx_create,
     .can_connect = refit_ucx_can_connect,

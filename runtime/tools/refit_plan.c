@@ -160,6 +160,11 @@ int main(int argc, char **argv) {
            "refit.arena_bytes %.1f MiB); staging 2 x %.1f MiB\n",
            (double)s.arena_max / 1048576.0, (double)f.arena_bound / 1048576.0,
            (double)s.staging_max / 1048576.0);
+  if (f.delta != 0)
+    printf("  delta baseline   %.1f MiB per trainer rank, %.1f MiB per generator "
+           "rank (largest; host memory; refit.delta %s)\n",
+           (double)f.delta_trainer_bytes / 1048576.0,
+           (double)f.delta_generator_bytes / 1048576.0, f.delta == 1 ? "on" : "auto");
   printf("  planned in       %.3f s\n", plan_s);
   printf("  plan hash        %016llx\n", (unsigned long long)f.hash);
   if (all_ranks || T + G <= 16) {

@@ -397,13 +397,31 @@ int main(int argc, char **argv) {
     refit_run_reduce(&rs, s, report, "report", &bad, &bad_all, 1, MPI_INT64_T, MPI_SUM,
                      -1);
     total_bad += bad_all;
+    /* Delta refits: the trainers' bytes on the wire against a full refit's. */
+    double wire_local[3] = {0, 0, 0}, wire_sum[3] = {0, 0, 0};
+    refit_wire_stats_t ws;
+    if (cfg.delta != 0 && !gen && refit_last_wire_stats(s, &ws) == REFIT_OK) {
+      wire_local[0] = (double)ws.wire_bytes;
+      wire_local[1] = (double)ws.full_bytes;
+      wire_local[2] = ws.delta;
+    }
+    if (cfg.delta != 0)
+      refit_run_reduce(&rs, s, report, "report", wire_local, wire_sum, 3, MPI_DOUBLE,
+                       MPI_SUM, 0);
     if (rank == 0) {
       const double refit_s = maxes[5] - maxes[0];
+      /* What crossed the transport: a delta refit's frames, not the plan. */
+      const double moved = cfg.delta != 0 ? wire_sum[0] : (double)pst.bytes;
       printf("%6d %8llu %9.4f %9.4f %10.4f %9.4f %9.4f %9.4f %9.4f %9.4f %8.2f  %s\n",
              step, (unsigned long long)version, maxes[0], maxes[1], maxes[2], maxes[3],
              maxes[4], maxes[5], refit_s, maxes[6],
-             refit_s > 0 ? (double)pst.bytes / refit_s / 1e9 : 0.0,
+             refit_s > 0 ? moved / refit_s / 1e9 : 0.0,
              !cfg.verify ? "committed" : (bad_all == 0 ? "verified" : "MISMATCH"));
+      if (cfg.delta != 0)
+        printf("refit-run: wire: refit %d %s: %.0f of %.0f bytes (%.6f of a full "
+               "refit)\n",
+               step, wire_sum[2] > 0 ? "delta" : "full", wire_sum[0], wire_sum[1],
+               wire_sum[1] > 0 ? wire_sum[0] / wire_sum[1] : 0.0);
       fflush(stdout);
     }
   }

@@ -183,7 +183,7 @@ int main(int argc, char **argv) {
         CK(refit_device_memset(dst, 0xA5, bytes));
       }
       refit_transport_t *t = v == V_NCCL ? &tn : v == V_UCX ? &tu : &ti;
-      refit_xfer_t x = {1 - rank, buf, bytes};
+      refit_xfer_t x = {1 - rank, buf, bytes, NULL};
       double t0 = 0;
       for (int it = -2; it < iters; it++) { /* two warm-up iterations */
         if (it == 0) {

@@ -322,7 +322,7 @@ int main(int argc, char **argv) {
         int ok = waited <= o.timeout_s + 10.0;
         /* A later exchange with the dead rank must fail, not hang. */
         refit_exchange_t *again = NULL;
-        refit_xfer_t from_dead = {o.die_rank, stage[0], 1};
+        refit_xfer_t from_dead = {o.die_rank, stage[0], 1, NULL};
         const double s0 = MPI_Wtime();
         TRACE("a later exchange");
         refit_status_t st2 =
@@ -381,9 +381,9 @@ int main(int argc, char **argv) {
       const uint64_t seed = msg_seed(b, rank, peer);
       for (size_t i = 0; i < sn; i++)
         host_send[so + i] = refit_pattern_byte(seed, i);
-      sends[ns++] = (refit_xfer_t){peer, sendbuf[slot] + so, sn};
+      sends[ns++] = (refit_xfer_t){peer, sendbuf[slot] + so, sn, NULL};
       recvs[nr++] = (refit_xfer_t){peer, stage[slot] + recv_offset(b, rank, peer),
-                                   msg_bytes(b, peer, rank)};
+                                   msg_bytes(b, peer, rank), NULL};
     }
     TRACE("prepare bucket %d", b);
     if (refit_device_memcpy(sendbuf[slot], host_send, send_offset(b, rank, size)) !=

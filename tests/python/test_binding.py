@@ -32,6 +32,7 @@ def struct_fields(name):
 def test_structs_match_header():
     assert [f for f, _ in _lib.Tensor._fields_] == struct_fields("refit_tensor_t")
     assert [f for f, _ in _lib.Times._fields_] == struct_fields("refit_times_t")
+    assert [f for f, _ in _lib.WireStats._fields_] == struct_fields("refit_wire_stats_t")
 
 
 def test_enums_match_header():

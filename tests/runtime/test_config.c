@@ -236,6 +236,12 @@ static const mistake_t mistakes[] = {
     CASE(.base = moe, .append = "refit:\n  prequantize: sometimes\n", .lines = 1,
          .want = {"demo.yaml:22:16: refit.prequantize: expected true or false, got "
                   "'sometimes'"}),
+    CASE(.base = moe, .append = "refit:\n  delta: sometimes\n", .lines = 1,
+         .want = {"demo.yaml:22:10: refit.delta: expected one of off, on, auto, got "
+                  "'sometimes'"}),
+    CASE(.base = moe, .append = "refit:\n  delta: [on]\n", .lines = 1,
+         .want = {"demo.yaml:22:10: refit.delta: expected one of off, on, auto, got a "
+                  "sequence"}),
     CASE(.base = moe, .append = "refit:\n  digests: 2\n", .lines = 1,
          .want = {"demo.yaml:22:12: refit.digests: expected true or false, got '2'"}),
     CASE(.base = moe, .append = "refit:\n  keep_staging: []\n", .lines = 1,
@@ -844,6 +850,16 @@ static const mistake_t mistakes[] = {
     CASE(.base = moe, .append = "refit:\n  prequantize: true\n", .lines = 1,
          .want = {"demo.yaml:22:3: refit.prequantize: true needs "
                   "refit.precision mxfp8, got bf16"}),
+    CASE(.base = moe, .append = "refit:\n  delta: on\n  transport: nccl\n", .lines = 1,
+         .want = {"demo.yaml:22:3: refit.delta: on cannot run over refit.transport "
+                  "nccl (its messages have a fixed length); use transport mpi or ucx, "
+                  "or delta: auto for full refits over nccl"}),
+    CASE(.base = moe, .append = "refit:\n  delta: on\n  transport: ipc\n", .lines = 1,
+         .want = {"demo.yaml:22:3: refit.delta: on cannot run over refit.transport ipc"}),
+    CASE(.base = moe, .append = "refit:\n  delta: on\n  zero_copy: on\n", .lines = 1,
+         .want = {"demo.yaml:22:3: refit.delta: on cannot be combined with "
+                  "refit.zero_copy: on (zero copy moves no weight bytes to compare); "
+                  "use zero_copy: off, or delta: auto"}),
 };
 
 /* `text` with edit[i][0] replaced by edit[i][1], in order. */
@@ -964,6 +980,7 @@ static void test_defaults_applied(void **state) {
   assert_int_equal(d.refit.linear_backend, REFIT_LINEAR_FLASHINFER_CUTLASS);
   assert_int_equal(d.refit.moe_backend, REFIT_MOE_FLASHINFER_TRTLLM);
   assert_int_equal(d.refit.prequantize, 0);
+  assert_int_equal(d.refit.delta, REFIT_DELTA_MODE_OFF);
   assert_int_equal(d.refit.quantization_ignore_count, 1);
   assert_string_equal(d.refit.quantization_ignore[0], "lm_head");
   assert_int_equal(d.refit.restore, REFIT_RESTORE_FULL);
@@ -1056,6 +1073,27 @@ static void test_refit_keys_parsed(void **state) {
   assert_int_equal(cfg.refit.keep_staging, 0);
   assert_int_equal(cfg.refit.device_map, REFIT_DEVICE_MAP_NONE);
   assert_int_equal(cfg.refit.fault.enabled, 0);
+}
+
+/* refit.delta: a delta refit compares the trainer's wire bytes, so under
+ * mxfp8 it quantizes on the trainer (the plan's wire is MXFP8) without
+ * prequantize; at bf16 the wire stays BF16. */
+static void test_delta_keys_parsed(void **state) {
+  (void)state;
+  refit_config_t cfg;
+  refit_plan_options_t opt;
+  EXPECT_OK(cat(moe, MXFP8 "  delta: auto\n"), 0, &cfg);
+  assert_int_equal(cfg.refit.delta, REFIT_DELTA_MODE_AUTO);
+  assert_int_equal(cfg.refit.prequantize, 0);
+  refit_config_plan_options(&cfg, &opt);
+  assert_int_equal(opt.wire, REFIT_WIRE_MXFP8);
+  EXPECT_OK(cat(moe, MXFP8 "  delta: off\n"), 0, &cfg);
+  refit_config_plan_options(&cfg, &opt);
+  assert_int_equal(opt.wire, REFIT_WIRE_BF16);
+  EXPECT_OK(cat(moe, "refit:\n  delta: on\n"), 0, &cfg);
+  assert_int_equal(cfg.refit.delta, REFIT_DELTA_MODE_ON);
+  refit_config_plan_options(&cfg, &opt);
+  assert_int_equal(opt.wire, REFIT_WIRE_BF16);
 }
 
 /* The config spells each dense backend as the kernels do, in their order. */
@@ -1317,6 +1355,11 @@ static void test_mxfp8_accepted(void **state) {
   /* prequantize needs mxfp8, and false needs nothing. */
   EXPECT_OK(cat(moe, "refit:\n  prequantize: false\n"), 0, NULL);
   EXPECT_OK(cat(moe, MXFP8 "  prequantize: true\n"), 0, NULL);
+  /* delta: auto falls back to full refits where on is refused; on runs over
+   * mpi and ucx, at bf16 too. */
+  EXPECT_OK(cat(moe, "refit:\n  delta: auto\n  transport: nccl\n"), 0, NULL);
+  EXPECT_OK(cat(moe, "refit:\n  delta: on\n  transport: ucx\n"), 0, NULL);
+  EXPECT_OK(cat(moe, MXFP8 "  delta: on\n"), 0, NULL);
 }
 
 /* refit.quantization_ignore names the generator's runtime modules (vLLM's
@@ -1534,6 +1577,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_defaults_applied, teardown),
       cmocka_unit_test_teardown(test_values_parsed, teardown),
       cmocka_unit_test_teardown(test_refit_keys_parsed, teardown),
+      cmocka_unit_test_teardown(test_delta_keys_parsed, teardown),
       cmocka_unit_test_teardown(test_linear_backend_names_match_kernels, teardown),
       cmocka_unit_test_teardown(test_mistakes, teardown),
       cmocka_unit_test_teardown(test_string_too_long, teardown),

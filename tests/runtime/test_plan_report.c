@@ -13,8 +13,10 @@
 
 #include "refit/plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void test_open_refuses(void **state) {
   (void)state;
@@ -61,6 +63,9 @@ static void test_figures_agree(void **state) {
   assert_true(f.chunks >= f.messages && f.messages > 0 && f.buckets > 0);
   assert_true(f.spread >= 0 && f.spread <= 1);
   assert_true(f.hash != 0);
+  assert_int_equal(f.delta, 0); /* refit.delta off: no baselines */
+  assert_int_equal(f.delta_trainer_bytes, 0);
+  assert_int_equal(f.delta_generator_bytes, 0);
 
   /* Per-rank bytes sum to the total on both sides; the maxima are theirs. */
   assert_int_equal(refit_plan_report_predict(r, &links, &p), REFIT_OK);
@@ -91,10 +96,58 @@ static void test_figures_agree(void **state) {
   refit_plan_report_close(r);
 }
 
+/* The figures of `yaml` (written to a file), built. */
+static refit_plan_report_h open_text(const char *yaml) {
+  char path[] = "/tmp/test_plan_report_XXXXXX";
+  const int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  assert_non_null(f);
+  fputs(yaml, f);
+  fclose(f);
+  refit_plan_report_h r = NULL;
+  assert_int_equal(refit_plan_report_open(path, &r, NULL), REFIT_OK);
+  unlink(path);
+  assert_int_equal(refit_plan_report_build(r), REFIT_OK);
+  return r;
+}
+
+/* refit.delta: a generator's baseline is what it receives (its messages,
+ * digests included), a trainer's what it packs: with two engines every
+ * message goes to both, and is kept once. */
+static void test_delta_baselines(void **state) {
+  (void)state;
+  static const char job[] = "model:\n  family: qwen3_moe\n  hidden_size: 256\n"
+                            "  num_layers: 2\n  num_attention_heads: 4\n"
+                            "  num_kv_heads: 2\n  head_dim: 64\n  vocab_size: 1024\n"
+                            "  num_experts: 4\n  moe_intermediate_size: 128\n"
+                            "trainer:\n  tp: 2\ngenerator:\n  tp: 2\n  engines: %d\n"
+                            "refit:\n  precision: mxfp8\n  delta: %s\n";
+  char text[1024];
+  refit_plan_figures_t f;
+  refit_plan_links_t links = {.link_gbps = 25};
+  refit_plan_prediction_t p;
+  for (int engines = 1; engines <= 2; engines++) {
+    snprintf(text, sizeof(text), job, engines, engines == 1 ? "on" : "auto");
+    refit_plan_report_h r = open_text(text);
+    assert_int_equal(refit_plan_report_figures(r, &f), REFIT_OK);
+    assert_int_equal(refit_plan_report_predict(r, &links, &p), REFIT_OK);
+    assert_int_equal(f.delta, engines == 1 ? 1 : 2);
+    /* Digests (8 bytes a chunk) come on top of the bytes moved. */
+    assert_true(f.delta_generator_bytes >= p.ingress_max);
+    assert_true(f.delta_generator_bytes <= p.ingress_max + 8 * f.chunks);
+    const int64_t sent = p.egress_max / engines;
+    assert_true(f.delta_trainer_bytes >= sent);
+    assert_true(f.delta_trainer_bytes <= sent + 8 * f.chunks);
+    refit_plan_report_close(r);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_open_refuses),
       cmocka_unit_test(test_figures_agree),
+      cmocka_unit_test(test_delta_baselines),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

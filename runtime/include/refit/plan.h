@@ -85,6 +85,12 @@ typedef struct {
                                (every bucket from every trainer) */
   uint64_t hash;            /* of the whole plan: equal on every rank of a
                                session with this configuration */
+  int delta;                /* refit.delta: 0 off, 1 on, 2 auto */
+  /* With delta on or auto: the largest baseline of the last committed
+   * version a trainer keeps (the bytes it packs, a message sent to several
+   * engines once) and a generator keeps (the bytes it receives), host
+   * memory; 0 with delta off. */
+  int64_t delta_trainer_bytes, delta_generator_bytes;
 } refit_plan_figures_t;
 
 /*

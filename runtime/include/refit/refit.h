@@ -207,6 +207,18 @@ typedef struct {
 
 refit_status_t refit_last_times(refit_session_h s, refit_times_t *out);
 
+/* Bytes on the wire of the last refit on this rank (refit.delta; all zero
+ * with delta off). */
+typedef struct {
+  int delta;           /* 1: the ranks agreed on a delta refit; 0: a full one */
+  uint64_t wire_bytes; /* trainer: bytes it sent; generator: bytes it got */
+  uint64_t full_bytes; /* what a full refit moves on this rank */
+  int64_t framed_msgs; /* messages that went as delta frames */
+} refit_wire_stats_t;
+
+/* Not collective. REFIT_ERR_INVALID_ARGUMENT for a NULL session or out. */
+refit_status_t refit_last_wire_stats(refit_session_h s, refit_wire_stats_t *out);
+
 /* What the config says a driver of the lifecycle (refit-run, a test harness)
  * acts on; the same on every rank. */
 typedef struct {
@@ -216,6 +228,7 @@ typedef struct {
   int restore_full; /* refit.restore: 1 full, 0 none */
   int verify;       /* verify: 1 when each refit is to be verified */
   double timeout_s; /* refit.timeout_s: the deadline of every wait */
+  int delta;        /* refit.delta: 0 off, 1 on, 2 auto */
   const char *dump; /* dump: the path for refit_dump, "" for none; owned by the
                        session until refit_session_close */
 } refit_settings_t;

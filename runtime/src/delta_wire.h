@@ -1,0 +1,170 @@
+/*
+ * Delta refits on the wire (refit.delta; issue "Delta refit"): trainers send,
+ * per message, only what changed since the last committed version, each
+ * chunk in the cheapest encoding of kernels/delta.h; generators rebuild the
+ * message's full bytes and land them as a full refit would, so every digest
+ * is checked against the resulting bytes and the runtime bytes are those of
+ * a full refit of the same version, bit for bit.
+ *
+ * Baselines. Both sides keep the bytes of the last committed version's
+ * messages in host memory: a trainer each message it packs (a message packed
+ * once for several engines is kept once), a generator each message it
+ * receives. A trainer keeps a candidate beside its baseline: every refit,
+ * delta or full, packs into the candidate, and commit swaps the two (so its
+ * baseline is never partly rewritten, at twice the memory). A generator
+ * updates its one copy in place while a refit runs, valid only once that
+ * refit commits: begin marks it invalid, commit valid for the committed
+ * version. So any refit that fails or aborts leaves every generator without
+ * a baseline, and the next refit is full.
+ *
+ * The decision. At begin every rank says whether it can take part in a delta
+ * refit (refit_dw_ready: a valid baseline of the committed version, not
+ * POISONED, no trainer tensor registered at a new address; under delta: auto
+ * a rank also says no while delta refits do not pay, see
+ * REFIT_DW_AUTO_BREAK_EVEN); the refit is a delta refit only when every rank
+ * says yes (the header exchange), so the first refit, and the one after any
+ * failed, aborted, restored or POISONED one, is full.
+ *
+ * A message of a delta refit is either its full bytes (exactly the plan's
+ * length, when the delta would be no smaller) or a frame shorter than that,
+ * little-endian:
+ *   u32 magic "RFDM", u32 chunk count, u64 frame bytes (header included),
+ *   then per chunk of the message in plan order: u32 length, the chunk's
+ *   delta (kernels/delta.h) against the baseline of its bytes.
+ * A chunk's bytes are its span of the message (its rows and trailer, up to
+ * the next chunk). The receive is posted at the message's full length with
+ * a variable length (refit_xfer_t.got), so the received length tells the two
+ * forms apart. Transports without variable lengths (NCCL, IPC) cannot carry
+ * delta refits; neither can device memory or zero copy (delta: on refuses
+ * them at the first begin, auto falls back to full refits).
+ *
+ * Costs: a trainer quantizes and packs every chunk as a full refit does (into
+ * its candidate), then compares it with its baseline (one pass reading
+ * both); a generator applies each frame to its baseline (touching only the
+ * changed bytes), copies each full message there (a full refit receives
+ * straight into the baseline), and lands the whole bucket from the baseline
+ * as a refit without baselines lands from staging (so landing, the
+ * layout transforms included, costs what it costs in a full refit). Memory:
+ * a generator's baseline is as large as the bytes it receives per refit, a
+ * trainer's baseline and candidate each as large as the bytes it packs, and
+ * a trainer keeps one frame buffer per exchange in flight. All of it is
+ * plain host memory (malloc): delta refits run only where the buffers are
+ * host memory, and the memory module has no pinned host allocation to offer.
+ * The sizes are logged (INFO) at the first begin and printed by refit-plan.
+ */
+#ifndef REFIT_DELTA_WIRE_H
+#define REFIT_DELTA_WIRE_H
+
+#include "refit/status.h"
+#include "transport.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct refit_session;
+
+#define REFIT_DW_MAGIC UINT32_C(0x4d444652) /* "RFDM" in memory order */
+#define REFIT_DW_HEADER_BYTES 16
+
+/* delta: auto runs a delta refit only while every rank's last delta refit
+ * moved at most this fraction of a full refit's bytes (measured on CPU2,
+ * docs/benchmarks.md: a delta refit of 8.4 % of the bytes takes as long as a
+ * full one over TCP and longer over shared memory, one of 0.86 % up to 1.6x
+ * less); above it the rank asks for full refits, and tries a delta one
+ * again after REFIT_DW_AUTO_PROBE full ones (the changes may have become
+ * sparser). */
+#define REFIT_DW_AUTO_BREAK_EVEN (1.0 / 16)
+#define REFIT_DW_AUTO_PROBE 4
+
+typedef struct refit_dw {
+  int mode;   /* refit_delta_mode_t */
+  int usable; /* this session can carry delta refits (transport, memory) */
+  int valid;  /* the baseline holds version `version`'s bytes */
+  uint64_t version;
+  int this_refit; /* the ranks agreed that the refit in progress is a delta one */
+  /* The baseline, host memory: `copies` areas of base_bytes (a trainer's
+   * second is the candidate its refit packs into; area `cur` is the
+   * baseline), bucket b at base_off[b] in each. */
+  unsigned char *base;
+  size_t base_bytes;
+  int copies, cur;
+  int64_t *base_off;
+  /* Trainer: a frame buffer per exchange in flight. */
+  unsigned char *enc[REFIT_EXCHANGES_IN_FLIGHT];
+  size_t enc_bytes;
+  /* Generator: each receive's length, per exchange in flight and message. */
+  size_t *got[REFIT_EXCHANGES_IN_FLIGHT];
+  int64_t max_msgs; /* most messages of this rank in one bucket */
+  int64_t *span;    /* one message's chunk spans (most chunks + 1) */
+  /* This refit so far: bytes this rank sent (trainer) or received
+   * (generator), what a full refit moves, messages sent as frames. */
+  uint64_t wire_bytes, full_bytes;
+  int64_t framed_msgs;
+  /* delta: auto: the last committed delta refit's bytes over a full one's
+   * on this rank, and full refits committed since. */
+  double last_fraction;
+  int full_streak;
+} refit_dw_t;
+
+/* At the first begin, once memory is bound: the baseline and buffers when
+ * refit.delta is on or auto and this rank's transport and memory can carry
+ * delta refits (sizes logged); *out NULL when refit.delta is off. delta: on
+ * where they cannot is REFIT_ERR_CONFIG naming what to use instead. */
+refit_status_t refit_dw_create(struct refit_session *s, refit_dw_t **out);
+void refit_dw_destroy(refit_dw_t *dw);
+
+/* Can this rank take part in a delta refit now? (See the decision above;
+ * begin adds that no trainer tensor was registered at a new address.) */
+int refit_dw_ready(const struct refit_session *s, const refit_dw_t *dw);
+
+/* Begin: the ranks' answer (every rank ready); the baseline becomes invalid
+ * until commit. */
+void refit_dw_begin(refit_dw_t *dw, int delta_refit);
+
+/* Commit succeeded: the baseline holds `version`. */
+void refit_dw_commit(refit_dw_t *dw, uint64_t version);
+
+/* Trainer: where bucket b is packed (its area of the candidate, or `buf`
+ * without a baseline). */
+unsigned char *refit_dw_pack_target(refit_dw_t *dw, int32_t b, unsigned char *buf);
+
+/* Trainer, bucket b packed in `buf` (refit_dw_pack_target; exchange slot
+ * `slot`), its sends in xfers[0..nx) as refit_trainer_pack listed them: in a
+ * delta refit, point each send at a frame against the baseline where that is
+ * smaller (messages packed once share their frame); count the bytes. */
+refit_status_t refit_dw_trainer_encode(struct refit_session *s, int32_t b, int slot,
+                                       unsigned char *buf, refit_xfer_t *xfers, int nx);
+
+/* Generator: bucket b's receives (xfers as refit_generator_recvs listed
+ * them, into staging slot `slot`): in a delta refit each may be shorter (its
+ * length goes to the slot's table); in a full one each goes straight into
+ * the baseline, exactly its length. */
+void refit_dw_generator_recvs(struct refit_session *s, int32_t b, int slot,
+                              refit_xfer_t *xfers, int nx);
+
+/* Generator, bucket b received (slot `slot`): in a delta refit apply every
+ * frame to the baseline and copy every full message there from `staging`;
+ * either way the baseline's area of the bucket then holds its new bytes in
+ * the staging layout, and *land_from is that area (`staging` without a
+ * baseline). A frame that is malformed, of another chunk count or made
+ * against another baseline, or a message of another length, is
+ * REFIT_ERR_INTEGRITY naming bucket, trainer rank and chunk. */
+refit_status_t refit_dw_generator_apply(struct refit_session *s, int32_t b, int slot,
+                                        unsigned char *staging,
+                                        unsigned char **land_from);
+
+/* Encode message bytes `now` against `base` (chunk spans at `span`, n + 1
+ * offsets from the message's start, the last its length) as a frame into
+ * `out` (room for refit_dw_frame_bound); *len its length. */
+refit_status_t refit_dw_frame_encode(const unsigned char *now, const unsigned char *base,
+                                     const int64_t *span, int64_t n, unsigned char *out,
+                                     size_t *len);
+size_t refit_dw_frame_bound(int64_t bytes, int64_t nchunks);
+
+/* Apply a frame of `len` bytes to `dst` (the message's baseline, spans as
+ * above); `what` names the message in errors. */
+refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
+                                    unsigned char *dst, const int64_t *span, int64_t n,
+                                    const char *what);
+
+#endif /* REFIT_DELTA_WIRE_H */

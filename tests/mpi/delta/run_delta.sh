@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# One delta-refit job (refit.delta) through the project's launcher, with a
+# fresh random source.seed, then assertions on what each refit was and sent.
+#   run_delta.sh BUILD CONFIG [--refit N full|delta|aborted]... [--max F]
+#                [--transport T] [--as-delta STEPS]
+# Every refit row must be verified (or, where --refit N aborted says so,
+# aborted with the previous version kept and verified); --refit N full|delta
+# requires refit N's wire line (refit-run: wire) to name that kind; every
+# delta refit must send at most F (default 0.5) of a full refit's bytes, and
+# every full one exactly a full refit's. --transport overrides refit.transport.
+# --as-delta STEPS turns a config of the MPI matrix into a delta job: delta:
+# on, STEPS refits, source.update_rate 1e-3.
+set -uo pipefail
+build=$1 config=$2
+shift 2
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+kinds=() max=0.5 transport="" as_delta=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --refit) kinds+=("$2 $3"); shift 3 ;;
+    --max) max=$2; shift 2 ;;
+    --transport) transport=$2; shift 2 ;;
+    --as-delta) as_delta=$2; shift 2 ;;
+    *) echo "run_delta: unknown argument $1"; exit 2 ;;
+  esac
+done
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+seed=$(( (RANDOM << 15 | RANDOM) + 1 ))
+sed "s/^  seed: .*/  seed: $seed/" "$config" >"$dir/job.yaml"
+if [ -n "$as_delta" ]; then
+  sed -i -e "s/^  steps: .*/  steps: $as_delta/" -e "s/^\(  seed: .*\)/\1\n  update_rate: 1.0e-3/" \
+    -e "s/^refit:\$/refit:\n  delta: on/" "$dir/job.yaml"
+fi
+if [ -n "$transport" ]; then
+  sed -i "s/^refit:$/refit:\n  transport: $transport/" "$dir/job.yaml"
+fi
+echo "run_delta: source.seed $seed${transport:+, transport $transport}"
+out="$dir/out"
+"$root/launch/refit-launch" --build-dir "$build" "$dir/job.yaml" >"$out" 2>&1
+rc=$?
+grep -v "PMIX ERROR" "$out"
+fail() { echo "run_delta: FAIL (seed $seed): $*"; exit 1; }
+steps=$(sed -n 's/^  steps: *//p' "$dir/job.yaml")
+aborted=0
+for k in "${kinds[@]}"; do
+  [ "${k#* }" = aborted ] && aborted=1
+done
+if [ $aborted -eq 0 ]; then
+  [ $rc -eq 0 ] || fail "exit status $rc, expected 0"
+  grep -qF "refit-run: verified: $steps refits" "$out" || fail "not every refit verified"
+else
+  [ $rc -ne 0 ] || fail "exit status 0 with a refit expected to abort"
+fi
+grep -q MISMATCH "$out" && fail "a generator byte differs from the reference"
+for n in $(seq 1 "$steps"); do
+  want=delta
+  [ "$n" -eq 1 ] && want=full
+  for k in "${kinds[@]}"; do
+    [ "${k% *}" = "$n" ] && want=${k#* }
+  done
+  if [ "$want" = aborted ]; then
+    grep -qE "^ +$n +$n .*aborted: kept version $((n - 1))\$" "$out" ||
+      fail "refit $n did not abort keeping version $((n - 1))"
+    grep -qF "runtime storage holds version $((n - 1)): verified bit for bit" "$out" ||
+      grep -qF "POISONED" "$out" || fail "refit $n: the kept version was not verified"
+    continue
+  fi
+  grep -qE "^ +$n +$n .*verified\$" "$out" || fail "refit $n did not commit and verify"
+  line=$(grep -E "^refit-run: wire: refit $n (full|delta):" "$out")
+  [ -n "$line" ] || fail "refit $n has no wire line"
+  set -- $line
+  kind=${5%:} sent=$6 full=$8
+  [ "$kind" = "$want" ] || fail "refit $n was a $kind refit, expected $want"
+  if [ "$kind" = full ]; then
+    [ "$sent" = "$full" ] || fail "full refit $n sent $sent bytes, a full refit is $full"
+  else
+    awk -v s="$sent" -v f="$full" -v m="$max" 'BEGIN { exit !(f > 0 && s <= m * f) }' ||
+      fail "delta refit $n sent $sent of $full bytes, more than $max of a full refit"
+  fi
+done
+echo "run_delta: ok"
