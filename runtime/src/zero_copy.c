@@ -250,6 +250,7 @@ typedef struct {
 struct refit_zc_map {
   cudaIpcMemHandle_t handle;
   void *mapped;
+  int used; /* named by the last exchange */
 };
 
 /* Trainer: every tensor it holds, as (allocation handle, offset). */
@@ -292,6 +293,7 @@ static refit_status_t refit_zc_map(refit_session_t *s, const cudaIpcMemHandle_t 
                                    int trainer, void **out) {
   for (int64_t i = 0; i < s->zc_nmaps; i++)
     if (memcmp(&s->zc_maps[i].handle, handle, sizeof(*handle)) == 0) {
+      s->zc_maps[i].used = 1;
       *out = s->zc_maps[i].mapped;
       return REFIT_OK;
     }
@@ -308,9 +310,35 @@ static refit_status_t refit_zc_map(refit_session_t *s, const cudaIpcMemHandle_t 
                      s->role_rank, trainer, cudaGetErrorName(err), cudaGetErrorString(err));
   m[s->zc_nmaps].handle = *handle;
   m[s->zc_nmaps].mapped = p;
+  m[s->zc_nmaps].used = 1;
   s->zc_nmaps++;
   *out = p;
   return REFIT_OK;
+}
+
+/* Generator, after an exchange: close the mappings no tensor lies in any
+ * more. A trainer that re-registered its tensors has freed their old
+ * allocations, whose memory stays alive while a mapping of it is open. The
+ * exchange runs at begin, after the last refit's reads completed. */
+static void refit_zc_release_unused(refit_session_t *s) {
+  int64_t kept = 0, closed = 0;
+  for (int64_t i = 0; i < s->zc_nmaps; i++) {
+    if (s->zc_maps[i].used) {
+      s->zc_maps[kept++] = s->zc_maps[i];
+      continue;
+    }
+    cudaError_t err = cudaIpcCloseMemHandle(s->zc_maps[i].mapped);
+    if (err != cudaSuccess)
+      REFIT_WARN("zero-copy: generator rank %d could not close a trainer allocation it no "
+                 "longer reads: %s",
+                 s->role_rank, cudaGetErrorString(err));
+    closed++;
+  }
+  s->zc_nmaps = kept;
+  if (closed > 0)
+    REFIT_INFO("zero-copy: generator rank %d closed %lld mapping(s) of trainer memory no "
+               "tensor lies in any more",
+               s->role_rank, (long long)closed);
 }
 
 /* The distinct peers of this rank's messages (world ranks). */
@@ -363,6 +391,8 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
     free(peers);
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "zero-copy: tensor table");
   }
+  for (int64_t i = 0; i < s->zc_nmaps; i++)
+    s->zc_maps[i].used = 0;
   for (int i = 0; i < npeers && st == REFIT_OK; i++) {
     MPI_Request req;
     int64_t count = 0;
@@ -402,6 +432,8 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
   free(peers);
   if (st == REFIT_OK)
     st = refit_loader_direct_tables(s->loader, s->zc_base, nsrc);
+  if (st == REFIT_OK)
+    refit_zc_release_unused(s);
   return st;
 }
 
