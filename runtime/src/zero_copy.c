@@ -317,9 +317,13 @@ static refit_status_t refit_zc_map(refit_session_t *s, const cudaIpcMemHandle_t 
 }
 
 /* Generator, after an exchange: close the mappings no tensor lies in any
- * more. A trainer that re-registered its tensors has freed their old
- * allocations, whose memory stays alive while a mapping of it is open. The
- * exchange runs at begin, after the last refit's reads completed. */
+ * more (a trainer re-registered its tensors elsewhere), so that mappings do
+ * not pile up over a job whose optimizer re-grows its buffers. The exchange
+ * runs at begin, after the last refit's reads completed. CUDA leaves a
+ * cudaFree of memory another process still maps undefined: a trainer's
+ * allocator must keep an allocation it registered until the next begin has
+ * exchanged the new addresses (PyTorch's caching allocator keeps its
+ * segments; docs/architecture.md states the rule). */
 static void refit_zc_release_unused(refit_session_t *s) {
   int64_t kept = 0, closed = 0;
   for (int64_t i = 0; i < s->zc_nmaps; i++) {
