@@ -119,19 +119,28 @@ __device__ inline uint64_t direct_word_tile(const refit_direct_desc_t &d, int64_
   return sum;
 }
 
-/* A DIGEST whose rows are whole, aligned 16-byte units: read 16 bytes per
- * lane, several loads in flight (the general tile reads a word at a time). */
+/* A DIGEST, or a COPY at both ends, whose rows are whole, aligned 16-byte
+ * units: read 16 bytes per lane, several loads in flight (the general tile
+ * moves a word at a time). */
 __device__ inline bool direct_units(const refit_direct_desc_t &d) {
-  return d.op == REFIT_DIRECT_DIGEST && d.cols % 8 == 0 && d.src_pitch % 16 == 0 &&
-         (reinterpret_cast<uintptr_t>(d.src) & 15) == 0 && d.rows * (d.cols / 8) <= UINT32_MAX;
+  const bool copy = d.op == REFIT_DIRECT_COPY;
+  if (d.op != REFIT_DIRECT_DIGEST && !copy)
+    return false;
+  return d.cols % 8 == 0 && d.src_pitch % 16 == 0 &&
+         (reinterpret_cast<uintptr_t>(d.src) & 15) == 0 && d.rows * (d.cols / 8) <= UINT32_MAX &&
+         (!copy || (d.dst_pitch % 16 == 0 && (reinterpret_cast<uintptr_t>(d.dst) & 15) == 0));
 }
 
 /*
- * Tile t of such a DIGEST. Its steps (kDirectUnitLoads x 32 units, each load
- * instruction 512 contiguous bytes over the warp) are strided by the
+ * Tile t of such a descriptor. Its steps (kDirectUnitLoads x 32 units, each
+ * load instruction 512 contiguous bytes over the warp) are strided by the
  * descriptor's tile count: the warps that run a descriptor's tiles side by
- * side read one window of it, as a copy does. Returns the lane's terms.
+ * side read one window of it, as a copy does. A COPY stores a step's units
+ * after all its loads (a store between them would keep the later loads from
+ * issuing early; the trainer's DIGEST is compiled without them). Returns the
+ * lane's terms (a COPY's with d.digest only).
  */
+template <bool kCopy>
 __device__ inline uint64_t direct_unit_tile(const refit_direct_desc_t &d, int64_t t,
                                             int lane) {
   constexpr int U = kDirectUnitLoads;
@@ -140,29 +149,34 @@ __device__ inline uint64_t direct_unit_tile(const refit_direct_desc_t &d, int64_
   const uint32_t ntiles = static_cast<uint32_t>(ceil_div(total, kDirectUnitTile));
   const uint32_t nsteps = static_cast<uint32_t>(ceil_div(total, 32 * U));
   const uint8_t *src = static_cast<const uint8_t *>(d.src);
+  uint8_t *dst = static_cast<uint8_t *>(d.dst);
+  const bool digest = !kCopy || d.digest != 0;
   uint64_t sum = 0;
   for (uint32_t k = static_cast<uint32_t>(t); k < nsteps; k += ntiles) {
-    uint32_t x[U][4];
-    uint64_t word[U];
+    uint4 x[U];
+    uint32_t rs[U], cs[U];
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const uint32_t unit = (k * U + u) * 32 + lane;
-      word[u] = UINT64_MAX;
+      rs[u] = UINT32_MAX;
       if (unit < total) {
-        const uint32_t r = unit / nu, c = unit - r * nu;
-        const uint4 v = *reinterpret_cast<const uint4 *>(src + r * d.src_pitch + 16 * c);
-        x[u][0] = v.x;
-        x[u][1] = v.y;
-        x[u][2] = v.z;
-        x[u][3] = v.w;
-        word[u] = (static_cast<uint64_t>(r) * row_bytes + 16 * c) / 8;
+        rs[u] = unit / nu;
+        cs[u] = unit - rs[u] * nu;
+        x[u] = *reinterpret_cast<const uint4 *>(src + rs[u] * d.src_pitch + 16 * cs[u]);
       }
     }
 #pragma unroll
-    for (int u = 0; u < U; u++)
-      if (word[u] != UINT64_MAX)
-        sum += refit_digest_term2(x[u][0], x[u][1], word[u]) +
-               refit_digest_term2(x[u][2], x[u][3], word[u] + 1);
+    for (int u = 0; u < U; u++) {
+      if (rs[u] == UINT32_MAX)
+        continue;
+      if (kCopy)
+        *reinterpret_cast<uint4 *>(dst + rs[u] * d.dst_pitch + 16 * cs[u]) = x[u];
+      if (digest) {
+        const uint64_t word = (static_cast<uint64_t>(rs[u]) * row_bytes + 16 * cs[u]) / 8;
+        sum += refit_digest_term2(x[u].x, x[u].y, word) +
+               refit_digest_term2(x[u].z, x[u].w, word + 1);
+      }
+    }
   }
   return sum;
 }
@@ -227,11 +241,15 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
         const uint32_t R = static_cast<uint32_t>(d.row0) + row_at, e = R / group;
         j = direct_row(d, R - e * group);
         vrow = values + e * d.value_group_bytes + j * d.k;
-        srow_scale = scales + e * d.scale_group_bytes;
+        /* The row's part of refit_kernels_swizzle_offset(j, c, kp). */
+        srow_scale = scales + e * d.scale_group_bytes + (j / 128) * 128 * kp + (j % 32) * 16 +
+                     ((j % 128) / 32) * 4;
       }
       refit_mxfp8_dev_store8(vrow + 32 * bs[u], q);
-      if (part == 0)
-        srow_scale[refit_kernels_swizzle_offset(j, c0 + bs[u], kp)] = sb;
+      if (part == 0) {
+        const uint32_t c = c0 + bs[u];
+        srow_scale[(c >> 2) * 512 + (c & 3)] = sb;
+      }
     }
     g += 8 * U;
     if (g >= total)
@@ -288,7 +306,9 @@ template <int kSel> struct DirectPlan {
     if constexpr (kSel == kQuantJobs)
       s = direct_quant_tile(d, t, lane);
     else
-      s = direct_units(d) ? direct_unit_tile(d, t, lane) : direct_word_tile(d, t, lane);
+      s = !direct_units(d)                 ? direct_word_tile(d, t, lane)
+          : d.op == REFIT_DIRECT_COPY ? direct_unit_tile<true>(d, t, lane)
+                                      : direct_unit_tile<false>(d, t, lane);
     if (d.digest) {
       s = warp_sum(s);
       if (lane == 0)

@@ -396,6 +396,60 @@ static void bench_model_quantize(cudaEvent_t e0, cudaEvent_t e1, int greps,
  * batched MoE layout or the dense transform), itself tested against the C
  * references.
  */
+/*
+ * The zero-copy COPY of the BF16 tensors that stay BF16 (the embedding and
+ * the LM head of Qwen3-30B-A3B, [151936, 2048] each), two chunks per tensor
+ * (a trainer's tp2 shards), against cudaMemcpy of the same bytes; every byte
+ * checked.
+ */
+static void bench_direct_copy(cudaEvent_t e0, cudaEvent_t e1, int greps) {
+  enum { kRows = 151936, kCols = 2048, kChunks = 4 };
+  const int64_t bytes = 2ll * kRows * kCols * 2, half = bytes / 2;
+  uint8_t *src = NULL, *dst = NULL;
+  if (cudaMalloc((void **)&src, (size_t)bytes) != cudaSuccess ||
+      cudaMalloc((void **)&dst, (size_t)bytes) != cudaSuccess) {
+    printf("# direct copy: skipped (device memory)\n");
+    cudaGetLastError();
+    cudaFree(src);
+    return;
+  }
+  uint8_t *h = xmalloc((size_t)bytes);
+  uint64_t x = 0x243F6A8885A308D3ull;
+  for (int64_t i = 0; i < bytes; i += 8) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    memcpy(h + i, &x, 8);
+  }
+  cudaMemcpy(src, h, (size_t)bytes, cudaMemcpyHostToDevice);
+  refit_direct_desc_t descs[kChunks];
+  memset(descs, 0, sizeof(descs));
+  for (int c = 0; c < kChunks; c++) {
+    refit_direct_desc_t *d = &descs[c];
+    const int64_t at = (c / 2) * half + (c % 2) * (half / 2);
+    d->op = REFIT_DIRECT_COPY;
+    d->src = src + at;
+    d->src_pitch = kCols * 2;
+    d->rows = kRows / 2;
+    d->cols = kCols;
+    d->dst = dst + at;
+    d->dst_pitch = kCols * 2;
+  }
+  check(refit_direct_descs_check(descs, kChunks), "copy table");
+  refit_direct_desc_t *dd = dmalloc(sizeof(descs));
+  unsigned long long *acc = dmalloc(kChunks * 8);
+  cudaMemcpy(dd, descs, sizeof(descs), cudaMemcpyHostToDevice);
+  float ms, bms;
+  GPU_TIME(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, 0));
+  row("cudaMemcpy D2D, the BF16 embedding + LM head", 2 * bytes, bms * 1e-3, 0);
+  cudaMemset(dst, 0x5a, (size_t)bytes);
+  GPU_TIME(check(refit_direct_rows_cuda(dd, kChunks, 7, NULL, acc, NULL, 0), "direct copy"));
+  row("CUDA direct COPY, the same", 2 * bytes, bms * 1e-3, ddiff(dst, h, bytes));
+  free(h);
+  cudaFree(src);
+  cudaFree(dst);
+  cudaFree(dd);
+  cudaFree(acc);
+}
+
 static void bench_model_direct(cudaEvent_t e0, cudaEvent_t e1, int greps,
                                const refit_kernels_moe_shape_t *s, const uint16_t *bf) {
   enum { kLayers = kModelLayers, kTensors = kModelTensors, kCalls = 114 };
@@ -514,6 +568,14 @@ static void bench_model_direct(cudaEvent_t e0, cudaEvent_t e1, int greps,
   for (int l = 0; l < kLayers; l += kLayers - 1)
     wrong += ddiff(dw + l * per, hw, per) + ddiff(dsw + l * sper, hs, sper);
   row("CUDA direct land, no digests, whole model", rbytes + wbytes, bms * 1e-3, wrong);
+  /* The same table in one call: how a sync zero-copy refit lands (one bucket). */
+  cudaMemset(dw, 0x5a, (size_t)(kLayers * per));
+  cudaMemset(dsw, 0x5a, (size_t)(kLayers * sper));
+  GPU_TIME(check(refit_direct_rows_cuda(dland, n, 7, NULL, acc, NULL, 0), "direct land"));
+  wrong = 0;
+  for (int l = 0; l < kLayers; l += kLayers - 1)
+    wrong += ddiff(dw + l * per, hw, per) + ddiff(dsw + l * sper, hs, sper);
+  row("CUDA direct land, no digests, one call", rbytes + wbytes, bms * 1e-3, wrong);
   printf("# direct land: %lld descriptors in %d calls; %.1f GB read, %.1f GB written\n",
          (long long)n, kCalls, (double)rbytes / 1e9, (double)wbytes / 1e9);
   free(land);
@@ -684,6 +746,7 @@ int main(int argc, char **argv) {
         diff_bytes(hq, q, nel) + diff_bytes(hs, sc, nel / 32));
     bench_model_quantize(e0, e1, greps, &s, bf, q, sc);
     bench_model_direct(e0, e1, greps, &s, bf);
+    bench_direct_copy(e0, e1, greps);
     /* MoE layout: batched, the step-by-step oracle, the batched kernels per
      * expert. Outputs are poisoned before each row, so a byte a row does not
      * write counts as wrong. */
