@@ -8,6 +8,7 @@
 
 #ifdef REFIT_HAVE_CUDA
 #include "device.h"
+#include "device_share.h"
 #include "kernels/datapath_cuda.h"
 #include "kernels/direct_cuda.h"
 #include "kernels/mxfp8_cuda.h"
@@ -161,10 +162,27 @@ int refit_mem_usable(refit_mem_t *m, const void *ptr) {
 #endif
 }
 
+refit_status_t refit_mem_alloc_shared(refit_mem_t *m, size_t bytes, void **ptr) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    if (refit_share_alloc(ptr, bytes ? bytes : 1) != REFIT_OK) {
+      REFIT_INFO("%s; cudaMalloc instead (generators then read it through CUDA IPC, "
+                 "slower)",
+                 refit_last_error());
+      return refit_mem_alloc(m, bytes, ptr);
+    }
+    REFIT_CUDA_CHECK(cudaMemset(*ptr, 0, bytes));
+    return REFIT_OK;
+  }
+#endif
+  return refit_mem_alloc(m, bytes, ptr);
+}
+
 void refit_mem_free(refit_mem_t *m, void *ptr) {
 #ifdef REFIT_HAVE_CUDA
   if (m->device) {
-    refit_device_free(ptr);
+    if (!refit_share_free(ptr))
+      refit_device_free(ptr);
     return;
   }
 #endif

@@ -357,7 +357,7 @@ refit_status_t refit_session_bind(refit_session_t *s) {
       }
       total = at;
       if (pass == 0 && total > 0)
-        REFIT_CHECK(refit_mem_alloc(s->mem, total, &s->shard_slab));
+        REFIT_CHECK(refit_mem_alloc_shared(s->mem, total, &s->shard_slab));
       if (total == 0)
         break;
     }

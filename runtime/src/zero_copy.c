@@ -24,11 +24,15 @@
 #include "core/error.h"
 #include "core/log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #ifdef REFIT_HAVE_CUDA
 #include "device.h"
+#include "device_share.h"
+
+#include <unistd.h>
 #endif
 
 /* The control communicator's point-to-point tag of the exchange. */
@@ -240,18 +244,32 @@ refit_status_t refit_zc_seal(refit_session_t *s, int32_t b, void *buf, uint64_t 
 }
 
 #ifdef REFIT_HAVE_CUDA
-/* What a trainer tells its generators of one tensor it holds. */
+/* What a trainer tells its generators of one tensor it holds: where it lies
+ * in an allocation, shared either as a file descriptor of process `pid`
+ * (memory refit allocated, device_share.h: mapped at full speed) or as a
+ * legacy CUDA IPC handle (a caller's own memory). */
 typedef struct {
   int64_t src;     /* catalog tensor */
   uint64_t offset; /* of the tensor in its allocation */
-  cudaIpcMemHandle_t handle;
+  int32_t pid, fd; /* fd >= 0: a shared allocation of `size` bytes */
+  uint64_t size;
+  cudaIpcMemHandle_t handle; /* fd < 0 */
 } refit_zc_entry_t;
 
 struct refit_zc_map {
+  int32_t pid, fd; /* fd >= 0: mapped with refit_share_map, `size` bytes */
+  uint64_t size;
   cudaIpcMemHandle_t handle;
   void *mapped;
   int used; /* named by the last exchange */
 };
+
+static void refit_zc_map_close(const struct refit_zc_map *m) {
+  if (m->fd >= 0)
+    refit_share_unmap(m->mapped, (size_t)m->size);
+  else
+    cudaIpcCloseMemHandle(m->mapped);
+}
 
 /* Trainer: every tensor it holds, as (allocation handle, offset). */
 static refit_status_t refit_zc_entries(refit_session_t *s, refit_zc_entry_t **out) {
@@ -260,10 +278,21 @@ static refit_status_t refit_zc_entries(refit_session_t *s, refit_zc_entry_t **ou
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "zero-copy: %lld tensors", (long long)s->nshards);
   void *last_base = NULL;
   cudaIpcMemHandle_t last = {0};
+  const int32_t pid = (int32_t)getpid();
   for (int64_t k = 0; k < s->nshards; k++) {
     const int64_t i = s->held[k];
     void *base = NULL;
     size_t size = 0;
+    int fd = -1;
+    e[k].src = i;
+    e[k].pid = pid;
+    e[k].fd = -1;
+    if (refit_share_lookup(s->shards[i], &base, &fd, &size)) {
+      e[k].offset = (uint64_t)((uintptr_t)s->shards[i] - (uintptr_t)base);
+      e[k].fd = fd;
+      e[k].size = size;
+      continue;
+    }
     refit_status_t st = refit_device_alloc_range(s->shards[i], &base, &size);
     if (st == REFIT_OK && base != last_base) {
       cudaError_t err = cudaIpcGetMemHandle(&last, base);
@@ -280,7 +309,6 @@ static refit_status_t refit_zc_entries(refit_session_t *s, refit_zc_entry_t **ou
       free(e);
       return st;
     }
-    e[k].src = i;
     e[k].offset = (uint64_t)((uintptr_t)s->shards[i] - (uintptr_t)base);
     e[k].handle = last;
   }
@@ -288,27 +316,47 @@ static refit_status_t refit_zc_entries(refit_session_t *s, refit_zc_entry_t **ou
   return REFIT_OK;
 }
 
-/* Generator: the mapping of `handle`, opened once for the session. */
-static refit_status_t refit_zc_map(refit_session_t *s, const cudaIpcMemHandle_t *handle,
-                                   int trainer, void **out) {
-  for (int64_t i = 0; i < s->zc_nmaps; i++)
-    if (memcmp(&s->zc_maps[i].handle, handle, sizeof(*handle)) == 0) {
+/* Generator: the mapping of entry e's allocation, opened once for the
+ * session. */
+static refit_status_t refit_zc_map(refit_session_t *s, const refit_zc_entry_t *e, int trainer,
+                                   void **out) {
+  for (int64_t i = 0; i < s->zc_nmaps; i++) {
+    const struct refit_zc_map *c = &s->zc_maps[i];
+    const int same = e->fd >= 0 ? c->fd == e->fd && c->pid == e->pid && c->size == e->size
+                                : c->fd < 0 && memcmp(&c->handle, &e->handle,
+                                                      sizeof(e->handle)) == 0;
+    if (same) {
       s->zc_maps[i].used = 1;
-      *out = s->zc_maps[i].mapped;
+      *out = c->mapped;
       return REFIT_OK;
     }
+  }
   struct refit_zc_map *m = realloc(s->zc_maps, (size_t)(s->zc_nmaps + 1) * sizeof(*m));
   if (m == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "zero-copy: mappings");
   s->zc_maps = m;
   void *p = NULL;
-  cudaError_t err = cudaIpcOpenMemHandle(&p, *handle, cudaIpcMemLazyEnablePeerAccess);
-  if (err != cudaSuccess)
-    return REFIT_ERR(REFIT_ERR_CUDA,
-                     "zero-copy: generator rank %d cannot map the memory of trainer rank "
-                     "%d: %s (%s)",
-                     s->role_rank, trainer, cudaGetErrorName(err), cudaGetErrorString(err));
-  m[s->zc_nmaps].handle = *handle;
+  if (e->fd >= 0) {
+    refit_status_t st = refit_share_map(e->pid, e->fd, (size_t)e->size, &p);
+    if (st != REFIT_OK) {
+      char why[512];
+      snprintf(why, sizeof(why), "%s", refit_last_error());
+      return REFIT_ERR(st, "zero-copy: generator rank %d cannot map the memory of trainer "
+                           "rank %d: %s",
+                       s->role_rank, trainer, why);
+    }
+  } else {
+    cudaError_t err = cudaIpcOpenMemHandle(&p, e->handle, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess)
+      return REFIT_ERR(REFIT_ERR_CUDA,
+                       "zero-copy: generator rank %d cannot map the memory of trainer rank "
+                       "%d: %s (%s)",
+                       s->role_rank, trainer, cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  m[s->zc_nmaps].pid = e->pid;
+  m[s->zc_nmaps].fd = e->fd;
+  m[s->zc_nmaps].size = e->size;
+  m[s->zc_nmaps].handle = e->handle;
   m[s->zc_nmaps].mapped = p;
   m[s->zc_nmaps].used = 1;
   s->zc_nmaps++;
@@ -331,11 +379,7 @@ static void refit_zc_release_unused(refit_session_t *s) {
       s->zc_maps[kept++] = s->zc_maps[i];
       continue;
     }
-    cudaError_t err = cudaIpcCloseMemHandle(s->zc_maps[i].mapped);
-    if (err != cudaSuccess)
-      REFIT_WARN("zero-copy: generator rank %d could not close a trainer allocation it no "
-                 "longer reads: %s",
-                 s->role_rank, cudaGetErrorString(err));
+    refit_zc_map_close(&s->zc_maps[i]);
     closed++;
   }
   s->zc_nmaps = kept;
@@ -426,7 +470,7 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
                        peers[i], (long long)e[k].src, (long long)nsrc);
         break;
       }
-      st = refit_zc_map(s, &e[k].handle, peers[i], &base);
+      st = refit_zc_map(s, &e[k], peers[i], &base);
       if (st == REFIT_OK)
         s->zc_base[(int64_t)peers[i] * nsrc + e[k].src] =
             (const uint16_t *)((const unsigned char *)base + e[k].offset);
@@ -444,7 +488,7 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
 /* Generator: unmap the trainers' allocations. */
 static void refit_zc_unmap(refit_session_t *s) {
   for (int64_t i = 0; i < s->zc_nmaps; i++)
-    cudaIpcCloseMemHandle(s->zc_maps[i].mapped);
+    refit_zc_map_close(&s->zc_maps[i]);
   free(s->zc_maps);
   s->zc_maps = NULL;
   s->zc_nmaps = 0;
