@@ -5,7 +5,7 @@
 #
 #   launch/bench-zero-copy.sh BUILD_DIR OUT_DIR
 #
-# Runs: zero copy verified (3 refits, restore: full; 2 with digests off),
+# Runs: the copy ceiling (refit-bench-kernels), zero copy verified (3 refits, restore: full; 2 with digests off),
 # then timed (6 refits: 1 warm-up + 5) with restore: none and full, with
 # digests on and off, async mode (digests off), and the staged path
 # (refit.zero_copy: off) timed with restore: none. Logs in OUT_DIR; the refit
@@ -25,6 +25,9 @@ variant() { # name verify steps restore zero_copy digests mode
   echo "== $1: exit $?"
   grep -E "^ +refit|^ +[0-9]+ +[0-9]+ |zero-copy|verified|FAILED|error|memory" "$out/$1.log" | head -14
 }
+# The ceiling in the same run: device-to-device copy (the kernel benchmark's row).
+timeout 240 "$build/kernels/refit-bench-kernels" >"$out/kernels.log" 2>&1
+grep -E "^cudaMemcpy D2D \(GPU ceiling\)" "$out/kernels.log" || echo "ceiling: see $out/kernels.log"
 variant zc-verify true 3 full on
 variant zc-verify-nodigest true 2 none on false
 variant zc-none false 6 none on
