@@ -5,6 +5,7 @@
 #include "delta_wire.h"
 #include "session.h"
 
+#include "core/digest.h"
 #include "core/log.h"
 #include "kernels/delta.h"
 
@@ -48,9 +49,9 @@ refit_status_t refit_dw_frame_encode(const unsigned char *now, const unsigned ch
   return REFIT_OK;
 }
 
-refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
-                                    unsigned char *dst, const int64_t *span, int64_t n,
-                                    const char *what) {
+refit_status_t refit_dw_frame_walk(const unsigned char *frame, size_t len,
+                                   const int64_t *span, int64_t n, const char *what,
+                                   refit_dw_chunk_fn fn, void *ctx) {
   if (len < REFIT_DW_HEADER_BYTES || refit_dw_get32(frame) != REFIT_DW_MAGIC)
     return REFIT_ERR(REFIT_ERR_INTEGRITY,
                      "%s: a message of %zu bytes that is neither the full message "
@@ -77,11 +78,7 @@ refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
                        "%s: chunk %lld's delta of %zu bytes runs past the frame "
                        "(%zu bytes left)",
                        what, (long long)i, dlen, len - at);
-    refit_status_t st = refit_delta_decode(frame + at, dlen, dst + span[i],
-                                           (size_t)(span[i + 1] - span[i]));
-    if (st != REFIT_OK)
-      return REFIT_ERR(st, "%s, chunk %lld of %lld: %s", what, (long long)i, (long long)n,
-                       refit_last_error());
+    REFIT_CHECK(fn(ctx, i, frame + at, dlen));
     at += dlen;
   }
   if (at != len)
@@ -89,6 +86,35 @@ refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
                      "%s: delta frame has %zu bytes after its last chunk", what,
                      len - at);
   return REFIT_OK;
+}
+
+/* refit_dw_frame_apply's chunk: decode into the message's copy. */
+typedef struct {
+  unsigned char *dst;
+  const int64_t *span;
+  int64_t n;
+  const char *what;
+} refit_dw_decode_t;
+
+static refit_status_t refit_dw_decode_chunk(void *ctx, int64_t i, const unsigned char *delta,
+                                            size_t len) {
+  const refit_dw_decode_t *d = ctx;
+  refit_status_t st = refit_delta_decode(delta, len, d->dst + d->span[i],
+                                         (size_t)(d->span[i + 1] - d->span[i]));
+  if (st != REFIT_OK) {
+    char why[512];
+    snprintf(why, sizeof(why), "%s", refit_last_error());
+    return REFIT_ERR(st, "%s, chunk %lld of %lld: %s", d->what, (long long)i,
+                     (long long)d->n, why);
+  }
+  return REFIT_OK;
+}
+
+refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
+                                    unsigned char *dst, const int64_t *span, int64_t n,
+                                    const char *what) {
+  refit_dw_decode_t d = {dst, span, n, what};
+  return refit_dw_frame_walk(frame, len, span, n, what, refit_dw_decode_chunk, &d);
 }
 
 /* Message m's chunk spans into dw->span (m->chunk_count + 1 offsets). */
@@ -171,9 +197,14 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
       dw->got[i] = calloc((size_t)(dw->max_msgs ? dw->max_msgs : 1), sizeof(size_t));
   }
   /* A trainer packs into a candidate beside the baseline (two copies, the
-   * roles swapped at commit); a generator updates its one copy in place. */
-  dw->copies = s->is_trainer ? 2 : 1;
-  dw->base = malloc(dw->base_bytes ? dw->copies * dw->base_bytes : 1);
+   * roles swapped at commit); a generator whose chunks all land bytewise
+   * applies deltas to runtime storage itself (loader_delta.c) and keeps
+   * none, another one updates its one copy in place. */
+  dw->in_place = !s->is_trainer && s->loader->in_place;
+  if (dw->in_place)
+    dw->base_bytes = 0;
+  dw->copies = s->is_trainer ? 2 : dw->in_place ? 0 : 1;
+  dw->base = malloc(dw->base_bytes ? (size_t)dw->copies * dw->base_bytes : 1);
   int ok = dw->span != NULL && dw->base_off != NULL && dw->base != NULL;
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
     ok = ok && (s->is_trainer ? dw->enc[i] != NULL : dw->got[i] != NULL);
@@ -188,6 +219,13 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
   if (s->is_trainer)
     snprintf(frames, sizeof(frames), ", frame buffers 2 x %.1f MiB",
              (double)dw->enc_bytes / 1048576.0);
+  if (dw->in_place) {
+    REFIT_INFO("generator rank %d: refit.delta %s: deltas applied in place in runtime "
+               "storage (no baseline; digests of %lld chunks, %.1f KiB)",
+               s->role_rank, dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto",
+               (long long)s->loader->nsums, (double)(16 * s->loader->nsums) / 1024.0);
+    return REFIT_OK;
+  }
   REFIT_INFO("%s rank %d: refit.delta %s: baseline of the last committed version "
              "%.1f MiB in host memory%s%s",
              s->is_trainer ? "trainer" : "generator", s->role_rank,
@@ -303,11 +341,61 @@ void refit_dw_generator_recvs(refit_session_t *s, int32_t b, int slot, refit_xfe
     if (dw->this_refit) { /* a frame or the full message, into staging */
       dw->got[slot][i] = 0;
       xfers[i].got = &dw->got[slot][i];
-    } else { /* full messages, straight into the baseline */
+    } else if (!dw->in_place) { /* full messages, straight into the baseline */
       const refit_msg_t *m = &s->plan->msgs[s->my_msgs[s->my_begin[b] + i]];
       xfers[i].buf = dw->base + dw->base_off[b] + m->offset;
     }
   }
+}
+
+/* One chunk of a frame applied in place. */
+typedef struct {
+  refit_session_t *s;
+  const refit_msg_t *m;
+  uint64_t tag;
+  const char *what;
+} refit_dw_place_t;
+
+static refit_status_t refit_dw_place_chunk(void *ctx, int64_t i, const unsigned char *delta,
+                                           size_t len) {
+  const refit_dw_place_t *c = ctx;
+  return refit_loader_delta_chunk(c->s->loader, c->m->chunk_begin + i, delta, len, 0, c->tag,
+                                  c->what, i, c->m->chunk_count);
+}
+
+/* A delta refit's bucket b on a generator that applies in place: every
+ * frame chunk by chunk, and every message that came whole as well (its
+ * chunks compared with runtime storage, only the changed bytes written). */
+static refit_status_t refit_dw_generator_in_place(refit_session_t *s, int32_t b, int slot,
+                                                  const unsigned char *staging) {
+  refit_dw_t *dw = s->dw;
+  const refit_plan_t *p = s->plan;
+  const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
+  for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
+    const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
+    const size_t got = dw->got[slot][k - s->my_begin[b]];
+    const unsigned char *msg = staging + m->offset;
+    char what[160];
+    snprintf(what, sizeof(what),
+             "version %llu bucket %d: message from trainer rank %d to generator rank %d",
+             (unsigned long long)s->pending, b, m->src_rank, m->dst_rank);
+    dw->full_bytes += (uint64_t)m->bytes;
+    dw->wire_bytes += got;
+    refit_dw_spans(p, m, dw->span);
+    if (got == (size_t)m->bytes) {
+      for (int64_t i = 0; i < m->chunk_count; i++)
+        REFIT_CHECK(refit_loader_delta_chunk(s->loader, m->chunk_begin + i,
+                                             msg + dw->span[i],
+                                             (size_t)(dw->span[i + 1] - dw->span[i]), 1,
+                                             tag, what, i, m->chunk_count));
+      continue;
+    }
+    refit_dw_place_t c = {s, m, tag, what};
+    REFIT_CHECK(refit_dw_frame_walk(msg, got, dw->span, m->chunk_count, what,
+                                    refit_dw_place_chunk, &c));
+    dw->framed_msgs++;
+  }
+  return REFIT_OK;
 }
 
 refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
@@ -318,7 +406,11 @@ refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
   *land_from = staging;
   if (dw == NULL || !dw->usable)
     return REFIT_OK;
-  unsigned char *area = dw->base + dw->base_off[b];
+  if (dw->in_place && dw->this_refit) {
+    *land_from = NULL; /* applied in place: nothing left to land */
+    return refit_dw_generator_in_place(s, b, slot, staging);
+  }
+  unsigned char *area = dw->in_place ? staging : dw->base + dw->base_off[b];
   *land_from = area; /* where the bucket's new bytes are once this returns */
   if (!dw->this_refit) { /* received there, each exactly its length */
     for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++)

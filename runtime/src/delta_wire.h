@@ -79,6 +79,7 @@ struct refit_session;
 typedef struct refit_dw {
   int mode;   /* refit_delta_mode_t */
   int usable; /* this session can carry delta refits (transport, memory) */
+  int in_place; /* generator: deltas go straight to runtime storage, no baseline */
   int valid;  /* the baseline holds version `version`'s bytes */
   uint64_t version;
   int this_refit; /* the ranks agreed that the refit in progress is a delta one */
@@ -160,6 +161,15 @@ refit_status_t refit_dw_frame_encode(const unsigned char *now, const unsigned ch
                                      const int64_t *span, int64_t n, unsigned char *out,
                                      size_t *len);
 size_t refit_dw_frame_bound(int64_t bytes, int64_t nchunks);
+
+/* Walk a frame of `len` bytes (spans as above): check its header and
+ * lengths and call fn(ctx, i, delta, delta_len) for each chunk i in order;
+ * fn's error ends the walk. `what` names the message in errors. */
+typedef refit_status_t (*refit_dw_chunk_fn)(void *ctx, int64_t i, const unsigned char *delta,
+                                            size_t len);
+refit_status_t refit_dw_frame_walk(const unsigned char *frame, size_t len,
+                                   const int64_t *span, int64_t n, const char *what,
+                                   refit_dw_chunk_fn fn, void *ctx);
 
 /* Apply a frame of `len` bytes to `dst` (the message's baseline, spans as
  * above); `what` names the message in errors. */
