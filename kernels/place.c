@@ -3,7 +3,11 @@
  */
 #include "kernels/place.h"
 
+#include "core/digest.h"
 #include "core/error.h"
+#include "kernels/delta.h"
+
+#include <string.h>
 
 refit_status_t refit_place_bf16_tensor(int64_t rows, int64_t cols, uint8_t *data,
                                        refit_place_tensor_t *out) {
@@ -95,4 +99,222 @@ uint8_t *refit_place_addr(const refit_place_chunk_t *c, int64_t off, int64_t *ru
   if (run != NULL)
     *run = n;
   return at;
+}
+
+/* ---- Deltas applied through the places --------------------------------- */
+
+/* One chunk being applied. */
+typedef struct {
+  refit_place_chunk_t pc;
+  int64_t rows_len;      /* bytes with a place: rows * row_bytes */
+  int64_t span;          /* rows_len + the trailer */
+  uint8_t old_trailer[8];
+  uint8_t new_trailer[8];
+  /* The digest change so far, over whole words of the rows. */
+  uint64_t delta_sum;
+  int64_t word;      /* the word being gathered, or -1 */
+  uint8_t patch[8];  /* its new bytes where `have` says so */
+  unsigned have;     /* bit b: byte b of `word` changes */
+  uint64_t changed;  /* row bytes that change */
+  uint64_t written;
+  int write;         /* the second walk: write, do not check */
+  /* The first byte the delta names as changed that the destination holds
+   * already (a delta made against another baseline), or -1. */
+  int64_t same_at;
+  const char *encoding;
+} refit_pd_chunk_t;
+
+static uint8_t refit_pd_old(const refit_pd_chunk_t *c, int64_t off) {
+  return off < c->rows_len ? *refit_place_addr(&c->pc, off, NULL)
+                           : c->old_trailer[off - c->rows_len];
+}
+
+/* Word w of the rows as runtime storage holds it (the last one zero-padded,
+ * as the digest pads it). */
+static uint64_t refit_pd_old_word(const refit_pd_chunk_t *c, int64_t w) {
+  uint8_t b[8] = {0};
+  for (int64_t i = 0; i < 8 && 8 * w + i < c->rows_len; i++)
+    b[i] = refit_pd_old(c, 8 * w + i);
+  uint64_t v;
+  memcpy(&v, b, 8);
+  return v;
+}
+
+static void refit_pd_flush(refit_pd_chunk_t *c) {
+  if (c->word < 0)
+    return;
+  const uint64_t old = refit_pd_old_word(c, c->word);
+  uint8_t b[8];
+  memcpy(b, &old, 8);
+  for (int i = 0; i < 8; i++)
+    if (c->have >> i & 1)
+      b[i] = c->patch[i];
+  uint64_t now;
+  memcpy(&now, b, 8);
+  c->delta_sum += refit_digest_term(now, (uint64_t)c->word) -
+                  refit_digest_term(old, (uint64_t)c->word);
+  c->word = -1;
+  c->have = 0;
+}
+
+/* The walk's visit of byte `off` set to `v`; `named` when the encoding names
+ * this very byte as changed (positions), so that it must differ. */
+static void refit_pd_visit(refit_pd_chunk_t *c, int64_t off, uint8_t v, int named) {
+  if (off >= c->rows_len) {
+    if (named && c->old_trailer[off - c->rows_len] == v && c->same_at < 0)
+      c->same_at = off;
+    c->new_trailer[off - c->rows_len] = v;
+    return;
+  }
+  uint8_t *at = refit_place_addr(&c->pc, off, NULL);
+  if (*at == v) {
+    if (named && c->same_at < 0)
+      c->same_at = off;
+    return;
+  }
+  if (c->write) {
+    *at = v;
+    c->written++;
+    return;
+  }
+  c->changed++;
+  if (off / 8 != c->word) {
+    refit_pd_flush(c);
+    c->word = off / 8;
+  }
+  c->patch[off % 8] = v;
+  c->have |= 1u << (off % 8);
+}
+
+static uint32_t refit_pd_u32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+         (uint32_t)p[3] << 24;
+}
+
+/* Walk the new bytes `bytes` (a delta whose shape refit_delta_info checked,
+ * or the whole span when `full`). Positions must increase and lie in the
+ * chunk; a marked block must change. */
+static refit_status_t refit_pd_walk(refit_pd_chunk_t *c, const uint8_t *bytes, int full,
+                                    const refit_delta_info_t *info) {
+  if (full || info->encoding == REFIT_DELTA_DENSE) {
+    const uint8_t *p = full ? bytes : bytes + REFIT_DELTA_HEADER_BYTES;
+    c->encoding = full ? "whole" : "dense";
+    /* Runs of consecutive places are compared and written at once. */
+    for (int64_t off = 0; off < c->span;) {
+      int64_t run = 1;
+      if (off < c->rows_len) {
+        uint8_t *at = refit_place_addr(&c->pc, off, &run);
+        if (memcmp(at, p + off, (size_t)run) == 0) {
+          off += run;
+          continue;
+        }
+      }
+      for (int64_t i = 0; i < run; i++)
+        refit_pd_visit(c, off + i, p[off + i], 0);
+      off += run;
+    }
+    return REFIT_OK;
+  }
+  const uint8_t *p = bytes + REFIT_DELTA_HEADER_BYTES;
+  if (info->encoding == REFIT_DELTA_POSITIONS) {
+    c->encoding = "positions";
+    const uint8_t *values = p + 4 * (uint64_t)info->count;
+    int64_t prev = -1;
+    for (uint32_t j = 0; j < info->count; j++) {
+      const int64_t off = refit_pd_u32(p + 4 * (uint64_t)j);
+      if (off >= c->span || off <= prev)
+        return REFIT_ERR(REFIT_ERR_INTEGRITY,
+                         "position %u at offset %lld %s", j, (long long)off,
+                         off >= c->span ? "lies past the chunk"
+                                        : "does not follow the one before");
+      refit_pd_visit(c, off, values[j], 1);
+      prev = off;
+    }
+    return REFIT_OK;
+  }
+  c->encoding = "mask";
+  const int64_t nb = (c->span + REFIT_DELTA_BLOCK_BYTES - 1) / REFIT_DELTA_BLOCK_BYTES;
+  const uint8_t *data = p + (nb + 7) / 8;
+  for (int64_t k = 0; k < nb; k++) {
+    if (!(p[k / 8] >> (k % 8) & 1))
+      continue;
+    const int64_t at = k * REFIT_DELTA_BLOCK_BYTES;
+    const int64_t len = c->span - at < REFIT_DELTA_BLOCK_BYTES ? c->span - at
+                                                               : REFIT_DELTA_BLOCK_BYTES;
+    const uint64_t before = c->changed;
+    int trailer_changed = 0;
+    for (int64_t i = 0; i < len; i++) {
+      trailer_changed |= at + i >= c->rows_len &&
+                         c->old_trailer[at + i - c->rows_len] != data[i];
+      refit_pd_visit(c, at + i, data[i], 0);
+    }
+    if (!c->write && c->changed == before && !trailer_changed && c->same_at < 0)
+      c->same_at = at;
+    data += len;
+  }
+  return REFIT_OK;
+}
+
+/* Set up the walk of chunk `c` over `bytes`: the delta's header and
+ * lengths (refit_delta_info), or a whole span's length. */
+static refit_status_t refit_pd_start(refit_pd_chunk_t *w, const refit_place_chunk_t *c,
+                                     int trailer_bytes, uint64_t old_trailer,
+                                     const void *bytes, size_t len, int full,
+                                     refit_delta_info_t *info) {
+  *w = (refit_pd_chunk_t){.pc = *c, .word = -1, .same_at = -1};
+  w->rows_len = c->rows * c->row_bytes;
+  w->span = w->rows_len + trailer_bytes;
+  if (trailer_bytes != 0 && trailer_bytes != 8)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "place delta: a trailer of %d bytes (0 or an 8-byte digest)",
+                     trailer_bytes);
+  for (int b = 0; b < trailer_bytes; b++)
+    w->old_trailer[b] = (uint8_t)(old_trailer >> (8 * b));
+  memcpy(w->new_trailer, w->old_trailer, sizeof(w->old_trailer));
+  *info = (refit_delta_info_t){0};
+  if (full) {
+    if (len != (size_t)w->span)
+      return REFIT_ERR(REFIT_ERR_INTEGRITY, "%zu bytes for a chunk span of %lld", len,
+                       (long long)w->span);
+    return REFIT_OK;
+  }
+  REFIT_CHECK(refit_delta_info(bytes, len, info));
+  if (info->chunk_bytes != (uint64_t)w->span)
+    return REFIT_ERR(REFIT_ERR_INTEGRITY,
+                     "delta: made for a chunk of %u bytes, this one has %lld",
+                     info->chunk_bytes, (long long)w->span);
+  return REFIT_OK;
+}
+
+refit_status_t refit_place_delta_check(const refit_place_chunk_t *c, int trailer_bytes,
+                                       uint64_t old_sum, uint64_t old_trailer,
+                                       const void *bytes, size_t len, int full,
+                                       refit_place_delta_t *out) {
+  refit_pd_chunk_t w;
+  refit_delta_info_t info;
+  REFIT_CHECK(refit_pd_start(&w, c, trailer_bytes, old_trailer, bytes, len, full, &info));
+  REFIT_CHECK(refit_pd_walk(&w, bytes, full, &info));
+  refit_pd_flush(&w);
+  if (w.same_at >= 0)
+    return REFIT_ERR(REFIT_ERR_INTEGRITY,
+                     "its %s delta names byte %lld as changed, but the destination "
+                     "holds that already: the delta was not made against these bytes",
+                     w.encoding, (long long)w.same_at);
+  out->changed = w.changed;
+  out->sum = old_sum + w.delta_sum;
+  out->trailer = trailer_bytes == 8 ? refit_trailer_load(w.new_trailer) : 0;
+  out->encoding = w.encoding;
+  return REFIT_OK;
+}
+
+refit_status_t refit_place_delta_write(const refit_place_chunk_t *c, int trailer_bytes,
+                                       const void *bytes, size_t len, int full,
+                                       uint64_t *written) {
+  refit_pd_chunk_t w;
+  refit_delta_info_t info;
+  REFIT_CHECK(refit_pd_start(&w, c, trailer_bytes, 0, bytes, len, full, &info));
+  w.write = 1;
+  REFIT_CHECK(refit_pd_walk(&w, bytes, full, &info));
+  *written = w.written;
+  return REFIT_OK;
 }

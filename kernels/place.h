@@ -94,6 +94,47 @@ refit_status_t refit_place_chunk(const refit_place_tensor_t *t, int64_t row0, in
  * group of 4 scales. */
 uint8_t *refit_place_addr(const refit_place_chunk_t *c, int64_t off, int64_t *run);
 
+/*
+ * A chunk's delta (kernels/delta.h), or its whole span (`full`: the rows and
+ * the trailer as a full message carries them), applied through the places
+ * of its rows, in two steps so that nothing is written before the whole
+ * chunk is known good (and the caller can save what it is about to
+ * overwrite in between):
+ *
+ * check  reads the delta and the bytes it names from their places: its shape
+ *        (refit_delta_info: header, lengths, mask), positions in increasing
+ *        order inside the span, and the baseline rule of delta.h (a position
+ *        whose byte, or a marked block whose bytes, the destination holds
+ *        already is an error: the delta was made against other bytes). The
+ *        span's last `trailer_bytes` (0, or 8: the sealed digest) have no
+ *        place; their committed value is `old_trailer`. Gives the row bytes
+ *        that change, the new trailer, and the new unsealed digest of the
+ *        rows (core/digest.h): `old_sum`, the committed rows' digest, plus
+ *        term(new word, i) - term(old word, i) over the 8-byte words the
+ *        change touches, old words read from their places. Writes nothing.
+ *        Errors: REFIT_ERR_INTEGRITY naming the rule.
+ * write  writes every row byte whose value changes; *written counts them
+ *        (check's `changed`). Call it only after check passed, with the same
+ *        inputs and nothing changed in between.
+ *
+ * Unchanged bytes are neither read nor written beyond the words a change
+ * touches (dense and full spans compare every byte once, run by run).
+ */
+typedef struct {
+  uint64_t changed;     /* row bytes whose value changes */
+  uint64_t sum;         /* unsealed digest of the new rows */
+  uint64_t trailer;     /* the new trailer (trailer_bytes 8), else 0 */
+  const char *encoding; /* "positions", "mask", "dense", "whole" */
+} refit_place_delta_t;
+
+refit_status_t refit_place_delta_check(const refit_place_chunk_t *c, int trailer_bytes,
+                                       uint64_t old_sum, uint64_t old_trailer,
+                                       const void *bytes, size_t len, int full,
+                                       refit_place_delta_t *out);
+refit_status_t refit_place_delta_write(const refit_place_chunk_t *c, int trailer_bytes,
+                                       const void *bytes, size_t len, int full,
+                                       uint64_t *written);
+
 #ifdef __cplusplus
 }
 #endif
