@@ -132,6 +132,10 @@ static const char *refit_dw_unusable(const refit_session_t *s) {
     return "its buffers are in device memory";
   if (s->zero_copy)
     return "zero copy moves no weight bytes";
+  /* The config quantizes on the trainer under delta (prequantize), so this
+   * is a guard: a generator applies deltas in place only. */
+  if (!s->is_trainer && !s->loader->in_place)
+    return "its chunks do not all land bytewise (BF16 rows quantized on the generator)";
   return NULL;
 }
 
@@ -174,15 +178,14 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
       bucket_frames = frames;
   }
   dw->span = malloc((size_t)(max_chunks + 1) * sizeof(*dw->span));
-  /* Bucket b's area of a baseline: the trainer's has the send buffer's
-   * layout (messages packed once for several generators kept once), the
-   * generator's the staging layout, so that it lands from it. */
+  /* Bucket b's area of a trainer's baseline, in the send buffer's layout
+   * (messages packed once for several generators kept once). A generator
+   * keeps none: it applies deltas in place (loader_delta.c). */
   dw->base_off = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
-  for (int32_t b = 0; dw->base_off != NULL && b < p->nbuckets; b++) {
+  for (int32_t b = 0; s->is_trainer && dw->base_off != NULL && b < p->nbuckets; b++) {
     int64_t used = 0;
     for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
-      const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
-      const int64_t end = (s->is_trainer ? s->msg_wire[k] : m->offset) + m->bytes;
+      const int64_t end = s->msg_wire[k] + p->msgs[s->my_msgs[k]].bytes;
       used = end > used ? end : used;
     }
     dw->base_off[b + 1] = dw->base_off[b] + used;
@@ -197,13 +200,8 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
       dw->got[i] = calloc((size_t)(dw->max_msgs ? dw->max_msgs : 1), sizeof(size_t));
   }
   /* A trainer packs into a candidate beside the baseline (two copies, the
-   * roles swapped at commit); a generator whose chunks all land bytewise
-   * applies deltas to runtime storage itself (loader_delta.c) and keeps
-   * none, another one updates its one copy in place. */
-  dw->in_place = !s->is_trainer && s->loader->in_place;
-  if (dw->in_place)
-    dw->base_bytes = 0;
-  dw->copies = s->is_trainer ? 2 : dw->in_place ? 0 : 1;
+   * roles swapped at commit). */
+  dw->copies = s->is_trainer ? 2 : 0;
   dw->base = malloc(dw->base_bytes ? (size_t)dw->copies * dw->base_bytes : 1);
   int ok = dw->span != NULL && dw->base_off != NULL && dw->base != NULL;
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
@@ -215,23 +213,18 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit baseline of %zu bytes on %s rank %d",
                      bytes, s->is_trainer ? "trainer" : "generator", s->role_rank);
   }
-  char frames[64] = "";
-  if (s->is_trainer)
-    snprintf(frames, sizeof(frames), ", frame buffers 2 x %.1f MiB",
-             (double)dw->enc_bytes / 1048576.0);
-  if (dw->in_place) {
+  if (!s->is_trainer) {
     REFIT_INFO("generator rank %d: refit.delta %s: deltas applied in place in runtime "
                "storage (no baseline; digests of %lld chunks, %.1f KiB)",
                s->role_rank, dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto",
                (long long)s->loader->nsums, (double)(16 * s->loader->nsums) / 1024.0);
     return REFIT_OK;
   }
-  REFIT_INFO("%s rank %d: refit.delta %s: baseline of the last committed version "
-             "%.1f MiB in host memory%s%s",
-             s->is_trainer ? "trainer" : "generator", s->role_rank,
-             dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto",
-             (double)dw->base_bytes / 1048576.0,
-             s->is_trainer ? " and a candidate as large" : "", frames);
+  REFIT_INFO("trainer rank %d: refit.delta %s: baseline of the last committed version "
+             "%.1f MiB in host memory and a candidate as large, frame buffers 2 x "
+             "%.1f MiB",
+             s->role_rank, dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto",
+             (double)dw->base_bytes / 1048576.0, (double)dw->enc_bytes / 1048576.0);
   return REFIT_OK;
 }
 
@@ -260,8 +253,9 @@ void refit_dw_begin(refit_dw_t *dw, int delta_refit) {
   if (dw == NULL)
     return;
   dw->this_refit = delta_refit && dw->usable;
-  /* The generator's baseline is rewritten in place from now on; the
-   * trainer's stays as it is (the refit packs into the candidate). */
+  /* A generator's runtime storage and chunk digests are rewritten from now
+   * on; the trainer's baseline stays as it is (the refit packs into the
+   * candidate). */
   dw->valid = dw->copies == 2 && dw->valid;
   dw->wire_bytes = dw->full_bytes = 0;
   dw->framed_msgs = 0;
@@ -331,7 +325,7 @@ refit_status_t refit_dw_trainer_encode(refit_session_t *s, int32_t b, int slot,
   return REFIT_OK;
 }
 
-void refit_dw_generator_recvs(refit_session_t *s, int32_t b, int slot, refit_xfer_t *xfers,
+void refit_dw_generator_recvs(refit_session_t *s, int slot, refit_xfer_t *xfers,
                               int nx) {
   refit_dw_t *dw = s->dw;
   for (int i = 0; i < nx; i++) {
@@ -341,9 +335,6 @@ void refit_dw_generator_recvs(refit_session_t *s, int32_t b, int slot, refit_xfe
     if (dw->this_refit) { /* a frame or the full message, into staging */
       dw->got[slot][i] = 0;
       xfers[i].got = &dw->got[slot][i];
-    } else if (!dw->in_place) { /* full messages, straight into the baseline */
-      const refit_msg_t *m = &s->plan->msgs[s->my_msgs[s->my_begin[b] + i]];
-      xfers[i].buf = dw->base + dw->base_off[b] + m->offset;
     }
   }
 }
@@ -406,36 +397,12 @@ refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
   *land_from = staging;
   if (dw == NULL || !dw->usable)
     return REFIT_OK;
-  if (dw->in_place && dw->this_refit) {
+  if (dw->this_refit) {
     *land_from = NULL; /* applied in place: nothing left to land */
     return refit_dw_generator_in_place(s, b, slot, staging);
   }
-  unsigned char *area = dw->in_place ? staging : dw->base + dw->base_off[b];
-  *land_from = area; /* where the bucket's new bytes are once this returns */
-  if (!dw->this_refit) { /* received there, each exactly its length */
-    for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++)
-      dw->full_bytes += (uint64_t)p->msgs[s->my_msgs[k]].bytes;
-    dw->wire_bytes = dw->full_bytes;
-    return REFIT_OK;
-  }
-  for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
-    const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
-    const size_t got = dw->got[slot][k - s->my_begin[b]];
-    const unsigned char *msg = staging + m->offset;
-    unsigned char *base = area + m->offset;
-    dw->full_bytes += (uint64_t)m->bytes;
-    dw->wire_bytes += got;
-    if (got == (size_t)m->bytes) {
-      memcpy(base, msg, got);
-      continue;
-    }
-    char what[160];
-    snprintf(what, sizeof(what),
-             "version %llu bucket %d: message from trainer rank %d to generator rank %d",
-             (unsigned long long)s->pending, b, m->src_rank, m->dst_rank);
-    refit_dw_spans(p, m, dw->span);
-    REFIT_CHECK(refit_dw_frame_apply(msg, got, base, dw->span, m->chunk_count, what));
-    dw->framed_msgs++;
-  }
+  for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++)
+    dw->full_bytes += (uint64_t)p->msgs[s->my_msgs[k]].bytes;
+  dw->wire_bytes = dw->full_bytes;
   return REFIT_OK;
 }

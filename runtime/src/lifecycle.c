@@ -36,7 +36,7 @@ static void refit_generator_recvs(refit_session_t *s, int32_t b, unsigned char *
     xfers[*nxfers].bytes = (size_t)bytes;
     (*nxfers)++;
   }
-  refit_dw_generator_recvs(s, b, (int)(b % REFIT_EXCHANGES_IN_FLIGHT), xfers, *nxfers);
+  refit_dw_generator_recvs(s, (int)(b % REFIT_EXCHANGES_IN_FLIGHT), xfers, *nxfers);
 }
 
 /* Wait for a request on the control communicator until the deadline. */

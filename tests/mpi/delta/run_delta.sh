@@ -2,30 +2,28 @@
 # One delta-refit job (refit.delta) through the project's launcher, with a
 # fresh random source.seed, then assertions on what each refit was and sent.
 #   run_delta.sh BUILD CONFIG [--refit N full|delta|aborted]... [--max F]
-#                [--transport T] [--as-delta STEPS] [--in-place]
+#                [--transport T] [--as-delta STEPS]
 # Every refit row must be verified (or, where --refit N aborted says so,
 # aborted with the previous version kept and verified); --refit N full|delta
 # requires refit N's wire line (refit-run: wire) to name that kind; every
 # delta refit must send at most F (default 0.5) of a full refit's bytes, and
 # every full one exactly a full refit's. --transport overrides refit.transport.
 # --as-delta STEPS turns a config of the MPI matrix into a delta job: delta:
-# on, STEPS refits, source.update_rate 1e-3. --in-place: the generators
-# apply deltas in place (every chunk lands bytewise): every delta refit wrote
-# exactly the runtime bytes it found changed, some and fewer than a full
-# refit writes, and every full refit wrote some (the wire line's
-# "generators: C bytes changed, W written").
+# on, STEPS refits, source.update_rate 1e-3. Generators apply deltas in
+# place: every delta refit must write exactly the runtime bytes it found
+# changed, some and fewer than a full refit writes, and every full refit
+# some (the wire line's "generators: C bytes changed, W written").
 set -uo pipefail
 build=$1 config=$2
 shift 2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-kinds=() max=0.5 transport="" as_delta="" in_place=0
+kinds=() max=0.5 transport="" as_delta=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --refit) kinds+=("$2 $3"); shift 3 ;;
     --max) max=$2; shift 2 ;;
     --transport) transport=$2; shift 2 ;;
     --as-delta) as_delta=$2; shift 2 ;;
-    --in-place) in_place=1; shift ;;
     *) echo "run_delta: unknown argument $1"; exit 2 ;;
   esac
 done
@@ -81,18 +79,14 @@ for n in $(seq 1 "$steps"); do
   [ "$kind" = "$want" ] || fail "refit $n was a $kind refit, expected $want"
   if [ "$kind" = full ]; then
     [ "$sent" = "$full" ] || fail "full refit $n sent $sent bytes, a full refit is $full"
+    [ "$written" -gt 0 ] 2>/dev/null || fail "full refit $n wrote $written runtime bytes"
   else
     awk -v s="$sent" -v f="$full" -v m="$max" 'BEGIN { exit !(f > 0 && s <= m * f) }' ||
       fail "delta refit $n sent $sent of $full bytes, more than $max of a full refit"
-    if [ $in_place -eq 1 ]; then
-      [ "$written" = "$changed" ] ||
-        fail "delta refit $n wrote $written runtime bytes, it found $changed changed"
-      awk -v w="$written" -v f="${full_written:-0}" 'BEGIN { exit !(w > 0 && w < f) }' ||
-        fail "delta refit $n wrote $written runtime bytes, a full refit ${full_written:-?}"
-    fi
-  fi
-  if [ $in_place -eq 1 ] && [ "$kind" = full ]; then
-    [ "$written" -gt 0 ] 2>/dev/null || fail "full refit $n wrote $written runtime bytes"
+    [ "$written" = "$changed" ] ||
+      fail "delta refit $n wrote $written runtime bytes, it found $changed changed"
+    awk -v w="$written" -v f="${full_written:-0}" 'BEGIN { exit !(w > 0 && w < f) }' ||
+      fail "delta refit $n wrote $written runtime bytes, a full refit ${full_written:-?}"
   fi
 done
 echo "run_delta: ok"
