@@ -214,10 +214,10 @@ typedef struct {
   uint64_t wire_bytes; /* trainer: bytes it sent; generator: bytes it got */
   uint64_t full_bytes; /* what a full refit moves on this rank */
   int64_t framed_msgs; /* messages that went as delta frames */
-  /* Generator: runtime bytes a delta refit found changed (where deltas
-   * apply in place; 0 where the generator rebuilds messages from a baseline)
-   * and runtime bytes it wrote (a full refit, or a rebuilt one: every
-   * chunk's landed bytes; in place: exactly the changed ones). */
+  /* Generator: runtime bytes a delta refit found changed (0 in a full
+   * refit), and runtime bytes the refit wrote: a delta refit, applied in
+   * place, exactly the changed ones; a full refit every chunk's landed
+   * bytes (MXFP8 values and scales, or BF16). */
   uint64_t changed_bytes;
   uint64_t written_bytes;
 } refit_wire_stats_t;
