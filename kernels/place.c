@@ -118,23 +118,24 @@ typedef struct {
   uint64_t changed;  /* row bytes that change */
   uint64_t written;
   int write;         /* the second walk: write, do not check */
+  uint8_t **undo_at; /* write: where each written byte was, and its old value */
+  uint8_t *undo_old;
   /* The first byte the delta names as changed that the destination holds
    * already (a delta made against another baseline), or -1. */
   int64_t same_at;
   const char *encoding;
 } refit_pd_chunk_t;
 
-static uint8_t refit_pd_old(const refit_pd_chunk_t *c, int64_t off) {
-  return off < c->rows_len ? *refit_place_addr(&c->pc, off, NULL)
-                           : c->old_trailer[off - c->rows_len];
-}
-
 /* Word w of the rows as runtime storage holds it (the last one zero-padded,
- * as the digest pads it). */
+ * as the digest pads it), read run by run. */
 static uint64_t refit_pd_old_word(const refit_pd_chunk_t *c, int64_t w) {
   uint8_t b[8] = {0};
-  for (int64_t i = 0; i < 8 && 8 * w + i < c->rows_len; i++)
-    b[i] = refit_pd_old(c, 8 * w + i);
+  const int64_t end = 8 * w + 8 < c->rows_len ? 8 * w + 8 : c->rows_len;
+  for (int64_t off = 8 * w, run = 0; off < end; off += run) {
+    const uint8_t *at = refit_place_addr(&c->pc, off, &run);
+    run = run < end - off ? run : end - off;
+    memcpy(b + (off - 8 * w), at, (size_t)run);
+  }
   uint64_t v;
   memcpy(&v, b, 8);
   return v;
@@ -173,6 +174,10 @@ static void refit_pd_visit(refit_pd_chunk_t *c, int64_t off, uint8_t v, int name
     return;
   }
   if (c->write) {
+    if (c->undo_at != NULL) {
+      c->undo_at[c->written] = at;
+      c->undo_old[c->written] = *at;
+    }
     *at = v;
     c->written++;
     return;
@@ -309,11 +314,14 @@ refit_status_t refit_place_delta_check(const refit_place_chunk_t *c, int trailer
 
 refit_status_t refit_place_delta_write(const refit_place_chunk_t *c, int trailer_bytes,
                                        const void *bytes, size_t len, int full,
+                                       uint8_t **undo_at, uint8_t *undo_old,
                                        uint64_t *written) {
   refit_pd_chunk_t w;
   refit_delta_info_t info;
   REFIT_CHECK(refit_pd_start(&w, c, trailer_bytes, 0, bytes, len, full, &info));
   w.write = 1;
+  w.undo_at = undo_at;
+  w.undo_old = undo_old;
   REFIT_CHECK(refit_pd_walk(&w, bytes, full, &info));
   *written = w.written;
   return REFIT_OK;

@@ -114,8 +114,11 @@ uint8_t *refit_place_addr(const refit_place_chunk_t *c, int64_t off, int64_t *ru
  *        change touches, old words read from their places. Writes nothing.
  *        Errors: REFIT_ERR_INTEGRITY naming the rule.
  * write  writes every row byte whose value changes; *written counts them
- *        (check's `changed`). Call it only after check passed, with the same
- *        inputs and nothing changed in between.
+ *        (check's `changed`). With `undo_at` and `undo_old` (room for
+ *        check's `changed` entries each; NULL: none) it also records each
+ *        written byte's address and old value, in write order, so that the
+ *        caller can undo the write. Call it only after check passed, with
+ *        the same inputs and nothing changed in between.
  *
  * Unchanged bytes are neither read nor written beyond the words a change
  * touches (dense and full spans compare every byte once, run by run).
@@ -133,6 +136,7 @@ refit_status_t refit_place_delta_check(const refit_place_chunk_t *c, int trailer
                                        refit_place_delta_t *out);
 refit_status_t refit_place_delta_write(const refit_place_chunk_t *c, int trailer_bytes,
                                        const void *bytes, size_t len, int full,
+                                       uint8_t **undo_at, uint8_t *undo_old,
                                        uint64_t *written);
 
 #ifdef __cplusplus

@@ -330,6 +330,8 @@ void refit_loader_destroy(refit_loader_t *l) {
   free(l->place);
   free(l->sum[0]);
   free(l->sum[1]);
+  free(l->undo_at);
+  free(l->undo_old);
   free(l);
 }
 
@@ -339,6 +341,7 @@ void refit_loader_begin(refit_loader_t *l) {
     l->stores[i].saved_valid = 0;
   l->touched = 0;
   l->changed_bytes = l->written_bytes = 0;
+  l->nundo = 0;
 }
 
 /* Sync mode writes runtime storage in place: keep the previous bytes of a
@@ -367,6 +370,9 @@ int refit_loader_rollback(refit_loader_t *l) {
       return 0;
     s->saved_valid = 0;
   }
+  for (int64_t i = l->nundo - 1; i >= 0; i--) /* host memory: delta refits */
+    *l->undo_at[i] = l->undo_old[i];
+  l->nundo = 0;
   if (refit_mem_sync(l->mem) != REFIT_OK)
     return 0;
   l->touched = 0;
@@ -384,6 +390,7 @@ refit_status_t refit_loader_commit(refit_loader_t *l) {
   for (int64_t i = 0; i < l->nstores; i++)
     l->stores[i].saved_valid = 0;
   l->touched = 0;
+  l->nundo = 0;
   refit_loader_delta_commit(l);
   return refit_mem_sync(l->mem);
 }

@@ -124,6 +124,15 @@ typedef struct {
   /* This refit: runtime bytes a delta named as changed, and runtime bytes
    * written (a full refit: every chunk's landed bytes). */
   uint64_t changed_bytes, written_bytes;
+  /* Sync, restore: full, a delta refit: the undo log of the bytes written
+   * in place (address, old value), so that rollback need not have saved
+   * whole stores; at most undo_max entries (a sixteenth of the stores'
+   * bytes), beyond which a chunk's stores are saved whole as in a full
+   * refit. Rollback restores saved stores, then undoes the log (each byte is
+   * written once a refit, so its old value is the one before the refit). */
+  uint8_t **undo_at;
+  uint8_t *undo_old;
+  int64_t nundo, undo_cap, undo_max;
 } refit_loader_t;
 
 /* Allocate the stores of tp rank `tp_rank`. The catalog's `quantized` flags

@@ -26,6 +26,29 @@ static refit_status_t refit_ld_fail(refit_status_t st, const char *what, int64_t
                    (long long)count, tensor, why, tail);
 }
 
+/* Room in the undo log for n more entries (sync, restore: full only)? */
+static int refit_loader_undo_room(refit_loader_t *l, int64_t n) {
+  if (l->cfg->refit.mode == REFIT_MODE_ASYNC || l->cfg->refit.restore != REFIT_RESTORE_FULL ||
+      l->nundo + n > l->undo_max)
+    return 0;
+  if (l->nundo + n <= l->undo_cap)
+    return 1;
+  int64_t cap = l->undo_cap > 0 ? 2 * l->undo_cap : 4096;
+  while (cap < l->nundo + n)
+    cap *= 2;
+  cap = cap < l->undo_max ? cap : l->undo_max;
+  uint8_t **at = realloc(l->undo_at, (size_t)cap * sizeof(*at));
+  if (at == NULL)
+    return 0;
+  l->undo_at = at;
+  uint8_t *old = realloc(l->undo_old, (size_t)cap);
+  if (old == NULL)
+    return 0;
+  l->undo_old = old;
+  l->undo_cap = cap;
+  return 1;
+}
+
 refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
                                         const unsigned char *bytes, size_t len, int full,
                                         uint64_t tag, const char *what, int64_t index,
@@ -66,11 +89,22 @@ refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
   REFIT_CHECK(refit_loader_count(l, k));
   uint64_t written = 0;
   if (r.changed > 0) {
-    refit_store_t *s = &l->stores[l->store_of[i]];
-    REFIT_CHECK(refit_loader_touch(l, &s[0]));
-    if (l->cat->gen[l->first + i].quantized)
-      REFIT_CHECK(refit_loader_touch(l, &s[1]));
-    REFIT_CHECK(refit_place_delta_write(&pc, l->trailer, bytes, len, full, &written));
+    uint8_t **undo_at = NULL;
+    uint8_t *undo_old = NULL;
+    if (refit_loader_undo_room(l, (int64_t)r.changed)) {
+      undo_at = l->undo_at + l->nundo;
+      undo_old = l->undo_old + l->nundo;
+      l->touched = 1;
+    } else { /* async, restore: none, or the log full: as a full refit */
+      refit_store_t *s = &l->stores[l->store_of[i]];
+      REFIT_CHECK(refit_loader_touch(l, &s[0]));
+      if (l->cat->gen[l->first + i].quantized)
+        REFIT_CHECK(refit_loader_touch(l, &s[1]));
+    }
+    REFIT_CHECK(refit_place_delta_write(&pc, l->trailer, bytes, len, full, undo_at,
+                                        undo_old, &written));
+    if (undo_at != NULL)
+      l->nundo += (int64_t)written;
   }
   if (written != r.changed)
     return REFIT_ERR(REFIT_ERR_INTERNAL, "%s, chunk %lld of %lld (%s): wrote %llu of the "
@@ -127,6 +161,10 @@ refit_status_t refit_loader_delta_tables(refit_loader_t *l) {
     l->chunk_desc[l->desc_chunk[k]] = k;
   for (int64_t i = 0; i < l->ntensors; i++)
     REFIT_CHECK(refit_loader_place_of(l, i, &l->place[i]));
+  size_t store_bytes = 0;
+  for (int64_t i = 0; i < l->nstores; i++)
+    store_bytes += l->stores[i].bytes;
+  l->undo_max = (int64_t)(store_bytes / 16);
   return REFIT_OK;
 }
 

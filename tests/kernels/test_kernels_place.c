@@ -266,11 +266,26 @@ static void check_delta_case(const place_case_t *pc, double density) {
     assert_int_equal(r.sum, sum_b);
     assert_int_equal(r.trailer, trailer_b);
     uint64_t written = 0;
-    assert_int_equal(refit_place_delta_write(&c, 8, bytes, dlen, full, &written), REFIT_OK);
+    uint8_t **undo_at = malloc((size_t)(changed + 1) * sizeof(*undo_at));
+    uint8_t *undo_old = malloc((size_t)changed + 1);
+    assert_non_null(undo_at);
+    assert_non_null(undo_old);
+    assert_int_equal(
+        refit_place_delta_write(&c, 8, bytes, dlen, full, undo_at, undo_old, &written),
+        REFIT_OK);
     assert_int_equal(written, changed);
     if (memcmp(x.store, after_b, (size_t)total) != 0)
       fail_msg("%s, %s: storage after the delta differs from landing version B",
                pc->name, full ? "whole span" : refit_delta_encoding_name(e));
+    /* The undo log takes storage back to A. */
+    for (uint64_t u = written; u-- > 0;)
+      *undo_at[u] = undo_old[u];
+    assert_memory_equal(x.store, start, (size_t)total);
+    free(undo_at);
+    free(undo_old);
+    assert_int_equal(refit_place_delta_write(&c, 8, bytes, dlen, full, NULL, NULL, &written),
+                     REFIT_OK);
+    assert_memory_equal(x.store, after_b, (size_t)total);
 
     /* The same delta again, on storage that holds B: made against A. */
     if (!full && e != REFIT_DELTA_DENSE && changed > 0)
