@@ -66,20 +66,24 @@
  * and checked the same way. Any failure is REFIT_ERR_INTEGRITY naming
  * version, bucket, trainer and generator rank, chunk and tensor; that chunk
  * is not written, and the refit is discarded like any other failed one. What
- * a delta refit cannot see: it reads only the words it changes, so a
- * corruption of runtime bytes it does not touch (storage damaged after the
- * last commit) goes undetected until a full refit, which rewrites and
- * checks every byte, or refit_verify.
+ * a delta refit cannot see: it reads only the words it changes, so runtime
+ * bytes damaged since the last commit fail a chunk's digest only where they
+ * share an 8-byte word with a change; elsewhere they go undetected until a
+ * full refit, which rewrites and checks every byte, or refit_verify.
  *
  * Costs: a trainer quantizes and packs every chunk as a full refit does (into
  * its candidate), then compares it with its baseline (one pass reading
  * both); a generator reads and writes, per chunk, only the delta, the bytes
  * it changes and the rest of their 8-byte words (a chunk that went whole:
  * every byte, compared run by run), and does no layout transform (the
- * places already are the layout's). Memory: a trainer's baseline and
- * candidate each as large as the bytes it packs, and one frame buffer per
- * exchange in flight; a generator 16 bytes per chunk it lands (committed
- * and candidate digests). All of it is plain host memory (malloc): delta
+ * places already are the layout's). In sync mode with restore: full a
+ * generator logs each byte it writes (address, old value) instead of saving
+ * whole stores, and rollback undoes the log; past a sixteenth of the stores'
+ * bytes of log, a chunk's stores are saved whole as in a full refit. Memory:
+ * a trainer's baseline and candidate each as large as the bytes it packs,
+ * and one frame buffer per exchange in flight; a generator 16 bytes per
+ * chunk it lands (committed and candidate digests) and the undo log (9
+ * bytes per changed byte, at most 9/16 of the stores). All of it is plain host memory (malloc): delta
  * refits run only where the buffers are host memory, and the memory module
  * has no pinned host allocation to offer. The sizes are logged (INFO) at the
  * first begin and printed by refit-plan.

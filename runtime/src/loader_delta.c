@@ -17,11 +17,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* The message, chunk and tensor in front of the error recorded last. */
-static refit_status_t refit_ld_fail(refit_status_t st, const char *what, int64_t index,
-                                    int64_t count, const char *tensor, const char *tail) {
-  char why[512];
+/* The message, chunk and tensor (descriptor k) in front of the error
+ * recorded last. */
+static refit_status_t refit_ld_fail(const refit_loader_t *l, int64_t k, refit_status_t st,
+                                    const char *what, int64_t index, int64_t count,
+                                    const char *tail) {
+  char why[512], tensor[REFIT_NAME_MAX + 160];
   snprintf(why, sizeof(why), "%s", refit_last_error());
+  refit_loader_chunk_str(l, k, tensor, sizeof(tensor));
   return REFIT_ERR(st, "%s, chunk %lld of %lld (%s): %s%s", what, (long long)index,
                    (long long)count, tensor, why, tail);
 }
@@ -62,8 +65,6 @@ refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
   const refit_land_desc_t *d = &((const refit_land_desc_t *)l->land.host)[k];
   const refit_chunk_t *ch = &l->plan->chunks[c];
   const int64_t i = l->desc_tensor[k];
-  char tensor[REFIT_NAME_MAX + 160];
-  refit_loader_chunk_str(l, k, tensor, sizeof(tensor));
   refit_place_chunk_t pc;
   REFIT_CHECK(refit_place_chunk(&l->place[i], ch->dst_row, ch->dst_col, ch->rows, ch->cols,
                                 &pc));
@@ -82,7 +83,7 @@ refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
                    r.encoding, (unsigned long long)r.trailer, (unsigned long long)r.changed,
                    (unsigned long long)(r.sum + refit_seal(d->seal_key, tag)));
   if (st != REFIT_OK)
-    return refit_ld_fail(REFIT_ERR_INTEGRITY, what, index, count, tensor,
+    return refit_ld_fail(l, k, REFIT_ERR_INTEGRITY, what, index, count,
                          "; nothing of it was written, the refit is discarded");
 
   /* Write. */
@@ -106,10 +107,11 @@ refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
     if (undo_at != NULL)
       l->nundo += (int64_t)written;
   }
-  if (written != r.changed)
-    return REFIT_ERR(REFIT_ERR_INTERNAL, "%s, chunk %lld of %lld (%s): wrote %llu of the "
-                     "%llu changed bytes", what, (long long)index, (long long)count,
-                     tensor, (unsigned long long)written, (unsigned long long)r.changed);
+  if (written != r.changed) {
+    REFIT_ERR(REFIT_ERR_INTERNAL, "wrote %llu of the %llu changed bytes",
+              (unsigned long long)written, (unsigned long long)r.changed);
+    return refit_ld_fail(l, k, REFIT_ERR_INTERNAL, what, index, count, "");
+  }
   l->changed_bytes += r.changed;
   l->written_bytes += written;
   if (digest)
