@@ -120,17 +120,40 @@ typedef struct {
   int write;         /* the second walk: write, do not check */
   uint8_t **undo_at; /* write: where each written byte was, and its old value */
   uint8_t *undo_old;
+  /* The place of the last row's first byte: a row's values (or BF16 bytes)
+   * are consecutive, so most bytes cost one division. */
+  int64_t row;
+  uint8_t *row_at;
   /* The first byte the delta names as changed that the destination holds
    * already (a delta made against another baseline), or -1. */
   int64_t same_at;
   const char *encoding;
 } refit_pd_chunk_t;
 
+/* The place of row byte `off` (off < rows_len). */
+static uint8_t *refit_pd_addr(refit_pd_chunk_t *c, int64_t off) {
+  const int64_t r = off / c->pc.row_bytes, b = off - r * c->pc.row_bytes;
+  const int64_t flat = c->pc.t->kind == REFIT_PLACE_BF16 ? c->pc.row_bytes : c->pc.cols;
+  if (b >= flat)
+    return refit_place_addr(&c->pc, off, NULL);
+  if (r != c->row) {
+    c->row = r;
+    c->row_at = refit_place_addr(&c->pc, r * c->pc.row_bytes, NULL);
+  }
+  return c->row_at + b;
+}
+
 /* Word w of the rows as runtime storage holds it (the last one zero-padded,
  * as the digest pads it), read run by run. */
-static uint64_t refit_pd_old_word(const refit_pd_chunk_t *c, int64_t w) {
+static uint64_t refit_pd_old_word(refit_pd_chunk_t *c, int64_t w) {
   uint8_t b[8] = {0};
   const int64_t end = 8 * w + 8 < c->rows_len ? 8 * w + 8 : c->rows_len;
+  const int64_t flat = c->pc.t->kind == REFIT_PLACE_BF16 ? c->pc.row_bytes : c->pc.cols;
+  if (end - 8 * w == 8 && (8 * w) % c->pc.row_bytes + 8 <= flat) {
+    uint64_t v; /* the word lies in one row's consecutive bytes */
+    memcpy(&v, refit_pd_addr(c, 8 * w), 8);
+    return v;
+  }
   for (int64_t off = 8 * w, run = 0; off < end; off += run) {
     const uint8_t *at = refit_place_addr(&c->pc, off, &run);
     run = run < end - off ? run : end - off;
@@ -167,7 +190,7 @@ static void refit_pd_visit(refit_pd_chunk_t *c, int64_t off, uint8_t v, int name
     c->new_trailer[off - c->rows_len] = v;
     return;
   }
-  uint8_t *at = refit_place_addr(&c->pc, off, NULL);
+  uint8_t *at = refit_pd_addr(c, off);
   if (*at == v) {
     if (named && c->same_at < 0)
       c->same_at = off;
@@ -266,7 +289,7 @@ static refit_status_t refit_pd_start(refit_pd_chunk_t *w, const refit_place_chun
                                      int trailer_bytes, uint64_t old_trailer,
                                      const void *bytes, size_t len, int full,
                                      refit_delta_info_t *info) {
-  *w = (refit_pd_chunk_t){.pc = *c, .word = -1, .same_at = -1};
+  *w = (refit_pd_chunk_t){.pc = *c, .word = -1, .same_at = -1, .row = -1};
   w->rows_len = c->rows * c->row_bytes;
   w->span = w->rows_len + trailer_bytes;
   if (trailer_bytes != 0 && trailer_bytes != 8)
