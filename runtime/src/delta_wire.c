@@ -339,29 +339,39 @@ void refit_dw_generator_recvs(refit_session_t *s, int slot, refit_xfer_t *xfers,
   }
 }
 
-/* One chunk of a frame applied in place. */
+/* A message's chunks applied in place; `first` is how many times its chunk
+ * 0 is (1; the land fault seam's drop 0, duplicate 2). */
 typedef struct {
   refit_session_t *s;
   const refit_msg_t *m;
   uint64_t tag;
   const char *what;
+  int full, first;
 } refit_dw_place_t;
 
 static refit_status_t refit_dw_place_chunk(void *ctx, int64_t i, const unsigned char *delta,
                                            size_t len) {
   const refit_dw_place_t *c = ctx;
-  return refit_loader_delta_chunk(c->s->loader, c->m->chunk_begin + i, delta, len, 0, c->tag,
-                                  c->what, i, c->m->chunk_count);
+  for (int t = 0; t < (i == 0 ? c->first : 1); t++)
+    REFIT_CHECK(refit_loader_delta_chunk(c->s->loader, c->m->chunk_begin + i, delta, len,
+                                         c->full, c->tag, c->what, i, c->m->chunk_count));
+  return REFIT_OK;
 }
 
 /* A delta refit's bucket b on a generator that applies in place: every
  * frame chunk by chunk, and every message that came whole as well (its
  * chunks compared with runtime storage, only the changed bytes written). */
 static refit_status_t refit_dw_generator_in_place(refit_session_t *s, int32_t b, int slot,
-                                                  const unsigned char *staging) {
+                                                  unsigned char *staging,
+                                                  refit_land_fault_t fault) {
   refit_dw_t *dw = s->dw;
   const refit_plan_t *p = s->plan;
   const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
+  /* The land fault seam, as refit_loader_land_bucket plays it: a flipped
+   * bit in the bucket's first message as received, or its first chunk
+   * dropped or applied twice. */
+  if (fault == REFIT_LAND_FLIP_ONE && s->my_begin[b] < s->my_begin[b + 1] && dw->got[slot][0] > 0)
+    staging[p->msgs[s->my_msgs[s->my_begin[b]]].offset + dw->got[slot][0] / 2] ^= 0x10;
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
     const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
     const size_t got = dw->got[slot][k - s->my_begin[b]];
@@ -373,15 +383,17 @@ static refit_status_t refit_dw_generator_in_place(refit_session_t *s, int32_t b,
     dw->full_bytes += (uint64_t)m->bytes;
     dw->wire_bytes += got;
     refit_dw_spans(p, m, dw->span);
-    if (got == (size_t)m->bytes) {
+    const int first = k > s->my_begin[b]               ? 1
+                      : fault == REFIT_LAND_DROP_ONE      ? 0
+                      : fault == REFIT_LAND_DUPLICATE_ONE ? 2
+                                                          : 1;
+    refit_dw_place_t c = {s, m, tag, what, got == (size_t)m->bytes, first};
+    if (c.full) {
       for (int64_t i = 0; i < m->chunk_count; i++)
-        REFIT_CHECK(refit_loader_delta_chunk(s->loader, m->chunk_begin + i,
-                                             msg + dw->span[i],
-                                             (size_t)(dw->span[i + 1] - dw->span[i]), 1,
-                                             tag, what, i, m->chunk_count));
+        REFIT_CHECK(refit_dw_place_chunk(&c, i, msg + dw->span[i],
+                                         (size_t)(dw->span[i + 1] - dw->span[i])));
       continue;
     }
-    refit_dw_place_t c = {s, m, tag, what};
     REFIT_CHECK(refit_dw_frame_walk(msg, got, dw->span, m->chunk_count, what,
                                     refit_dw_place_chunk, &c));
     dw->framed_msgs++;
@@ -390,7 +402,7 @@ static refit_status_t refit_dw_generator_in_place(refit_session_t *s, int32_t b,
 }
 
 refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
-                                        unsigned char *staging,
+                                        unsigned char *staging, refit_land_fault_t fault,
                                         unsigned char **land_from) {
   refit_dw_t *dw = s->dw;
   const refit_plan_t *p = s->plan;
@@ -399,7 +411,7 @@ refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
     return REFIT_OK;
   if (dw->this_refit) {
     *land_from = NULL; /* applied in place: nothing left to land */
-    return refit_dw_generator_in_place(s, b, slot, staging);
+    return refit_dw_generator_in_place(s, b, slot, staging, fault);
   }
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++)
     dw->full_bytes += (uint64_t)p->msgs[s->my_msgs[k]].bytes;

@@ -91,6 +91,7 @@
 #ifndef REFIT_DELTA_WIRE_H
 #define REFIT_DELTA_WIRE_H
 
+#include "loader.h"
 #include "refit/status.h"
 #include "transport.h"
 
@@ -186,9 +187,11 @@ void refit_dw_generator_recvs(struct refit_session *s, int slot, refit_xfer_t *x
  * (land it as usual). A frame that is malformed, of another chunk count or
  * made against another baseline, or a chunk whose digest does not match, is
  * REFIT_ERR_INTEGRITY naming version, bucket, trainer rank and chunk, and
- * that chunk is not written. */
+ * that chunk is not written. `fault` is the land fault seam (loader.h),
+ * played on a delta refit's bucket as refit_loader_land_bucket plays it on a
+ * full one's. */
 refit_status_t refit_dw_generator_apply(struct refit_session *s, int32_t b, int slot,
-                                        unsigned char *staging,
+                                        unsigned char *staging, refit_land_fault_t fault,
                                         unsigned char **land_from);
 
 /* Encode message bytes `now` against `base` (chunk spans at `span`, n + 1

@@ -461,7 +461,8 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
   double t = MPI_Wtime();
   const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
   unsigned char *land_from = s->buffer[slot];
-  refit_status_t st = refit_dw_generator_apply(s, b, slot, s->buffer[slot], &land_from);
+  refit_status_t st =
+      refit_dw_generator_apply(s, b, slot, s->buffer[slot], lf, &land_from);
   /* land_from NULL: the bucket's deltas went to runtime storage in place. */
   if (st == REFIT_OK && land_from != NULL)
     st = s->zero_copy ? refit_loader_land_direct(s->loader, b, s->buffer[slot], tag, lf)
