@@ -248,7 +248,16 @@ static refit_status_t refit_pd_walk(refit_pd_chunk_t *c, const uint8_t *bytes, i
     c->encoding = "positions";
     const uint8_t *values = p + 4 * (uint64_t)info->count;
     int64_t prev = -1;
+    /* Sparse positions land far apart: the place of a later one is fetched
+     * while this one is visited (memory latency, not arithmetic, is what a
+     * visit costs). Only a hint: an offset out of range is not fetched. */
+    enum { AHEAD = 8 };
     for (uint32_t j = 0; j < info->count; j++) {
+      if (j + AHEAD < info->count) {
+        const int64_t next = refit_pd_u32(p + 4 * (uint64_t)(j + AHEAD));
+        if (next < c->rows_len)
+          __builtin_prefetch(refit_place_addr(&c->pc, next, NULL));
+      }
       const int64_t off = refit_pd_u32(p + 4 * (uint64_t)j);
       if (off >= c->span || off <= prev)
         return REFIT_ERR(REFIT_ERR_INTEGRITY,
