@@ -426,8 +426,7 @@ static refit_status_t refit_loader_transform(const refit_loader_t *l, int64_t i,
   return REFIT_OK;
 }
 
-/* Count what descriptor k landed; a tensor that is complete gets its layout
- * transform (quantized) now. */
+/* Count what descriptor k landed (more than the tensor holds: a duplicate). */
 refit_status_t refit_loader_count(refit_loader_t *l, int64_t k) {
   const int64_t i = l->desc_tensor[k];
   const refit_chunk_t *ch = &l->plan->chunks[l->desc_chunk[k]];
@@ -445,6 +444,8 @@ refit_status_t refit_loader_count(refit_loader_t *l, int64_t k) {
   return REFIT_OK;
 }
 
+/* Count what descriptor k landed; a tensor that is complete gets its layout
+ * transform (quantized) now. */
 refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
   REFIT_CHECK(refit_loader_count(l, k));
   const int64_t i = l->desc_tensor[k];
