@@ -282,7 +282,9 @@ class Session:
         """Bytes on the wire of the last refit on this rank (refit.delta):
         delta (1 for a delta refit), wire_bytes (sent by a trainer, received
         by a generator), full_bytes (what a full refit moves here),
-        framed_msgs; all zero with refit.delta off."""
+        framed_msgs; on a generator changed_bytes (runtime bytes a delta
+        refit applied in place found changed) and written_bytes (runtime
+        bytes written); all zero with refit.delta off."""
         w = _lib.WireStats()
         check(_lib.last_wire_stats(self._handle(), ctypes.byref(w)))
         return {name: getattr(w, name) for name, _ in _lib.WireStats._fields_}

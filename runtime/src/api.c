@@ -183,6 +183,10 @@ refit_status_t refit_last_wire_stats(refit_session_h s, refit_wire_stats_t *out)
     out->wire_bytes = s->dw->wire_bytes;
     out->full_bytes = s->dw->full_bytes;
     out->framed_msgs = s->dw->framed_msgs;
+    if (!s->is_trainer && s->loader != NULL) {
+      out->changed_bytes = s->loader->changed_bytes;
+      out->written_bytes = s->loader->written_bytes;
+    }
   }
   return REFIT_OK;
 }

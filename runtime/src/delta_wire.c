@@ -5,6 +5,7 @@
 #include "delta_wire.h"
 #include "session.h"
 
+#include "core/digest.h"
 #include "core/log.h"
 #include "kernels/delta.h"
 
@@ -48,9 +49,9 @@ refit_status_t refit_dw_frame_encode(const unsigned char *now, const unsigned ch
   return REFIT_OK;
 }
 
-refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
-                                    unsigned char *dst, const int64_t *span, int64_t n,
-                                    const char *what) {
+refit_status_t refit_dw_frame_walk(const unsigned char *frame, size_t len,
+                                   const int64_t *span, int64_t n, const char *what,
+                                   refit_dw_chunk_fn fn, void *ctx) {
   if (len < REFIT_DW_HEADER_BYTES || refit_dw_get32(frame) != REFIT_DW_MAGIC)
     return REFIT_ERR(REFIT_ERR_INTEGRITY,
                      "%s: a message of %zu bytes that is neither the full message "
@@ -77,11 +78,7 @@ refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
                        "%s: chunk %lld's delta of %zu bytes runs past the frame "
                        "(%zu bytes left)",
                        what, (long long)i, dlen, len - at);
-    refit_status_t st = refit_delta_decode(frame + at, dlen, dst + span[i],
-                                           (size_t)(span[i + 1] - span[i]));
-    if (st != REFIT_OK)
-      return REFIT_ERR(st, "%s, chunk %lld of %lld: %s", what, (long long)i, (long long)n,
-                       refit_last_error());
+    REFIT_CHECK(fn(ctx, i, frame + at, dlen));
     at += dlen;
   }
   if (at != len)
@@ -89,6 +86,35 @@ refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
                      "%s: delta frame has %zu bytes after its last chunk", what,
                      len - at);
   return REFIT_OK;
+}
+
+/* refit_dw_frame_apply's chunk: decode into the message's copy. */
+typedef struct {
+  unsigned char *dst;
+  const int64_t *span;
+  int64_t n;
+  const char *what;
+} refit_dw_decode_t;
+
+static refit_status_t refit_dw_decode_chunk(void *ctx, int64_t i, const unsigned char *delta,
+                                            size_t len) {
+  const refit_dw_decode_t *d = ctx;
+  refit_status_t st = refit_delta_decode(delta, len, d->dst + d->span[i],
+                                         (size_t)(d->span[i + 1] - d->span[i]));
+  if (st != REFIT_OK) {
+    char why[512];
+    snprintf(why, sizeof(why), "%s", refit_last_error());
+    return REFIT_ERR(st, "%s, chunk %lld of %lld: %s", d->what, (long long)i,
+                     (long long)d->n, why);
+  }
+  return REFIT_OK;
+}
+
+refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
+                                    unsigned char *dst, const int64_t *span, int64_t n,
+                                    const char *what) {
+  refit_dw_decode_t d = {dst, span, n, what};
+  return refit_dw_frame_walk(frame, len, span, n, what, refit_dw_decode_chunk, &d);
 }
 
 /* Message m's chunk spans into dw->span (m->chunk_count + 1 offsets). */
@@ -106,6 +132,10 @@ static const char *refit_dw_unusable(const refit_session_t *s) {
     return "its buffers are in device memory";
   if (s->zero_copy)
     return "zero copy moves no weight bytes";
+  /* The config quantizes on the trainer under delta (prequantize), so this
+   * is a guard: a generator applies deltas in place only. */
+  if (!s->is_trainer && !s->loader->in_place)
+    return "its chunks do not all land bytewise (BF16 rows quantized on the generator)";
   return NULL;
 }
 
@@ -148,15 +178,14 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
       bucket_frames = frames;
   }
   dw->span = malloc((size_t)(max_chunks + 1) * sizeof(*dw->span));
-  /* Bucket b's area of a baseline: the trainer's has the send buffer's
-   * layout (messages packed once for several generators kept once), the
-   * generator's the staging layout, so that it lands from it. */
+  /* Bucket b's area of a trainer's baseline, in the send buffer's layout
+   * (messages packed once for several generators kept once). A generator
+   * keeps none: it applies deltas in place (loader_delta.c). */
   dw->base_off = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
-  for (int32_t b = 0; dw->base_off != NULL && b < p->nbuckets; b++) {
+  for (int32_t b = 0; s->is_trainer && dw->base_off != NULL && b < p->nbuckets; b++) {
     int64_t used = 0;
     for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
-      const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
-      const int64_t end = (s->is_trainer ? s->msg_wire[k] : m->offset) + m->bytes;
+      const int64_t end = s->msg_wire[k] + p->msgs[s->my_msgs[k]].bytes;
       used = end > used ? end : used;
     }
     dw->base_off[b + 1] = dw->base_off[b] + used;
@@ -171,9 +200,9 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
       dw->got[i] = calloc((size_t)(dw->max_msgs ? dw->max_msgs : 1), sizeof(size_t));
   }
   /* A trainer packs into a candidate beside the baseline (two copies, the
-   * roles swapped at commit); a generator updates its one copy in place. */
-  dw->copies = s->is_trainer ? 2 : 1;
-  dw->base = malloc(dw->base_bytes ? dw->copies * dw->base_bytes : 1);
+   * roles swapped at commit). */
+  dw->copies = s->is_trainer ? 2 : 0;
+  dw->base = malloc(dw->base_bytes ? (size_t)dw->copies * dw->base_bytes : 1);
   int ok = dw->span != NULL && dw->base_off != NULL && dw->base != NULL;
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
     ok = ok && (s->is_trainer ? dw->enc[i] != NULL : dw->got[i] != NULL);
@@ -184,16 +213,18 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit baseline of %zu bytes on %s rank %d",
                      bytes, s->is_trainer ? "trainer" : "generator", s->role_rank);
   }
-  char frames[64] = "";
-  if (s->is_trainer)
-    snprintf(frames, sizeof(frames), ", frame buffers 2 x %.1f MiB",
-             (double)dw->enc_bytes / 1048576.0);
-  REFIT_INFO("%s rank %d: refit.delta %s: baseline of the last committed version "
-             "%.1f MiB in host memory%s%s",
-             s->is_trainer ? "trainer" : "generator", s->role_rank,
-             dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto",
-             (double)dw->base_bytes / 1048576.0,
-             s->is_trainer ? " and a candidate as large" : "", frames);
+  if (!s->is_trainer) {
+    REFIT_INFO("generator rank %d: refit.delta %s: deltas applied in place in runtime "
+               "storage (no baseline; digests of %lld chunks, %.1f KiB)",
+               s->role_rank, dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto",
+               (long long)s->loader->nsums, (double)(16 * s->loader->nsums) / 1024.0);
+    return REFIT_OK;
+  }
+  REFIT_INFO("trainer rank %d: refit.delta %s: baseline of the last committed version "
+             "%.1f MiB in host memory and a candidate as large, frame buffers 2 x "
+             "%.1f MiB",
+             s->role_rank, dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto",
+             (double)dw->base_bytes / 1048576.0, (double)dw->enc_bytes / 1048576.0);
   return REFIT_OK;
 }
 
@@ -222,8 +253,9 @@ void refit_dw_begin(refit_dw_t *dw, int delta_refit) {
   if (dw == NULL)
     return;
   dw->this_refit = delta_refit && dw->usable;
-  /* The generator's baseline is rewritten in place from now on; the
-   * trainer's stays as it is (the refit packs into the candidate). */
+  /* A generator's runtime storage and chunk digests are rewritten from now
+   * on; the trainer's baseline stays as it is (the refit packs into the
+   * candidate). */
   dw->valid = dw->copies == 2 && dw->valid;
   dw->wire_bytes = dw->full_bytes = 0;
   dw->framed_msgs = 0;
@@ -293,7 +325,7 @@ refit_status_t refit_dw_trainer_encode(refit_session_t *s, int32_t b, int slot,
   return REFIT_OK;
 }
 
-void refit_dw_generator_recvs(refit_session_t *s, int32_t b, int slot, refit_xfer_t *xfers,
+void refit_dw_generator_recvs(refit_session_t *s, int slot, refit_xfer_t *xfers,
                               int nx) {
   refit_dw_t *dw = s->dw;
   for (int i = 0; i < nx; i++) {
@@ -303,47 +335,86 @@ void refit_dw_generator_recvs(refit_session_t *s, int32_t b, int slot, refit_xfe
     if (dw->this_refit) { /* a frame or the full message, into staging */
       dw->got[slot][i] = 0;
       xfers[i].got = &dw->got[slot][i];
-    } else { /* full messages, straight into the baseline */
-      const refit_msg_t *m = &s->plan->msgs[s->my_msgs[s->my_begin[b] + i]];
-      xfers[i].buf = dw->base + dw->base_off[b] + m->offset;
     }
   }
 }
 
+/* A message's chunks applied in place; `first` is how many times its chunk
+ * 0 is (1; the land fault seam's drop 0, duplicate 2). */
+typedef struct {
+  refit_session_t *s;
+  const refit_msg_t *m;
+  uint64_t tag;
+  const char *what;
+  int full, first;
+} refit_dw_place_t;
+
+static refit_status_t refit_dw_place_chunk(void *ctx, int64_t i, const unsigned char *delta,
+                                           size_t len) {
+  const refit_dw_place_t *c = ctx;
+  for (int t = 0; t < (i == 0 ? c->first : 1); t++)
+    REFIT_CHECK(refit_loader_delta_chunk(c->s->loader, c->m->chunk_begin + i, delta, len,
+                                         c->full, c->tag, c->what, i, c->m->chunk_count));
+  return REFIT_OK;
+}
+
+/* A delta refit's bucket b on a generator that applies in place: every
+ * frame chunk by chunk, and every message that came whole as well (its
+ * chunks compared with runtime storage, only the changed bytes written). */
+static refit_status_t refit_dw_generator_in_place(refit_session_t *s, int32_t b, int slot,
+                                                  unsigned char *staging,
+                                                  refit_land_fault_t fault) {
+  refit_dw_t *dw = s->dw;
+  const refit_plan_t *p = s->plan;
+  const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
+  /* The land fault seam, as refit_loader_land_bucket plays it: a flipped
+   * bit in the bucket's first message as received, or its first chunk
+   * dropped or applied twice. */
+  if (fault == REFIT_LAND_FLIP_ONE && s->my_begin[b] < s->my_begin[b + 1] && dw->got[slot][0] > 0)
+    staging[p->msgs[s->my_msgs[s->my_begin[b]]].offset + dw->got[slot][0] / 2] ^= 0x10;
+  for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
+    const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
+    const size_t got = dw->got[slot][k - s->my_begin[b]];
+    const unsigned char *msg = staging + m->offset;
+    char what[160];
+    snprintf(what, sizeof(what),
+             "version %llu bucket %d: message from trainer rank %d to generator rank %d",
+             (unsigned long long)s->pending, b, m->src_rank, m->dst_rank);
+    dw->full_bytes += (uint64_t)m->bytes;
+    dw->wire_bytes += got;
+    refit_dw_spans(p, m, dw->span);
+    const int first = k > s->my_begin[b]               ? 1
+                      : fault == REFIT_LAND_DROP_ONE      ? 0
+                      : fault == REFIT_LAND_DUPLICATE_ONE ? 2
+                                                          : 1;
+    refit_dw_place_t c = {s, m, tag, what, got == (size_t)m->bytes, first};
+    if (c.full) {
+      for (int64_t i = 0; i < m->chunk_count; i++)
+        REFIT_CHECK(refit_dw_place_chunk(&c, i, msg + dw->span[i],
+                                         (size_t)(dw->span[i + 1] - dw->span[i])));
+      continue;
+    }
+    REFIT_CHECK(refit_dw_frame_walk(msg, got, dw->span, m->chunk_count, what,
+                                    refit_dw_place_chunk, &c));
+    dw->framed_msgs++;
+  }
+  return REFIT_OK;
+}
+
 refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
-                                        unsigned char *staging,
+                                        unsigned char *staging, refit_land_fault_t fault,
                                         unsigned char **land_from) {
   refit_dw_t *dw = s->dw;
   const refit_plan_t *p = s->plan;
   *land_from = staging;
   if (dw == NULL || !dw->usable)
     return REFIT_OK;
-  unsigned char *area = dw->base + dw->base_off[b];
-  *land_from = area; /* where the bucket's new bytes are once this returns */
-  if (!dw->this_refit) { /* received there, each exactly its length */
-    for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++)
-      dw->full_bytes += (uint64_t)p->msgs[s->my_msgs[k]].bytes;
-    dw->wire_bytes = dw->full_bytes;
-    return REFIT_OK;
+  if (dw->this_refit) {
+    *land_from = NULL; /* applied in place: nothing left to land */
+    return refit_dw_generator_in_place(s, b, slot, staging, fault);
   }
-  for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
-    const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
-    const size_t got = dw->got[slot][k - s->my_begin[b]];
-    const unsigned char *msg = staging + m->offset;
-    unsigned char *base = area + m->offset;
-    dw->full_bytes += (uint64_t)m->bytes;
-    dw->wire_bytes += got;
-    if (got == (size_t)m->bytes) {
-      memcpy(base, msg, got);
-      continue;
-    }
-    char what[160];
-    snprintf(what, sizeof(what),
-             "version %llu bucket %d: message from trainer rank %d to generator rank %d",
-             (unsigned long long)s->pending, b, m->src_rank, m->dst_rank);
-    refit_dw_spans(p, m, dw->span);
-    REFIT_CHECK(refit_dw_frame_apply(msg, got, base, dw->span, m->chunk_count, what));
-    dw->framed_msgs++;
-  }
+  for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++)
+    dw->full_bytes += (uint64_t)p->msgs[s->my_msgs[k]].bytes;
+  dw->wire_bytes = dw->full_bytes;
   return REFIT_OK;
 }

@@ -1,21 +1,36 @@
 /*
  * Delta refits on the wire (refit.delta; issue "Delta refit"): trainers send,
  * per message, only what changed since the last committed version, each
- * chunk in the cheapest encoding of kernels/delta.h; generators rebuild the
- * message's full bytes and land them as a full refit would, so every digest
- * is checked against the resulting bytes and the runtime bytes are those of
- * a full refit of the same version, bit for bit.
+ * chunk in the cheapest encoding of kernels/delta.h; generators apply each
+ * chunk's delta in place, in runtime storage (the async shadow in async
+ * mode), writing only the changed bytes (loader_delta.c, kernels/place.h).
+ * The runtime bytes are those of a full refit of the same version, bit for
+ * bit.
  *
- * Baselines. Both sides keep the bytes of the last committed version's
- * messages in host memory: a trainer each message it packs (a message packed
- * once for several engines is kept once), a generator each message it
- * receives. A trainer keeps a candidate beside its baseline: every refit,
- * delta or full, packs into the candidate, and commit swaps the two (so its
- * baseline is never partly rewritten, at twice the memory). A generator
- * updates its one copy in place while a refit runs, valid only once that
- * refit commits: begin marks it invalid, commit valid for the committed
- * version. So any refit that fails or aborts leaves every generator without
- * a baseline, and the next refit is full.
+ * Baselines. A trainer keeps the bytes of the last committed version's
+ * messages in host memory (a message packed once for several engines kept
+ * once), and a candidate beside it: every refit, delta or full, packs into
+ * the candidate, and commit swaps the two (so its baseline is never partly
+ * rewritten, at twice the memory). A generator keeps no copy of the wire:
+ * its baseline is its runtime storage itself, plus, per chunk it lands, the
+ * unsealed digest of the committed version's chunk rows (8 bytes; a full
+ * refit reads it back from each chunk's trailer once the digest checked:
+ * trailer - seal), and the committed refit's seal tag. A refit keeps its
+ * digests as candidates, which replace the committed ones at commit. Begin
+ * marks a generator's baseline invalid, commit valid for the committed
+ * version. So any refit that fails or aborts (its writes rolled back, or
+ * storage POISONED) leaves every generator without a baseline, and the next
+ * refit is full.
+ *
+ * Where every chunk lands bytewise. Each byte of a chunk's rows has one
+ * place in a runtime tensor (kernels/place.h: the row permutation of the
+ * layout, the 128x4 scale swizzle, the TP/EP slice), so a changed wire byte
+ * is a changed runtime byte. That holds for BF16 rows and for MXFP8
+ * quantized on the trainer, and refit.delta makes an mxfp8 refit quantize
+ * on the trainer (refit_config_plan_options), so every generator of a
+ * session that can carry delta refits applies in place (a generator that
+ * quantizes BF16 rows could not: one changed value can change its block's
+ * scale and all 32 values; refit_dw_create refuses it as a guard).
  *
  * The decision. At begin every rank says whether it can take part in a delta
  * refit (refit_dw_ready: a valid baseline of the committed version, not
@@ -31,30 +46,52 @@
  *   u32 magic "RFDM", u32 chunk count, u64 frame bytes (header included),
  *   then per chunk of the message in plan order: u32 length, the chunk's
  *   delta (kernels/delta.h) against the baseline of its bytes.
- * A chunk's bytes are its span of the message (its rows and trailer, up to
- * the next chunk). The receive is posted at the message's full length with
- * a variable length (refit_xfer_t.got), so the received length tells the two
- * forms apart. Transports without variable lengths (NCCL, IPC) cannot carry
- * delta refits; neither can device memory or zero copy (delta: on refuses
- * them at the first begin, auto falls back to full refits).
+ * A chunk's bytes are its span of the message: its rows and its trailer
+ * (the 8-byte sealed digest), so the new trailer comes through the delta
+ * too. The receive is posted at the message's full length with a variable
+ * length (refit_xfer_t.got), so the received length tells the two forms
+ * apart. Transports without variable lengths (NCCL, IPC) cannot carry delta
+ * refits; neither can device memory or zero copy (delta: on refuses them at
+ * the first begin, auto falls back to full refits).
+ *
+ * Integrity of a delta refit. Per chunk, before any byte of it is written:
+ * the frame's and the delta's shape; every byte the delta names as changed
+ * differs from what the generator holds (kernels/delta.h's baseline rule, the
+ * old byte read from its runtime place, the old trailer rebuilt from the
+ * committed digest and seal); and the digest: the new rows' digest is the
+ * committed one plus term(new word, i) - term(old word, i) over the 8-byte
+ * words the delta touches (core/digest.h: the digest is a sum of per-word
+ * terms), sealed with this refit's tag, against the new trailer. A whole
+ * message in a delta refit is compared with runtime storage byte by byte
+ * and checked the same way. Any failure is REFIT_ERR_INTEGRITY naming
+ * version, bucket, trainer and generator rank, chunk and tensor; that chunk
+ * is not written, and the refit is discarded like any other failed one. What
+ * a delta refit cannot see: it reads only the words it changes, so runtime
+ * bytes damaged since the last commit fail a chunk's digest only where they
+ * share an 8-byte word with a change; elsewhere they go undetected until a
+ * full refit, which rewrites and checks every byte, or refit_verify.
  *
  * Costs: a trainer quantizes and packs every chunk as a full refit does (into
  * its candidate), then compares it with its baseline (one pass reading
- * both); a generator applies each frame to its baseline (touching only the
- * changed bytes), copies each full message there (a full refit receives
- * straight into the baseline), and lands the whole bucket from the baseline
- * as a refit without baselines lands from staging (so landing, the
- * layout transforms included, costs what it costs in a full refit). Memory:
- * a generator's baseline is as large as the bytes it receives per refit, a
- * trainer's baseline and candidate each as large as the bytes it packs, and
- * a trainer keeps one frame buffer per exchange in flight. All of it is
- * plain host memory (malloc): delta refits run only where the buffers are
- * host memory, and the memory module has no pinned host allocation to offer.
- * The sizes are logged (INFO) at the first begin and printed by refit-plan.
+ * both); a generator reads and writes, per chunk, only the delta, the bytes
+ * it changes and the rest of their 8-byte words (a chunk that went whole:
+ * every byte, compared run by run), and does no layout transform (the
+ * places already are the layout's). In sync mode with restore: full a
+ * generator logs each byte it writes (address, old value) instead of saving
+ * whole stores, and rollback undoes the log; past a sixteenth of the stores'
+ * bytes of log, a chunk's stores are saved whole as in a full refit. Memory:
+ * a trainer's baseline and candidate each as large as the bytes it packs,
+ * and one frame buffer per exchange in flight; a generator 16 bytes per
+ * chunk it lands (committed and candidate digests) and the undo log (9
+ * bytes per changed byte, at most 9/16 of the stores). All of it is plain host memory (malloc): delta
+ * refits run only where the buffers are host memory, and the memory module
+ * has no pinned host allocation to offer. The sizes are logged (INFO) at the
+ * first begin and printed by refit-plan.
  */
 #ifndef REFIT_DELTA_WIRE_H
 #define REFIT_DELTA_WIRE_H
 
+#include "loader.h"
 #include "refit/status.h"
 #include "transport.h"
 
@@ -82,9 +119,10 @@ typedef struct refit_dw {
   int valid;  /* the baseline holds version `version`'s bytes */
   uint64_t version;
   int this_refit; /* the ranks agreed that the refit in progress is a delta one */
-  /* The baseline, host memory: `copies` areas of base_bytes (a trainer's
-   * second is the candidate its refit packs into; area `cur` is the
-   * baseline), bucket b at base_off[b] in each. */
+  /* A trainer's baseline, host memory: `copies` (2) areas of base_bytes
+   * (the second is the candidate its refit packs into; area `cur` is the
+   * baseline), bucket b at base_off[b] in each. A generator has none
+   * (copies 0): its baseline is runtime storage and the loader's digests. */
   unsigned char *base;
   size_t base_bytes;
   int copies, cur;
@@ -135,22 +173,25 @@ unsigned char *refit_dw_pack_target(refit_dw_t *dw, int32_t b, unsigned char *bu
 refit_status_t refit_dw_trainer_encode(struct refit_session *s, int32_t b, int slot,
                                        unsigned char *buf, refit_xfer_t *xfers, int nx);
 
-/* Generator: bucket b's receives (xfers as refit_generator_recvs listed
+/* Generator: a bucket's receives (xfers as refit_generator_recvs listed
  * them, into staging slot `slot`): in a delta refit each may be shorter (its
- * length goes to the slot's table); in a full one each goes straight into
- * the baseline, exactly its length. */
-void refit_dw_generator_recvs(struct refit_session *s, int32_t b, int slot,
-                              refit_xfer_t *xfers, int nx);
+ * length goes to the slot's table); in a full one each is exactly its
+ * length. */
+void refit_dw_generator_recvs(struct refit_session *s, int slot, refit_xfer_t *xfers,
+                              int nx);
 
-/* Generator, bucket b received (slot `slot`): in a delta refit apply every
- * frame to the baseline and copy every full message there from `staging`;
- * either way the baseline's area of the bucket then holds its new bytes in
- * the staging layout, and *land_from is that area (`staging` without a
- * baseline). A frame that is malformed, of another chunk count or made
- * against another baseline, or a message of another length, is
- * REFIT_ERR_INTEGRITY naming bucket, trainer rank and chunk. */
+/* Generator, bucket b received in `staging` (slot `slot`): in a delta refit
+ * apply every frame, and every message that came whole, chunk by chunk in
+ * place (refit_loader_delta_chunk) and set *land_from to NULL (nothing left
+ * to land); in a full refit count the bytes and set *land_from to `staging`
+ * (land it as usual). A frame that is malformed, of another chunk count or
+ * made against another baseline, or a chunk whose digest does not match, is
+ * REFIT_ERR_INTEGRITY naming version, bucket, trainer rank and chunk, and
+ * that chunk is not written. `fault` is the land fault seam (loader.h),
+ * played on a delta refit's bucket as refit_loader_land_bucket plays it on a
+ * full one's. */
 refit_status_t refit_dw_generator_apply(struct refit_session *s, int32_t b, int slot,
-                                        unsigned char *staging,
+                                        unsigned char *staging, refit_land_fault_t fault,
                                         unsigned char **land_from);
 
 /* Encode message bytes `now` against `base` (chunk spans at `span`, n + 1
@@ -161,8 +202,19 @@ refit_status_t refit_dw_frame_encode(const unsigned char *now, const unsigned ch
                                      size_t *len);
 size_t refit_dw_frame_bound(int64_t bytes, int64_t nchunks);
 
-/* Apply a frame of `len` bytes to `dst` (the message's baseline, spans as
- * above); `what` names the message in errors. */
+/* Walk a frame of `len` bytes (spans as above): check its header and
+ * lengths and call fn(ctx, i, delta, delta_len) for each chunk i in order;
+ * fn's error ends the walk. `what` names the message in errors. */
+typedef refit_status_t (*refit_dw_chunk_fn)(void *ctx, int64_t i, const unsigned char *delta,
+                                            size_t len);
+refit_status_t refit_dw_frame_walk(const unsigned char *frame, size_t len,
+                                   const int64_t *span, int64_t n, const char *what,
+                                   refit_dw_chunk_fn fn, void *ctx);
+
+/* Apply a frame of `len` bytes to `dst` (a flat copy of the message's
+ * baseline, spans as above): the frame format's reference, through the same
+ * walk (generators apply in place instead); `what` names the message in
+ * errors. */
 refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
                                     unsigned char *dst, const int64_t *span, int64_t n,
                                     const char *what);

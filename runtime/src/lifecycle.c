@@ -36,7 +36,7 @@ static void refit_generator_recvs(refit_session_t *s, int32_t b, unsigned char *
     xfers[*nxfers].bytes = (size_t)bytes;
     (*nxfers)++;
   }
-  refit_dw_generator_recvs(s, b, (int)(b % REFIT_EXCHANGES_IN_FLIGHT), xfers, *nxfers);
+  refit_dw_generator_recvs(s, (int)(b % REFIT_EXCHANGES_IN_FLIGHT), xfers, *nxfers);
 }
 
 /* Wait for a request on the control communicator until the deadline. */
@@ -461,8 +461,10 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
   double t = MPI_Wtime();
   const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
   unsigned char *land_from = s->buffer[slot];
-  refit_status_t st = refit_dw_generator_apply(s, b, slot, s->buffer[slot], &land_from);
-  if (st == REFIT_OK)
+  refit_status_t st =
+      refit_dw_generator_apply(s, b, slot, s->buffer[slot], lf, &land_from);
+  /* land_from NULL: the bucket's deltas went to runtime storage in place. */
+  if (st == REFIT_OK && land_from != NULL)
     st = s->zero_copy ? refit_loader_land_direct(s->loader, b, s->buffer[slot], tag, lf)
                       : refit_loader_land_bucket(s->loader, b, land_from, tag, lf);
   s->times.unpack += MPI_Wtime() - t;

@@ -238,6 +238,7 @@ static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
   descs = NULL;
   REFIT_CHECK_GOTO(refit_mem_table_upload(l->mem, &l->land, sizeof(refit_land_desc_t)),
                    st, out);
+  REFIT_CHECK_GOTO(refit_loader_delta_tables(l), st, out);
 out:
   free(order);
   free(descs);
@@ -258,6 +259,8 @@ void refit_loader_release(refit_loader_t *l) {
   free(l->desc_tensor);
   free(l->desc_chunk);
   free(l->desc_completes);
+  free(l->chunk_desc);
+  l->chunk_desc = NULL;
   l->desc_completes = NULL;
   l->land_begin = NULL;
   l->desc_tensor = NULL;
@@ -324,6 +327,11 @@ void refit_loader_destroy(refit_loader_t *l) {
   free(l->store_of);
   free(l->filled);
   free(l->arena_off);
+  free(l->place);
+  free(l->sum[0]);
+  free(l->sum[1]);
+  free(l->undo_at);
+  free(l->undo_old);
   free(l);
 }
 
@@ -332,6 +340,8 @@ void refit_loader_begin(refit_loader_t *l) {
   for (int64_t i = 0; i < l->nstores; i++)
     l->stores[i].saved_valid = 0;
   l->touched = 0;
+  l->changed_bytes = l->written_bytes = 0;
+  l->nundo = 0;
 }
 
 /* Sync mode writes runtime storage in place: keep the previous bytes of a
@@ -360,6 +370,9 @@ int refit_loader_rollback(refit_loader_t *l) {
       return 0;
     s->saved_valid = 0;
   }
+  for (int64_t i = l->nundo - 1; i >= 0; i--) /* host memory: delta refits */
+    *l->undo_at[i] = l->undo_old[i];
+  l->nundo = 0;
   if (refit_mem_sync(l->mem) != REFIT_OK)
     return 0;
   l->touched = 0;
@@ -377,6 +390,8 @@ refit_status_t refit_loader_commit(refit_loader_t *l) {
   for (int64_t i = 0; i < l->nstores; i++)
     l->stores[i].saved_valid = 0;
   l->touched = 0;
+  l->nundo = 0;
+  refit_loader_delta_commit(l);
   return refit_mem_sync(l->mem);
 }
 
@@ -411,9 +426,8 @@ static refit_status_t refit_loader_transform(const refit_loader_t *l, int64_t i,
   return REFIT_OK;
 }
 
-/* Count what descriptor k landed; a tensor that is complete gets its layout
- * transform (quantized) now. */
-refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
+/* Count what descriptor k landed (more than the tensor holds: a duplicate). */
+refit_status_t refit_loader_count(refit_loader_t *l, int64_t k) {
   const int64_t i = l->desc_tensor[k];
   const refit_chunk_t *ch = &l->plan->chunks[l->desc_chunk[k]];
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
@@ -427,7 +441,16 @@ refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
                      (long long)(ch->rows * ch->cols), ch->src_rank,
                      (long long)total);
   l->filled[i] += ch->rows * ch->cols;
-  if (!g->quantized || l->filled[i] < total || l->direct)
+  return REFIT_OK;
+}
+
+/* Count what descriptor k landed; a tensor that is complete gets its layout
+ * transform (quantized) now. */
+refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
+  REFIT_CHECK(refit_loader_count(l, k));
+  const int64_t i = l->desc_tensor[k];
+  const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
+  if (!g->quantized || l->filled[i] < g->elements || l->direct)
     return REFIT_OK;
   refit_store_t *w = &l->stores[l->store_of[i]];
   REFIT_CHECK(refit_loader_touch(l, &w[0]));
@@ -528,6 +551,7 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
                        (unsigned long long)refit_seal_attempt(tag));
     return REFIT_ERR(REFIT_ERR_INTEGRITY, "digest mismatch in %s", what);
   }
+  refit_loader_delta_note(l, b, staging, tag);
   return refit_mem_sync(l->mem);
 }
 

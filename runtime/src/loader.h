@@ -21,6 +21,7 @@
 #define REFIT_LOADER_H
 
 #include "config.h"
+#include "kernels/place.h"
 #include "memory.h"
 #include "reshard/catalog.h"
 #include "reshard/plan.h"
@@ -105,6 +106,33 @@ typedef struct {
   int direct;
   int64_t direct_pads;
   void *direct_acc;
+
+  /* Delta refits in place (loader_delta.c). in_place: every chunk of this
+   * rank lands bytewise (BF16 copies, prequantized MXFP8 splits) and its
+   * trailer is a digest or nothing, so a delta applies straight to runtime
+   * storage through place[] (one per tensor, over the stores' targets);
+   * chunk_desc maps a plan chunk to its descriptor (-1: another rank's).
+   * sum[0] holds, per descriptor, the unsealed digest of the committed
+   * version's chunk rows, sealed with sum_tag; sum[1] the refit in
+   * progress's (the candidate), swapped in at commit. */
+  int in_place;
+  refit_place_tensor_t *place;
+  int64_t *chunk_desc;
+  uint64_t *sum[2];
+  int64_t nsums;
+  uint64_t sum_tag, cand_tag;
+  /* This refit: runtime bytes a delta named as changed, and runtime bytes
+   * written (a full refit: every chunk's landed bytes). */
+  uint64_t changed_bytes, written_bytes;
+  /* Sync, restore: full, a delta refit: the undo log of the bytes written
+   * in place (address, old value), so that rollback need not have saved
+   * whole stores; at most undo_max entries (a sixteenth of the stores'
+   * bytes), beyond which a chunk's stores are saved whole as in a full
+   * refit. Rollback restores saved stores, then undoes the log (each byte is
+   * written once a refit, so its old value is the one before the refit). */
+  uint8_t **undo_at;
+  uint8_t *undo_old;
+  int64_t nundo, undo_cap, undo_max;
 } refit_loader_t;
 
 /* Allocate the stores of tp rank `tp_rank`. The catalog's `quantized` flags
@@ -149,6 +177,25 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
                                         unsigned char *staging, uint64_t tag,
                                         refit_land_fault_t fault);
 
+/*
+ * Delta refits in place (loader_delta.c; l->in_place). Plan chunk `c` of a
+ * delta refit sealed with `tag`: `bytes` (len of them) are either its delta
+ * (kernels/delta.h) against the committed version, or, with `full` set, its
+ * whole span (rows and trailer) as a full message carries it. Checks
+ * everything before it writes anything: the delta's shape, that every byte
+ * it names as changed differs from what runtime storage (the trailer: the
+ * committed one) holds, and the chunk's digest, the committed one plus the
+ * change over the 8-byte words touched, against the new trailer. Then writes
+ * the changed bytes to the target (runtime storage or the async shadow) and
+ * keeps the candidate digest. `what` names the message (bucket, trainer and
+ * generator rank, version), `index` and `count` the chunk within it, in
+ * errors: REFIT_ERR_INTEGRITY, nothing of the chunk written then.
+ */
+refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
+                                        const unsigned char *bytes, size_t len, int full,
+                                        uint64_t tag, const char *what, int64_t index,
+                                        int64_t count);
+
 /* Zero-copy: one descriptor per chunk this rank receives, reading the
  * trainers' shards in place: bases[t * nsrc + i] is trainer rank t's shard of
  * catalog tensor i in this process (mapped), or NULL where it holds none.
@@ -172,6 +219,19 @@ void refit_loader_chunk_str(const refit_loader_t *l, int64_t k, char *buf, size_
 /* The expert-layout shape of a MoE runtime tensor (w13 or w2). */
 refit_kernels_moe_shape_t refit_loader_moe_shape(const refit_gen_tensor_t *g);
 refit_status_t refit_loader_account(refit_loader_t *l, int64_t k);
+/* Count descriptor k's elements only (no layout transform): a duplicate
+ * chunk is REFIT_ERR_INTEGRITY. */
+refit_status_t refit_loader_count(refit_loader_t *l, int64_t k);
+
+/* Between loader.c and loader_delta.c: once the land tables are built, the
+ * in-place tables (in_place, place, chunk_desc, sum); after a full refit's
+ * bucket b landed with every digest right, each chunk's candidate digest
+ * (read back from its trailer: the sealed digest less the seal); at commit,
+ * the candidate digests become the committed ones. */
+refit_status_t refit_loader_delta_tables(refit_loader_t *l);
+void refit_loader_delta_note(refit_loader_t *l, int32_t b, const unsigned char *staging,
+                             uint64_t tag);
+void refit_loader_delta_commit(refit_loader_t *l);
 
 /* Give up the refit in progress. Returns 1 when runtime storage holds the
  * previous version (restored from saved copies, or never touched), 0 when it

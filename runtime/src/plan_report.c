@@ -105,12 +105,14 @@ refit_status_t refit_plan_report_figures(refit_plan_report_h r,
     const int64_t bytes = refit_plan_packed_bytes(r->plan, cat, t);
     f.delta_trainer_bytes = bytes > f.delta_trainer_bytes ? bytes : f.delta_trainer_bytes;
   }
+  /* Generators keep no baseline: they apply deltas in place (delta_wire.h)
+   * and keep two digests (committed, candidate) per chunk they land. */
   for (int32_t g = 0; f.delta != REFIT_DELTA_MODE_OFF && g < r->plan->ngenerator; g++) {
-    int64_t bytes = 0;
-    for (int64_t i = 0; i < r->plan->nmsgs; i++)
-      bytes += r->plan->msgs[i].dst_rank == g ? r->plan->msgs[i].bytes : 0;
-    f.delta_generator_bytes =
-        bytes > f.delta_generator_bytes ? bytes : f.delta_generator_bytes;
+    int64_t chunks = 0;
+    for (int64_t c = 0; c < r->plan->nchunks; c++)
+      chunks += r->plan->chunks[c].dst_rank == g;
+    if (16 * chunks > f.delta_generator_bytes)
+      f.delta_generator_bytes = 16 * chunks;
   }
   *out = f;
   return REFIT_OK;

@@ -397,16 +397,22 @@ int main(int argc, char **argv) {
     refit_run_reduce(&rs, s, report, "report", &bad, &bad_all, 1, MPI_INT64_T, MPI_SUM,
                      -1);
     total_bad += bad_all;
-    /* Delta refits: the trainers' bytes on the wire against a full refit's. */
-    double wire_local[3] = {0, 0, 0}, wire_sum[3] = {0, 0, 0};
+    /* Delta refits: the trainers' bytes on the wire against a full refit's,
+     * and the generators' runtime bytes changed and written. */
+    double wire_local[5] = {0, 0, 0, 0, 0}, wire_sum[5] = {0, 0, 0, 0, 0};
     refit_wire_stats_t ws;
-    if (cfg.delta != 0 && !gen && refit_last_wire_stats(s, &ws) == REFIT_OK) {
-      wire_local[0] = (double)ws.wire_bytes;
-      wire_local[1] = (double)ws.full_bytes;
-      wire_local[2] = ws.delta;
+    if (cfg.delta != 0 && refit_last_wire_stats(s, &ws) == REFIT_OK) {
+      if (!gen) {
+        wire_local[0] = (double)ws.wire_bytes;
+        wire_local[1] = (double)ws.full_bytes;
+        wire_local[2] = ws.delta;
+      } else {
+        wire_local[3] = (double)ws.changed_bytes;
+        wire_local[4] = (double)ws.written_bytes;
+      }
     }
     if (cfg.delta != 0)
-      refit_run_reduce(&rs, s, report, "report", wire_local, wire_sum, 3, MPI_DOUBLE,
+      refit_run_reduce(&rs, s, report, "report", wire_local, wire_sum, 5, MPI_DOUBLE,
                        MPI_SUM, 0);
     if (rank == 0) {
       const double refit_s = maxes[5] - maxes[0];
@@ -419,9 +425,10 @@ int main(int argc, char **argv) {
              !cfg.verify ? "committed" : (bad_all == 0 ? "verified" : "MISMATCH"));
       if (cfg.delta != 0)
         printf("refit-run: wire: refit %d %s: %.0f of %.0f bytes (%.6f of a full "
-               "refit)\n",
+               "refit); generators: %.0f bytes changed, %.0f written\n",
                step, wire_sum[2] > 0 ? "delta" : "full", wire_sum[0], wire_sum[1],
-               wire_sum[1] > 0 ? wire_sum[0] / wire_sum[1] : 0.0);
+               wire_sum[1] > 0 ? wire_sum[0] / wire_sum[1] : 0.0, wire_sum[3],
+               wire_sum[4]);
       fflush(stdout);
     }
   }

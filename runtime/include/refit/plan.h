@@ -88,7 +88,8 @@ typedef struct {
   int delta;                /* refit.delta: 0 off, 1 on, 2 auto */
   /* With delta on or auto: the largest baseline of the last committed
    * version a trainer keeps (the bytes it packs, a message sent to several
-   * engines once) and a generator keeps (the bytes it receives), host
+   * engines once), and what a generator keeps, which applies deltas in
+   * place in runtime storage: two 8-byte digests per chunk it lands; host
    * memory; 0 with delta off. */
   int64_t delta_trainer_bytes, delta_generator_bytes;
 } refit_plan_figures_t;

@@ -214,6 +214,12 @@ typedef struct {
   uint64_t wire_bytes; /* trainer: bytes it sent; generator: bytes it got */
   uint64_t full_bytes; /* what a full refit moves on this rank */
   int64_t framed_msgs; /* messages that went as delta frames */
+  /* Generator: runtime bytes a delta refit found changed (0 in a full
+   * refit), and runtime bytes the refit wrote: a delta refit, applied in
+   * place, exactly the changed ones; a full refit every chunk's landed
+   * bytes (MXFP8 values and scales, or BF16). */
+  uint64_t changed_bytes;
+  uint64_t written_bytes;
 } refit_wire_stats_t;
 
 /* Not collective. REFIT_ERR_INVALID_ARGUMENT for a NULL session or out. */

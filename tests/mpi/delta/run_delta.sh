@@ -9,7 +9,10 @@
 # delta refit must send at most F (default 0.5) of a full refit's bytes, and
 # every full one exactly a full refit's. --transport overrides refit.transport.
 # --as-delta STEPS turns a config of the MPI matrix into a delta job: delta:
-# on, STEPS refits, source.update_rate 1e-3.
+# on, STEPS refits, source.update_rate 1e-3. Generators apply deltas in
+# place: every delta refit must write exactly the runtime bytes it found
+# changed, some and fewer than a full refit writes, and every full refit
+# some (the wire line's "generators: C bytes changed, W written").
 set -uo pipefail
 build=$1 config=$2
 shift 2
@@ -70,13 +73,20 @@ for n in $(seq 1 "$steps"); do
   line=$(grep -E "^refit-run: wire: refit $n (full|delta):" "$out")
   [ -n "$line" ] || fail "refit $n has no wire line"
   set -- $line
-  kind=${5%:} sent=$6 full=$8
+  kind=${5%:} sent=$6 full=$8 changed=${16} written=${19}
+  full_written=${full_written:-}
+  [ "$kind" = full ] && full_written=$written
   [ "$kind" = "$want" ] || fail "refit $n was a $kind refit, expected $want"
   if [ "$kind" = full ]; then
     [ "$sent" = "$full" ] || fail "full refit $n sent $sent bytes, a full refit is $full"
+    [ "$written" -gt 0 ] 2>/dev/null || fail "full refit $n wrote $written runtime bytes"
   else
     awk -v s="$sent" -v f="$full" -v m="$max" 'BEGIN { exit !(f > 0 && s <= m * f) }' ||
       fail "delta refit $n sent $sent of $full bytes, more than $max of a full refit"
+    [ "$written" = "$changed" ] ||
+      fail "delta refit $n wrote $written runtime bytes, it found $changed changed"
+    awk -v w="$written" -v f="${full_written:-0}" 'BEGIN { exit !(w > 0 && w < f) }' ||
+      fail "delta refit $n wrote $written runtime bytes, a full refit ${full_written:-?}"
   fi
 done
 echo "run_delta: ok"

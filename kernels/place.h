@@ -1,0 +1,146 @@
+/*
+ * Where each byte of a chunk lands (issue "Delta refit": deltas applied in
+ * place in runtime storage). A chunk is a rectangle of a generator tensor as
+ * the wire carries it (kernels/datapath.h): `rows` rows of row_bytes, a BF16
+ * row `cols` uint16 values, a prequantized MXFP8 row `cols` e4m3 values then
+ * `cols / 32` E8M0 scales. The lander (refit_land_rows, then the layout
+ * transform of kernels/layout.h once the tensor is complete) moves those
+ * bytes into the runtime tensors; this file says, for every wire byte of the
+ * chunk's rows, the runtime address that byte ends up at, without moving
+ * anything:
+ *
+ *   BF16 (layout linear)     row r, byte b -> data + ((row0 + r) * K + col0) * 2 + b
+ *   MXFP8 value (row R, col C of the tensor, R = row0 + r, C = col0 + c):
+ *                            matrix e = R / M, row R % M of it goes to output
+ *                            row j = inverse(perm)(R % M) (identity without
+ *                            a permutation), at values + e * P * K + j * K + C
+ *   MXFP8 scale (row R, scale column s = col0 / 32 + c'):
+ *                            scales + e * round_up(P, 128) * Kp +
+ *                            swizzle_offset(j, s, Kp), Kp = round_up(K / 32, 4)
+ *
+ * with M the rows of one stacked matrix (an expert's; the whole tensor for a
+ * dense one) and P the rows of its runtime value layout (M, or M padded to
+ * 128 for flashinfer_trtllm dense). The rules come from layout.h's helpers
+ * (refit_kernels_dense_rows, refit_kernels_moe_tensor_dims,
+ * refit_kernels_perm_inverse_index, refit_kernels_swizzle_offset); the unit
+ * test checks every byte against the lander itself. BF16 rows on the wire of
+ * a tensor quantized on the generator have no place: quantization is not
+ * bytewise (one changed value can change its block's scale and so all 32
+ * values), and refit_place_chunk refuses them.
+ */
+#ifndef REFIT_KERNELS_PLACE_H
+#define REFIT_KERNELS_PLACE_H
+
+#include "kernels/layout.h"
+#include "refit/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  REFIT_PLACE_BF16 = 0, /* BF16 values, linear [rows, cols] */
+  REFIT_PLACE_MXFP8 = 1 /* e4m3 values in a permuted layout + swizzled scales */
+} refit_place_kind_t;
+
+/* A runtime tensor as the mapper sees it (set by the refit_place_*_tensor
+ * constructors, which state the layout rules once). */
+typedef struct {
+  int kind;             /* refit_place_kind_t */
+  int64_t rows, cols;   /* the canonical matrix [rows, cols], matrices stacked */
+  int64_t matrices;     /* stacked matrices (MoE experts); 1 for dense */
+  int perm;             /* refit_kernels_perm_kind_t over `perm_rows`, or -1 */
+  int64_t perm_rows;    /* P: rows of one matrix's runtime value layout */
+  uint8_t *values;      /* BF16 store, or the e4m3 store */
+  uint8_t *scales;      /* the swizzled E8M0 store (MXFP8), else NULL */
+} refit_place_tensor_t;
+
+/* A chunk: rows x cols of the tensor from (row0, col0). */
+typedef struct {
+  const refit_place_tensor_t *t;
+  int64_t row0, col0, rows, cols;
+  int64_t row_bytes; /* on the wire: 2 * cols, or cols + cols / 32 */
+} refit_place_chunk_t;
+
+/* A BF16 tensor [rows, cols] at `data` (layout linear). */
+refit_status_t refit_place_bf16_tensor(int64_t rows, int64_t cols, uint8_t *data,
+                                       refit_place_tensor_t *out);
+
+/* A dense MXFP8 tensor [n, k] of `backend` (weight and scale as
+ * refit_kernels_dense_transform writes them). */
+refit_status_t refit_place_dense_tensor(refit_kernels_dense_backend_t backend, int64_t n,
+                                        int64_t k, uint8_t *weight, uint8_t *scale,
+                                        refit_place_tensor_t *out);
+
+/* One tensor of a MoE layer, all experts stacked (as
+ * refit_kernels_moe_transform_tensor writes it). */
+refit_status_t refit_place_moe_tensor(const refit_kernels_moe_shape_t *s,
+                                      refit_kernels_moe_tensor_t which, uint8_t *weight,
+                                      uint8_t *scale, refit_place_tensor_t *out);
+
+/* Chunk rows x cols at (row0, col0) of `t`: checks that it lies in the
+ * tensor and that MXFP8 column ranges are whole 32-blocks. `t` must outlive
+ * the chunk. Errors: REFIT_ERR_INVALID_ARGUMENT naming the rule. */
+refit_status_t refit_place_chunk(const refit_place_tensor_t *t, int64_t row0, int64_t col0,
+                                 int64_t rows, int64_t cols, refit_place_chunk_t *out);
+
+/* The runtime address of wire byte `off` of the chunk's rows
+ * (0 <= off < rows * row_bytes, unchecked: the caller bounds it), and in
+ * *run (may be NULL) how many wire bytes from `off` on lie at consecutive
+ * addresses from there (at least 1): the rest of a row's values, or of a
+ * group of 4 scales. */
+uint8_t *refit_place_addr(const refit_place_chunk_t *c, int64_t off, int64_t *run);
+
+/*
+ * A chunk's delta (kernels/delta.h), or its whole span (`full`: the rows and
+ * the trailer as a full message carries them), applied through the places
+ * of its rows, in two steps so that nothing is written before the whole
+ * chunk is known good (and the caller can save what it is about to
+ * overwrite in between):
+ *
+ * check  reads the delta and the bytes it names from their places: its shape
+ *        (refit_delta_info: header, lengths, mask), positions in increasing
+ *        order inside the span, and the baseline rule of delta.h (a position
+ *        whose byte, or a marked block whose bytes, the destination holds
+ *        already is an error: the delta was made against other bytes). The
+ *        span's last `trailer_bytes` (0, or 8: the sealed digest) have no
+ *        place; their committed value is `old_trailer`. Gives the row bytes
+ *        that change, the new trailer, and the new unsealed digest of the
+ *        rows (core/digest.h): `old_sum`, the committed rows' digest, plus
+ *        term(new word, i) - term(old word, i) over the 8-byte words the
+ *        change touches, old words read from their places. Writes nothing.
+ *        Errors: REFIT_ERR_INTEGRITY naming the rule.
+ * write  writes every row byte whose value changes; *written counts them
+ *        (check's `changed`). With `undo_at` and `undo_old` (room for
+ *        check's `changed` entries each; NULL: none) it also records each
+ *        written byte's address and old value, in write order, so that the
+ *        caller can undo the write. Call it only after check passed, with
+ *        the same inputs and nothing changed in between.
+ *
+ * Unchanged bytes are neither read nor written beyond the words a change
+ * touches (dense and full spans compare every byte once, run by run).
+ */
+typedef struct {
+  uint64_t changed;     /* row bytes whose value changes */
+  uint64_t sum;         /* unsealed digest of the new rows */
+  uint64_t trailer;     /* the new trailer (trailer_bytes 8), else 0 */
+  const char *encoding; /* "positions", "mask", "dense", "whole" */
+} refit_place_delta_t;
+
+refit_status_t refit_place_delta_check(const refit_place_chunk_t *c, int trailer_bytes,
+                                       uint64_t old_sum, uint64_t old_trailer,
+                                       const void *bytes, size_t len, int full,
+                                       refit_place_delta_t *out);
+refit_status_t refit_place_delta_write(const refit_place_chunk_t *c, int trailer_bytes,
+                                       const void *bytes, size_t len, int full,
+                                       uint8_t **undo_at, uint8_t *undo_old,
+                                       uint64_t *written);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFIT_KERNELS_PLACE_H */

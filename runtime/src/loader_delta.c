@@ -1,0 +1,198 @@
+/*
+ * Delta refits applied in place (issue "Delta refit"; delta_wire.h states the
+ * design): a generator whose chunks all land bytewise writes each changed
+ * byte of a delta straight to its runtime place, and checks a chunk's digest
+ * from the committed one and the words the delta touches (the digest is a
+ * sum of per-word terms, core/digest.h), so a delta refit reads and writes
+ * only what changed and keeps no copy of the wire bytes. The walk over a
+ * delta and its places is kernels/place.h's; this file adds the session's
+ * side: which descriptor a chunk is, the committed digests and their seal,
+ * saving a store before its first write, and the counts.
+ */
+#include "loader.h"
+
+#include "core/digest.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The message, chunk and tensor (descriptor k) in front of the error
+ * recorded last. */
+static refit_status_t refit_ld_fail(const refit_loader_t *l, int64_t k, refit_status_t st,
+                                    const char *what, int64_t index, int64_t count,
+                                    const char *tail) {
+  char why[512], tensor[REFIT_NAME_MAX + 160];
+  snprintf(why, sizeof(why), "%s", refit_last_error());
+  refit_loader_chunk_str(l, k, tensor, sizeof(tensor));
+  return REFIT_ERR(st, "%s, chunk %lld of %lld (%s): %s%s", what, (long long)index,
+                   (long long)count, tensor, why, tail);
+}
+
+/* Room in the undo log for n more entries (sync, restore: full only)? */
+static int refit_loader_undo_room(refit_loader_t *l, int64_t n) {
+  if (l->cfg->refit.mode == REFIT_MODE_ASYNC || l->cfg->refit.restore != REFIT_RESTORE_FULL ||
+      l->nundo + n > l->undo_max)
+    return 0;
+  if (l->nundo + n <= l->undo_cap)
+    return 1;
+  int64_t cap = l->undo_cap > 0 ? 2 * l->undo_cap : 4096;
+  while (cap < l->nundo + n)
+    cap *= 2;
+  cap = cap < l->undo_max ? cap : l->undo_max;
+  uint8_t **at = realloc(l->undo_at, (size_t)cap * sizeof(*at));
+  if (at == NULL)
+    return 0;
+  l->undo_at = at;
+  uint8_t *old = realloc(l->undo_old, (size_t)cap);
+  if (old == NULL)
+    return 0;
+  l->undo_old = old;
+  l->undo_cap = cap;
+  return 1;
+}
+
+refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
+                                        const unsigned char *bytes, size_t len, int full,
+                                        uint64_t tag, const char *what, int64_t index,
+                                        int64_t count) {
+  const int64_t k = c >= 0 && c < l->plan->nchunks ? l->chunk_desc[c] : -1;
+  if (!l->in_place || k < 0)
+    return REFIT_ERR(REFIT_ERR_INTERNAL,
+                     "%s, chunk %lld of %lld: plan chunk %lld is not one this generator "
+                     "applies in place",
+                     what, (long long)index, (long long)count, (long long)c);
+  const refit_land_desc_t *d = &((const refit_land_desc_t *)l->land.host)[k];
+  const refit_chunk_t *ch = &l->plan->chunks[c];
+  const int64_t i = l->desc_tensor[k];
+  refit_place_chunk_t pc;
+  REFIT_CHECK(refit_place_chunk(&l->place[i], ch->dst_row, ch->dst_col, ch->rows, ch->cols,
+                                &pc));
+  /* Check: nothing is written before the whole chunk is known good. */
+  const int digest = l->trailer == 8;
+  const uint64_t old_sum = digest ? l->sum[0][k] : 0;
+  refit_place_delta_t r;
+  refit_status_t st =
+      refit_place_delta_check(&pc, l->trailer, old_sum,
+                              old_sum + refit_seal(d->seal_key, l->sum_tag), bytes, len,
+                              full, &r);
+  if (st == REFIT_OK && digest && r.trailer != r.sum + refit_seal(d->seal_key, tag))
+    st = REFIT_ERR(REFIT_ERR_INTEGRITY,
+                   "digest mismatch: its trailer after the %s delta is %016llx, the "
+                   "committed digest and the %llu changed bytes make %016llx",
+                   r.encoding, (unsigned long long)r.trailer, (unsigned long long)r.changed,
+                   (unsigned long long)(r.sum + refit_seal(d->seal_key, tag)));
+  if (st != REFIT_OK)
+    return refit_ld_fail(l, k, REFIT_ERR_INTEGRITY, what, index, count,
+                         "; nothing of it was written, the refit is discarded");
+
+  /* Write. */
+  REFIT_CHECK(refit_loader_count(l, k));
+  uint64_t written = 0;
+  if (r.changed > 0) {
+    uint8_t **undo_at = NULL;
+    uint8_t *undo_old = NULL;
+    if (refit_loader_undo_room(l, (int64_t)r.changed)) {
+      undo_at = l->undo_at + l->nundo;
+      undo_old = l->undo_old + l->nundo;
+      l->touched = 1;
+    } else { /* async, restore: none, or the log full: as a full refit */
+      refit_store_t *s = &l->stores[l->store_of[i]];
+      REFIT_CHECK(refit_loader_touch(l, &s[0]));
+      if (l->cat->gen[l->first + i].quantized)
+        REFIT_CHECK(refit_loader_touch(l, &s[1]));
+    }
+    REFIT_CHECK(refit_place_delta_write(&pc, l->trailer, bytes, len, full, undo_at,
+                                        undo_old, &written));
+    if (undo_at != NULL)
+      l->nundo += (int64_t)written;
+  }
+  if (written != r.changed) {
+    REFIT_ERR(REFIT_ERR_INTERNAL, "wrote %llu of the %llu changed bytes",
+              (unsigned long long)written, (unsigned long long)r.changed);
+    return refit_ld_fail(l, k, REFIT_ERR_INTERNAL, what, index, count, "");
+  }
+  l->changed_bytes += r.changed;
+  l->written_bytes += written;
+  if (digest)
+    l->sum[1][k] = r.sum;
+  l->cand_tag = tag;
+  return REFIT_OK;
+}
+
+/* Tensor i's place: its stores' targets in its layout. */
+static refit_status_t refit_loader_place_of(const refit_loader_t *l, int64_t i,
+                                            refit_place_tensor_t *out) {
+  const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
+  refit_store_t *s = &l->stores[l->store_of[i]];
+  if (!g->quantized)
+    return refit_place_bf16_tensor(g->rows, g->cols, s->target, out);
+  if (g->kind == REFIT_GEN_LINEAR)
+    return refit_place_dense_tensor((refit_kernels_dense_backend_t)l->cfg->refit.linear_backend,
+                                    g->rows, g->cols, s[0].target, s[1].target, out);
+  const refit_kernels_moe_shape_t m = refit_loader_moe_shape(g);
+  return refit_place_moe_tensor(&m, g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_MOE_W13
+                                                                 : REFIT_KERNELS_MOE_W2,
+                                s[0].target, s[1].target, out);
+}
+
+refit_status_t refit_loader_delta_tables(refit_loader_t *l) {
+  const refit_land_desc_t *descs = l->land.host;
+  const int64_t n = l->land.count;
+  int ok = l->cfg->refit.delta != REFIT_DELTA_MODE_OFF && !l->direct &&
+           !refit_mem_on_device(l->mem) && (l->trailer == 0 || l->trailer == 8);
+  for (int64_t k = 0; ok && k < n; k++)
+    ok = descs[k].op == REFIT_CHUNK_COPY || descs[k].op == REFIT_CHUNK_SPLIT;
+  l->in_place = ok;
+  if (!ok)
+    return REFIT_OK;
+  l->chunk_desc = malloc((size_t)(l->plan->nchunks ? l->plan->nchunks : 1) *
+                         sizeof(*l->chunk_desc));
+  if (l->place == NULL)
+    l->place = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof(*l->place));
+  for (int j = 0; j < 2; j++)
+    if (l->sum[j] == NULL)
+      l->sum[j] = calloc((size_t)(n ? n : 1), sizeof(uint64_t));
+  l->nsums = n;
+  if (l->chunk_desc == NULL || l->place == NULL || l->sum[0] == NULL || l->sum[1] == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "in-place delta tables of %lld chunks",
+                     (long long)n);
+  for (int64_t c = 0; c < l->plan->nchunks; c++)
+    l->chunk_desc[c] = -1;
+  for (int64_t k = 0; k < n; k++)
+    l->chunk_desc[l->desc_chunk[k]] = k;
+  for (int64_t i = 0; i < l->ntensors; i++)
+    REFIT_CHECK(refit_loader_place_of(l, i, &l->place[i]));
+  size_t store_bytes = 0;
+  for (int64_t i = 0; i < l->nstores; i++)
+    store_bytes += l->stores[i].bytes;
+  l->undo_max = (int64_t)(store_bytes / 16);
+  return REFIT_OK;
+}
+
+void refit_loader_delta_note(refit_loader_t *l, int32_t b, const unsigned char *staging,
+                             uint64_t tag) {
+  const refit_land_desc_t *descs = l->land.host;
+  for (int64_t k = l->land_begin[b]; k < l->land_begin[b + 1]; k++) {
+    const refit_land_desc_t *d = &descs[k];
+    const int64_t rows_len = d->rows * d->row_bytes;
+    l->written_bytes += (uint64_t)(d->op == REFIT_CHUNK_QUANTIZE
+                                       ? d->rows * (d->cols + d->cols / 32)
+                                       : rows_len);
+    /* The digest was checked: the trailer is the digest of the rows,
+     * sealed with this refit's tag. */
+    if (l->in_place && l->trailer == 8)
+      l->sum[1][k] = refit_trailer_load(staging + d->src_offset + rows_len) -
+                     refit_seal(d->seal_key, tag);
+  }
+  l->cand_tag = tag;
+}
+
+void refit_loader_delta_commit(refit_loader_t *l) {
+  if (!l->in_place)
+    return;
+  uint64_t *t = l->sum[0];
+  l->sum[0] = l->sum[1];
+  l->sum[1] = t;
+  l->sum_tag = l->cand_tag;
+}
