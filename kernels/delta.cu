@@ -29,9 +29,11 @@
  *     header  a thread block per delta: refit_delta_info's checks in its
  *             order (a mask's popcount by the block, its per-tile prefix kept
  *             for the next passes), the chunk size, the destination.
- *     check   per tile: positions 32768 per tile (offset in the chunk, above
- *             the previous one, naming a byte that differs from dst), mask
- *             blocks 1024 per tile (each differs from dst's block).
+ *     check   per tile: positions in groups of 1024, group i to the chunk's
+ *             tile i mod (its tiles), so a sparse delta's few groups spread
+ *             over the GPU (each offset in the chunk, above the previous one,
+ *             naming a byte that differs from dst); mask blocks 1024 per tile
+ *             (each differs from dst's block).
  *     apply   per tile, only if no chunk failed: the writes.
  *
  * A failing check posts key = chunk << 41 | element << 8 | reason with
@@ -53,7 +55,7 @@ constexpr uint64_t kBlock = REFIT_DELTA_BLOCK_BYTES;
 constexpr uint64_t kTileBytes = 32768;                 /* chunk bytes per tile */
 constexpr uint64_t kTileBlocks = kTileBytes / kBlock;  /* 1024 */
 constexpr uint64_t kTileWords = kTileBlocks / 32;      /* bitmap words per tile */
-constexpr uint64_t kTilePositions = 32768;             /* positions per tile */
+constexpr uint64_t kPosGroup = 4 * kThreads;          /* positions per group (4 a thread) */
 constexpr int kUnits = kTileBytes / 16 / kThreads;     /* 16-byte loads per thread */
 constexpr unsigned kFull = 0xffffffffu;
 constexpr uint64_t kNoKey = UINT64_MAX;
@@ -256,6 +258,25 @@ __device__ inline int64_t chunk_of(const uint64_t *start, int64_t n, uint64_t g)
   return lo;
 }
 
+/*
+ * The chunk of tile g for a thread block that walks g upwards (a grid-stride
+ * loop): nothing to load while g stays in the chunk, one load to step to the
+ * next chunk, a binary search past that. seek returns whether the chunk
+ * changed (the caller then loads its descriptor and record once).
+ */
+struct ChunkCursor {
+  int64_t c = -1;
+  uint64_t t0 = 0, t1 = 0; /* the chunk's tiles [t0, t1) */
+  __device__ inline bool seek(const uint64_t *start, int64_t n, uint64_t g) {
+    if (c >= 0 && g < t1)
+      return false;
+    c = c >= 0 && c + 1 < n && start[c + 2] > g ? c + 1 : chunk_of(start, n, g);
+    t0 = start[c];
+    t1 = start[c + 1];
+    return true;
+  }
+};
+
 __device__ inline uint64_t chunk_bytes(const refit_delta_cuda_enc_desc_t &d) { return d.bytes; }
 __device__ inline uint64_t chunk_bytes(const refit_delta_cuda_dec_desc_t &d) {
   /* A destination too large for any delta fails the header's size check;
@@ -366,12 +387,17 @@ __global__ void __launch_bounds__(kThreads)
   if (total == kPlanFailed)
     return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  ChunkCursor cur;
+  refit_delta_cuda_enc_desc_t d{};
+  bool ok = false;
   for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
-    const int64_t c = chunk_of(w.start, n, g);
-    if (!w.rec[c].ok)
+    if (cur.seek(w.start, n, g)) {
+      d = descs[cur.c];
+      ok = w.rec[cur.c].ok;
+    }
+    if (!ok) /* uniform over the block, as every branch on the chunk */
       continue;
-    const refit_delta_cuda_enc_desc_t d = descs[c];
-    const uint64_t off0 = (g - w.start[c]) * kTileBytes;
+    const uint64_t off0 = (g - cur.t0) * kTileBytes;
     const uint64_t rem = d.bytes - off0 < kTileBytes ? d.bytes - off0 : kTileBytes;
     const uint8_t *a = static_cast<const uint8_t *>(d.new_bytes) + off0;
     const uint8_t *b = static_cast<const uint8_t *>(d.base) + off0;
@@ -499,11 +525,16 @@ __global__ void __launch_bounds__(kThreads)
   if (!report(w, bad_chunk, reason))
     return;
   const uint64_t total = *w.plan;
+  ChunkCursor cur;
+  refit_delta_cuda_enc_desc_t d{};
+  ChunkRec r{};
   for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
-    const int64_t c = chunk_of(w.start, n, g);
-    const refit_delta_cuda_enc_desc_t d = descs[c];
-    const ChunkRec r = w.rec[c];
-    const uint64_t lt = g - w.start[c], off0 = lt * kTileBytes;
+    if (cur.seek(w.start, n, g)) {
+      d = descs[cur.c];
+      r = w.rec[cur.c];
+    }
+    const int64_t c = cur.c;
+    const uint64_t lt = g - cur.t0, off0 = lt * kTileBytes;
     const uint64_t rem = d.bytes - off0 < kTileBytes ? d.bytes - off0 : kTileBytes;
     const uint8_t *a = static_cast<const uint8_t *>(d.new_bytes);
     uint8_t *o = out + d.out_off;
@@ -694,8 +725,8 @@ __device__ inline uint32_t mask_nibble(const uint8_t *mask, uint64_t mb, uint64_
 /* Check (kApply false) or apply one tile of a good delta. */
 template <bool kApply>
 __device__ inline void delta_tile(const refit_delta_cuda_dec_desc_t &d, const ChunkRec &r,
-                                  int64_t c, uint64_t g, uint64_t lt, const Ws &w, uint32_t *sh,
-                                  uint64_t *key) {
+                                  int64_t c, uint64_t g, uint64_t lt, uint64_t ntiles,
+                                  const Ws &w, uint32_t *sh, uint64_t *key) {
   const uint8_t *p = static_cast<const uint8_t *>(d.delta) + REFIT_DELTA_HEADER_BYTES;
   uint8_t *dst = static_cast<uint8_t *>(d.dst);
   const uint64_t chunk = d.dst_bytes;
@@ -707,27 +738,42 @@ __device__ inline void delta_tile(const refit_delta_cuda_dec_desc_t &d, const Ch
     return;
   }
   if (r.enc == REFIT_DELTA_POSITIONS) {
-    const uint64_t j0 = lt * kTilePositions;
-    const uint64_t j1 = j0 + kTilePositions < r.count ? j0 + kTilePositions : r.count;
+    /* Groups of kPosGroup positions, group lt + i * ntiles to tile lt: the
+     * positions of a sparse delta, all in its first groups, spread over the
+     * chunk's tiles (count <= chunk bytes: at most 32 groups a tile). */
     const uint8_t *values = p + 4 * r.count;
-#pragma unroll 4
-    for (uint64_t j = j0 + threadIdx.x; j < j1; j += kThreads) {
-      const uint32_t off = load_u32(p + 4 * j);
-      const uint8_t v = values[j];
-      if (kApply) {
-        dst[off] = v;
-        continue;
+    for (uint64_t j0 = lt * kPosGroup; j0 < r.count; j0 += ntiles * kPosGroup) {
+      uint32_t off[4], prev[4];
+      uint8_t v[4];
+      bool in[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const uint64_t j = j0 + u * kThreads + threadIdx.x;
+        in[u] = j < r.count;
+        off[u] = in[u] ? load_u32(p + 4 * j) : 0;
+        v[u] = in[u] ? values[j] : 0;
+        prev[u] = !kApply && in[u] && j > 0 ? load_u32(p + 4 * (j - 1)) : 0;
       }
-      int why = REFIT_DELTA_CUDA_NONE;
-      if (off >= chunk)
-        why = REFIT_DELTA_CUDA_POS_RANGE;
-      else if (j > 0 && off <= load_u32(p + 4 * (j - 1)))
-        why = REFIT_DELTA_CUDA_POS_ORDER;
-      else if (dst[off] == v)
-        why = REFIT_DELTA_CUDA_POS_SAME;
-      if (why != REFIT_DELTA_CUDA_NONE) {
-        const uint64_t k = make_key(c, j, why);
-        *key = k < *key ? k : *key;
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        if (!in[u])
+          continue;
+        const uint64_t j = j0 + u * kThreads + threadIdx.x;
+        if (kApply) {
+          dst[off[u]] = v[u];
+          continue;
+        }
+        int why = REFIT_DELTA_CUDA_NONE;
+        if (off[u] >= chunk)
+          why = REFIT_DELTA_CUDA_POS_RANGE;
+        else if (j > 0 && off[u] <= prev[u])
+          why = REFIT_DELTA_CUDA_POS_ORDER;
+        else if (dst[off[u]] == v[u])
+          why = REFIT_DELTA_CUDA_POS_SAME;
+        if (why != REFIT_DELTA_CUDA_NONE) {
+          const uint64_t k = make_key(c, j, why);
+          *key = k < *key ? k : *key;
+        }
       }
     }
     return;
@@ -769,13 +815,17 @@ __global__ void __launch_bounds__(kThreads)
     return;
   const uint64_t total = *w.plan;
   uint64_t key = kNoKey;
+  ChunkCursor cur;
+  refit_delta_cuda_dec_desc_t d{};
+  ChunkRec r{};
   for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
-    const int64_t c = chunk_of(w.start, n, g);
-    const ChunkRec r = w.rec[c];
+    if (cur.seek(w.start, n, g)) {
+      d = descs[cur.c];
+      r = w.rec[cur.c];
+    }
     if (!r.ok) /* uniform over the block: block_scan's barriers are safe */
       continue;
-    const refit_delta_cuda_dec_desc_t d = descs[c];
-    delta_tile<kApply>(d, r, c, g, g - w.start[c], w, sh, &key);
+    delta_tile<kApply>(d, r, cur.c, g, g - cur.t0, cur.t1 - cur.t0, w, sh, &key);
   }
   if (!kApply)
     post_key(w.key, key);
