@@ -199,12 +199,14 @@ __device__ inline uint32_t even_bits(uint32_t x) {
 }
 
 /*
- * Exclusive prefix of v over the thread block (kThreads threads, all must
- * call); *total = the sum over the block. `sh` holds kWarps values; it may be
- * reused once this returns.
+ * Exclusive prefix of v over the thread block (Threads threads, all must
+ * call); *total = the sum over the block. `sh` holds Threads / 32 values; it
+ * may be reused once this returns.
  */
-template <typename T>
+template <typename T, int Threads = kThreads>
 __device__ inline T block_scan(T v, T *total, T *sh) {
+  constexpr int warps = Threads / 32;
+  static_assert(warps >= 1 && warps <= 32, "one warp scans the warps' sums");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   T x = v;
 #pragma unroll
@@ -217,19 +219,19 @@ __device__ inline T block_scan(T v, T *total, T *sh) {
     sh[warp] = x;
   __syncthreads();
   if (warp == 0) {
-    T w = lane < kWarps ? sh[lane] : T(0);
+    T w = lane < warps ? sh[lane] : T(0);
 #pragma unroll
-    for (int d = 1; d < kWarps; d <<= 1) {
+    for (int d = 1; d < warps; d <<= 1) {
       const T y = __shfl_up_sync(kFull, w, d);
       if (lane >= d)
         w += y;
     }
-    if (lane < kWarps)
+    if (lane < warps)
       sh[lane] = w;
   }
   __syncthreads();
   const T before = warp > 0 ? sh[warp - 1] : T(0);
-  *total = sh[kWarps - 1];
+  *total = sh[warps - 1];
   __syncthreads();
   return before + x - v;
 }
@@ -303,15 +305,10 @@ template <typename Desc>
 __global__ void __launch_bounds__(kPlanThreads)
     refit_delta_plan_kernel(const Desc *descs, int64_t n, Ws w) {
   __shared__ uint64_t sh[kPlanThreads / 32];
-  __shared__ uint64_t s_carry;
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0)
     *w.key = kNoKey;
-    s_carry = 0;
-  }
   __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  constexpr int warps = kPlanThreads / 32;
-  uint64_t over = kNoKey; /* the first chunk past the workspace */
+  uint64_t carry = 0, over = kNoKey; /* over: the first chunk past the workspace */
   for (int64_t i0 = 0; i0 < n; i0 += kPlanThreads) {
     const int64_t i = i0 + threadIdx.x;
     uint64_t tiles = 0;
@@ -323,46 +320,21 @@ __global__ void __launch_bounds__(kPlanThreads)
       if (reason != REFIT_DELTA_CUDA_NONE)
         atomicMin(w.key, static_cast<unsigned long long>(make_key(i, 0, reason)));
     }
-    uint64_t x = tiles;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const uint64_t y = __shfl_up_sync(kFull, x, d);
-      if (lane >= d)
-        x += y;
-    }
-    if (lane == 31)
-      sh[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-      uint64_t v = sh[lane];
-#pragma unroll
-      for (int d = 1; d < warps; d <<= 1) {
-        const uint64_t y = __shfl_up_sync(kFull, v, d);
-        if (lane >= d)
-          v += y;
-      }
-      sh[lane] = v;
-    }
-    __syncthreads();
-    const uint64_t carry = s_carry;
-    const uint64_t first = carry + (warp > 0 ? sh[warp - 1] : 0) + x - tiles;
+    uint64_t sum;
+    const uint64_t first = carry + block_scan<uint64_t, kPlanThreads>(tiles, &sum, sh);
+    carry += sum;
     if (i < n) {
       w.start[i] = first;
       if (first + tiles > w.max_tiles && over == kNoKey)
         over = static_cast<uint64_t>(i);
     }
-    __syncthreads();
-    if (threadIdx.x == kPlanThreads - 1)
-      s_carry = carry + sh[warps - 1];
-    __syncthreads();
   }
   if (over != kNoKey)
     atomicMin(w.key, static_cast<unsigned long long>(
                          make_key(over, 0, REFIT_DELTA_CUDA_WORKSPACE)));
-  __syncthreads();
   if (threadIdx.x == 0) {
-    w.start[n] = s_carry;
-    *w.plan = s_carry > w.max_tiles ? kPlanFailed : s_carry;
+    w.start[n] = carry;
+    *w.plan = carry > w.max_tiles ? kPlanFailed : carry;
   }
 }
 
