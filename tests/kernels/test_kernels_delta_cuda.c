@@ -50,6 +50,29 @@ static void *host_copy(const void *dev, size_t n) {
 
 static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
 
+/* A call's workspace and error outputs (device). */
+typedef struct {
+  void *ws;
+  size_t ws_bytes;
+  int64_t *bad;
+  int32_t *reason;
+} call_t;
+
+static call_t call_open(size_t ws_bytes) {
+  call_t c = {dev_alloc(ws_bytes), ws_bytes, dev_alloc(8), dev_alloc(4)};
+  return c;
+}
+
+/* Wait for the call, read its error outputs, free the lot. */
+static void call_close(call_t *c, int64_t *bad, int32_t *reason) {
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(bad, c->bad, 8, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(reason, c->reason, 4, cudaMemcpyDeviceToHost));
+  CK(cudaFree(c->ws));
+  CK(cudaFree(c->bad));
+  CK(cudaFree(c->reason));
+}
+
 /* ---- Inputs ------------------------------------------------------------- */
 
 /* new = base with a fraction `density` of its bytes changed (each to another
@@ -190,15 +213,11 @@ static void gpu_encode(const batch_t *b, refit_delta_encoding_t e, const deltas_
   void *dt = dev_copy(t, sizeof(*t) * (size_t)n);
   uint8_t *dout = dev_alloc(like->total);
   uint64_t *dlen = dev_alloc(8 * (size_t)n);
-  const size_t wsb = refit_delta_cuda_workspace(n, b->total_bytes);
-  void *ws = dev_alloc(wsb);
-  int64_t *dbad = dev_alloc(8);
-  int32_t *dreason = dev_alloc(4);
-  assert_int_equal(refit_delta_encode_cuda(dt, n, e, dout, dlen, ws, wsb, dbad, dreason, 0),
-                   REFIT_OK);
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(bad, dbad, 8, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(reason, dreason, 4, cudaMemcpyDeviceToHost));
+  call_t c = call_open(refit_delta_cuda_workspace(n, b->total_bytes));
+  assert_int_equal(
+      refit_delta_encode_cuda(dt, n, e, dout, dlen, c.ws, c.ws_bytes, c.bad, c.reason, 0),
+      REFIT_OK);
+  call_close(&c, bad, reason);
   uint64_t *len = host_copy(dlen, 8 * (size_t)n);
   out->n = n;
   out->off = malloc(sizeof(size_t) * (size_t)n);
@@ -214,9 +233,6 @@ static void gpu_encode(const batch_t *b, refit_delta_encoding_t e, const deltas_
   CK(cudaFree(dt));
   CK(cudaFree(dout));
   CK(cudaFree(dlen));
-  CK(cudaFree(ws));
-  CK(cudaFree(dbad));
-  CK(cudaFree(dreason));
 }
 
 /*
@@ -242,23 +258,16 @@ static uint8_t *gpu_apply(const batch_t *b, const deltas_t *d, uint8_t *const *d
     t[i].dst_bytes = dst_bytes != NULL ? dst_bytes[i] : b->bytes[i];
   }
   void *dt = dev_copy(t, sizeof(*t) * (size_t)n);
-  const size_t wsb = refit_delta_cuda_workspace(n, b->total_bytes);
-  void *ws = dev_alloc(wsb);
-  int64_t *dbad = dev_alloc(8);
-  int32_t *dreason = dev_alloc(4);
-  assert_int_equal(refit_delta_apply_cuda(dt, n, ws, wsb, dbad, dreason, 0), REFIT_OK);
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(bad, dbad, 8, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(reason, dreason, 4, cudaMemcpyDeviceToHost));
+  call_t c = call_open(refit_delta_cuda_workspace(n, b->total_bytes));
+  assert_int_equal(refit_delta_apply_cuda(dt, n, c.ws, c.ws_bytes, c.bad, c.reason, 0),
+                   REFIT_OK);
+  call_close(&c, bad, reason);
   uint8_t *got = host_copy(ddst, b->in_total);
   free(hdst);
   free(t);
   CK(cudaFree(ddst));
   CK(cudaFree(ddelta));
   CK(cudaFree(dt));
-  CK(cudaFree(ws));
-  CK(cudaFree(dbad));
-  CK(cudaFree(dreason));
   return got;
 }
 
@@ -644,16 +653,13 @@ static void expect_encode_refused(const refit_delta_cuda_enc_desc_t *t, int64_t 
   CK(cudaMemset(dout, 0x5a, out_bytes));
   uint64_t *dlen = dev_alloc(8 * (size_t)n);
   CK(cudaMemset(dlen, 0xa5, 8 * (size_t)n));
-  void *ws = dev_alloc(wsb);
-  int64_t *dbad = dev_alloc(8);
-  int32_t *dreason = dev_alloc(4);
-  assert_int_equal(refit_delta_encode_cuda(dt, n, e, dout, dlen, ws, wsb, dbad, dreason, 0),
-                   REFIT_OK);
+  call_t c = call_open(wsb);
+  assert_int_equal(
+      refit_delta_encode_cuda(dt, n, e, dout, dlen, c.ws, c.ws_bytes, c.bad, c.reason, 0),
+      REFIT_OK);
   int64_t bad;
   int32_t reason;
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(&bad, dbad, 8, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(&reason, dreason, 4, cudaMemcpyDeviceToHost));
+  call_close(&c, &bad, &reason);
   if (bad != want_chunk || reason != want)
     fail_msg("encode: GPU says chunk %lld, %s; want chunk %lld, %s", (long long)bad,
              refit_delta_cuda_reason_str(reason), (long long)want_chunk,
@@ -671,9 +677,6 @@ static void expect_encode_refused(const refit_delta_cuda_enc_desc_t *t, int64_t 
   CK(cudaFree(dt));
   CK(cudaFree(dout));
   CK(cudaFree(dlen));
-  CK(cudaFree(ws));
-  CK(cudaFree(dbad));
-  CK(cudaFree(dreason));
 }
 
 static void test_encode_refused(void **state) {
@@ -714,30 +717,24 @@ static void test_encode_refused(void **state) {
   const size_t small = refit_delta_cuda_workspace(K, (uint64_t)K * n / 2);
   expect_encode_refused(t, K, REFIT_DELTA_AUTO, out, small, 3, REFIT_DELTA_CUDA_WORKSPACE);
   /* Host-side argument checks. */
-  int64_t *dbad = dev_alloc(8);
-  int32_t *dreason = dev_alloc(4);
-  void *ws = dev_alloc(wsb);
-  assert_int_equal(refit_delta_encode_cuda(t, K, (refit_delta_encoding_t)7, db, NULL, ws, wsb,
-                                           dbad, dreason, 0),
+  call_t c = call_open(wsb);
+  assert_int_equal(refit_delta_encode_cuda(t, K, (refit_delta_encoding_t)7, db, NULL, c.ws,
+                                           c.ws_bytes, c.bad, c.reason, 0),
                    REFIT_ERR_INVALID_ARGUMENT);
-  assert_int_equal(refit_delta_encode_cuda(t, K, REFIT_DELTA_AUTO, db, (uint64_t *)db, ws, 64,
-                                           dbad, dreason, 0),
+  assert_int_equal(refit_delta_encode_cuda(t, K, REFIT_DELTA_AUTO, db, (uint64_t *)db, c.ws, 64,
+                                           c.bad, c.reason, 0),
                    REFIT_ERR_INVALID_ARGUMENT);
-  assert_int_equal(refit_delta_apply_cuda(NULL, 3, ws, wsb, dbad, dreason, 0),
+  assert_int_equal(refit_delta_apply_cuda(NULL, 3, c.ws, c.ws_bytes, c.bad, c.reason, 0),
                    REFIT_ERR_INVALID_ARGUMENT);
   /* An empty call succeeds and reports no bad chunk. */
   int64_t bad = 5;
   int32_t reason = 5;
-  assert_int_equal(refit_delta_apply_cuda(NULL, 0, ws, wsb, dbad, dreason, 0), REFIT_OK);
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(&bad, dbad, 8, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(&reason, dreason, 4, cudaMemcpyDeviceToHost));
+  assert_int_equal(refit_delta_apply_cuda(NULL, 0, c.ws, c.ws_bytes, c.bad, c.reason, 0),
+                   REFIT_OK);
+  call_close(&c, &bad, &reason);
   assert_int_equal(bad, -1);
   assert_int_equal(reason, 0);
   assert_string_equal(refit_delta_cuda_reason_str(99), "?");
-  CK(cudaFree(ws));
-  CK(cudaFree(dbad));
-  CK(cudaFree(dreason));
   CK(cudaFree(db));
   CK(cudaFree(dn));
   free(hb);
