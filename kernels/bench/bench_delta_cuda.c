@@ -34,19 +34,9 @@
 #include <math.h>
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * 0x2545F4914F6CDD1DULL;
-}
-static double uniform(void) { return (double)(rnd() >> 11) * 0x1p-53; }
+static uint64_t rnd(void) { return bench_rand(&rng); }
 
-/* A geometric count with mean `mean`. */
-static size_t gap(double mean) {
-  const double u = 1.0 - uniform();
-  return (size_t)floor(log(u) / log1p(-1.0 / (1.0 + mean)));
-}
+static size_t gap(double mean) { return bench_gap(&rng, mean); }
 
 static void *dmalloc(size_t n) {
   void *p = NULL;
