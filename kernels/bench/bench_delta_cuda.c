@@ -221,9 +221,9 @@ int main(int argc, char **argv) {
          reps);
   printf("cudaMemcpy D2D of the batch: %.3f ms, %.1f GB/s read + written (the ceiling)\n",
          t_copy * 1e3, ceiling / 1e9);
-  printf("\n%-9s %8s | %9s %9s %-13s | %8s %8s %6s | %8s %8s %6s | %5s\n", "pattern",
-         "density", "changed", "delta MiB", "pos/mask/den", "enc ms", "floor", "x", "apply ms",
-         "floor", "x", "wrong");
+  printf("\n%-9s %8s | %9s %9s %-13s | %9s %9s %6s | %9s %9s %6s | %5s\n", "pattern",
+         "density", "changed", "delta MiB", "pos/mask/den", "enc us", "floor us", "x",
+         "apply us", "floor us", "x", "wrong");
 
   static const double densities[] = {1e-4, 1e-3, 1e-2};
   long long total_wrong = 0;
@@ -296,9 +296,9 @@ int main(int argc, char **argv) {
       char mix[32];
       snprintf(mix, sizeof(mix), "%lld/%lld/%lld", (long long)by_enc[REFIT_DELTA_POSITIONS],
                (long long)by_enc[REFIT_DELTA_MASK], (long long)by_enc[REFIT_DELTA_DENSE]);
-      printf("%-9s %8.0e | %9.2e %9.2f %-13s | %8.3f %8.3f %6.2f | %8.3f %8.3f %6.2f | %5lld\n",
+      printf("%-9s %8.0e | %9.2e %9.2f %-13s | %9.1f %9.1f %6.2f | %9.1f %9.1f %6.2f | %5lld\n",
              runs ? "runs" : "scattered", p, changed / (double)sum, delta_bytes / 1048576, mix,
-             t_enc * 1e3, f_enc * 1e3, t_enc / f_enc, t_apply * 1e3, f_apply * 1e3,
+             t_enc * 1e6, f_enc * 1e6, t_enc / f_enc, t_apply * 1e6, f_apply * 1e6,
              t_apply / f_apply, wrong);
       total_wrong += wrong;
     }
