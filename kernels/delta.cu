@@ -52,11 +52,11 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPlanThreads = 1024;
 constexpr uint64_t kBlock = REFIT_DELTA_BLOCK_BYTES;
-constexpr uint64_t kTileBytes = 32768;                 /* chunk bytes per tile */
-constexpr uint64_t kTileBlocks = kTileBytes / kBlock;  /* 1024 */
-constexpr uint64_t kTileWords = kTileBlocks / 32;      /* bitmap words per tile */
-constexpr uint64_t kPosGroup = 4 * kThreads;          /* positions per group (4 a thread) */
-constexpr int kUnits = kTileBytes / 16 / kThreads;     /* 16-byte loads per thread */
+constexpr uint64_t kTileBytes = 32768;                /* chunk bytes per tile */
+constexpr uint64_t kTileBlocks = kTileBytes / kBlock; /* 1024 */
+constexpr uint64_t kTileWords = kTileBlocks / 32;     /* bitmap words per tile */
+constexpr uint64_t kPosGroup = 4 * kThreads;       /* positions per group (4 a thread) */
+constexpr int kUnits = kTileBytes / 16 / kThreads; /* 16-byte loads per thread */
 constexpr unsigned kFull = 0xffffffffu;
 constexpr uint64_t kNoKey = UINT64_MAX;
 constexpr uint64_t kPlanFailed = UINT64_MAX;
@@ -85,7 +85,9 @@ struct Ws {
   uint64_t max_tiles;
 };
 
-__host__ __device__ inline uint64_t align256(uint64_t x) { return (x + 255) & ~uint64_t{255}; }
+__host__ __device__ inline uint64_t align256(uint64_t x) {
+  return (x + 255) & ~uint64_t{255};
+}
 
 __host__ __device__ inline uint64_t ws_tile_offset(int64_t n) {
   return align256(align256(256 + 8 * static_cast<uint64_t>(n + 1)) +
@@ -103,7 +105,8 @@ Ws ws_carve(void *base, int64_t n, size_t bytes) {
   w.key = reinterpret_cast<unsigned long long *>(p);
   w.plan = reinterpret_cast<uint64_t *>(p + 8);
   w.start = reinterpret_cast<uint64_t *>(p + 256);
-  w.rec = reinterpret_cast<ChunkRec *>(p + align256(256 + 8 * static_cast<uint64_t>(n + 1)));
+  w.rec =
+      reinterpret_cast<ChunkRec *>(p + align256(256 + 8 * static_cast<uint64_t>(n + 1)));
   w.tile = reinterpret_cast<uint64_t *>(p + t0);
   w.bits = reinterpret_cast<uint32_t *>(p + align256(t0 + 8 * w.max_tiles));
   return w;
@@ -120,7 +123,9 @@ __device__ inline uint64_t tiles_of(uint64_t bytes) {
   return bytes == 0 ? 1 : ceil_div_u(bytes, kTileBytes);
 }
 __device__ inline uint64_t blocks_of(uint64_t bytes) { return ceil_div_u(bytes, kBlock); }
-__device__ inline uint64_t mask_bytes_of(uint64_t bytes) { return ceil_div_u(blocks_of(bytes), 8); }
+__device__ inline uint64_t mask_bytes_of(uint64_t bytes) {
+  return ceil_div_u(blocks_of(bytes), 8);
+}
 
 __device__ inline bool aligned(const void *p, uintptr_t a) {
   return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0;
@@ -279,7 +284,9 @@ struct ChunkCursor {
   }
 };
 
-__device__ inline uint64_t chunk_bytes(const refit_delta_cuda_enc_desc_t &d) { return d.bytes; }
+__device__ inline uint64_t chunk_bytes(const refit_delta_cuda_enc_desc_t &d) {
+  return d.bytes;
+}
 __device__ inline uint64_t chunk_bytes(const refit_delta_cuda_dec_desc_t &d) {
   /* A destination too large for any delta fails the header's size check;
    * one tile keeps it off the workspace meanwhile. */
@@ -404,7 +411,8 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x < 32) {
       const uint32_t word = reinterpret_cast<const uint32_t *>(s_half)[threadIdx.x];
       w.bits[g * kTileWords + threadIdx.x] = word;
-      const uint32_t blocks = __reduce_add_sync(kFull, static_cast<uint32_t>(__popc(word)));
+      const uint32_t blocks =
+          __reduce_add_sync(kFull, static_cast<uint32_t>(__popc(word)));
       if (threadIdx.x == 0)
         w.tile[g] = static_cast<uint64_t>(sum) << 32 | blocks;
     }
@@ -414,7 +422,8 @@ __global__ void __launch_bounds__(kThreads)
 
 /* A block per chunk: tile prefixes, sizes, encoding, capacity. */
 __global__ void __launch_bounds__(kThreads)
-    refit_delta_choose_kernel(const refit_delta_cuda_enc_desc_t *descs, int encoding, Ws w) {
+    refit_delta_choose_kernel(const refit_delta_cuda_enc_desc_t *descs, int encoding,
+                              Ws w) {
   __shared__ uint64_t sh[kWarps];
   const int64_t c = blockIdx.x;
   if (*w.plan == kPlanFailed || !w.rec[c].ok)
@@ -458,7 +467,8 @@ __global__ void __launch_bounds__(kThreads)
   r.blocks = blocks;
   w.rec[c] = r;
   if (!r.ok)
-    atomicMin(w.key, static_cast<unsigned long long>(make_key(c, 0, REFIT_DELTA_CUDA_CAPACITY)));
+    atomicMin(w.key,
+              static_cast<unsigned long long>(make_key(c, 0, REFIT_DELTA_CUDA_CAPACITY)));
 }
 
 /* Copy `rem` (<= kTileBytes) bytes s -> o, unit u * kThreads + thread. */
@@ -479,7 +489,8 @@ __device__ inline void copy_tile(const uint8_t *s, uint8_t *o, uint64_t rem) {
 
 /* Copy one block of len (<= 32) bytes. */
 __device__ inline void copy_block(const uint8_t *s, uint8_t *o, uint64_t len) {
-  const uint4 v0 = load16(s, len), v1 = len > 16 ? load16(s + 16, len - 16) : make_uint4(0, 0, 0, 0);
+  const uint4 v0 = load16(s, len),
+              v1 = len > 16 ? load16(s + 16, len - 16) : make_uint4(0, 0, 0, 0);
   store16(o, v0, len);
   if (len > 16)
     store16(o + 16, v1, len - 16);
@@ -491,8 +502,9 @@ __device__ inline uint32_t owned_nibble(const uint32_t *tile_bits) {
 }
 
 __global__ void __launch_bounds__(kThreads)
-    refit_delta_write_kernel(const refit_delta_cuda_enc_desc_t *descs, int64_t n, uint8_t *out,
-                             uint64_t *len, Ws w, int64_t *bad_chunk, int32_t *reason) {
+    refit_delta_write_kernel(const refit_delta_cuda_enc_desc_t *descs, int64_t n,
+                             uint8_t *out, uint64_t *len, Ws w, int64_t *bad_chunk,
+                             int32_t *reason) {
   __shared__ uint32_t sh[kWarps];
   if (!report(w, bad_chunk, reason))
     return;
@@ -511,10 +523,12 @@ __global__ void __launch_bounds__(kThreads)
     const uint8_t *a = static_cast<const uint8_t *>(d.new_bytes);
     uint8_t *o = out + d.out_off;
     if (lt == 0 && threadIdx.x < REFIT_DELTA_HEADER_BYTES) {
-      const uint32_t count = r.enc == REFIT_DELTA_POSITIONS ? static_cast<uint32_t>(r.count)
-                             : r.enc == REFIT_DELTA_MASK    ? static_cast<uint32_t>(r.blocks)
-                                                            : 0;
-      const uint32_t words[4] = {REFIT_DELTA_MAGIC, r.enc, static_cast<uint32_t>(d.bytes), count};
+      const uint32_t count = r.enc == REFIT_DELTA_POSITIONS
+                                 ? static_cast<uint32_t>(r.count)
+                             : r.enc == REFIT_DELTA_MASK ? static_cast<uint32_t>(r.blocks)
+                                                         : 0;
+      const uint32_t words[4] = {REFIT_DELTA_MAGIC, r.enc, static_cast<uint32_t>(d.bytes),
+                                 count};
       const int i = threadIdx.x;
       o[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
       if (i == 0)
@@ -533,13 +547,16 @@ __global__ void __launch_bounds__(kThreads)
       if (threadIdx.x < kTileBlocks / 8 && m0 + threadIdx.x < mb)
         p[m0 + threadIdx.x] = reinterpret_cast<const uint8_t *>(tile_bits)[threadIdx.x];
       uint32_t unused;
-      uint64_t rank = (w.tile[g] & 0xffffffffu) +
-                      block_scan<uint32_t>(static_cast<uint32_t>(__popc(nib)), &unused, sh);
+      uint64_t rank =
+          (w.tile[g] & 0xffffffffu) +
+          block_scan<uint32_t>(static_cast<uint32_t>(__popc(nib)), &unused, sh);
       uint8_t *data = p + mb;
 #pragma unroll
       for (int q = 0; q < 4; q++)
         if (nib >> q & 1) {
-          const uint64_t k = k0 + q, bl = d.bytes - kBlock * k < kBlock ? d.bytes - kBlock * k : kBlock;
+          const uint64_t k = k0 + q, bl = d.bytes - kBlock * k < kBlock
+                                              ? d.bytes - kBlock * k
+                                              : kBlock;
           copy_block(a + kBlock * k, data + kBlock * rank, bl);
           rank++;
         }
@@ -553,7 +570,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int q = 0; q < 4; q++) {
       cm[q] = 0;
       if (nib >> q & 1) {
-        const uint64_t k = k0 + q, bl = d.bytes - kBlock * k < kBlock ? d.bytes - kBlock * k : kBlock;
+        const uint64_t k = k0 + q,
+                       bl = d.bytes - kBlock * k < kBlock ? d.bytes - kBlock * k : kBlock;
         const uint8_t *pa = a + kBlock * k, *pb = b + kBlock * k;
         const uint4 a0 = load16(pa, bl), b0 = load16(pb, bl);
         const uint4 a1 = bl > 16 ? load16(pa + 16, bl - 16) : make_uint4(0, 0, 0, 0);
@@ -705,7 +723,8 @@ __device__ inline void delta_tile(const refit_delta_cuda_dec_desc_t &d, const Ch
   if (r.enc == REFIT_DELTA_DENSE) {
     if (kApply) {
       const uint64_t off0 = lt * kTileBytes;
-      copy_tile(p + off0, dst + off0, chunk - off0 < kTileBytes ? chunk - off0 : kTileBytes);
+      copy_tile(p + off0, dst + off0,
+                chunk - off0 < kTileBytes ? chunk - off0 : kTileBytes);
     }
     return;
   }
@@ -754,13 +773,15 @@ __device__ inline void delta_tile(const refit_delta_cuda_dec_desc_t &d, const Ch
   const uint64_t mb = mask_bytes_of(chunk);
   const uint32_t nib = mask_nibble(p, mb, lt);
   uint32_t unused;
-  uint64_t rank = w.tile[g] + block_scan<uint32_t>(static_cast<uint32_t>(__popc(nib)), &unused, sh);
+  uint64_t rank =
+      w.tile[g] + block_scan<uint32_t>(static_cast<uint32_t>(__popc(nib)), &unused, sh);
   const uint8_t *data = p + mb;
   const uint64_t k0 = lt * kTileBlocks + 4 * threadIdx.x;
 #pragma unroll
   for (int q = 0; q < 4; q++)
     if (nib >> q & 1) {
-      const uint64_t k = k0 + q, bl = chunk - kBlock * k < kBlock ? chunk - kBlock * k : kBlock;
+      const uint64_t k = k0 + q,
+                     bl = chunk - kBlock * k < kBlock ? chunk - kBlock * k : kBlock;
       const uint8_t *s = data + kBlock * rank;
       uint8_t *o = dst + kBlock * k;
       if (kApply) {
@@ -823,13 +844,15 @@ std::atomic<int64_t> g_count_grid[kMaxDevices], g_write_grid[kMaxDevices],
     g_check_grid[kMaxDevices], g_apply_grid[kMaxDevices];
 
 unsigned grid_of(int64_t filling, uint64_t max_tiles) {
-  const uint64_t g = static_cast<uint64_t>(filling) < max_tiles ? static_cast<uint64_t>(filling)
-                                                                 : max_tiles;
+  const uint64_t g = static_cast<uint64_t>(filling) < max_tiles
+                         ? static_cast<uint64_t>(filling)
+                         : max_tiles;
   return static_cast<unsigned>(g > 0 ? g : 1);
 }
 
 refit_status_t check_call(const char *what, const void *descs, int64_t n, const void *ws,
-                          size_t ws_bytes, const int64_t *bad_chunk, const int32_t *reason) {
+                          size_t ws_bytes, const int64_t *bad_chunk,
+                          const int32_t *reason) {
   if (n < 0 || n > REFIT_DELTA_CUDA_MAX_CHUNKS)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "%s (cuda): %lld chunks; between 0 and %lld in one call", what,
@@ -869,18 +892,21 @@ extern "C" size_t refit_delta_cuda_workspace(int64_t n, uint64_t total_bytes) {
                              kWsPerTile * max_tiles);
 }
 
-extern "C" refit_status_t refit_delta_encode_cuda(
-    const refit_delta_cuda_enc_desc_t *descs_device, int64_t n, refit_delta_encoding_t encoding,
-    void *out, uint64_t *len_device, void *workspace, size_t workspace_bytes,
-    int64_t *bad_chunk_device, int32_t *reason_device, cudaStream_t stream) {
+extern "C" refit_status_t
+refit_delta_encode_cuda(const refit_delta_cuda_enc_desc_t *descs_device, int64_t n,
+                        refit_delta_encoding_t encoding, void *out, uint64_t *len_device,
+                        void *workspace, size_t workspace_bytes,
+                        int64_t *bad_chunk_device, int32_t *reason_device,
+                        cudaStream_t stream) {
   const char *what = "delta encode";
-  REFIT_CHECK(check_call(what, descs_device, n, workspace, workspace_bytes, bad_chunk_device,
-                         reason_device));
+  REFIT_CHECK(check_call(what, descs_device, n, workspace, workspace_bytes,
+                         bad_chunk_device, reason_device));
   if ((unsigned)encoding >= REFIT_DELTA_ENCODINGS)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "delta encode (cuda): encoding %d is none of auto (0), positions (1), "
-                     "mask (2), dense (3)",
-                     (int)encoding);
+    return REFIT_ERR(
+        REFIT_ERR_INVALID_ARGUMENT,
+        "delta encode (cuda): encoding %d is none of auto (0), positions (1), "
+        "mask (2), dense (3)",
+        (int)encoding);
   if (n > 0 && (out == NULL || len_device == NULL))
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "delta encode (cuda): NULL %s",
                      out == NULL ? "output" : "length array");
@@ -888,9 +914,9 @@ extern "C" refit_status_t refit_delta_encode_cuda(
   refit_delta_plan_kernel<<<1, kPlanThreads, 0, stream>>>(descs_device, n, w);
   REFIT_CHECK(refit_cuda_launch_check("delta encode plan"));
   if (n > 0) {
-    refit_delta_count_kernel<<<grid_of(filling_grid(refit_delta_count_kernel, g_count_grid),
-                                       w.max_tiles),
-                               kThreads, 0, stream>>>(descs_device, n, w);
+    refit_delta_count_kernel<<<
+        grid_of(filling_grid(refit_delta_count_kernel, g_count_grid), w.max_tiles),
+        kThreads, 0, stream>>>(descs_device, n, w);
     REFIT_CHECK(refit_cuda_launch_check("delta encode count"));
     refit_delta_choose_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
         descs_device, (int)encoding, w);
@@ -898,28 +924,29 @@ extern "C" refit_status_t refit_delta_encode_cuda(
   }
   refit_delta_write_kernel<<<grid_of(filling_grid(refit_delta_write_kernel, g_write_grid),
                                      w.max_tiles),
-                             kThreads, 0, stream>>>(descs_device, n, static_cast<uint8_t *>(out),
-                                                    len_device, w, bad_chunk_device,
-                                                    reason_device);
+                             kThreads, 0, stream>>>(
+      descs_device, n, static_cast<uint8_t *>(out), len_device, w, bad_chunk_device,
+      reason_device);
   return refit_cuda_launch_check("delta encode write");
 }
 
-extern "C" refit_status_t refit_delta_apply_cuda(const refit_delta_cuda_dec_desc_t *descs_device,
-                                                 int64_t n, void *workspace,
-                                                 size_t workspace_bytes,
-                                                 int64_t *bad_chunk_device,
-                                                 int32_t *reason_device, cudaStream_t stream) {
+extern "C" refit_status_t
+refit_delta_apply_cuda(const refit_delta_cuda_dec_desc_t *descs_device, int64_t n,
+                       void *workspace, size_t workspace_bytes, int64_t *bad_chunk_device,
+                       int32_t *reason_device, cudaStream_t stream) {
   const char *what = "delta apply";
-  REFIT_CHECK(check_call(what, descs_device, n, workspace, workspace_bytes, bad_chunk_device,
-                         reason_device));
+  REFIT_CHECK(check_call(what, descs_device, n, workspace, workspace_bytes,
+                         bad_chunk_device, reason_device));
   const Ws w = ws_carve(workspace, n, workspace_bytes);
   refit_delta_plan_kernel<<<1, kPlanThreads, 0, stream>>>(descs_device, n, w);
   REFIT_CHECK(refit_cuda_launch_check("delta apply plan"));
   if (n > 0) {
-    refit_delta_header_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(descs_device, w);
+    refit_delta_header_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+        descs_device, w);
     REFIT_CHECK(refit_cuda_launch_check("delta apply header"));
     refit_delta_tiles_kernel<false>
-        <<<grid_of(filling_grid(refit_delta_tiles_kernel<false>, g_check_grid), w.max_tiles),
+        <<<grid_of(filling_grid(refit_delta_tiles_kernel<false>, g_check_grid),
+                   w.max_tiles),
            kThreads, 0, stream>>>(descs_device, n, w, bad_chunk_device, reason_device);
     REFIT_CHECK(refit_cuda_launch_check("delta apply check"));
   }
@@ -933,8 +960,8 @@ extern "C" refit_status_t refit_delta_cuda_report(const char *what, int64_t bad_
                                                   int32_t reason) {
   if (bad_chunk < 0)
     return REFIT_OK;
-  const refit_status_t st = reason >= REFIT_DELTA_CUDA_SHORT ? REFIT_ERR_INTEGRITY
-                                                             : REFIT_ERR_INVALID_ARGUMENT;
+  const refit_status_t st =
+      reason >= REFIT_DELTA_CUDA_SHORT ? REFIT_ERR_INTEGRITY : REFIT_ERR_INVALID_ARGUMENT;
   return REFIT_ERR(st, "%s (cuda): chunk %lld: %s", what, (long long)bad_chunk,
                    refit_delta_cuda_reason_str(reason));
 }

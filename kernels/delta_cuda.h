@@ -62,29 +62,29 @@ typedef struct {
   uint64_t dst_bytes;
 } refit_delta_cuda_dec_desc_t;
 
-/* X(name, text): why a chunk was refused, in the order the checks run
- * (header checks first, in refit_delta_info's order). */
-#define REFIT_DELTA_CUDA_REASON_MAP(X)                                             \
-  X(NONE, "no error")                                                              \
-  X(CHUNK_TOO_LARGE, "the chunk is larger than UINT32_MAX bytes")                  \
-  X(NULL_POINTER, "a NULL pointer for a chunk of nonzero bytes")                   \
-  X(WORKSPACE, "the workspace is too small for the chunks' total bytes")           \
-  X(CAPACITY, "the chosen encoding does not fit the chunk's output capacity")      \
-  X(SHORT, "the delta is shorter than its 16-byte header")                         \
-  X(MAGIC, "the magic is not \"RFD1\": not a delta")                               \
-  X(ENCODING, "the encoding is none of positions, mask, dense")                    \
-  X(HEADER_PAD, "header bytes 5..7 are not zero")                                  \
-  X(COUNT, "the count does not fit the chunk (or a dense delta's count is not 0)") \
-  X(SHORT_MASK, "the delta is shorter than its header and block mask")             \
-  X(MASK_TAIL, "mask bits past the chunk's last block are set")                    \
-  X(MASK_COUNT, "the mask marks another number of blocks than the count")          \
-  X(LENGTH, "the delta's length is not what its header says (truncated or padded)") \
-  X(CHUNK_SIZE, "the delta was made for a chunk of another size")                  \
-  X(POS_RANGE, "a position lies past the chunk")                                   \
-  X(POS_ORDER, "positions do not increase")                                        \
-  X(POS_SAME, "a position names a byte the destination holds already: "            \
-              "the delta was not made against this baseline")                      \
-  X(BLOCK_SAME, "a marked block is one the destination holds already: "            \
+/* X(name, text): why a chunk was refused: the descriptor's checks, the
+ * header's (in refit_delta_info's order), then the payload's. */
+#define REFIT_DELTA_CUDA_REASON_MAP(X)                                                   \
+  X(NONE, "no error")                                                                    \
+  X(CHUNK_TOO_LARGE, "the chunk is larger than UINT32_MAX bytes")                        \
+  X(NULL_POINTER, "a NULL pointer for a chunk of nonzero bytes")                         \
+  X(WORKSPACE, "the workspace is too small for the chunks' total bytes")                 \
+  X(CAPACITY, "the chosen encoding does not fit the chunk's output capacity")            \
+  X(SHORT, "the delta is shorter than its 16-byte header")                               \
+  X(MAGIC, "the magic is not \"RFD1\": not a delta")                                     \
+  X(ENCODING, "the encoding is none of positions, mask, dense")                          \
+  X(HEADER_PAD, "header bytes 5..7 are not zero")                                        \
+  X(COUNT, "the count does not fit the chunk (or a dense delta's count is not 0)")       \
+  X(SHORT_MASK, "the delta is shorter than its header and block mask")                   \
+  X(MASK_TAIL, "mask bits past the chunk's last block are set")                          \
+  X(MASK_COUNT, "the mask marks another number of blocks than the count")                \
+  X(LENGTH, "the delta's length is not what its header says (truncated or padded)")      \
+  X(CHUNK_SIZE, "the delta was made for a chunk of another size")                        \
+  X(POS_RANGE, "a position lies past the chunk")                                         \
+  X(POS_ORDER, "positions do not increase")                                              \
+  X(POS_SAME, "a position names a byte the destination holds already: "                  \
+              "the delta was not made against this baseline")                            \
+  X(BLOCK_SAME, "a marked block is one the destination holds already: "                  \
                 "the delta was not made against this baseline")
 
 typedef enum {
@@ -131,7 +131,8 @@ refit_status_t refit_delta_apply_cuda(const refit_delta_cuda_dec_desc_t *descs_d
 /* REFIT_OK when bad_chunk < 0, else REFIT_ERR_INTEGRITY (apply) or
  * REFIT_ERR_INVALID_ARGUMENT (encode's own reasons) naming `what`, the chunk
  * and the reason. Host values, read back by the caller. */
-refit_status_t refit_delta_cuda_report(const char *what, int64_t bad_chunk, int32_t reason);
+refit_status_t refit_delta_cuda_report(const char *what, int64_t bad_chunk,
+                                       int32_t reason);
 
 #ifdef __cplusplus
 }

@@ -56,7 +56,8 @@ static void cuda_check(cudaError_t err, const char *what) {
 
 /* new = base with runs (1 byte when runs == 0, else 1 to 64) at geometric
  * gaps whose mean gives density p. */
-static void make_change(const uint8_t *base, uint8_t *next, size_t n, int runs, double p) {
+static void make_change(const uint8_t *base, uint8_t *next, size_t n, int runs,
+                        double p) {
   memcpy(next, base, n);
   const double gap_mean = (runs ? 32.5 : 1.0) * (1.0 - p) / p;
   for (size_t i = gap(gap_mean); i < n;) {
@@ -108,8 +109,8 @@ static void do_copy(void *p) {
 }
 static void do_encode(void *p) {
   ctx_t *c = p;
-  check(refit_delta_encode_cuda(c->d_enc, c->n, REFIT_DELTA_AUTO, c->d_out, c->d_len, c->ws,
-                                c->ws_bytes, c->d_bad, c->d_reason, 0),
+  check(refit_delta_encode_cuda(c->d_enc, c->n, REFIT_DELTA_AUTO, c->d_out, c->d_len,
+                                c->ws, c->ws_bytes, c->d_bad, c->d_reason, 0),
         "encode (cuda)");
 }
 static void do_reset(void *p) {
@@ -118,7 +119,8 @@ static void do_reset(void *p) {
 }
 static void do_apply(void *p) {
   ctx_t *c = p;
-  check(refit_delta_apply_cuda(c->d_dec, c->n, c->ws, c->ws_bytes, c->d_bad, c->d_reason, 0),
+  check(refit_delta_apply_cuda(c->d_dec, c->n, c->ws, c->ws_bytes, c->d_bad, c->d_reason,
+                               0),
         "apply (cuda)");
 }
 
@@ -153,7 +155,8 @@ int main(int argc, char **argv) {
     reps = atoi(env);
   /* The batch: chunk sizes uniform in [chunk / 2, 3 chunk / 2), not
    * multiples of 32, each at a multiple of 256 in every buffer. */
-  const size_t want_total = (size_t)(total_mib * 1048576), chunk = (size_t)(chunk_mib * 1048576);
+  const size_t want_total = (size_t)(total_mib * 1048576),
+               chunk = (size_t)(chunk_mib * 1048576);
   size_t cap = want_total / (chunk / 2) + 2;
   size_t *bytes = xmalloc(cap * sizeof(size_t)), *off = xmalloc(cap * sizeof(size_t));
   size_t *out_off = xmalloc(cap * sizeof(size_t));
@@ -197,9 +200,8 @@ int main(int argc, char **argv) {
                                            .bytes = bytes[i],
                                            .out_off = out_off[i],
                                            .cap = refit_delta_bound(bytes[i])};
-    dec[i] = (refit_delta_cuda_dec_desc_t){.delta = c.d_out + out_off[i],
-                                           .dst = c.d_dst + off[i],
-                                           .dst_bytes = bytes[i]};
+    dec[i] = (refit_delta_cuda_dec_desc_t){
+        .delta = c.d_out + out_off[i], .dst = c.d_dst + off[i], .dst_bytes = bytes[i]};
   }
   c.d_enc = dmalloc(sizeof(*enc) * (size_t)n);
   c.d_dec = dmalloc(sizeof(*dec) * (size_t)n);
@@ -217,8 +219,8 @@ int main(int argc, char **argv) {
   cudaGetDeviceProperties(&prop, dev);
   printf("refit-bench-delta-cuda: %s, %lld chunks, %.1f MiB in all (%.1f MiB each on "
          "average), best of %d\n",
-         prop.name, (long long)n, (double)sum / 1048576, (double)sum / 1048576 / (double)n,
-         reps);
+         prop.name, (long long)n, (double)sum / 1048576,
+         (double)sum / 1048576 / (double)n, reps);
   printf("cudaMemcpy D2D of the batch: %.3f ms, %.1f GB/s read + written (the ceiling)\n",
          t_copy * 1e3, ceiling / 1e9);
   printf("\n%-9s %8s | %9s %9s %-13s | %9s %9s %6s | %9s %9s %6s | %5s\n", "pattern",
@@ -236,23 +238,28 @@ int main(int argc, char **argv) {
       cuda_check(cudaMemcpy(c.d_next, next, at, cudaMemcpyHostToDevice), "upload new");
       const double t_enc = best_time(do_encode, NULL, &c);
       wrong += refused(&c, "encode");
-      cuda_check(cudaMemcpy(len, c.d_len, 8 * (size_t)n, cudaMemcpyDeviceToHost), "lengths");
+      cuda_check(cudaMemcpy(len, c.d_len, 8 * (size_t)n, cudaMemcpyDeviceToHost),
+                 "lengths");
       for (int64_t i = 0; i < n; i++)
         dec[i].delta_len = len[i];
-      cuda_check(cudaMemcpy(c.d_dec, dec, sizeof(*dec) * (size_t)n, cudaMemcpyHostToDevice),
-                 "upload table");
+      cuda_check(
+          cudaMemcpy(c.d_dec, dec, sizeof(*dec) * (size_t)n, cudaMemcpyHostToDevice),
+          "upload table");
       /* Every chunk's length and encoding against the C reference's choice,
        * a sample's bytes against its delta, and the floors' byte counts. */
       double delta_bytes = 0, written = 0, changed = 0;
       int64_t by_enc[REFIT_DELTA_ENCODINGS] = {0};
       for (int64_t i = 0; i < n; i++) {
         refit_delta_stats_t st;
-        check(refit_delta_measure(next + off[i], base + off[i], bytes[i], &st), "measure");
+        check(refit_delta_measure(next + off[i], base + off[i], bytes[i], &st),
+              "measure");
         uint8_t head[16];
-        cuda_check(cudaMemcpy(head, c.d_out + out_off[i], 16, cudaMemcpyDeviceToHost), "header");
+        cuda_check(cudaMemcpy(head, c.d_out + out_off[i], 16, cudaMemcpyDeviceToHost),
+                   "header");
         if (len[i] != st.size[REFIT_DELTA_AUTO] || head[4] != (uint8_t)st.best) {
           if (wrong < 5)
-            fprintf(stderr, "chunk %lld: GPU %s of %llu bytes, C %s of %llu\n", (long long)i,
+            fprintf(stderr, "chunk %lld: GPU %s of %llu bytes, C %s of %llu\n",
+                    (long long)i,
                     refit_delta_encoding_name((refit_delta_encoding_t)head[4]),
                     (unsigned long long)len[i], refit_delta_encoding_name(st.best),
                     (unsigned long long)st.size[REFIT_DELTA_AUTO]);
@@ -261,17 +268,19 @@ int main(int argc, char **argv) {
         by_enc[st.best]++;
         delta_bytes += (double)len[i];
         changed += (double)st.changed_bytes;
-        written += st.best == REFIT_DELTA_DENSE ? (double)bytes[i] : 32.0 * (double)st.changed_blocks;
+        written += st.best == REFIT_DELTA_DENSE ? (double)bytes[i]
+                                                : 32.0 * (double)st.changed_blocks;
       }
       for (int s = 0; s < 16; s++) {
         const int64_t i = s == 0 ? 0 : s == 15 ? n - 1 : (int64_t)(rnd() % (uint64_t)n);
         const size_t bound = (size_t)refit_delta_bound(bytes[i]);
         uint8_t *want = xmalloc(bound), *got = xmalloc(bound);
         size_t wl = 0;
-        check(refit_delta_encode(next + off[i], base + off[i], bytes[i], REFIT_DELTA_AUTO, want,
-                                 bound, &wl, NULL),
+        check(refit_delta_encode(next + off[i], base + off[i], bytes[i], REFIT_DELTA_AUTO,
+                                 want, bound, &wl, NULL),
               "encode (C)");
-        cuda_check(cudaMemcpy(got, c.d_out + out_off[i], wl, cudaMemcpyDeviceToHost), "delta");
+        cuda_check(cudaMemcpy(got, c.d_out + out_off[i], wl, cudaMemcpyDeviceToHost),
+                   "delta");
         if (wl != len[i] || memcmp(got, want, wl) != 0) {
           fprintf(stderr, "chunk %lld: the GPU delta differs from the C reference's\n",
                   (long long)i);
@@ -294,15 +303,18 @@ int main(int argc, char **argv) {
       const double f_enc = (2.0 * (double)sum + delta_bytes) / ceiling;
       const double f_apply = (delta_bytes + written) / ceiling;
       char mix[32];
-      snprintf(mix, sizeof(mix), "%lld/%lld/%lld", (long long)by_enc[REFIT_DELTA_POSITIONS],
+      snprintf(mix, sizeof(mix), "%lld/%lld/%lld",
+               (long long)by_enc[REFIT_DELTA_POSITIONS],
                (long long)by_enc[REFIT_DELTA_MASK], (long long)by_enc[REFIT_DELTA_DENSE]);
-      printf("%-9s %8.0e | %9.2e %9.2f %-13s | %9.1f %9.1f %6.2f | %9.1f %9.1f %6.2f | %5lld\n",
-             runs ? "runs" : "scattered", p, changed / (double)sum, delta_bytes / 1048576, mix,
-             t_enc * 1e6, f_enc * 1e6, t_enc / f_enc, t_apply * 1e6, f_apply * 1e6,
+      printf("%-9s %8.0e | %9.2e %9.2f %-13s | %9.1f %9.1f %6.2f | %9.1f %9.1f %6.2f | "
+             "%5lld\n",
+             runs ? "runs" : "scattered", p, changed / (double)sum, delta_bytes / 1048576,
+             mix, t_enc * 1e6, f_enc * 1e6, t_enc / f_enc, t_apply * 1e6, f_apply * 1e6,
              t_apply / f_apply, wrong);
       total_wrong += wrong;
     }
-  printf("\nfloors: encode = new + base read + deltas written; apply = deltas read + changed "
+  printf("\nfloors: encode = new + base read + deltas written; apply = deltas read + "
+         "changed "
          "32-byte sectors written; at the D2D ceiling's bandwidth. Target: x <= 1.5\n");
   printf("wrong: %lld\n", total_wrong);
   free(base);

@@ -49,7 +49,9 @@ static inline uint64_t bench_rand(uint64_t *s) {
 }
 
 /* Uniform in [0, 1). */
-static inline double bench_uniform(uint64_t *s) { return (double)(bench_rand(s) >> 11) * 0x1p-53; }
+static inline double bench_uniform(uint64_t *s) {
+  return (double)(bench_rand(s) >> 11) * 0x1p-53;
+}
 
 /* A geometric count with mean `mean` (0 when mean <= 0). */
 static inline size_t bench_gap(uint64_t *s, double mean) {

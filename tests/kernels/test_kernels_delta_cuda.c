@@ -113,8 +113,8 @@ typedef struct {
 
 static size_t misalign(int64_t i) { return i % 5 == 4 ? (size_t)(1 + i % 15) : 0; }
 
-static void batch_create(batch_t *b, int64_t n, const size_t *bytes, const double *density,
-                         const int *clustered) {
+static void batch_create(batch_t *b, int64_t n, const size_t *bytes,
+                         const double *density, const int *clustered) {
   b->n = n;
   b->bytes = malloc(sizeof(size_t) * (size_t)n);
   b->in_off = malloc(sizeof(size_t) * (size_t)n);
@@ -295,20 +295,23 @@ static void check_twin(const batch_t *b, refit_delta_encoding_t e) {
   for (int64_t i = 0; i < b->n; i++) {
     if (gd.len[i] != cd.len[i])
       fail_msg("encode %s: chunk %lld (%zu bytes): GPU length %zu, C %zu",
-               refit_delta_encoding_name(e), (long long)i, b->bytes[i], gd.len[i], cd.len[i]);
+               refit_delta_encoding_name(e), (long long)i, b->bytes[i], gd.len[i],
+               cd.len[i]);
     for (size_t k = 0; k < cd.len[i]; k++)
       if (gd.host[gd.off[i] + k] != cd.host[cd.off[i] + k])
-        fail_msg("encode %s: chunk %lld (%zu bytes, %s) delta byte %zu of %zu: GPU 0x%02x, C "
-                 "0x%02x",
-                 refit_delta_encoding_name(e), (long long)i, b->bytes[i],
-                 refit_delta_encoding_name((refit_delta_encoding_t)cd.host[cd.off[i] + 4]), k,
-                 cd.len[i], gd.host[gd.off[i] + k], cd.host[cd.off[i] + k]);
+        fail_msg(
+            "encode %s: chunk %lld (%zu bytes, %s) delta byte %zu of %zu: GPU 0x%02x, C "
+            "0x%02x",
+            refit_delta_encoding_name(e), (long long)i, b->bytes[i],
+            refit_delta_encoding_name((refit_delta_encoding_t)cd.host[cd.off[i] + 4]), k,
+            cd.len[i], gd.host[gd.off[i] + k], cd.host[cd.off[i] + k]);
   }
   /* GPU apply of GPU deltas and of C deltas. */
   uint8_t *got = gpu_apply(b, &gd, NULL, NULL, NULL, &bad, &reason);
   if (bad != -1)
-    fail_msg("apply (GPU deltas, %s): chunk %lld refused: %s", refit_delta_encoding_name(e),
-             (long long)bad, refit_delta_cuda_reason_str(reason));
+    fail_msg("apply (GPU deltas, %s): chunk %lld refused: %s",
+             refit_delta_encoding_name(e), (long long)bad,
+             refit_delta_cuda_reason_str(reason));
   expect_chunks(b, got, b->next, "GPU apply of GPU deltas");
   free(got);
   got = gpu_apply(b, &cd, NULL, NULL, NULL, &bad, &reason);
@@ -339,9 +342,8 @@ static const int kClustered[] = {0, 0, 0, 0, 1, 0};
 /* Every size x density, one call per encoding. */
 static void test_twin_sizes(void **state) {
   (void)state;
-  static const size_t sizes[] = {0,     1,     31,    32,    33,      100,
-                                 1000,  32767, 32768, 32769, 65536 + 5, 250001,
-                                 3u << 20 | 7};
+  static const size_t sizes[] = {
+      0, 1, 31, 32, 33, 100, 1000, 32767, 32768, 32769, 65536 + 5, 250001, 3u << 20 | 7};
   const int ns = (int)(sizeof(sizes) / sizeof(sizes[0]));
   const int64_t n = (int64_t)ns * NDENS;
   size_t *bytes = malloc(sizeof(size_t) * (size_t)n);
@@ -446,8 +448,9 @@ static void expect_refused(refit_delta_encoding_t e, mutate_fn mutate, int32_t w
   /* Re-encode chunk j as e in its room (16 + 1000 covers every encoding of
    * this change), then spoil it. */
   uint8_t *dj = d.host + d.off[j];
-  assert_int_equal(refit_delta_encode(b.next[j], b.base[j], 1000, e, dj, 1016, &d.len[j], NULL),
-                   REFIT_OK);
+  assert_int_equal(
+      refit_delta_encode(b.next[j], b.base[j], 1000, e, dj, 1016, &d.len[j], NULL),
+      REFIT_OK);
   size_t *dst_bytes = malloc(sizeof(size_t) * (size_t)n);
   for (int64_t i = 0; i < n; i++)
     dst_bytes[i] = b.bytes[i];
@@ -478,9 +481,10 @@ static void expect_refused(refit_delta_encoding_t e, mutate_fn mutate, int32_t w
   int32_t reason = 7;
   uint8_t *got = gpu_apply(&b, &d, init, dst_bytes, null_at, &bad, &reason);
   if (bad != j || reason != want)
-    fail_msg("%s (%s delta): GPU says chunk %lld, %s (%d); want chunk %lld, %s (%d)", what,
-             refit_delta_encoding_name(e), (long long)bad, refit_delta_cuda_reason_str(reason),
-             reason, (long long)j, refit_delta_cuda_reason_str(want), want);
+    fail_msg("%s (%s delta): GPU says chunk %lld, %s (%d); want chunk %lld, %s (%d)",
+             what, refit_delta_encoding_name(e), (long long)bad,
+             refit_delta_cuda_reason_str(reason), reason, (long long)j,
+             refit_delta_cuda_reason_str(want), want);
   expect_chunks(&b, got, init, what);
   assert_int_equal(refit_delta_cuda_report("apply", bad, reason),
                    want == REFIT_DELTA_CUDA_NULL_POINTER ? REFIT_ERR_INVALID_ARGUMENT
@@ -498,23 +502,28 @@ static void expect_refused(refit_delta_encoding_t e, mutate_fn mutate, int32_t w
 }
 
 /* The mutations (the C test's, tests/kernels/test_kernels_delta.c). */
-static void m_short(uint8_t *d, size_t *len, size_t *db, const uint8_t *ba, const uint8_t *nx) {
+static void m_short(uint8_t *d, size_t *len, size_t *db, const uint8_t *ba,
+                    const uint8_t *nx) {
   (void)d, (void)db, (void)ba, (void)nx;
   *len = 15;
 }
-static void m_magic(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba, const uint8_t *nx) {
+static void m_magic(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
+                    const uint8_t *nx) {
   (void)l, (void)db, (void)ba, (void)nx;
   d[0] = 'X';
 }
-static void m_enc0(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba, const uint8_t *nx) {
+static void m_enc0(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
+                   const uint8_t *nx) {
   (void)l, (void)db, (void)ba, (void)nx;
   d[4] = 0;
 }
-static void m_enc9(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba, const uint8_t *nx) {
+static void m_enc9(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
+                   const uint8_t *nx) {
   (void)l, (void)db, (void)ba, (void)nx;
   d[4] = 9;
 }
-static void m_pad(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba, const uint8_t *nx) {
+static void m_pad(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
+                  const uint8_t *nx) {
   (void)l, (void)db, (void)ba, (void)nx;
   d[6] = 1;
 }
@@ -528,7 +537,8 @@ static void m_truncate(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
   (void)d, (void)db, (void)ba, (void)nx;
   *l -= 1;
 }
-static void m_pad_len(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba, const uint8_t *nx) {
+static void m_pad_len(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
+                      const uint8_t *nx) {
   (void)d, (void)db, (void)ba, (void)nx;
   *l += 1;
 }
@@ -542,7 +552,8 @@ static void m_pos_back(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
   (void)l, (void)db, (void)ba, (void)nx;
   put_u32(d + 16 + 4, 5); /* position 1 at 5, below position 0's 10 */
 }
-static void m_pos_dup(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba, const uint8_t *nx) {
+static void m_pos_dup(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
+                      const uint8_t *nx) {
   (void)l, (void)db, (void)ba, (void)nx;
   put_u32(d + 16 + 4, 10);
 }
@@ -551,7 +562,8 @@ static void m_pos_past(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
   (void)l, (void)db, (void)ba, (void)nx;
   put_u32(d + 16 + 8, 1000);
 }
-static void m_pos_max(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba, const uint8_t *nx) {
+static void m_pos_max(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
+                      const uint8_t *nx) {
   (void)l, (void)db, (void)ba, (void)nx;
   put_u32(d + 16 + 8, UINT32_MAX);
 }
@@ -570,7 +582,8 @@ static void m_mask_count33(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
   (void)l, (void)db, (void)ba, (void)nx;
   put_u32(d + 12, 33);
 }
-static void m_mask_bit(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba, const uint8_t *nx) {
+static void m_mask_bit(uint8_t *d, size_t *l, size_t *db, const uint8_t *ba,
+                       const uint8_t *nx) {
   (void)l, (void)db, (void)ba, (void)nx;
   d[16 + 1] |= 1;
 }
@@ -614,27 +627,33 @@ static void test_refused(void **state) {
       {REFIT_DELTA_MASK, m_enc0, REFIT_DELTA_CUDA_ENCODING, "encoding 0"},
       {REFIT_DELTA_DENSE, m_enc9, REFIT_DELTA_CUDA_ENCODING, "encoding 9"},
       {REFIT_DELTA_POSITIONS, m_pad, REFIT_DELTA_CUDA_HEADER_PAD, "header pad"},
-      {REFIT_DELTA_POSITIONS, m_dst_size, REFIT_DELTA_CUDA_CHUNK_SIZE, "destination size"},
+      {REFIT_DELTA_POSITIONS, m_dst_size, REFIT_DELTA_CUDA_CHUNK_SIZE,
+       "destination size"},
       {REFIT_DELTA_MASK, m_dst_size, REFIT_DELTA_CUDA_CHUNK_SIZE, "destination size"},
       {REFIT_DELTA_POSITIONS, m_truncate, REFIT_DELTA_CUDA_LENGTH, "truncated"},
       {REFIT_DELTA_POSITIONS, m_pad_len, REFIT_DELTA_CUDA_LENGTH, "padded"},
       {REFIT_DELTA_POSITIONS, m_pos_count, REFIT_DELTA_CUDA_COUNT, "1001 positions"},
-      {REFIT_DELTA_POSITIONS, m_pos_back, REFIT_DELTA_CUDA_POS_ORDER, "offset going back"},
+      {REFIT_DELTA_POSITIONS, m_pos_back, REFIT_DELTA_CUDA_POS_ORDER,
+       "offset going back"},
       {REFIT_DELTA_POSITIONS, m_pos_dup, REFIT_DELTA_CUDA_POS_ORDER, "offset repeated"},
       {REFIT_DELTA_POSITIONS, m_pos_past, REFIT_DELTA_CUDA_POS_RANGE, "offset 1000"},
       {REFIT_DELTA_POSITIONS, m_pos_max, REFIT_DELTA_CUDA_POS_RANGE, "offset UINT32_MAX"},
-      {REFIT_DELTA_POSITIONS, m_pos_same, REFIT_DELTA_CUDA_POS_SAME, "a value already there"},
+      {REFIT_DELTA_POSITIONS, m_pos_same, REFIT_DELTA_CUDA_POS_SAME,
+       "a value already there"},
       {REFIT_DELTA_POSITIONS, NULL, REFIT_DELTA_CUDA_POS_SAME, "applied twice"},
       {REFIT_DELTA_MASK, NULL, REFIT_DELTA_CUDA_BLOCK_SAME, "applied twice"},
       {REFIT_DELTA_DENSE, NULL, REFIT_DELTA_CUDA_NULL_POINTER, "NULL delta"},
-      {REFIT_DELTA_MASK, m_mask_count3, REFIT_DELTA_CUDA_MASK_COUNT, "count 3 for 2 marks"},
+      {REFIT_DELTA_MASK, m_mask_count3, REFIT_DELTA_CUDA_MASK_COUNT,
+       "count 3 for 2 marks"},
       {REFIT_DELTA_MASK, m_mask_count33, REFIT_DELTA_CUDA_COUNT, "33 blocks of 32"},
       {REFIT_DELTA_MASK, m_mask_bit, REFIT_DELTA_CUDA_MASK_COUNT, "an extra mark"},
       {REFIT_DELTA_MASK, m_mask_short, REFIT_DELTA_CUDA_SHORT_MASK, "mask cut"},
       {REFIT_DELTA_MASK, m_truncate, REFIT_DELTA_CUDA_LENGTH, "mask data truncated"},
       {REFIT_DELTA_MASK, m_mask_moved, REFIT_DELTA_CUDA_LENGTH, "short block unmarked"},
-      {REFIT_DELTA_MASK, m_mask_same, REFIT_DELTA_CUDA_BLOCK_SAME, "a block already there"},
-      {REFIT_DELTA_MASK, m_mask_tail, REFIT_DELTA_CUDA_MASK_TAIL, "a mark past the chunk"},
+      {REFIT_DELTA_MASK, m_mask_same, REFIT_DELTA_CUDA_BLOCK_SAME,
+       "a block already there"},
+      {REFIT_DELTA_MASK, m_mask_tail, REFIT_DELTA_CUDA_MASK_TAIL,
+       "a mark past the chunk"},
       {REFIT_DELTA_DENSE, m_dense_count, REFIT_DELTA_CUDA_COUNT, "dense count 1"},
       {REFIT_DELTA_DENSE, m_truncate, REFIT_DELTA_CUDA_LENGTH, "dense truncated"},
   };
@@ -671,7 +690,8 @@ static void expect_encode_refused(const refit_delta_cuda_enc_desc_t *t, int64_t 
   uint8_t *len = host_copy(dlen, 8 * (size_t)n);
   for (size_t i = 0; i < 8 * (size_t)n; i++)
     assert_int_equal(len[i], 0xa5);
-  assert_int_equal(refit_delta_cuda_report("encode", bad, reason), REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(refit_delta_cuda_report("encode", bad, reason),
+                   REFIT_ERR_INVALID_ARGUMENT);
   free(out);
   free(len);
   CK(cudaFree(dt));
@@ -699,7 +719,8 @@ static void test_encode_refused(void **state) {
   }
   const size_t wsb = refit_delta_cuda_workspace(K, (uint64_t)K * n);
   /* Every byte changed: forced positions take 16 + 5n > the bound. */
-  expect_encode_refused(t, K, REFIT_DELTA_POSITIONS, out, wsb, 0, REFIT_DELTA_CUDA_CAPACITY);
+  expect_encode_refused(t, K, REFIT_DELTA_POSITIONS, out, wsb, 0,
+                        REFIT_DELTA_CUDA_CAPACITY);
   /* AUTO fits; one chunk's capacity is one byte short of dense. */
   t[4].cap = refit_delta_bound(n) - 1;
   expect_encode_refused(t, K, REFIT_DELTA_AUTO, out, wsb, 4, REFIT_DELTA_CUDA_CAPACITY);
@@ -707,22 +728,25 @@ static void test_encode_refused(void **state) {
   /* A chunk above UINT32_MAX bytes (never read: its pointers are bogus). */
   t[3].bytes = UINT64_C(1) << 33;
   t[3].new_bytes = (const void *)(uintptr_t)0x1000;
-  expect_encode_refused(t, K, REFIT_DELTA_AUTO, out, wsb, 3, REFIT_DELTA_CUDA_CHUNK_TOO_LARGE);
+  expect_encode_refused(t, K, REFIT_DELTA_AUTO, out, wsb, 3,
+                        REFIT_DELTA_CUDA_CHUNK_TOO_LARGE);
   t[3].bytes = n;
   t[3].new_bytes = dn;
   t[2].base = NULL;
-  expect_encode_refused(t, K, REFIT_DELTA_AUTO, out, wsb, 2, REFIT_DELTA_CUDA_NULL_POINTER);
+  expect_encode_refused(t, K, REFIT_DELTA_AUTO, out, wsb, 2,
+                        REFIT_DELTA_CUDA_NULL_POINTER);
   t[2].base = db;
   /* A workspace for half the bytes: the first chunk past it is named. */
   const size_t small = refit_delta_cuda_workspace(K, (uint64_t)K * n / 2);
-  expect_encode_refused(t, K, REFIT_DELTA_AUTO, out, small, 3, REFIT_DELTA_CUDA_WORKSPACE);
+  expect_encode_refused(t, K, REFIT_DELTA_AUTO, out, small, 3,
+                        REFIT_DELTA_CUDA_WORKSPACE);
   /* Host-side argument checks. */
   call_t c = call_open(wsb);
-  assert_int_equal(refit_delta_encode_cuda(t, K, (refit_delta_encoding_t)7, db, NULL, c.ws,
-                                           c.ws_bytes, c.bad, c.reason, 0),
+  assert_int_equal(refit_delta_encode_cuda(t, K, (refit_delta_encoding_t)7, db, NULL,
+                                           c.ws, c.ws_bytes, c.bad, c.reason, 0),
                    REFIT_ERR_INVALID_ARGUMENT);
-  assert_int_equal(refit_delta_encode_cuda(t, K, REFIT_DELTA_AUTO, db, (uint64_t *)db, c.ws, 64,
-                                           c.bad, c.reason, 0),
+  assert_int_equal(refit_delta_encode_cuda(t, K, REFIT_DELTA_AUTO, db, (uint64_t *)db,
+                                           c.ws, 64, c.bad, c.reason, 0),
                    REFIT_ERR_INVALID_ARGUMENT);
   assert_int_equal(refit_delta_apply_cuda(NULL, 3, c.ws, c.ws_bytes, c.bad, c.reason, 0),
                    REFIT_ERR_INVALID_ARGUMENT);
@@ -749,8 +773,8 @@ int main(void) {
   }
   kt_seed("test_kernels_delta_cuda");
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_twin_sizes),    cmocka_unit_test(test_twin_large),
-      cmocka_unit_test(test_twin_many),     cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_twin_sizes),     cmocka_unit_test(test_twin_large),
+      cmocka_unit_test(test_twin_many),      cmocka_unit_test(test_refused),
       cmocka_unit_test(test_encode_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
