@@ -23,10 +23,11 @@
  * then, in a write pass, reads the changed blocks again (dense: the new
  * chunk) and writes the delta; positions and block order are stream
  * compaction by block-wide prefix sums. Apply checks the whole delta and the
- * destination bytes it names first, then writes; it reads the delta twice
- * (the second time mostly from L2 for sparse deltas) and writes the changed
- * bytes. Four kernels per call either way. Any alignment is correct; the
- * fast case is chunks, deltas and destinations at 16-byte multiples.
+ * destination bytes it names first (a read of each changed 32-byte sector of
+ * the destination), then writes them: the delta is read twice. Four kernels
+ * per call either way, so a call on a very sparse batch costs about four
+ * launches. Any alignment is correct; the fast case is chunks, deltas and
+ * destinations at 16-byte multiples.
  */
 #ifndef REFIT_KERNELS_DELTA_CUDA_H
 #define REFIT_KERNELS_DELTA_CUDA_H
@@ -108,7 +109,9 @@ size_t refit_delta_cuda_workspace(int64_t n, uint64_t total_bytes);
  * the output or the workspace.
  * Errors returned: REFIT_ERR_INVALID_ARGUMENT (NULL table, output or error
  * outputs with n > 0, n beyond REFIT_DELTA_CUDA_MAX_CHUNKS, an unknown
- * encoding, a workspace below refit_delta_cuda_workspace(n, 0)),
+ * encoding, a workspace not 16-byte aligned or below
+ * refit_delta_cuda_workspace(n, 0); one too small for the chunks' bytes is
+ * the chunk error WORKSPACE),
  * REFIT_ERR_CUDA (a launch). Chunks' errors: see the file's comment.
  */
 refit_status_t refit_delta_encode_cuda(const refit_delta_cuda_enc_desc_t *descs_device,
