@@ -549,11 +549,12 @@ __global__ void __launch_bounds__(kThreads, 4)
         p[m0 + threadIdx.x] = reinterpret_cast<const uint8_t *>(tile_bits)[threadIdx.x];
     }
     /* A tile without a changed block has nothing more to write (its count:
-     * the next tile's prefix, or the chunk's total, less its own). */
+     * the next tile's prefix, or the chunk's total, less its own). The
+     * nibble's load goes out with the prefixes'. */
+    const uint32_t nib = owned_nibble(tile_bits);
     const uint64_t next = g + 1 < cur.t1 ? w.tile[g + 1] : r.count << 32 | r.blocks;
     if (((next - w.tile[g]) & 0xffffffffu) == 0)
       continue;
-    const uint32_t nib = owned_nibble(tile_bits);
     const uint64_t k0 = lt * kTileBlocks + 4 * threadIdx.x; /* first owned block */
     if (r.enc == REFIT_DELTA_MASK) {
       const uint64_t mb = mask_bytes_of(d.bytes);
@@ -781,11 +782,11 @@ __device__ inline void delta_tile(const refit_delta_cuda_dec_desc_t &d, const Ch
     return;
   }
   /* Mask; a tile without a marked block has nothing to do. */
+  const uint64_t mb = mask_bytes_of(chunk);
+  const uint32_t nib = mask_nibble(p, mb, lt);
   const uint64_t next = lt + 1 < ntiles ? w.tile[g + 1] : r.count;
   if (next == w.tile[g])
     return;
-  const uint64_t mb = mask_bytes_of(chunk);
-  const uint32_t nib = mask_nibble(p, mb, lt);
   uint32_t unused;
   uint64_t rank =
       w.tile[g] + block_scan<uint32_t>(static_cast<uint32_t>(__popc(nib)), &unused, sh);
