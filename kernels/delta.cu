@@ -265,25 +265,6 @@ __device__ inline int64_t chunk_of(const uint64_t *start, int64_t n, uint64_t g)
   return lo;
 }
 
-/*
- * The chunk of tile g for a thread block that walks g upwards (a grid-stride
- * loop): nothing to load while g stays in the chunk, one load to step to the
- * next chunk, a binary search past that. seek returns whether the chunk
- * changed (the caller then loads its descriptor and record once).
- */
-struct ChunkCursor {
-  int64_t c = -1;
-  uint64_t t0 = 0, t1 = 0; /* the chunk's tiles [t0, t1) */
-  __device__ inline bool seek(const uint64_t *start, int64_t n, uint64_t g) {
-    if (c >= 0 && g < t1)
-      return false;
-    c = c >= 0 && c + 1 < n && start[c + 2] > g ? c + 1 : chunk_of(start, n, g);
-    t0 = start[c];
-    t1 = start[c + 1];
-    return true;
-  }
-};
-
 __device__ inline uint64_t chunk_bytes(const refit_delta_cuda_enc_desc_t &d) {
   return d.bytes;
 }
@@ -304,6 +285,29 @@ __device__ inline int desc_reason(const refit_delta_cuda_enc_desc_t &d) {
 __device__ inline int desc_reason(const refit_delta_cuda_dec_desc_t &) {
   return REFIT_DELTA_CUDA_NONE;
 }
+
+/*
+ * Where tile g lies, for a thread block that walks g upwards (a grid-stride
+ * loop): its chunk c, the chunk's tiles [t0, t1), descriptor and record.
+ * Nothing is loaded while g stays in the chunk, one load steps to the next
+ * chunk, a binary search goes further; the descriptor and record are loaded
+ * once per chunk.
+ */
+template <typename Desc> struct TileCursor {
+  int64_t c = -1;
+  uint64_t t0 = 0, t1 = 0;
+  Desc d{};
+  ChunkRec r{};
+  __device__ inline void seek(const Desc *descs, const Ws &w, int64_t n, uint64_t g) {
+    if (c >= 0 && g < t1)
+      return;
+    c = c >= 0 && c + 1 < n && w.start[c + 2] > g ? c + 1 : chunk_of(w.start, n, g);
+    t0 = w.start[c];
+    t1 = w.start[c + 1];
+    d = descs[c];
+    r = w.rec[c];
+  }
+};
 
 /* ---- Plan ---------------------------------------------------------------- */
 
@@ -367,16 +371,12 @@ __global__ void __launch_bounds__(kThreads, 3)
   if (total == kPlanFailed)
     return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  ChunkCursor cur;
-  refit_delta_cuda_enc_desc_t d{};
-  bool ok = false;
+  TileCursor<refit_delta_cuda_enc_desc_t> cur;
   for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
-    if (cur.seek(w.start, n, g)) {
-      d = descs[cur.c];
-      ok = w.rec[cur.c].ok;
-    }
-    if (!ok) /* uniform over the block, as every branch on the chunk */
+    cur.seek(descs, w, n, g);
+    if (!cur.r.ok) /* uniform over the block, as every branch on the chunk */
       continue;
+    const refit_delta_cuda_enc_desc_t &d = cur.d;
     const uint64_t off0 = (g - cur.t0) * kTileBytes;
     const uint64_t rem = d.bytes - off0 < kTileBytes ? d.bytes - off0 : kTileBytes;
     const uint8_t *a = static_cast<const uint8_t *>(d.new_bytes) + off0;
@@ -512,14 +512,11 @@ __global__ void __launch_bounds__(kThreads, 4)
   if (!report(w, bad_chunk, reason))
     return;
   const uint64_t total = *w.plan;
-  ChunkCursor cur;
-  refit_delta_cuda_enc_desc_t d{};
-  ChunkRec r{};
+  TileCursor<refit_delta_cuda_enc_desc_t> cur;
   for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
-    if (cur.seek(w.start, n, g)) {
-      d = descs[cur.c];
-      r = w.rec[cur.c];
-    }
+    cur.seek(descs, w, n, g);
+    const refit_delta_cuda_enc_desc_t &d = cur.d;
+    const ChunkRec &r = cur.r;
     const int64_t c = cur.c;
     const uint64_t lt = g - cur.t0, off0 = lt * kTileBytes;
     const uint64_t rem = d.bytes - off0 < kTileBytes ? d.bytes - off0 : kTileBytes;
@@ -823,17 +820,12 @@ __global__ void __launch_bounds__(kThreads)
     return;
   const uint64_t total = *w.plan;
   uint64_t key = kNoKey;
-  ChunkCursor cur;
-  refit_delta_cuda_dec_desc_t d{};
-  ChunkRec r{};
+  TileCursor<refit_delta_cuda_dec_desc_t> cur;
   for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
-    if (cur.seek(w.start, n, g)) {
-      d = descs[cur.c];
-      r = w.rec[cur.c];
-    }
-    if (!r.ok) /* uniform over the block: block_scan's barriers are safe */
+    cur.seek(descs, w, n, g);
+    if (!cur.r.ok) /* uniform over the block: block_scan's barriers are safe */
       continue;
-    delta_tile<kApply>(d, r, cur.c, g, g - cur.t0, cur.t1 - cur.t0, w, sh, &key);
+    delta_tile<kApply>(cur.d, cur.r, cur.c, g, g - cur.t0, cur.t1 - cur.t0, w, sh, &key);
   }
   if (!kApply)
     post_key(w.key, key);
