@@ -407,13 +407,17 @@ __global__ void __launch_bounds__(kThreads, 3)
       if (lane == 0)
         s_half[u * kWarps + warp] = static_cast<uint16_t>(even_bits(ballot));
     }
-    uint32_t sum;
-    block_scan<uint32_t>(changed, &sum, sh); /* also orders s_half's stores */
+    /* Warp sums, then warp 0 finishes the tile: two barriers a tile. */
+    const uint32_t warp_changed = __reduce_add_sync(kFull, changed);
+    if (lane == 0)
+      sh[warp] = warp_changed;
+    __syncthreads(); /* orders sh's and s_half's stores */
     if (threadIdx.x < 32) {
       const uint32_t word = reinterpret_cast<const uint32_t *>(s_half)[threadIdx.x];
       w.bits[g * kTileWords + threadIdx.x] = word;
       const uint32_t blocks =
           __reduce_add_sync(kFull, static_cast<uint32_t>(__popc(word)));
+      const uint32_t sum = __reduce_add_sync(kFull, lane < kWarps ? sh[lane] : 0u);
       if (threadIdx.x == 0)
         w.tile[g] = static_cast<uint64_t>(sum) << 32 | blocks;
     }
