@@ -42,24 +42,12 @@
 #include <time.h>
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
-static uint64_t rnd(void) {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * 0x2545F4914F6CDD1DULL;
-}
-static double uniform(void) { return (double)(rnd() >> 11) * 0x1p-53; }
+static uint64_t rnd(void) { return bench_rand(&rng); }
 
 typedef enum { SCATTERED, RUNS, BLOCKS, PATTERNS } pattern_t;
 static const char *const pattern_names[] = {"scattered", "runs", "blocks"};
 
-/* A geometric count with mean `mean`: the gap before the next run. */
-static size_t gap(double mean) {
-  if (mean <= 0)
-    return 0;
-  const double u = 1.0 - uniform(); /* (0, 1] */
-  return (size_t)floor(log(u) / log1p(-1.0 / (1.0 + mean)));
-}
+static size_t gap(double mean) { return bench_gap(&rng, mean); }
 
 /* new = base with runs of changed bytes separated by geometric gaps whose
  * mean gives density p. */

@@ -1,13 +1,16 @@
 /*
  * What the benchmark programs of kernels/bench share: a monotonic clock,
- * allocation that faults its pages in before timing, and the exit on a
- * failed call (benchmarks stop at the first error, naming it).
+ * allocation that faults its pages in before timing, the exit on a failed
+ * call (benchmarks stop at the first error, naming it), and a seeded
+ * generator (xorshift64*, geometric gaps) for reproducible inputs.
  */
 #ifndef REFIT_KERNELS_BENCH_UTIL_H
 #define REFIT_KERNELS_BENCH_UTIL_H
 
 #include "refit/status.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +38,27 @@ static inline void check(refit_status_t st, const char *what) {
             refit_last_error());
     exit(2);
   }
+}
+
+/* xorshift64* on the caller's state (never 0). */
+static inline uint64_t bench_rand(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 0x2545F4914F6CDD1DULL;
+}
+
+/* Uniform in [0, 1). */
+static inline double bench_uniform(uint64_t *s) {
+  return (double)(bench_rand(s) >> 11) * 0x1p-53;
+}
+
+/* A geometric count with mean `mean` (0 when mean <= 0). */
+static inline size_t bench_gap(uint64_t *s, double mean) {
+  if (mean <= 0)
+    return 0;
+  const double u = 1.0 - bench_uniform(s); /* (0, 1] */
+  return (size_t)floor(log(u) / log1p(-1.0 / (1.0 + mean)));
 }
 
 #endif /* REFIT_KERNELS_BENCH_UTIL_H */

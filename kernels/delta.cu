@@ -1,0 +1,978 @@
+/*
+ * Delta codec, CUDA twin of kernels/delta.c (format in kernels/delta.h,
+ * contract in kernels/delta_cuda.h).
+ *
+ * Work is cut into tiles of 32 KiB of each chunk (1024 blocks of 32 bytes;
+ * a chunk of 0 bytes still has one tile, for its header), numbered across
+ * the table; a thread block of 256 threads takes a tile at a time, on a grid
+ * that fills the GPU. The kernels of a call, in stream order:
+ *
+ *   plan      one thread block: each chunk's first tile (a prefix sum of its
+ *             tile counts) and the checks that need only the descriptor.
+ *   encode
+ *     count   per tile: new and base read once, 16 bytes per load, eight
+ *             loads of each in flight per thread (unit u * 256 + thread, so
+ *             every load instruction reads 4 KiB contiguous over the block);
+ *             a bit per changed block (warp ballots) into the workspace's
+ *             bitmap, the tile's changed bytes and blocks into its counts.
+ *     choose  a thread block per chunk: the exclusive prefix of its tiles'
+ *             counts (a block scan per 256 tiles), the three sizes, the
+ *             encoding (refit_delta_encode's rule and ties), its capacity.
+ *     write   per tile, only if no chunk failed: header and length (first
+ *             tile), then dense: the tile copied; mask: the tile's part of
+ *             the bitmap and its marked blocks, each at its rank (tile
+ *             prefix + a block scan of the threads' marked counts); positions:
+ *             the changed bytes of the marked blocks at their ranks, found
+ *             the same way. A thread owns 4 consecutive blocks in this pass
+ *             and reads only the marked ones.
+ *   apply
+ *     header  a thread block per delta: refit_delta_info's checks in its
+ *             order (a mask's popcount by the block, its per-tile prefix kept
+ *             for the next passes), the chunk size, the destination.
+ *     check   per tile: positions in groups of 1024, group i to the chunk's
+ *             tile i mod (its tiles), so a sparse delta's few groups spread
+ *             over the GPU (each offset in the chunk, above the previous one,
+ *             naming a byte that differs from dst); mask blocks 1024 per tile
+ *             (each differs from dst's block).
+ *     apply   per tile, only if no chunk failed: the writes.
+ *
+ * A failing check posts key = chunk << 41 | element << 8 | reason with
+ * atomicMin; the smallest key is the first bad chunk and, within it, the
+ * first failing element's first failing check, which is what the C decoder
+ * reports. The last kernel writes the caller's bad chunk and reason from it.
+ */
+#include "kernels/cuda_launch.cuh"
+#include "kernels/delta_cuda.h"
+
+#include <atomic>
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPlanThreads = 1024;
+constexpr uint64_t kBlock = REFIT_DELTA_BLOCK_BYTES;
+constexpr uint64_t kTileBytes = 32768;                /* chunk bytes per tile */
+constexpr uint64_t kTileBlocks = kTileBytes / kBlock; /* 1024 */
+constexpr uint64_t kTileWords = kTileBlocks / 32;     /* bitmap words per tile */
+constexpr uint64_t kPosGroup = 4 * kThreads;       /* positions per group (4 a thread) */
+constexpr int kUnits = kTileBytes / 16 / kThreads; /* 16-byte loads per thread */
+constexpr unsigned kFull = 0xffffffffu;
+constexpr uint64_t kNoKey = UINT64_MAX;
+constexpr uint64_t kPlanFailed = UINT64_MAX;
+constexpr int kMaxDevices = 64;
+
+static_assert(kTileBlocks == 4 * kThreads, "a thread owns 4 blocks of a tile");
+static_assert(kTileBlocks / 8 <= kThreads, "a thread per mask byte of a tile");
+
+/* What a call knows of a chunk after the plan / choose / header kernels. */
+struct ChunkRec {
+  uint32_t enc;   /* the encoding written or read */
+  uint32_t ok;    /* the chunk passed the checks so far */
+  uint64_t count; /* encode: changed bytes; apply: the header's count */
+  uint64_t size;  /* encode: the delta's length */
+  uint64_t blocks;
+};
+
+/* The workspace, carved from one caller allocation. */
+struct Ws {
+  unsigned long long *key; /* smallest error key */
+  uint64_t *plan;          /* total tiles, or kPlanFailed */
+  uint64_t *start;         /* n + 1 first tiles */
+  ChunkRec *rec;           /* n */
+  uint64_t *tile;          /* max_tiles: counts, then prefixes */
+  uint32_t *bits;          /* max_tiles * kTileWords: changed blocks (encode) */
+  uint64_t max_tiles;
+};
+
+__host__ __device__ inline uint64_t align256(uint64_t x) {
+  return (x + 255) & ~uint64_t{255};
+}
+
+__host__ __device__ inline uint64_t ws_tile_offset(int64_t n) {
+  return align256(align256(256 + 8 * static_cast<uint64_t>(n + 1)) +
+                  sizeof(ChunkRec) * static_cast<uint64_t>(n));
+}
+
+/* Bytes per tile of the workspace, and the slack that aligns the bitmap. */
+constexpr uint64_t kWsPerTile = 8 + 4 * kTileWords;
+
+Ws ws_carve(void *base, int64_t n, size_t bytes) {
+  uint8_t *p = static_cast<uint8_t *>(base);
+  Ws w;
+  const uint64_t t0 = ws_tile_offset(n);
+  w.max_tiles = bytes >= t0 + 256 ? (bytes - t0 - 256) / kWsPerTile : 0;
+  w.key = reinterpret_cast<unsigned long long *>(p);
+  w.plan = reinterpret_cast<uint64_t *>(p + 8);
+  w.start = reinterpret_cast<uint64_t *>(p + 256);
+  w.rec =
+      reinterpret_cast<ChunkRec *>(p + align256(256 + 8 * static_cast<uint64_t>(n + 1)));
+  w.tile = reinterpret_cast<uint64_t *>(p + t0);
+  w.bits = reinterpret_cast<uint32_t *>(p + align256(t0 + 8 * w.max_tiles));
+  return w;
+}
+
+/* ---- Device helpers ------------------------------------------------------ */
+
+__device__ inline uint64_t make_key(uint64_t chunk, uint64_t element, int reason) {
+  return chunk << 41 | element << 8 | static_cast<uint64_t>(reason);
+}
+
+__device__ inline uint64_t ceil_div_u(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+__device__ inline uint64_t tiles_of(uint64_t bytes) {
+  return bytes == 0 ? 1 : ceil_div_u(bytes, kTileBytes);
+}
+__device__ inline uint64_t blocks_of(uint64_t bytes) { return ceil_div_u(bytes, kBlock); }
+__device__ inline uint64_t mask_bytes_of(uint64_t bytes) {
+  return ceil_div_u(blocks_of(bytes), 8);
+}
+
+__device__ inline bool aligned(const void *p, uintptr_t a) {
+  return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0;
+}
+
+/* 16 bytes at p, of which `avail` exist (the rest read as 0). */
+__device__ inline uint4 load16(const uint8_t *p, uint64_t avail) {
+  if (avail >= 16 && aligned(p, 16))
+    return *reinterpret_cast<const uint4 *>(p);
+  uint32_t w[4] = {0, 0, 0, 0};
+  if (avail >= 16 && aligned(p, 4)) {
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+      w[i] = reinterpret_cast<const uint32_t *>(p)[i];
+  } else {
+    for (int i = 0; i < 16 && static_cast<uint64_t>(i) < avail; i++)
+      w[i / 4] |= static_cast<uint32_t>(p[i]) << (8 * (i % 4));
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* The first `len` (<= 16) bytes of v to p. */
+__device__ inline void store16(uint8_t *p, uint4 v, uint64_t len) {
+  if (len >= 16 && aligned(p, 16)) {
+    *reinterpret_cast<uint4 *>(p) = v;
+    return;
+  }
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  if (len >= 16 && aligned(p, 4)) {
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+      reinterpret_cast<uint32_t *>(p)[i] = w[i];
+    return;
+  }
+  for (int i = 0; i < 16 && static_cast<uint64_t>(i) < len; i++)
+    p[i] = static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4)));
+}
+
+__device__ inline uint32_t load_u32(const uint8_t *p) {
+  if (aligned(p, 4))
+    return *reinterpret_cast<const uint32_t *>(p);
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+
+__device__ inline void store_u32(uint8_t *p, uint32_t v) {
+  if (aligned(p, 4)) {
+    *reinterpret_cast<uint32_t *>(p) = v;
+    return;
+  }
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+  p[2] = static_cast<uint8_t>(v >> 16);
+  p[3] = static_cast<uint8_t>(v >> 24);
+}
+
+/* Bit i of the result: byte i of x is nonzero (4 bits). */
+__device__ inline uint32_t nonzero_nibble(uint32_t x) {
+  const uint32_t m = __vcmpne4(x, 0u) & 0x80808080u;
+  return (m >> 7 | m >> 14 | m >> 21 | m >> 28) & 0xfu;
+}
+
+/* Bit i of the result: byte i of a differs from byte i of b (16 bits). */
+__device__ inline uint32_t diff16(uint4 a, uint4 b) {
+  return nonzero_nibble(a.x ^ b.x) | nonzero_nibble(a.y ^ b.y) << 4 |
+         nonzero_nibble(a.z ^ b.z) << 8 | nonzero_nibble(a.w ^ b.w) << 12;
+}
+
+/* The even bits of x, packed (bit 2i -> bit i). */
+__device__ inline uint32_t even_bits(uint32_t x) {
+  x &= 0x55555555u;
+  x = (x | x >> 1) & 0x33333333u;
+  x = (x | x >> 2) & 0x0f0f0f0fu;
+  x = (x | x >> 4) & 0x00ff00ffu;
+  return (x | x >> 8) & 0x0000ffffu;
+}
+
+/*
+ * Exclusive prefix of v over the thread block (Threads threads, all must
+ * call); *total = the sum over the block. `sh` holds Threads / 32 values; it
+ * may be reused once this returns.
+ */
+template <typename T, int Threads = kThreads>
+__device__ inline T block_scan(T v, T *total, T *sh) {
+  constexpr int warps = Threads / 32;
+  static_assert(warps >= 1 && warps <= 32, "one warp scans the warps' sums");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  T x = v;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const T y = __shfl_up_sync(kFull, x, d);
+    if (lane >= d)
+      x += y;
+  }
+  if (lane == 31)
+    sh[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    T w = lane < warps ? sh[lane] : T(0);
+#pragma unroll
+    for (int d = 1; d < warps; d <<= 1) {
+      const T y = __shfl_up_sync(kFull, w, d);
+      if (lane >= d)
+        w += y;
+    }
+    if (lane < warps)
+      sh[lane] = w;
+  }
+  __syncthreads();
+  const T before = warp > 0 ? sh[warp - 1] : T(0);
+  *total = sh[warps - 1];
+  __syncthreads();
+  return before + x - v;
+}
+
+/* Post the smallest of the block's keys (kNoKey: none). All threads call. */
+__device__ inline void post_key(unsigned long long *key, uint64_t k) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) {
+    const uint64_t o = __shfl_xor_sync(kFull, k, d);
+    k = o < k ? o : k;
+  }
+  if ((threadIdx.x & 31) == 0 && k != kNoKey)
+    atomicMin(key, static_cast<unsigned long long>(k));
+}
+
+/* The chunk whose tiles hold tile g: the last c with start[c] <= g. */
+__device__ inline int64_t chunk_of(const uint64_t *start, int64_t n, uint64_t g) {
+  int64_t lo = 0, hi = n;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (start[mid] <= g)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+__device__ inline uint64_t chunk_bytes(const refit_delta_cuda_enc_desc_t &d) {
+  return d.bytes;
+}
+__device__ inline uint64_t chunk_bytes(const refit_delta_cuda_dec_desc_t &d) {
+  /* A destination too large for any delta fails the header's size check;
+   * one tile keeps it off the workspace meanwhile. */
+  return d.dst_bytes > UINT32_MAX ? 0 : d.dst_bytes;
+}
+
+/* What the descriptor alone says is wrong (encode; apply checks headers). */
+__device__ inline int desc_reason(const refit_delta_cuda_enc_desc_t &d) {
+  if (d.bytes > UINT32_MAX)
+    return REFIT_DELTA_CUDA_CHUNK_TOO_LARGE;
+  if (d.bytes > 0 && (d.new_bytes == NULL || d.base == NULL))
+    return REFIT_DELTA_CUDA_NULL_POINTER;
+  return REFIT_DELTA_CUDA_NONE;
+}
+__device__ inline int desc_reason(const refit_delta_cuda_dec_desc_t &) {
+  return REFIT_DELTA_CUDA_NONE;
+}
+
+/*
+ * Where tile g lies, for a thread block that walks g upwards (a grid-stride
+ * loop): its chunk c, the chunk's tiles [t0, t1), descriptor and record.
+ * Nothing is loaded while g stays in the chunk, one load steps to the next
+ * chunk, a binary search goes further; the descriptor and record are loaded
+ * once per chunk.
+ */
+template <typename Desc> struct TileCursor {
+  int64_t c = -1;
+  uint64_t t0 = 0, t1 = 0;
+  Desc d{};
+  ChunkRec r{};
+  __device__ inline void seek(const Desc *descs, const Ws &w, int64_t n, uint64_t g) {
+    if (c >= 0 && g < t1)
+      return;
+    c = c >= 0 && c + 1 < n && w.start[c + 2] > g ? c + 1 : chunk_of(w.start, n, g);
+    t0 = w.start[c];
+    t1 = w.start[c + 1];
+    d = descs[c];
+    r = w.rec[c];
+  }
+};
+
+/* ---- Plan ---------------------------------------------------------------- */
+
+/* One block of kPlanThreads: first tiles, descriptor checks, the key reset. */
+template <typename Desc>
+__global__ void __launch_bounds__(kPlanThreads)
+    refit_delta_plan_kernel(const Desc *descs, int64_t n, Ws w) {
+  __shared__ uint64_t sh[kPlanThreads / 32];
+  if (threadIdx.x == 0)
+    *w.key = kNoKey;
+  __syncthreads();
+  uint64_t carry = 0, over = kNoKey; /* over: the first chunk past the workspace */
+  for (int64_t i0 = 0; i0 < n; i0 += kPlanThreads) {
+    const int64_t i = i0 + threadIdx.x;
+    uint64_t tiles = 0;
+    if (i < n) {
+      const Desc d = descs[i];
+      const int reason = desc_reason(d);
+      tiles = reason == REFIT_DELTA_CUDA_NONE ? tiles_of(chunk_bytes(d)) : 1;
+      w.rec[i].ok = reason == REFIT_DELTA_CUDA_NONE;
+      if (reason != REFIT_DELTA_CUDA_NONE)
+        atomicMin(w.key, static_cast<unsigned long long>(make_key(i, 0, reason)));
+    }
+    uint64_t sum;
+    const uint64_t first = carry + block_scan<uint64_t, kPlanThreads>(tiles, &sum, sh);
+    carry += sum;
+    if (i < n) {
+      w.start[i] = first;
+      if (first + tiles > w.max_tiles && over == kNoKey)
+        over = static_cast<uint64_t>(i);
+    }
+  }
+  if (over != kNoKey)
+    atomicMin(w.key, static_cast<unsigned long long>(
+                         make_key(over, 0, REFIT_DELTA_CUDA_WORKSPACE)));
+  if (threadIdx.x == 0) {
+    w.start[n] = carry;
+    *w.plan = carry > w.max_tiles ? kPlanFailed : carry;
+  }
+}
+
+/* The caller's error outputs from the key; true when every chunk is good. */
+__device__ inline bool report(const Ws &w, int64_t *bad_chunk, int32_t *reason) {
+  const uint64_t key = *w.key;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *bad_chunk = key == kNoKey ? -1 : static_cast<int64_t>(key >> 41);
+    *reason = key == kNoKey ? 0 : static_cast<int32_t>(key & 0xff);
+  }
+  return key == kNoKey;
+}
+
+/* ---- Encode -------------------------------------------------------------- */
+
+/* Tile g (local tile t of its chunk): counts and bitmap. */
+/* 3 blocks per SM (80 registers): each has 64 KiB of loads in flight. */
+__global__ void __launch_bounds__(kThreads, 3)
+    refit_delta_count_kernel(const refit_delta_cuda_enc_desc_t *descs, int64_t n, Ws w) {
+  __shared__ __align__(16) uint16_t s_half[2 * kTileWords];
+  __shared__ uint32_t sh[kWarps];
+  const uint64_t total = *w.plan;
+  if (total == kPlanFailed)
+    return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  TileCursor<refit_delta_cuda_enc_desc_t> cur;
+  for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
+    cur.seek(descs, w, n, g);
+    if (!cur.r.ok) /* uniform over the block, as every branch on the chunk */
+      continue;
+    const refit_delta_cuda_enc_desc_t &d = cur.d;
+    const uint64_t off0 = (g - cur.t0) * kTileBytes;
+    const uint64_t rem = d.bytes - off0 < kTileBytes ? d.bytes - off0 : kTileBytes;
+    const uint8_t *a = static_cast<const uint8_t *>(d.new_bytes) + off0;
+    const uint8_t *b = static_cast<const uint8_t *>(d.base) + off0;
+    uint4 x[kUnits], y[kUnits];
+    if (rem == kTileBytes && aligned(a, 16) && aligned(b, 16)) {
+#pragma unroll
+      for (int u = 0; u < kUnits; u++) {
+        x[u] = reinterpret_cast<const uint4 *>(a)[u * kThreads + threadIdx.x];
+        y[u] = reinterpret_cast<const uint4 *>(b)[u * kThreads + threadIdx.x];
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < kUnits; u++) {
+        const uint64_t o = 16 * static_cast<uint64_t>(u * kThreads + threadIdx.x);
+        x[u] = o < rem ? load16(a + o, rem - o) : make_uint4(0, 0, 0, 0);
+        y[u] = o < rem ? load16(b + o, rem - o) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    uint32_t changed = 0;
+#pragma unroll
+    for (int u = 0; u < kUnits; u++) {
+      const uint32_t m = diff16(x[u], y[u]);
+      changed += __popc(m);
+      /* Lanes 2i and 2i + 1 hold block 16 * warp + i of this step. */
+      const bool any = (m | __shfl_xor_sync(kFull, m, 1)) != 0;
+      const uint32_t ballot = __ballot_sync(kFull, any);
+      if (lane == 0)
+        s_half[u * kWarps + warp] = static_cast<uint16_t>(even_bits(ballot));
+    }
+    /* Warp sums, then warp 0 finishes the tile: two barriers a tile. */
+    const uint32_t warp_changed = __reduce_add_sync(kFull, changed);
+    if (lane == 0)
+      sh[warp] = warp_changed;
+    __syncthreads(); /* orders sh's and s_half's stores */
+    if (threadIdx.x < 32) {
+      const uint32_t word = reinterpret_cast<const uint32_t *>(s_half)[threadIdx.x];
+      w.bits[g * kTileWords + threadIdx.x] = word;
+      const uint32_t blocks =
+          __reduce_add_sync(kFull, static_cast<uint32_t>(__popc(word)));
+      const uint32_t sum = __reduce_add_sync(kFull, lane < kWarps ? sh[lane] : 0u);
+      if (threadIdx.x == 0)
+        w.tile[g] = static_cast<uint64_t>(sum) << 32 | blocks;
+    }
+    __syncthreads(); /* s_half is rewritten by the next tile */
+  }
+}
+
+/* A block per chunk: tile prefixes, sizes, encoding, capacity. */
+__global__ void __launch_bounds__(kThreads)
+    refit_delta_choose_kernel(const refit_delta_cuda_enc_desc_t *descs, int encoding,
+                              Ws w) {
+  __shared__ uint64_t sh[kWarps];
+  const int64_t c = blockIdx.x;
+  if (*w.plan == kPlanFailed || !w.rec[c].ok)
+    return;
+  const refit_delta_cuda_enc_desc_t d = descs[c];
+  const uint64_t ts = w.start[c], te = w.start[c + 1];
+  uint64_t carry = 0;
+  for (uint64_t t0 = ts; t0 < te; t0 += kThreads) {
+    const uint64_t t = t0 + threadIdx.x;
+    const uint64_t v = t < te ? w.tile[t] : 0;
+    uint64_t sum;
+    const uint64_t before = block_scan<uint64_t>(v, &sum, sh);
+    if (t < te)
+      w.tile[t] = carry + before;
+    carry += sum;
+  }
+  if (threadIdx.x != 0)
+    return;
+  const uint64_t bytes = d.bytes, k = carry >> 32, blocks = carry & 0xffffffffu;
+  const uint64_t nb = blocks_of(bytes);
+  uint64_t block_bytes = kBlock * blocks;
+  if (bytes % kBlock != 0 && blocks > 0 &&
+      (w.bits[ts * kTileWords + (nb - 1) / 32] >> ((nb - 1) % 32) & 1))
+    block_bytes -= kBlock - bytes % kBlock;
+  uint64_t size[REFIT_DELTA_ENCODINGS];
+  size[REFIT_DELTA_POSITIONS] = REFIT_DELTA_HEADER_BYTES + 5 * k;
+  size[REFIT_DELTA_MASK] = REFIT_DELTA_HEADER_BYTES + mask_bytes_of(bytes) + block_bytes;
+  size[REFIT_DELTA_DENSE] = REFIT_DELTA_HEADER_BYTES + bytes;
+  /* refit_delta_encode's rule: ties go to dense, then mask. */
+  int best = REFIT_DELTA_DENSE;
+  if (size[REFIT_DELTA_MASK] < size[best])
+    best = REFIT_DELTA_MASK;
+  if (size[REFIT_DELTA_POSITIONS] < size[best])
+    best = REFIT_DELTA_POSITIONS;
+  const int e = encoding == REFIT_DELTA_AUTO ? best : encoding;
+  ChunkRec r;
+  r.enc = static_cast<uint32_t>(e);
+  r.ok = size[e] <= d.cap;
+  r.count = k;
+  r.size = size[e];
+  r.blocks = blocks;
+  w.rec[c] = r;
+  if (!r.ok)
+    atomicMin(w.key,
+              static_cast<unsigned long long>(make_key(c, 0, REFIT_DELTA_CUDA_CAPACITY)));
+}
+
+/* Copy `rem` (<= kTileBytes) bytes s -> o, unit u * kThreads + thread. */
+__device__ inline void copy_tile(const uint8_t *s, uint8_t *o, uint64_t rem) {
+  uint4 v[kUnits];
+#pragma unroll
+  for (int u = 0; u < kUnits; u++) {
+    const uint64_t at = 16 * static_cast<uint64_t>(u * kThreads + threadIdx.x);
+    v[u] = at < rem ? load16(s + at, rem - at) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int u = 0; u < kUnits; u++) {
+    const uint64_t at = 16 * static_cast<uint64_t>(u * kThreads + threadIdx.x);
+    if (at < rem)
+      store16(o + at, v[u], rem - at);
+  }
+}
+
+/* Copy one block of len (<= 32) bytes. */
+__device__ inline void copy_block(const uint8_t *s, uint8_t *o, uint64_t len) {
+  const uint4 v0 = load16(s, len),
+              v1 = len > 16 ? load16(s + 16, len - 16) : make_uint4(0, 0, 0, 0);
+  store16(o, v0, len);
+  if (len > 16)
+    store16(o + 16, v1, len - 16);
+}
+
+/* The 4-block nibble of the tile's bitmap that thread `t` owns. */
+__device__ inline uint32_t owned_nibble(const uint32_t *tile_bits) {
+  return tile_bits[threadIdx.x / 8] >> (4 * (threadIdx.x % 8)) & 0xfu;
+}
+
+/* A sparse tile's work is a short chain of dependent loads and a scan:
+ * occupancy hides it. 4 blocks per SM fit its registers without spills. */
+__global__ void __launch_bounds__(kThreads, 4)
+    refit_delta_write_kernel(const refit_delta_cuda_enc_desc_t *descs, int64_t n,
+                             uint8_t *out, uint64_t *len, Ws w, int64_t *bad_chunk,
+                             int32_t *reason) {
+  __shared__ uint32_t sh[kWarps];
+  if (!report(w, bad_chunk, reason))
+    return;
+  const uint64_t total = *w.plan;
+  TileCursor<refit_delta_cuda_enc_desc_t> cur;
+  for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
+    cur.seek(descs, w, n, g);
+    const refit_delta_cuda_enc_desc_t &d = cur.d;
+    const ChunkRec &r = cur.r;
+    const int64_t c = cur.c;
+    const uint64_t lt = g - cur.t0, off0 = lt * kTileBytes;
+    const uint64_t rem = d.bytes - off0 < kTileBytes ? d.bytes - off0 : kTileBytes;
+    const uint8_t *a = static_cast<const uint8_t *>(d.new_bytes);
+    uint8_t *o = out + d.out_off;
+    if (lt == 0 && threadIdx.x < REFIT_DELTA_HEADER_BYTES) {
+      const uint32_t count = r.enc == REFIT_DELTA_POSITIONS
+                                 ? static_cast<uint32_t>(r.count)
+                             : r.enc == REFIT_DELTA_MASK ? static_cast<uint32_t>(r.blocks)
+                                                         : 0;
+      const uint32_t words[4] = {REFIT_DELTA_MAGIC, r.enc, static_cast<uint32_t>(d.bytes),
+                                 count};
+      const int i = threadIdx.x;
+      o[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
+      if (i == 0)
+        len[c] = r.size;
+    }
+    uint8_t *p = o + REFIT_DELTA_HEADER_BYTES;
+    if (r.enc == REFIT_DELTA_DENSE) {
+      copy_tile(a + off0, p + off0, rem);
+      continue;
+    }
+    const uint32_t *tile_bits = w.bits + g * kTileWords;
+    if (r.enc == REFIT_DELTA_MASK) {
+      const uint64_t mb = mask_bytes_of(d.bytes), m0 = lt * (kTileBlocks / 8);
+      if (threadIdx.x < kTileBlocks / 8 && m0 + threadIdx.x < mb)
+        p[m0 + threadIdx.x] = reinterpret_cast<const uint8_t *>(tile_bits)[threadIdx.x];
+    }
+    /* A tile without a changed block has nothing more to write (its count:
+     * the next tile's prefix, or the chunk's total, less its own). The
+     * nibble's load goes out with the prefixes'. */
+    const uint32_t nib = owned_nibble(tile_bits);
+    const uint64_t next = g + 1 < cur.t1 ? w.tile[g + 1] : r.count << 32 | r.blocks;
+    if (((next - w.tile[g]) & 0xffffffffu) == 0)
+      continue;
+    const uint64_t k0 = lt * kTileBlocks + 4 * threadIdx.x; /* first owned block */
+    if (r.enc == REFIT_DELTA_MASK) {
+      const uint64_t mb = mask_bytes_of(d.bytes);
+      uint32_t unused;
+      uint64_t rank =
+          (w.tile[g] & 0xffffffffu) +
+          block_scan<uint32_t>(static_cast<uint32_t>(__popc(nib)), &unused, sh);
+      uint8_t *data = p + mb;
+#pragma unroll
+      for (int q = 0; q < 4; q++)
+        if (nib >> q & 1) {
+          const uint64_t k = k0 + q, bl = d.bytes - kBlock * k < kBlock
+                                              ? d.bytes - kBlock * k
+                                              : kBlock;
+          copy_block(a + kBlock * k, data + kBlock * rank, bl);
+          rank++;
+        }
+      continue;
+    }
+    /* Positions: the changed bytes of the owned marked blocks. */
+    const uint8_t *b = static_cast<const uint8_t *>(d.base);
+    uint32_t cm[4];
+    uint32_t cnt = 0;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      cm[q] = 0;
+      if (nib >> q & 1) {
+        const uint64_t k = k0 + q,
+                       bl = d.bytes - kBlock * k < kBlock ? d.bytes - kBlock * k : kBlock;
+        const uint8_t *pa = a + kBlock * k, *pb = b + kBlock * k;
+        const uint4 a0 = load16(pa, bl), b0 = load16(pb, bl);
+        const uint4 a1 = bl > 16 ? load16(pa + 16, bl - 16) : make_uint4(0, 0, 0, 0);
+        const uint4 b1 = bl > 16 ? load16(pb + 16, bl - 16) : make_uint4(0, 0, 0, 0);
+        cm[q] = diff16(a0, b0) | diff16(a1, b1) << 16;
+        cnt += __popc(cm[q]);
+      }
+    }
+    uint32_t unused;
+    uint64_t idx = (w.tile[g] >> 32) + block_scan<uint32_t>(cnt, &unused, sh);
+    uint8_t *values = p + 4 * r.count;
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+      for (uint32_t m = cm[q]; m != 0; m &= m - 1) {
+        const uint64_t at = kBlock * (k0 + q) + (__ffs(m) - 1);
+        store_u32(p + 4 * idx, static_cast<uint32_t>(at));
+        values[idx] = a[at];
+        idx++;
+      }
+  }
+}
+
+/* ---- Apply --------------------------------------------------------------- */
+
+/* A block per delta: the header's checks, the mask's tile prefixes. */
+__global__ void __launch_bounds__(kThreads)
+    refit_delta_header_kernel(const refit_delta_cuda_dec_desc_t *descs, Ws w) {
+  __shared__ uint64_t sh[kWarps];
+  __shared__ int s_reason;
+  __shared__ uint32_t s_enc, s_chunk, s_count;
+  const int64_t c = blockIdx.x;
+  if (*w.plan == kPlanFailed)
+    return;
+  const refit_delta_cuda_dec_desc_t d = descs[c];
+  const uint8_t *h = static_cast<const uint8_t *>(d.delta);
+  if (threadIdx.x == 0) {
+    int why = REFIT_DELTA_CUDA_NONE;
+    uint32_t e = 0, chunk = 0, count = 0;
+    if (h == NULL) {
+      why = REFIT_DELTA_CUDA_NULL_POINTER;
+    } else if (d.delta_len < REFIT_DELTA_HEADER_BYTES) {
+      why = REFIT_DELTA_CUDA_SHORT;
+    } else {
+      e = h[4];
+      chunk = load_u32(h + 8);
+      count = load_u32(h + 12);
+      if (load_u32(h) != REFIT_DELTA_MAGIC)
+        why = REFIT_DELTA_CUDA_MAGIC;
+      else if (e < REFIT_DELTA_POSITIONS || e > REFIT_DELTA_DENSE)
+        why = REFIT_DELTA_CUDA_ENCODING;
+      else if (h[5] != 0 || h[6] != 0 || h[7] != 0)
+        why = REFIT_DELTA_CUDA_HEADER_PAD;
+      else if (e == REFIT_DELTA_POSITIONS && count > chunk)
+        why = REFIT_DELTA_CUDA_COUNT;
+      else if (e == REFIT_DELTA_MASK && count > blocks_of(chunk))
+        why = REFIT_DELTA_CUDA_COUNT;
+      else if (e == REFIT_DELTA_MASK &&
+               d.delta_len < REFIT_DELTA_HEADER_BYTES + mask_bytes_of(chunk))
+        why = REFIT_DELTA_CUDA_SHORT_MASK;
+      else if (e == REFIT_DELTA_DENSE && count != 0)
+        why = REFIT_DELTA_CUDA_COUNT;
+    }
+    s_reason = why;
+    s_enc = e;
+    s_chunk = chunk;
+    s_count = count;
+  }
+  __syncthreads();
+  int why = s_reason;
+  const uint32_t e = s_enc, chunk = s_chunk, count = s_count;
+  uint64_t want = REFIT_DELTA_HEADER_BYTES;
+  if (why == REFIT_DELTA_CUDA_NONE && e == REFIT_DELTA_MASK) {
+    /* Popcount of the mask, per tile of 128 mask bytes; the tiles' prefixes
+     * are kept only when the chunk is the destination's (else the header
+     * fails on its size below, and the tiles are not the chunk's). */
+    const uint8_t *mask = h + REFIT_DELTA_HEADER_BYTES;
+    const uint64_t nb = blocks_of(chunk), mb = mask_bytes_of(chunk);
+    const uint64_t ntiles = ceil_div_u(nb, kTileBlocks);
+    const bool keep = chunk == d.dst_bytes;
+    const uint64_t ts = w.start[c];
+    uint64_t carry = 0;
+    for (uint64_t t0 = 0; t0 < ntiles; t0 += kThreads) {
+      const uint64_t t = t0 + threadIdx.x;
+      uint64_t marked = 0;
+      if (t < ntiles) {
+        const uint64_t m0 = t * (kTileBlocks / 8);
+        const uint64_t m1 = m0 + kTileBlocks / 8 < mb ? m0 + kTileBlocks / 8 : mb;
+        if (m1 - m0 == kTileBlocks / 8 && aligned(mask + m0, 4)) {
+#pragma unroll 8
+          for (uint64_t i = m0; i < m1; i += 4)
+            marked += __popc(*reinterpret_cast<const uint32_t *>(mask + i));
+        } else {
+          for (uint64_t i = m0; i < m1; i++)
+            marked += __popc(mask[i]);
+        }
+      }
+      uint64_t sum;
+      const uint64_t before = block_scan<uint64_t>(marked, &sum, sh);
+      if (keep && t < ntiles)
+        w.tile[ts + t] = carry + before;
+      carry += sum;
+    }
+    if (nb % 8 != 0 && (mask[mb - 1] >> (nb % 8)) != 0)
+      why = REFIT_DELTA_CUDA_MASK_TAIL;
+    else if (carry != count)
+      why = REFIT_DELTA_CUDA_MASK_COUNT;
+    want += mb + kBlock * count;
+    if (count > 0 && chunk % kBlock != 0 && (mask[(nb - 1) / 8] >> ((nb - 1) % 8) & 1))
+      want -= kBlock - chunk % kBlock;
+  } else if (e == REFIT_DELTA_POSITIONS) {
+    want += 5 * static_cast<uint64_t>(count);
+  } else {
+    want += chunk;
+  }
+  if (threadIdx.x != 0)
+    return;
+  if (why == REFIT_DELTA_CUDA_NONE && d.delta_len != want)
+    why = REFIT_DELTA_CUDA_LENGTH;
+  if (why == REFIT_DELTA_CUDA_NONE && chunk != d.dst_bytes)
+    why = REFIT_DELTA_CUDA_CHUNK_SIZE;
+  if (why == REFIT_DELTA_CUDA_NONE && d.dst == NULL && d.dst_bytes > 0)
+    why = REFIT_DELTA_CUDA_NULL_POINTER;
+  ChunkRec r;
+  r.enc = e;
+  r.ok = why == REFIT_DELTA_CUDA_NONE;
+  r.count = count;
+  r.size = want;
+  r.blocks = 0;
+  w.rec[c] = r;
+  if (!r.ok)
+    atomicMin(w.key, static_cast<unsigned long long>(make_key(c, 0, why)));
+}
+
+/* The nibble of a delta's mask that thread `t` owns in local tile lt (0
+ * past the mask), and the rank of its first block. */
+__device__ inline uint32_t mask_nibble(const uint8_t *mask, uint64_t mb, uint64_t lt) {
+  const uint64_t i = lt * (kTileBlocks / 8) + threadIdx.x / 2;
+  return i < mb ? mask[i] >> (4 * (threadIdx.x & 1)) & 0xfu : 0;
+}
+
+/* Check (kApply false) or apply one tile of a good delta. */
+template <bool kApply>
+__device__ inline void delta_tile(const refit_delta_cuda_dec_desc_t &d, const ChunkRec &r,
+                                  int64_t c, uint64_t g, uint64_t lt, uint64_t ntiles,
+                                  const Ws &w, uint32_t *sh, uint64_t *key) {
+  const uint8_t *p = static_cast<const uint8_t *>(d.delta) + REFIT_DELTA_HEADER_BYTES;
+  uint8_t *dst = static_cast<uint8_t *>(d.dst);
+  const uint64_t chunk = d.dst_bytes;
+  if (r.enc == REFIT_DELTA_DENSE) {
+    if (kApply) {
+      const uint64_t off0 = lt * kTileBytes;
+      copy_tile(p + off0, dst + off0,
+                chunk - off0 < kTileBytes ? chunk - off0 : kTileBytes);
+    }
+    return;
+  }
+  if (r.enc == REFIT_DELTA_POSITIONS) {
+    /* Groups of kPosGroup positions, group lt + i * ntiles to tile lt: the
+     * positions of a sparse delta, all in its first groups, spread over the
+     * chunk's tiles (count <= chunk bytes: at most 32 groups a tile). */
+    const uint8_t *values = p + 4 * r.count;
+    for (uint64_t j0 = lt * kPosGroup; j0 < r.count; j0 += ntiles * kPosGroup) {
+      uint32_t off[4], prev[4];
+      uint8_t v[4];
+      bool in[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const uint64_t j = j0 + u * kThreads + threadIdx.x;
+        in[u] = j < r.count;
+        off[u] = in[u] ? load_u32(p + 4 * j) : 0;
+        v[u] = in[u] ? values[j] : 0;
+        prev[u] = !kApply && in[u] && j > 0 ? load_u32(p + 4 * (j - 1)) : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        if (!in[u])
+          continue;
+        const uint64_t j = j0 + u * kThreads + threadIdx.x;
+        if (kApply) {
+          dst[off[u]] = v[u];
+          continue;
+        }
+        int why = REFIT_DELTA_CUDA_NONE;
+        if (off[u] >= chunk)
+          why = REFIT_DELTA_CUDA_POS_RANGE;
+        else if (j > 0 && off[u] <= prev[u])
+          why = REFIT_DELTA_CUDA_POS_ORDER;
+        else if (dst[off[u]] == v[u])
+          why = REFIT_DELTA_CUDA_POS_SAME;
+        if (why != REFIT_DELTA_CUDA_NONE) {
+          const uint64_t k = make_key(c, j, why);
+          *key = k < *key ? k : *key;
+        }
+      }
+    }
+    return;
+  }
+  /* Mask; a tile without a marked block has nothing to do. */
+  const uint64_t mb = mask_bytes_of(chunk);
+  const uint32_t nib = mask_nibble(p, mb, lt);
+  const uint64_t next = lt + 1 < ntiles ? w.tile[g + 1] : r.count;
+  if (next == w.tile[g])
+    return;
+  uint32_t unused;
+  uint64_t rank =
+      w.tile[g] + block_scan<uint32_t>(static_cast<uint32_t>(__popc(nib)), &unused, sh);
+  const uint8_t *data = p + mb;
+  const uint64_t k0 = lt * kTileBlocks + 4 * threadIdx.x;
+#pragma unroll
+  for (int q = 0; q < 4; q++)
+    if (nib >> q & 1) {
+      const uint64_t k = k0 + q,
+                     bl = chunk - kBlock * k < kBlock ? chunk - kBlock * k : kBlock;
+      const uint8_t *s = data + kBlock * rank;
+      uint8_t *o = dst + kBlock * k;
+      if (kApply) {
+        copy_block(s, o, bl);
+      } else {
+        const uint4 s0 = load16(s, bl), o0 = load16(o, bl);
+        const uint4 s1 = bl > 16 ? load16(s + 16, bl - 16) : make_uint4(0, 0, 0, 0);
+        const uint4 o1 = bl > 16 ? load16(o + 16, bl - 16) : make_uint4(0, 0, 0, 0);
+        if ((diff16(s0, o0) | diff16(s1, o1)) == 0) {
+          const uint64_t key1 = make_key(c, k, REFIT_DELTA_CUDA_BLOCK_SAME);
+          *key = key1 < *key ? key1 : *key;
+        }
+      }
+      rank++;
+    }
+}
+
+template <bool kApply>
+__global__ void __launch_bounds__(kThreads)
+    refit_delta_tiles_kernel(const refit_delta_cuda_dec_desc_t *descs, int64_t n, Ws w,
+                             int64_t *bad_chunk, int32_t *reason) {
+  __shared__ uint32_t sh[kWarps];
+  if (kApply ? !report(w, bad_chunk, reason) : *w.plan == kPlanFailed)
+    return;
+  const uint64_t total = *w.plan;
+  uint64_t key = kNoKey;
+  TileCursor<refit_delta_cuda_dec_desc_t> cur;
+  for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
+    cur.seek(descs, w, n, g);
+    if (!cur.r.ok) /* uniform over the block: block_scan's barriers are safe */
+      continue;
+    delta_tile<kApply>(cur.d, cur.r, cur.c, g, g - cur.t0, cur.t1 - cur.t0, w, sh, &key);
+  }
+  if (!kApply)
+    post_key(w.key, key);
+}
+
+/* ---- Host side ----------------------------------------------------------- */
+
+/* A machine-filling grid for `kernel`, queried once per device. */
+template <typename K>
+int64_t filling_grid(K kernel, std::atomic<int64_t> (&cache)[kMaxDevices]) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices)
+    return refit_cuda_filling_grid(kernel, kThreads);
+  int64_t g = cache[dev].load(std::memory_order_relaxed);
+  if (g == 0) {
+    g = refit_cuda_filling_grid(kernel, kThreads);
+    cache[dev].store(g, std::memory_order_relaxed);
+  }
+  return g;
+}
+
+std::atomic<int64_t> g_count_grid[kMaxDevices], g_write_grid[kMaxDevices],
+    g_check_grid[kMaxDevices], g_apply_grid[kMaxDevices];
+
+unsigned grid_of(int64_t filling, uint64_t max_tiles) {
+  const uint64_t g = static_cast<uint64_t>(filling) < max_tiles
+                         ? static_cast<uint64_t>(filling)
+                         : max_tiles;
+  return static_cast<unsigned>(g > 0 ? g : 1);
+}
+
+refit_status_t check_call(const char *what, const void *descs, int64_t n, const void *ws,
+                          size_t ws_bytes, const int64_t *bad_chunk,
+                          const int32_t *reason) {
+  if (n < 0 || n > REFIT_DELTA_CUDA_MAX_CHUNKS)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s (cuda): %lld chunks; between 0 and %lld in one call", what,
+                     (long long)n, (long long)REFIT_DELTA_CUDA_MAX_CHUNKS);
+  if ((n > 0 && descs == NULL) || ws == NULL || bad_chunk == NULL || reason == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s (cuda): NULL %s", what,
+                     ws == NULL          ? "workspace"
+                     : bad_chunk == NULL ? "bad chunk output"
+                     : reason == NULL    ? "reason output"
+                                         : "descriptor table");
+  if ((reinterpret_cast<uintptr_t>(ws) & 15) != 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s (cuda): the workspace at %p is not 16-byte aligned", what, ws);
+  if (ws_bytes < refit_delta_cuda_workspace(n, 0))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s (cuda): a workspace of %zu bytes; %zu at least for %lld chunks "
+                     "(refit_delta_cuda_workspace)",
+                     what, ws_bytes, refit_delta_cuda_workspace(n, 0), (long long)n);
+  return REFIT_OK;
+}
+
+} // namespace
+
+extern "C" const char *refit_delta_cuda_reason_str(int32_t reason) {
+  static const char *const text[] = {
+#define REFIT_DELTA_CUDA_REASON_TEXT_(name, t) t,
+      REFIT_DELTA_CUDA_REASON_MAP(REFIT_DELTA_CUDA_REASON_TEXT_)
+#undef REFIT_DELTA_CUDA_REASON_TEXT_
+  };
+  return reason >= 0 && reason < REFIT_DELTA_CUDA_REASONS ? text[reason] : "?";
+}
+
+extern "C" size_t refit_delta_cuda_workspace(int64_t n, uint64_t total_bytes) {
+  const uint64_t nn = n > 0 ? static_cast<uint64_t>(n) : 0;
+  const uint64_t max_tiles = total_bytes / kTileBytes + nn;
+  return static_cast<size_t>(ws_tile_offset(static_cast<int64_t>(nn)) + 256 +
+                             kWsPerTile * max_tiles);
+}
+
+extern "C" refit_status_t
+refit_delta_encode_cuda(const refit_delta_cuda_enc_desc_t *descs_device, int64_t n,
+                        refit_delta_encoding_t encoding, void *out, uint64_t *len_device,
+                        void *workspace, size_t workspace_bytes,
+                        int64_t *bad_chunk_device, int32_t *reason_device,
+                        cudaStream_t stream) {
+  const char *what = "delta encode";
+  REFIT_CHECK(check_call(what, descs_device, n, workspace, workspace_bytes,
+                         bad_chunk_device, reason_device));
+  if ((unsigned)encoding >= REFIT_DELTA_ENCODINGS)
+    return REFIT_ERR(
+        REFIT_ERR_INVALID_ARGUMENT,
+        "delta encode (cuda): encoding %d is none of auto (0), positions (1), "
+        "mask (2), dense (3)",
+        (int)encoding);
+  if (n > 0 && (out == NULL || len_device == NULL))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "delta encode (cuda): NULL %s",
+                     out == NULL ? "output" : "length array");
+  const Ws w = ws_carve(workspace, n, workspace_bytes);
+  refit_delta_plan_kernel<<<1, kPlanThreads, 0, stream>>>(descs_device, n, w);
+  REFIT_CHECK(refit_cuda_launch_check("delta encode plan"));
+  if (n > 0) {
+    refit_delta_count_kernel<<<
+        grid_of(filling_grid(refit_delta_count_kernel, g_count_grid), w.max_tiles),
+        kThreads, 0, stream>>>(descs_device, n, w);
+    REFIT_CHECK(refit_cuda_launch_check("delta encode count"));
+    refit_delta_choose_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+        descs_device, (int)encoding, w);
+    REFIT_CHECK(refit_cuda_launch_check("delta encode choose"));
+  }
+  refit_delta_write_kernel<<<grid_of(filling_grid(refit_delta_write_kernel, g_write_grid),
+                                     w.max_tiles),
+                             kThreads, 0, stream>>>(
+      descs_device, n, static_cast<uint8_t *>(out), len_device, w, bad_chunk_device,
+      reason_device);
+  return refit_cuda_launch_check("delta encode write");
+}
+
+extern "C" refit_status_t
+refit_delta_apply_cuda(const refit_delta_cuda_dec_desc_t *descs_device, int64_t n,
+                       void *workspace, size_t workspace_bytes, int64_t *bad_chunk_device,
+                       int32_t *reason_device, cudaStream_t stream) {
+  const char *what = "delta apply";
+  REFIT_CHECK(check_call(what, descs_device, n, workspace, workspace_bytes,
+                         bad_chunk_device, reason_device));
+  const Ws w = ws_carve(workspace, n, workspace_bytes);
+  refit_delta_plan_kernel<<<1, kPlanThreads, 0, stream>>>(descs_device, n, w);
+  REFIT_CHECK(refit_cuda_launch_check("delta apply plan"));
+  if (n > 0) {
+    refit_delta_header_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+        descs_device, w);
+    REFIT_CHECK(refit_cuda_launch_check("delta apply header"));
+    refit_delta_tiles_kernel<false>
+        <<<grid_of(filling_grid(refit_delta_tiles_kernel<false>, g_check_grid),
+                   w.max_tiles),
+           kThreads, 0, stream>>>(descs_device, n, w, bad_chunk_device, reason_device);
+    REFIT_CHECK(refit_cuda_launch_check("delta apply check"));
+  }
+  refit_delta_tiles_kernel<true>
+      <<<grid_of(filling_grid(refit_delta_tiles_kernel<true>, g_apply_grid), w.max_tiles),
+         kThreads, 0, stream>>>(descs_device, n, w, bad_chunk_device, reason_device);
+  return refit_cuda_launch_check("delta apply");
+}
+
+extern "C" refit_status_t refit_delta_cuda_report(const char *what, int64_t bad_chunk,
+                                                  int32_t reason) {
+  if (bad_chunk < 0)
+    return REFIT_OK;
+  const refit_status_t st =
+      reason >= REFIT_DELTA_CUDA_SHORT ? REFIT_ERR_INTEGRITY : REFIT_ERR_INVALID_ARGUMENT;
+  return REFIT_ERR(st, "%s (cuda): chunk %lld: %s", what, (long long)bad_chunk,
+                   refit_delta_cuda_reason_str(reason));
+}
