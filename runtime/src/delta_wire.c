@@ -88,35 +88,6 @@ refit_status_t refit_dw_frame_walk(const unsigned char *frame, size_t len,
   return REFIT_OK;
 }
 
-/* refit_dw_frame_apply's chunk: decode into the message's copy. */
-typedef struct {
-  unsigned char *dst;
-  const int64_t *span;
-  int64_t n;
-  const char *what;
-} refit_dw_decode_t;
-
-static refit_status_t refit_dw_decode_chunk(void *ctx, int64_t i, const unsigned char *delta,
-                                            size_t len) {
-  const refit_dw_decode_t *d = ctx;
-  refit_status_t st = refit_delta_decode(delta, len, d->dst + d->span[i],
-                                         (size_t)(d->span[i + 1] - d->span[i]));
-  if (st != REFIT_OK) {
-    char why[512];
-    snprintf(why, sizeof(why), "%s", refit_last_error());
-    return REFIT_ERR(st, "%s, chunk %lld of %lld: %s", d->what, (long long)i,
-                     (long long)d->n, why);
-  }
-  return REFIT_OK;
-}
-
-refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
-                                    unsigned char *dst, const int64_t *span, int64_t n,
-                                    const char *what) {
-  refit_dw_decode_t d = {dst, span, n, what};
-  return refit_dw_frame_walk(frame, len, span, n, what, refit_dw_decode_chunk, &d);
-}
-
 /* Message m's chunk spans into dw->span (m->chunk_count + 1 offsets). */
 static void refit_dw_spans(const refit_plan_t *p, const refit_msg_t *m, int64_t *span) {
   for (int64_t i = 0; i < m->chunk_count; i++)

@@ -211,12 +211,4 @@ refit_status_t refit_dw_frame_walk(const unsigned char *frame, size_t len,
                                    const int64_t *span, int64_t n, const char *what,
                                    refit_dw_chunk_fn fn, void *ctx);
 
-/* Apply a frame of `len` bytes to `dst` (a flat copy of the message's
- * baseline, spans as above): the frame format's reference, through the same
- * walk (generators apply in place instead); `what` names the message in
- * errors. */
-refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
-                                    unsigned char *dst, const int64_t *span, int64_t n,
-                                    const char *what);
-
 #endif /* REFIT_DELTA_WIRE_H */

@@ -164,16 +164,13 @@ int refit_mem_usable(refit_mem_t *m, const void *ptr) {
 
 refit_status_t refit_mem_alloc_shared(refit_mem_t *m, size_t bytes, void **ptr) {
 #ifdef REFIT_HAVE_CUDA
-  if (m->device) {
-    if (refit_share_alloc(ptr, bytes ? bytes : 1) != REFIT_OK) {
-      REFIT_INFO("%s; cudaMalloc instead (generators then read it through CUDA IPC, "
-                 "slower)",
-                 refit_last_error());
-      return refit_mem_alloc(m, bytes, ptr);
-    }
-    REFIT_CUDA_CHECK(cudaMemset(*ptr, 0, bytes));
+  if (m->device && refit_share_alloc(ptr, bytes ? bytes : 1) == REFIT_OK) {
+    REFIT_CUDA_CHECK(cudaMemset(*ptr, 0, bytes)); /* as refit_mem_alloc */
     return REFIT_OK;
   }
+  if (m->device)
+    REFIT_INFO("%s; cudaMalloc instead (generators then read it through CUDA IPC, slower)",
+               refit_last_error());
 #endif
   return refit_mem_alloc(m, bytes, ptr);
 }

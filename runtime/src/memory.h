@@ -49,7 +49,8 @@ refit_status_t refit_mem_alloc(refit_mem_t *m, size_t bytes, void **ptr);
 
 /* As refit_mem_alloc; on a device, memory another process of the node maps
  * at full speed where the driver can make it (device_share.h; cudaMalloc
- * otherwise): for the trainer tensors that zero copy lets generators read. */
+ * otherwise): for the trainer tensors that generators read in place under
+ * zero copy. */
 refit_status_t refit_mem_alloc_shared(refit_mem_t *m, size_t bytes, void **ptr);
 
 /* Is `ptr` memory this rank's kernels can use (host memory for a host

@@ -357,7 +357,9 @@ refit_status_t refit_session_bind(refit_session_t *s) {
       }
       total = at;
       if (pass == 0 && total > 0)
-        REFIT_CHECK(refit_mem_alloc_shared(s->mem, total, &s->shard_slab));
+        /* Generators read it in place under zero copy: shareable memory. */
+        REFIT_CHECK(s->zero_copy ? refit_mem_alloc_shared(s->mem, total, &s->shard_slab)
+                                 : refit_mem_alloc(s->mem, total, &s->shard_slab));
       if (total == 0)
         break;
     }
