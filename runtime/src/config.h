@@ -86,6 +86,18 @@ typedef enum {
   REFIT_DELTA_MODE_AUTO = 2
 } refit_delta_mode_t;
 
+/* refit.delta_baseline: where a trainer whose buffers are device memory
+ * keeps the last committed version's bytes and the candidate beside them
+ * (delta_wire.h): auto and device in memory of its GPU, host in pinned host
+ * memory its GPU reads and writes over the bus (half the GPU memory a delta
+ * refit needs, at the bus's bandwidth). A trainer on host memory keeps them
+ * in host memory either way. */
+typedef enum {
+  REFIT_DELTA_BASELINE_AUTO = 0,
+  REFIT_DELTA_BASELINE_DEVICE = 1,
+  REFIT_DELTA_BASELINE_HOST = 2
+} refit_delta_baseline_t;
+
 /* Fault injection (tests only): the phase a fault fires in ... */
 typedef enum {
   REFIT_FAULT_PHASE_TRANSFER = 0,
@@ -147,6 +159,7 @@ typedef struct {
     refit_moe_backend_t moe_backend;       /* flashinfer_trtllm (only) */
     int prequantize; /* quantize on the trainer before sending; default false */
     refit_delta_mode_t delta; /* off (default) | on | auto */
+    refit_delta_baseline_t delta_baseline; /* auto (default) | device | host */
     /* Modules left in bf16 under mxfp8, by their runtime (vLLM) names: an
      * entry matches a module when it equals whole dotted segments of its
      * name ("mlp.gate" matches model.layers.*.mlp.gate, not

@@ -165,6 +165,9 @@
   X(REFIT_DELTA, "refit", "delta", ENUM, refit.delta, "off", 0, 0,             \
     "off|on|auto", 0,                                                          \
     "send only what changed since the last committed version")                 \
+  X(REFIT_DELTA_BASELINE, "refit", "delta_baseline", ENUM,                     \
+    refit.delta_baseline, "auto", 0, 0, "auto|device|host", 0,                 \
+    "where a trainer on a GPU keeps its delta baseline (auto: device)")        \
   X(REFIT_QUANTIZATION_IGNORE, "refit", "quantization_ignore", STRING_LIST,    \
     refit.quantization_ignore, "[lm_head]", 0, 0,                              \
     "module name|[lm_head, mlp.gate]", 0,                                      \

@@ -6,6 +6,7 @@
 #include "session.h"
 
 #include "core/digest.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "kernels/delta.h"
 
@@ -99,19 +100,126 @@ static void refit_dw_spans(const refit_plan_t *p, const refit_msg_t *m, int64_t 
 static const char *refit_dw_unusable(const refit_session_t *s) {
   if (!s->transport.ops->variable_length)
     return "its transport sends messages of a fixed length only";
-  if (refit_mem_on_device(s->mem))
-    return "its buffers are in device memory";
   if (s->zero_copy)
     return "zero copy moves no weight bytes";
   /* The config quantizes on the trainer under delta (prequantize), so this
-   * is a guard: a generator applies deltas in place only. */
-  if (!s->is_trainer && !s->loader->in_place)
+   * is a guard: a generator on host memory applies deltas in place only. */
+  if (!s->is_trainer && !refit_mem_on_device(s->mem) && !s->loader->in_place)
     return "its chunks do not all land bytewise (BF16 rows quantized on the generator)";
   return NULL;
 }
 
-refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
+/* Room for the baseline areas and buffers of refit_dw_t, sized from the
+ * plan: per bucket, this rank's messages (a trainer: in its send buffer's
+ * layout, messages packed once for several generators kept once; a
+ * generator: in its staging layout). */
+static refit_status_t refit_dw_size(refit_session_t *s, refit_dw_t *dw, size_t *frames) {
   const refit_plan_t *p = s->plan;
+  int64_t max_chunks = 1, bucket_frames = 0, bucket_chunks = 0, bucket_scratch = 0,
+          bucket_hdr = 0, max_msg = 0;
+  dw->base_off = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
+  if (dw->base_off == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit tables of %d buckets", p->nbuckets);
+  for (int32_t b = 0; b < p->nbuckets; b++) {
+    int64_t frames = 0, chunks = 0, scratch = 0, hdr = 0, used = 0;
+    if (s->my_begin[b + 1] - s->my_begin[b] > dw->max_msgs)
+      dw->max_msgs = s->my_begin[b + 1] - s->my_begin[b];
+    for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
+      const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
+      max_chunks = m->chunk_count > max_chunks ? m->chunk_count : max_chunks;
+      max_msg = m->bytes > max_msg ? m->bytes : max_msg;
+      frames += (int64_t)refit_dw_frame_bound(m->bytes, m->chunk_count);
+      chunks += m->chunk_count;
+      scratch += m->bytes + m->chunk_count * (REFIT_DELTA_HEADER_BYTES + 16);
+      hdr += REFIT_DW_HEADER_BYTES + 4 * m->chunk_count;
+      const int64_t end =
+          (s->is_trainer ? s->msg_wire[k] : m->offset) + m->bytes;
+      used = end > used ? end : used;
+    }
+    bucket_frames = frames > bucket_frames ? frames : bucket_frames;
+    bucket_chunks = chunks > bucket_chunks ? chunks : bucket_chunks;
+    bucket_scratch = scratch > bucket_scratch ? scratch : bucket_scratch;
+    bucket_hdr = hdr > bucket_hdr ? hdr : bucket_hdr;
+    dw->base_off[b + 1] = dw->base_off[b] + used;
+  }
+  dw->span = malloc((size_t)(max_chunks + 1) * sizeof(*dw->span));
+  dw->base_bytes = (size_t)dw->base_off[p->nbuckets];
+  dw->max_chunks = bucket_chunks;
+  dw->hdr_off = (size_t)bucket_scratch;
+  dw->hdr_bytes = (size_t)bucket_hdr;
+  dw->scratch_bytes = dw->hdr_off + dw->hdr_bytes;
+  dw->hframe_bytes = (size_t)max_msg;
+  *frames = (size_t)bucket_frames;
+  return dw->span != NULL ? REFIT_OK
+                          : REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit spans");
+}
+
+/* Memory of the kind the baseline lives in: device memory, pinned host
+ * memory or plain host memory. */
+static refit_status_t refit_dw_alloc(refit_dw_t *dw, int pinned, size_t bytes, void **ptr) {
+  if (!dw->device) {
+    *ptr = malloc(bytes ? bytes : 1);
+    return *ptr != NULL ? REFIT_OK
+                        : REFIT_ERR(REFIT_ERR_NO_MEMORY, "%zu bytes of host memory", bytes);
+  }
+  return pinned ? refit_mem_alloc_pinned(dw->mem, bytes, ptr)
+                : refit_mem_alloc(dw->mem, bytes, ptr);
+}
+
+static void refit_dw_free(refit_dw_t *dw, int pinned, void *ptr) {
+  if (ptr == NULL)
+    return;
+  if (!dw->device)
+    free(ptr);
+  else if (pinned)
+    refit_mem_free_pinned(dw->mem, ptr);
+  else
+    refit_mem_free(dw->mem, ptr);
+}
+
+static refit_status_t refit_dw_buffers(refit_session_t *s, refit_dw_t *dw) {
+  size_t frames = 0;
+  REFIT_CHECK(refit_dw_size(s, dw, &frames));
+  /* A trainer packs into a candidate beside the baseline (two copies, the
+   * roles swapped at commit); a generator on a GPU keeps one copy of the
+   * wire bytes. */
+  dw->copies = s->is_trainer ? 2 : dw->device ? 1 : 0;
+  if (dw->copies > 0)
+    REFIT_CHECK(refit_dw_alloc(dw, dw->pinned, (size_t)dw->copies * dw->base_bytes,
+                               (void **)&dw->base));
+  if (s->is_trainer) {
+    dw->enc_bytes = frames;
+    for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
+      REFIT_CHECK(refit_dw_alloc(dw, 0, dw->enc_bytes, (void **)&dw->enc[i]));
+  } else {
+    for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
+      if ((dw->got[i] = calloc((size_t)(dw->max_msgs ? dw->max_msgs : 1),
+                               sizeof(size_t))) == NULL)
+        return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit lengths");
+  }
+  if (!dw->device)
+    return REFIT_OK;
+  const size_t n = (size_t)(dw->max_chunks ? dw->max_chunks : 1);
+  dw->chunks = malloc(n * sizeof(*dw->chunks));
+  if (dw->chunks == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta tables of %zu chunks", n);
+  if (s->is_trainer) {
+    dw->lens = malloc(n * sizeof(*dw->lens));
+    dw->pieces = malloc((2 * n + (size_t)dw->max_msgs + 1) * sizeof(*dw->pieces));
+    dw->hdr = malloc(dw->hdr_bytes ? dw->hdr_bytes : 1);
+    if (dw->lens == NULL || dw->pieces == NULL || dw->hdr == NULL)
+      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta frame tables of %zu chunks", n);
+    return refit_mem_alloc(dw->mem, dw->scratch_bytes, (void **)&dw->scratch);
+  }
+  dw->hframe = malloc(dw->hframe_bytes ? dw->hframe_bytes : 1);
+  dw->chunk_at = malloc(n * sizeof(*dw->chunk_at));
+  if (dw->hframe == NULL || dw->chunk_at == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta frame buffer of %zu bytes",
+                     dw->hframe_bytes);
+  return REFIT_OK;
+}
+
+refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
   *out = NULL;
   if (s->cfg.refit.delta == REFIT_DELTA_MODE_OFF)
     return REFIT_OK;
@@ -119,8 +227,9 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
   if (why != NULL && s->cfg.refit.delta == REFIT_DELTA_MODE_ON)
     return REFIT_ERR(REFIT_ERR_CONFIG,
                      "refit.delta: on: %s rank %d cannot carry delta refits: %s "
-                     "(transport %s); use transport mpi or ucx with host memory "
-                     "and zero_copy: off, or delta: auto for full refits here",
+                     "(transport %s); use transport ipc (device memory, one node), "
+                     "ucx or mpi, and zero_copy: off, or delta: auto for full "
+                     "refits here",
                      s->is_trainer ? "trainer" : "generator", s->role_rank, why,
                      s->transport.ops->name);
   refit_dw_t *dw = calloc(1, sizeof(*dw));
@@ -128,87 +237,68 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit state");
   dw->mode = s->cfg.refit.delta;
   dw->usable = why == NULL;
+  dw->mem = s->mem;
+  dw->device = refit_mem_on_device(s->mem);
+  dw->pinned = dw->device && s->is_trainer &&
+               s->cfg.refit.delta_baseline == REFIT_DELTA_BASELINE_HOST;
   *out = dw;
   if (!dw->usable) {
     REFIT_INFO("%s rank %d: refit.delta: auto: full refits only (%s)",
                s->is_trainer ? "trainer" : "generator", s->role_rank, why);
     return REFIT_OK;
   }
-  int64_t max_chunks = 1, bucket_frames = 0;
-  for (int32_t b = 0; b < p->nbuckets; b++) {
-    int64_t frames = 0;
-    if (s->my_begin[b + 1] - s->my_begin[b] > dw->max_msgs)
-      dw->max_msgs = s->my_begin[b + 1] - s->my_begin[b];
-    for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
-      const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
-      if (m->chunk_count > max_chunks)
-        max_chunks = m->chunk_count;
-      frames += (int64_t)refit_dw_frame_bound(m->bytes, m->chunk_count);
-    }
-    if (frames > bucket_frames)
-      bucket_frames = frames;
-  }
-  dw->span = malloc((size_t)(max_chunks + 1) * sizeof(*dw->span));
-  /* Bucket b's area of a trainer's baseline, in the send buffer's layout
-   * (messages packed once for several generators kept once). A generator
-   * keeps none: it applies deltas in place (loader_delta.c). */
-  dw->base_off = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
-  for (int32_t b = 0; s->is_trainer && dw->base_off != NULL && b < p->nbuckets; b++) {
-    int64_t used = 0;
-    for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
-      const int64_t end = s->msg_wire[k] + p->msgs[s->my_msgs[k]].bytes;
-      used = end > used ? end : used;
-    }
-    dw->base_off[b + 1] = dw->base_off[b] + used;
-  }
-  dw->base_bytes = dw->base_off ? (size_t)dw->base_off[p->nbuckets] : 0;
-  if (s->is_trainer) {
-    dw->enc_bytes = (size_t)bucket_frames;
-    for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
-      dw->enc[i] = malloc(dw->enc_bytes ? dw->enc_bytes : 1);
-  } else {
-    for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
-      dw->got[i] = calloc((size_t)(dw->max_msgs ? dw->max_msgs : 1), sizeof(size_t));
-  }
-  /* A trainer packs into a candidate beside the baseline (two copies, the
-   * roles swapped at commit). */
-  dw->copies = s->is_trainer ? 2 : 0;
-  dw->base = malloc(dw->base_bytes ? (size_t)dw->copies * dw->base_bytes : 1);
-  int ok = dw->span != NULL && dw->base_off != NULL && dw->base != NULL;
-  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
-    ok = ok && (s->is_trainer ? dw->enc[i] != NULL : dw->got[i] != NULL);
-  if (!ok) {
-    const size_t bytes = dw->copies * dw->base_bytes;
+  refit_status_t st = refit_dw_buffers(s, dw);
+  if (st != REFIT_OK) {
+    char why_not[512];
+    snprintf(why_not, sizeof(why_not), "%s", refit_last_error());
+    const size_t bytes = (size_t)dw->copies * dw->base_bytes;
     refit_dw_destroy(dw);
     *out = NULL;
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit baseline of %zu bytes on %s rank %d",
-                     bytes, s->is_trainer ? "trainer" : "generator", s->role_rank);
+    return REFIT_ERR(st, "delta refit baseline of %zu bytes on %s rank %d: %s", bytes,
+                     s->is_trainer ? "trainer" : "generator", s->role_rank, why_not);
   }
-  if (!s->is_trainer) {
+  const char *mode = dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto";
+  if (!s->is_trainer && !dw->device) {
     REFIT_INFO("generator rank %d: refit.delta %s: deltas applied in place in runtime "
                "storage (no baseline; digests of %lld chunks, %.1f KiB)",
-               s->role_rank, dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto",
-               (long long)s->loader->nsums, (double)(16 * s->loader->nsums) / 1024.0);
+               s->role_rank, mode, (long long)s->loader->nsums,
+               (double)(16 * s->loader->nsums) / 1024.0);
+    return REFIT_OK;
+  }
+  if (!s->is_trainer) {
+    REFIT_INFO("generator rank %d: refit.delta %s: baseline of the wire bytes %.1f MiB "
+               "in GPU memory (deltas applied there, each bucket landed from it)",
+               s->role_rank, mode, (double)dw->base_bytes / 1048576.0);
     return REFIT_OK;
   }
   REFIT_INFO("trainer rank %d: refit.delta %s: baseline of the last committed version "
-             "%.1f MiB in host memory and a candidate as large, frame buffers 2 x "
-             "%.1f MiB",
-             s->role_rank, dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto",
-             (double)dw->base_bytes / 1048576.0, (double)dw->enc_bytes / 1048576.0);
+             "%.1f MiB in %s memory and a candidate as large, frame buffers 2 x %.1f MiB%s",
+             s->role_rank, mode, (double)dw->base_bytes / 1048576.0,
+             !dw->device ? "host" : dw->pinned ? "pinned host" : "GPU",
+             (double)dw->enc_bytes / 1048576.0,
+             dw->device ? ", delta scratch in GPU memory" : "");
   return REFIT_OK;
 }
 
 void refit_dw_destroy(refit_dw_t *dw) {
   if (dw == NULL)
     return;
-  free(dw->base);
+  if (dw->device)
+    (void)refit_mem_sync(dw->mem);
+  refit_dw_free(dw, dw->pinned, dw->base);
+  refit_dw_free(dw, 0, dw->scratch);
   free(dw->base_off);
   free(dw->span);
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
-    free(dw->enc[i]);
+    refit_dw_free(dw, 0, dw->enc[i]);
     free(dw->got[i]);
   }
+  free(dw->chunks);
+  free(dw->lens);
+  free(dw->pieces);
+  free(dw->hdr);
+  free(dw->hframe);
+  free(dw->chunk_at);
   free(dw);
 }
 
@@ -254,42 +344,145 @@ unsigned char *refit_dw_pack_target(refit_dw_t *dw, int32_t b, unsigned char *bu
   return dw->base + (size_t)(1 - dw->cur) * dw->base_bytes + dw->base_off[b];
 }
 
+/* The first send of bucket b listing the same bytes as send i (i itself
+ * unless a message packed once goes to several generators). */
+static int refit_dw_first_send(const refit_session_t *s, int32_t b, int i) {
+  const int64_t k = s->my_begin[b] + i;
+  for (int j = 0; j < i; j++)
+    if (s->msg_wire[s->my_begin[b] + j] == s->msg_wire[k])
+      return j;
+  return i;
+}
+
+static const unsigned char *refit_dw_baseline(const refit_dw_t *dw, int32_t b) {
+  return dw->base + (size_t)dw->cur * dw->base_bytes + dw->base_off[b];
+}
+
+/* Host memory: each message's frame encoded straight into the slot's frame
+ * buffer. */
+static refit_status_t refit_dw_encode_host(refit_session_t *s, int32_t b, int slot,
+                                           unsigned char *buf, refit_xfer_t *xfers, int nx) {
+  refit_dw_t *dw = s->dw;
+  size_t at = 0;
+  for (int i = 0; i < nx; i++) {
+    const int64_t k = s->my_begin[b] + i;
+    const refit_msg_t *m = &s->plan->msgs[s->my_msgs[k]];
+    if (refit_dw_first_send(s, b, i) != i)
+      continue;
+    size_t len = 0;
+    refit_dw_spans(s->plan, m, dw->span);
+    REFIT_CHECK(refit_dw_frame_encode(buf + s->msg_wire[k],
+                                      refit_dw_baseline(dw, b) + s->msg_wire[k], dw->span,
+                                      m->chunk_count, dw->enc[slot] + at, &len));
+    if (len < (size_t)m->bytes) {
+      xfers[i].buf = dw->enc[slot] + at;
+      xfers[i].bytes = len;
+      at += len;
+    }
+  }
+  return REFIT_OK;
+}
+
+/* Device memory: every chunk of the bucket's messages encoded in one call
+ * of the codec's CUDA twin into the scratch (chunk j's delta at a fixed
+ * offset), the lengths read back, and each message that is shorter as a
+ * frame put together from its header, the lengths and the deltas in one
+ * gather pass into the slot's frame buffer. Waits for it (sends must be
+ * complete when the transport starts). */
+static refit_status_t refit_dw_encode_device(refit_session_t *s, int32_t b, int slot,
+                                             unsigned char *buf, refit_xfer_t *xfers,
+                                             int nx) {
+  refit_dw_t *dw = s->dw;
+  const refit_plan_t *p = s->plan;
+  int64_t n = 0;
+  uint64_t off = 0;
+  for (int i = 0; i < nx; i++) {
+    const int64_t k = s->my_begin[b] + i;
+    const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
+    if (refit_dw_first_send(s, b, i) != i)
+      continue;
+    refit_dw_spans(p, m, dw->span);
+    for (int64_t j = 0; j < m->chunk_count; j++, n++) {
+      const uint64_t bytes = (uint64_t)(dw->span[j + 1] - dw->span[j]);
+      dw->chunks[n] = (refit_mem_delta_t){
+          .now = buf + s->msg_wire[k] + dw->span[j],
+          .base = (void *)(refit_dw_baseline(dw, b) + s->msg_wire[k] + dw->span[j]),
+          .bytes = bytes,
+          .off = off};
+      off += (refit_delta_bound(bytes) + 15) & ~UINT64_C(15);
+    }
+  }
+  if (n > dw->max_chunks || off > dw->hdr_off)
+    return REFIT_ERR(REFIT_ERR_INTERNAL,
+                     "delta refit: bucket %d has %lld chunks and %llu scratch bytes, "
+                     "sized for %lld and %zu",
+                     b, (long long)n, (unsigned long long)off, (long long)dw->max_chunks,
+                     dw->hdr_off);
+  REFIT_CHECK(refit_mem_delta_encode(dw->mem, dw->chunks, n, dw->scratch, dw->lens));
+
+  int64_t c = 0, np = 0;
+  size_t at = 0, h = 0;
+  for (int i = 0; i < nx; i++) {
+    const int64_t k = s->my_begin[b] + i;
+    const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
+    if (refit_dw_first_send(s, b, i) != i)
+      continue;
+    uint64_t len = REFIT_DW_HEADER_BYTES;
+    for (int64_t j = 0; j < m->chunk_count; j++)
+      len += 4 + dw->lens[c + j];
+    if (len >= (uint64_t)m->bytes) {
+      c += m->chunk_count;
+      continue;
+    }
+    unsigned char *frame = dw->enc[slot] + at;
+    unsigned char *hd = dw->hdr + h;
+    refit_dw_put32(hd, REFIT_DW_MAGIC);
+    refit_dw_put32(hd + 4, (uint32_t)m->chunk_count);
+    refit_dw_put32(hd + 8, (uint32_t)len);
+    refit_dw_put32(hd + 12, (uint32_t)(len >> 32));
+    dw->pieces[np++] = (refit_mem_piece_t){(int64_t)(dw->hdr_off + h), frame,
+                                           REFIT_DW_HEADER_BYTES};
+    h += REFIT_DW_HEADER_BYTES;
+    size_t f = REFIT_DW_HEADER_BYTES;
+    for (int64_t j = 0; j < m->chunk_count; j++, c++) {
+      refit_dw_put32(dw->hdr + h, (uint32_t)dw->lens[c]);
+      dw->pieces[np++] = (refit_mem_piece_t){(int64_t)(dw->hdr_off + h), frame + f, 4};
+      h += 4;
+      f += 4;
+      dw->pieces[np++] = (refit_mem_piece_t){(int64_t)dw->chunks[c].off, frame + f,
+                                             (int64_t)dw->lens[c]};
+      f += dw->lens[c];
+    }
+    xfers[i].buf = frame;
+    xfers[i].bytes = (size_t)len;
+    at += (size_t)len;
+  }
+  if (np == 0)
+    return REFIT_OK;
+  REFIT_CHECK(refit_mem_copy(dw->mem, dw->scratch + dw->hdr_off, dw->hdr, h));
+  REFIT_CHECK(refit_mem_gather(dw->mem, dw->scratch, dw->pieces, np));
+  return refit_mem_sync(dw->mem);
+}
+
 refit_status_t refit_dw_trainer_encode(refit_session_t *s, int32_t b, int slot,
                                        unsigned char *buf, refit_xfer_t *xfers, int nx) {
   refit_dw_t *dw = s->dw;
   const refit_plan_t *p = s->plan;
-  size_t at = 0;
   if (nx != s->my_begin[b + 1] - s->my_begin[b])
     return REFIT_ERR(REFIT_ERR_INTERNAL,
                      "delta refit: bucket %d lists %d sends for %lld messages", b, nx,
                      (long long)(s->my_begin[b + 1] - s->my_begin[b]));
+  if (dw->usable && dw->this_refit)
+    REFIT_CHECK(dw->device ? refit_dw_encode_device(s, b, slot, buf, xfers, nx)
+                           : refit_dw_encode_host(s, b, slot, buf, xfers, nx));
   for (int i = 0; i < nx; i++) {
-    const int64_t k = s->my_begin[b] + i;
-    const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
-    dw->full_bytes += (uint64_t)m->bytes;
-    int first = i; /* the first send of these bytes in this bucket */
-    for (int j = 0; j < i && first == i; j++)
-      if (s->msg_wire[s->my_begin[b] + j] == s->msg_wire[k])
-        first = j;
+    const refit_msg_t *m = &p->msgs[s->my_msgs[s->my_begin[b] + i]];
+    const int first = refit_dw_first_send(s, b, i);
     if (first != i) {
       xfers[i].buf = xfers[first].buf;
       xfers[i].bytes = xfers[first].bytes;
-    } else if (dw->usable) {
-      const unsigned char *now = buf + s->msg_wire[k];
-      const unsigned char *base =
-          dw->base + (size_t)dw->cur * dw->base_bytes + dw->base_off[b] + s->msg_wire[k];
-      if (dw->this_refit) {
-        size_t len = 0;
-        refit_dw_spans(p, m, dw->span);
-        REFIT_CHECK(refit_dw_frame_encode(now, base, dw->span, m->chunk_count,
-                                          dw->enc[slot] + at, &len));
-        if (len < (size_t)m->bytes) {
-          xfers[i].buf = dw->enc[slot] + at;
-          xfers[i].bytes = len;
-          at += len;
-        }
-      }
     }
+    dw->full_bytes += (uint64_t)m->bytes;
     dw->framed_msgs += xfers[i].bytes < (size_t)m->bytes;
     dw->wire_bytes += xfers[i].bytes;
   }
@@ -372,6 +565,94 @@ static refit_status_t refit_dw_generator_in_place(refit_session_t *s, int32_t b,
   return REFIT_OK;
 }
 
+/* A chunk of a received frame on a GPU, to be applied to the wire
+ * baseline: its delta is at the same offset of the frame in staging as in
+ * the host copy the walk reads. */
+typedef struct {
+  refit_dw_t *dw;
+  const unsigned char *host, *dev; /* the frame: host copy, in staging */
+  unsigned char *base;             /* the message in the wire baseline */
+  int64_t k, n;                    /* message, deltas so far */
+} refit_dw_gpu_t;
+
+static refit_status_t refit_dw_gpu_chunk(void *ctx, int64_t i, const unsigned char *delta,
+                                         size_t len) {
+  refit_dw_gpu_t *c = ctx;
+  refit_dw_t *dw = c->dw;
+  if (c->n >= dw->max_chunks)
+    return REFIT_ERR(REFIT_ERR_INTERNAL, "delta refit: more chunks than the %lld sized",
+                     (long long)dw->max_chunks);
+  dw->chunks[c->n] = (refit_mem_delta_t){.now = c->dev + (delta - c->host),
+                                         .base = c->base + dw->span[i],
+                                         .bytes = len,
+                                         .dst_bytes =
+                                             (uint64_t)(dw->span[i + 1] - dw->span[i])};
+  dw->chunk_at[c->n][0] = c->k;
+  dw->chunk_at[c->n][1] = i;
+  c->n++;
+  return REFIT_OK;
+}
+
+/* Bucket b on a generator whose memory is a GPU: the wire baseline (the
+ * committed version's bytes as received) takes every message, a full one
+ * copied, a frame applied with the codec's CUDA twin (all of the bucket's
+ * deltas checked before any is written); the bucket then lands from it as a
+ * full refit's does, every chunk's digest checked. */
+static refit_status_t refit_dw_generator_gpu(refit_session_t *s, int32_t b, int slot,
+                                             unsigned char *staging,
+                                             unsigned char **land_from) {
+  refit_dw_t *dw = s->dw;
+  const refit_plan_t *p = s->plan;
+  unsigned char *wire = dw->base + dw->base_off[b];
+  refit_dw_gpu_t c = {.dw = dw, .host = dw->hframe};
+  for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
+    const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
+    const size_t got = dw->this_refit ? dw->got[slot][k - s->my_begin[b]] : (size_t)m->bytes;
+    dw->full_bytes += (uint64_t)m->bytes;
+    dw->wire_bytes += got;
+    if (got == (size_t)m->bytes) {
+      REFIT_CHECK(refit_mem_copy(dw->mem, wire + m->offset, staging + m->offset,
+                                 (size_t)m->bytes));
+      continue;
+    }
+    char what[160];
+    snprintf(what, sizeof(what),
+             "version %llu bucket %d: message from trainer rank %d to generator rank %d",
+             (unsigned long long)s->pending, b, m->src_rank, m->dst_rank);
+    /* The frame's header and lengths are read on the host: a copy of the
+     * frame (the deltas only, a small part of the message it stands for). */
+    REFIT_CHECK(refit_mem_to_host(dw->mem, dw->hframe, staging + m->offset, got));
+    refit_dw_spans(p, m, dw->span);
+    c.dev = staging + m->offset;
+    c.base = wire + m->offset;
+    c.k = k;
+    REFIT_CHECK(refit_dw_frame_walk(dw->hframe, got, dw->span, m->chunk_count, what,
+                                    refit_dw_gpu_chunk, &c));
+    dw->framed_msgs++;
+  }
+  int64_t bad = -1;
+  refit_status_t st = refit_mem_delta_apply(dw->mem, dw->chunks, c.n, &bad);
+  if (st != REFIT_OK && bad >= 0 && bad < c.n) {
+    char why[512];
+    snprintf(why, sizeof(why), "%s", refit_last_error());
+    const refit_msg_t *m = &p->msgs[s->my_msgs[dw->chunk_at[bad][0]]];
+    const refit_chunk_t *ch = &p->chunks[m->chunk_begin + dw->chunk_at[bad][1]];
+    return REFIT_ERR(REFIT_ERR_INTEGRITY,
+                     "version %llu bucket %d: message from trainer rank %d to generator "
+                     "rank %d, chunk %lld of %lld (tensor %s, rows %lld..%lld, cols "
+                     "%lld..%lld): %s; none of the bucket's deltas was applied, the "
+                     "refit is discarded",
+                     (unsigned long long)s->pending, b, m->src_rank, m->dst_rank,
+                     (long long)dw->chunk_at[bad][1], (long long)m->chunk_count,
+                     s->loader->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
+                     (long long)(ch->dst_row + ch->rows - 1), (long long)ch->dst_col,
+                     (long long)(ch->dst_col + ch->cols - 1), why);
+  }
+  REFIT_CHECK(st);
+  *land_from = wire;
+  return REFIT_OK;
+}
+
 refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
                                         unsigned char *staging, refit_land_fault_t fault,
                                         unsigned char **land_from) {
@@ -380,6 +661,8 @@ refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
   *land_from = staging;
   if (dw == NULL || !dw->usable)
     return REFIT_OK;
+  if (dw->device)
+    return refit_dw_generator_gpu(s, b, slot, staging, land_from);
   if (dw->this_refit) {
     *land_from = NULL; /* applied in place: nothing left to land */
     return refit_dw_generator_in_place(s, b, slot, staging, fault);

@@ -50,9 +50,24 @@
  * (the 8-byte sealed digest), so the new trailer comes through the delta
  * too. The receive is posted at the message's full length with a variable
  * length (refit_xfer_t.got), so the received length tells the two forms
- * apart. Transports without variable lengths (NCCL, IPC) cannot carry delta
- * refits; neither can device memory or zero copy (delta: on refuses them at
- * the first begin, auto falls back to full refits).
+ * apart (MPI, UCX and IPC carry such receives). NCCL's cannot, and zero
+ * copy moves no weight bytes: delta: on refuses them at the first begin,
+ * auto falls back to full refits.
+ *
+ * On a GPU (device memory, transport ipc). A trainer keeps its baseline and
+ * candidate in GPU memory, or in pinned host memory under
+ * refit.delta_baseline: host, and encodes a bucket's chunks in one call of
+ * the codec's CUDA twin (kernels/delta_cuda.h) into a scratch, reads the
+ * lengths back, and puts each shorter message's frame together in one
+ * gather pass. A generator keeps a copy of the wire bytes of the committed
+ * version in GPU memory (the staging layout of every bucket): a message
+ * that came whole is copied there, a frame's header and lengths are read
+ * from a host copy of the frame and its deltas applied there by the CUDA
+ * twin (every delta of the bucket checked before any is written), and the
+ * bucket then lands from that copy as in a full refit, every chunk's digest
+ * checked. The runtime bytes are a full refit's; the land is a full one (a
+ * pass over HBM), what shrinks is the wire. The copy is rewritten by every
+ * refit, so it is valid only at commit, as a host generator's digests.
  *
  * Integrity of a delta refit. Per chunk, before any byte of it is written:
  * the frame's and the delta's shape; every byte the delta names as changed
@@ -83,10 +98,10 @@
  * a trainer's baseline and candidate each as large as the bytes it packs,
  * and one frame buffer per exchange in flight; a generator 16 bytes per
  * chunk it lands (committed and candidate digests) and the undo log (9
- * bytes per changed byte, at most 9/16 of the stores). All of it is plain host memory (malloc): delta
- * refits run only where the buffers are host memory, and the memory module
- * has no pinned host allocation to offer. The sizes are logged (INFO) at the
- * first begin and printed by refit-plan.
+ * bytes per changed byte, at most 9/16 of the stores), all host memory on a
+ * host session; on a GPU see above (a generator's copy of the wire bytes as
+ * large as what it receives). The sizes are logged (INFO) at the first
+ * begin and printed by refit-plan.
  */
 #ifndef REFIT_DELTA_WIRE_H
 #define REFIT_DELTA_WIRE_H
@@ -119,17 +134,34 @@ typedef struct refit_dw {
   int valid;  /* the baseline holds version `version`'s bytes */
   uint64_t version;
   int this_refit; /* the ranks agreed that the refit in progress is a delta one */
-  /* A trainer's baseline, host memory: `copies` (2) areas of base_bytes
-   * (the second is the candidate its refit packs into; area `cur` is the
-   * baseline), bucket b at base_off[b] in each. A generator has none
-   * (copies 0): its baseline is runtime storage and the loader's digests. */
+  /* A trainer's baseline: `copies` (2) areas of base_bytes (the second is
+   * the candidate its refit packs into; area `cur` is the baseline), bucket
+   * b at base_off[b] in each. A generator on host memory has none (copies
+   * 0): its baseline is runtime storage and the loader's digests. One on a
+   * GPU keeps the wire bytes (copies 1, in the staging layout of each
+   * bucket), rewritten by every refit. */
   unsigned char *base;
   size_t base_bytes;
   int copies, cur;
   int64_t *base_off;
-  /* Trainer: a frame buffer per exchange in flight. */
+  /* Where: device sessions keep it in GPU memory, or (a trainer under
+   * refit.delta_baseline: host) pinned host memory. */
+  struct refit_mem *mem;
+  int device, pinned;
+  /* Trainer: a frame buffer per exchange in flight (this rank's memory). */
   unsigned char *enc[REFIT_EXCHANGES_IN_FLIGHT];
   size_t enc_bytes;
+  /* Device sessions: the codec's per-chunk table (most chunks of a bucket),
+   * lengths, frame pieces and headers (host), and a trainer's scratch in
+   * device memory (the deltas at fixed offsets, then the frame headers), or
+   * a generator's host copy of one received frame (most bytes of a
+   * message) and the (message, chunk) of each applied delta. */
+  refit_mem_delta_t *chunks;
+  uint64_t *lens;
+  refit_mem_piece_t *pieces;
+  unsigned char *hdr, *scratch, *hframe;
+  size_t scratch_bytes, hdr_off, hdr_bytes, hframe_bytes;
+  int64_t max_chunks, (*chunk_at)[2];
   /* Generator: each receive's length, per exchange in flight and message. */
   size_t *got[REFIT_EXCHANGES_IN_FLIGHT];
   int64_t max_msgs; /* most messages of this rank in one bucket */

@@ -1,6 +1,7 @@
 #include "memory.h"
 
 #include "core/error.h"
+#include "kernels/delta.h"
 #include "kernels/mxfp8.h"
 
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "device.h"
 #include "device_share.h"
 #include "kernels/datapath_cuda.h"
+#include "kernels/delta_cuda.h"
 #include "kernels/direct_cuda.h"
 #include "kernels/mxfp8_cuda.h"
 #endif
@@ -26,6 +28,11 @@ struct refit_mem {
   cudaStream_t stream;
   cudaEvent_t order; /* orders refit's stream with a caller's stream */
   int64_t *scratch;  /* device: bad chunk, count, first */
+  /* The delta codec's tables and workspace (grown on demand): `dbuf` holds
+   * the descriptor table, then the lengths or the gather table, then the
+   * workspace; `dhost` is its host image of the tables. */
+  void *dbuf, *dhost;
+  size_t dbuf_bytes, dhost_bytes;
 #endif
 };
 
@@ -118,6 +125,8 @@ void refit_mem_destroy(refit_mem_t *m) {
       refit_device_event_destroy(m->order);
     refit_device_free(m->scratch);
     refit_device_free(m->run_bad_device);
+    refit_device_free(m->dbuf);
+    free(m->dhost);
   }
 #endif
   free(m->run_bad);
@@ -498,4 +507,177 @@ refit_status_t refit_mem_compare(refit_mem_t *m, const void *a, const void *b,
 #endif
   (void)m;
   return refit_compare(a, b, bytes, elem, count, first);
+}
+
+/* ---- Delta codec, gather, pinned memory (delta refits) ------------------- */
+
+#ifdef REFIT_HAVE_CUDA
+/* Room for `dev` bytes of device tables and workspace and `host` bytes of
+ * their host image. */
+static refit_status_t refit_mem_delta_room(refit_mem_t *m, size_t dev, size_t host) {
+  if (dev > m->dbuf_bytes) {
+    REFIT_CHECK(refit_mem_sync(m));
+    refit_device_free(m->dbuf);
+    m->dbuf = NULL;
+    m->dbuf_bytes = 0;
+    REFIT_CHECK(refit_device_alloc(&m->dbuf, dev));
+    m->dbuf_bytes = dev;
+  }
+  if (host > m->dhost_bytes) {
+    void *h = realloc(m->dhost, host);
+    if (h == NULL)
+      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta tables of %zu bytes", host);
+    m->dhost = h;
+    m->dhost_bytes = host;
+  }
+  return REFIT_OK;
+}
+
+static size_t refit_mem_align16(size_t n) { return (n + 15) & ~(size_t)15; }
+#endif
+
+refit_status_t refit_mem_delta_encode(refit_mem_t *m, const refit_mem_delta_t *chunks,
+                                      int64_t n, void *out, uint64_t *lens) {
+  if (n <= 0)
+    return REFIT_OK;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    uint64_t total = 0;
+    for (int64_t i = 0; i < n; i++)
+      total += chunks[i].bytes;
+    const size_t tab = refit_mem_align16((size_t)n * sizeof(refit_delta_cuda_enc_desc_t));
+    const size_t len = refit_mem_align16((size_t)n * sizeof(uint64_t));
+    const size_t err = 16;
+    const size_t ws = refit_delta_cuda_workspace(n, total);
+    REFIT_CHECK(refit_mem_delta_room(m, tab + len + err + ws, tab));
+    refit_delta_cuda_enc_desc_t *d = m->dhost;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = (refit_delta_cuda_enc_desc_t){.new_bytes = chunks[i].now,
+                                           .base = chunks[i].base,
+                                           .bytes = chunks[i].bytes,
+                                           .out_off = chunks[i].off,
+                                           .cap = refit_delta_bound(chunks[i].bytes)};
+    unsigned char *dev = m->dbuf;
+    REFIT_CHECK(refit_device_memcpy_async(dev, d, (size_t)n * sizeof(*d), m->stream));
+    REFIT_CHECK(refit_delta_encode_cuda((const refit_delta_cuda_enc_desc_t *)dev, n,
+                                        REFIT_DELTA_AUTO, out, (uint64_t *)(dev + tab),
+                                        dev + tab + len + err, ws,
+                                        (int64_t *)(dev + tab + len),
+                                        (int32_t *)(dev + tab + len + 8), m->stream));
+    int64_t bad[2] = {0, 0};
+    REFIT_CHECK(refit_device_memcpy_async(lens, dev + tab, (size_t)n * sizeof(uint64_t),
+                                          m->stream));
+    REFIT_CHECK(refit_mem_to_host(m, bad, dev + tab + len, sizeof(bad)));
+    return refit_delta_cuda_report("delta encode", bad[0], (int32_t)bad[1]);
+  }
+#endif
+  for (int64_t i = 0; i < n; i++) {
+    size_t got = 0;
+    REFIT_CHECK(refit_delta_encode(chunks[i].now, chunks[i].base, chunks[i].bytes,
+                                   REFIT_DELTA_AUTO, (unsigned char *)out + chunks[i].off,
+                                   refit_delta_bound(chunks[i].bytes), &got, NULL));
+    lens[i] = got;
+  }
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_delta_apply(refit_mem_t *m, const refit_mem_delta_t *chunks,
+                                     int64_t n, int64_t *bad_chunk) {
+  *bad_chunk = -1;
+  if (n <= 0)
+    return REFIT_OK;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    uint64_t total = 0;
+    for (int64_t i = 0; i < n; i++)
+      total += chunks[i].dst_bytes;
+    const size_t tab = refit_mem_align16((size_t)n * sizeof(refit_delta_cuda_dec_desc_t));
+    const size_t err = 16;
+    const size_t ws = refit_delta_cuda_workspace(n, total);
+    REFIT_CHECK(refit_mem_delta_room(m, tab + err + ws, tab));
+    refit_delta_cuda_dec_desc_t *d = m->dhost;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = (refit_delta_cuda_dec_desc_t){.delta = chunks[i].now,
+                                           .delta_len = chunks[i].bytes,
+                                           .dst = chunks[i].base,
+                                           .dst_bytes = chunks[i].dst_bytes};
+    unsigned char *dev = m->dbuf;
+    REFIT_CHECK(refit_device_memcpy_async(dev, d, (size_t)n * sizeof(*d), m->stream));
+    REFIT_CHECK(refit_delta_apply_cuda((const refit_delta_cuda_dec_desc_t *)dev, n,
+                                       dev + tab + err, ws, (int64_t *)(dev + tab),
+                                       (int32_t *)(dev + tab + 8), m->stream));
+    int64_t bad[2] = {0, 0};
+    REFIT_CHECK(refit_mem_to_host(m, bad, dev + tab, sizeof(bad)));
+    *bad_chunk = bad[0] >= 0 ? bad[0] : -1;
+    return refit_delta_cuda_report("delta", bad[0], (int32_t)bad[1]);
+  }
+#endif
+  for (int64_t i = 0; i < n; i++) {
+    refit_status_t st = refit_delta_decode(chunks[i].now, chunks[i].bytes, chunks[i].base,
+                                           chunks[i].dst_bytes);
+    if (st != REFIT_OK) {
+      *bad_chunk = i;
+      return st;
+    }
+  }
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_gather(refit_mem_t *m, const void *src_base,
+                                const refit_mem_piece_t *pieces, int64_t n) {
+  if (n <= 0)
+    return REFIT_OK;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    /* The land kernel's COPY rows, digests off: one row per piece. */
+    const size_t tab = refit_mem_align16((size_t)n * sizeof(refit_land_desc_t));
+    REFIT_CHECK(refit_mem_delta_room(m, tab + 16, tab));
+    refit_land_desc_t *d = m->dhost;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = (refit_land_desc_t){.src_offset = pieces[i].src_off,
+                                 .rows = pieces[i].bytes > 0,
+                                 .cols = pieces[i].bytes,
+                                 .row_bytes = pieces[i].bytes,
+                                 .dst = pieces[i].dst,
+                                 .dst_pitch = pieces[i].bytes,
+                                 .op = REFIT_CHUNK_COPY};
+    unsigned char *dev = m->dbuf;
+    REFIT_CHECK(refit_device_memcpy_async(dev, d, (size_t)n * sizeof(*d), m->stream));
+    return refit_land_rows_cuda((const refit_land_desc_t *)dev, n, 0, src_base,
+                                (int64_t *)(dev + tab), m->stream);
+  }
+#endif
+  (void)m;
+  for (int64_t i = 0; i < n; i++)
+    memcpy(pieces[i].dst, (const unsigned char *)src_base + pieces[i].src_off,
+           (size_t)pieces[i].bytes);
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_alloc_pinned(refit_mem_t *m, size_t bytes, void **ptr) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    REFIT_CUDA_CHECK(cudaHostAlloc(ptr, bytes ? bytes : 1, cudaHostAllocPortable |
+                                                               cudaHostAllocMapped));
+    memset(*ptr, 0, bytes);
+    return REFIT_OK;
+  }
+#endif
+  *ptr = calloc(1, bytes ? bytes : 1);
+  if (*ptr == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "%zu bytes of host memory", bytes);
+  (void)m;
+  return REFIT_OK;
+}
+
+void refit_mem_free_pinned(refit_mem_t *m, void *ptr) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    if (ptr != NULL)
+      cudaFreeHost(ptr);
+    return;
+  }
+#endif
+  (void)m;
+  free(ptr);
 }

@@ -146,6 +146,44 @@ refit_status_t refit_mem_synth_rows(refit_mem_t *m, const refit_synth_key_t *key
                                     const int64_t *bases, int64_t rows, int64_t cols,
                                     uint16_t *dst);
 
+/*
+ * The delta codec (kernels/delta.h) on this rank's memory, for delta refits
+ * (delta_wire.h). A chunk: `bytes` at `now` and at `base` (encode: the new
+ * bytes and the baseline; apply: the delta, `bytes` its length, and the
+ * destination `base` of `dst_bytes`), and `off`, where encode puts its delta
+ * in `out` (room for refit_delta_bound(bytes) there). Both wait for the work
+ * they queue. Encode gives each delta's length in lens[]; apply checks every
+ * delta before it writes any (none is written if one is bad: *bad_chunk is
+ * the index of the first bad one and the status says why, otherwise -1).
+ * The tables are host memory; the bytes this rank's memory (pinned host
+ * memory too on a device).
+ */
+typedef struct {
+  const void *now;
+  void *base;
+  uint64_t bytes, dst_bytes, off;
+} refit_mem_delta_t;
+
+refit_status_t refit_mem_delta_encode(refit_mem_t *m, const refit_mem_delta_t *chunks,
+                                      int64_t n, void *out, uint64_t *lens);
+refit_status_t refit_mem_delta_apply(refit_mem_t *m, const refit_mem_delta_t *chunks,
+                                     int64_t n, int64_t *bad_chunk);
+
+/* Queue n copies (src, dst, bytes), all sources inside [src_base, src_base +
+ * span), in one pass: the pieces of delta frames. */
+typedef struct {
+  int64_t src_off; /* from src_base */
+  void *dst;
+  int64_t bytes;
+} refit_mem_piece_t;
+refit_status_t refit_mem_gather(refit_mem_t *m, const void *src_base,
+                                const refit_mem_piece_t *pieces, int64_t n);
+
+/* Pinned host memory that this rank's GPU reads and writes in place (plain
+ * host memory on a host session); refit_mem_free_pinned releases it. */
+refit_status_t refit_mem_alloc_pinned(refit_mem_t *m, size_t bytes, void **ptr);
+void refit_mem_free_pinned(refit_mem_t *m, void *ptr);
+
 /* Count differing elements of a and b (both in this rank's memory); waits. */
 refit_status_t refit_mem_compare(refit_mem_t *m, const void *a, const void *b,
                                  size_t bytes, size_t elem, int64_t *count,

@@ -101,6 +101,7 @@ refit_status_t refit_plan_report_figures(refit_plan_report_h r,
   f.spread = r->plan->spread;
   f.hash = r->plan->hash;
   f.delta = (int)r->cfg.refit.delta;
+  f.delta_baseline = (int)r->cfg.refit.delta_baseline;
   for (int32_t t = 0; f.delta != REFIT_DELTA_MODE_OFF && t < r->plan->ntrainer; t++) {
     const int64_t bytes = refit_plan_packed_bytes(r->plan, cat, t);
     f.delta_trainer_bytes = bytes > f.delta_trainer_bytes ? bytes : f.delta_trainer_bytes;

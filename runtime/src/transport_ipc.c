@@ -17,7 +17,10 @@
  *                       unpacked (double buffering).
  *   sender -> receiver  "done": sent once the copy's event has completed, so
  *                       a finished wait() on the receiver means the bytes
- *                       are in its memory.
+ *                       are in its memory. It carries the sender's length:
+ *                       a receive of variable length (refit_xfer_t.got)
+ *                       takes any length up to its own, others only their
+ *                       own.
  * Progress is made in start() and wait(); wait() polls MPI requests and CUDA
  * events against the deadline and names the peers still outstanding when it
  * passes. After a failure the transport refuses further use until
@@ -87,6 +90,7 @@ struct refit_exchange {
   MPI_Request *ready_send_req;
   uint64_t *done_in;
   MPI_Request *done_recv_req;
+  size_t **got; /* refit_xfer_t.got of each receive (NULL: exact length) */
 };
 
 static refit_status_t refit_ipc_mpi(int rc, const char *what, int peer) {
@@ -330,6 +334,7 @@ static void refit_ipc_exchange_free(refit_exchange_t *ex) {
   free(ex->ready_out);
   free(ex->ready_send_req);
   free(ex->done_in);
+  free(ex->got);
   free(ex->done_recv_req);
   free(ex);
 }
@@ -413,7 +418,11 @@ static refit_status_t refit_ipc_progress(refit_ipc_ctx_t *c,
       REFIT_CHECK(refit_ipc_mpi(MPI_Test(&ex->done_recv_req[i], &flag,
                                          MPI_STATUS_IGNORE),
                                 "MPI_Test(done)", peer));
-      if (flag && ex->done_in[i] != ex->ready_out[i].bytes)
+      /* A variable-length receive takes any length up to its own (the
+       * sender copied that many bytes). */
+      if (flag && ex->got[i] != NULL && ex->done_in[i] <= ex->ready_out[i].bytes)
+        *ex->got[i] = (size_t)ex->done_in[i];
+      else if (flag && ex->done_in[i] != ex->ready_out[i].bytes)
         return REFIT_ERR(REFIT_ERR_INTEGRITY,
                          "ipc transport: %s message from rank %d: it sent %llu "
                          "bytes, %llu expected (do all ranks run the same plan?)",
@@ -463,7 +472,7 @@ static refit_status_t refit_ipc_start(void *ctx, const refit_xfer_t *sends,
         IPC_ALLOC(copied, nsends) && IPC_ALLOC(done_send_req, nsends) &&
         IPC_ALLOC(recv_peer, nrecvs) && IPC_ALLOC(ready_out, nrecvs) &&
         IPC_ALLOC(ready_send_req, nrecvs) && IPC_ALLOC(done_in, nrecvs) &&
-        IPC_ALLOC(done_recv_req, nrecvs))) {
+        IPC_ALLOC(done_recv_req, nrecvs) && IPC_ALLOC(got, nrecvs))) {
     refit_ipc_exchange_free(ex);
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ipc transport: exchange of %d",
                      nsends + nrecvs);
@@ -479,6 +488,7 @@ static refit_status_t refit_ipc_start(void *ctx, const refit_xfer_t *sends,
   for (int i = 0; i < nrecvs; i++) {
     ex->ready_send_req[i] = ex->done_recv_req[i] = MPI_REQUEST_NULL;
     ex->recv_peer[i] = recvs[i].peer;
+    ex->got[i] = recvs[i].got;
   }
   /* Set ex->nsends/nrecvs only as requests exist, so cleanup sees the
    * right ones. */
@@ -668,6 +678,7 @@ const refit_transport_ops_t refit_transport_ipc = {
     .name = "ipc",
     .kind = REFIT_TRANSPORT_IPC,
     .memory = REFIT_MEMORY_DEVICE,
+    .variable_length = 1,
     .query = refit_ipc_query,
     .create = refit_ipc_create,
     .can_connect = refit_ipc_can_connect,

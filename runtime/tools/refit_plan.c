@@ -161,10 +161,12 @@ int main(int argc, char **argv) {
            (double)s.arena_max / 1048576.0, (double)f.arena_bound / 1048576.0,
            (double)s.staging_max / 1048576.0);
   if (f.delta != 0)
-    printf("  delta baseline   %.1f MiB per trainer rank and a candidate as large; "
-           "generators apply deltas in place, %.1f KiB of chunk digests per rank "
-           "(largest; host memory; refit.delta %s)\n",
+    printf("  delta baseline   %.1f MiB per trainer rank and a candidate as large "
+           "(host memory; on GPUs %s); generators on host memory apply deltas in "
+           "place, %.1f KiB of chunk digests per rank, on GPUs a copy of what they "
+           "receive in GPU memory (largest; refit.delta %s)\n",
            (double)f.delta_trainer_bytes / 1048576.0,
+           f.delta_baseline == 2 ? "pinned host memory" : "GPU memory",
            (double)f.delta_generator_bytes / 1024.0, f.delta == 1 ? "on" : "auto");
   printf("  planned in       %.3f s\n", plan_s);
   printf("  plan hash        %016llx\n", (unsigned long long)f.hash);

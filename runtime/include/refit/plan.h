@@ -86,6 +86,7 @@ typedef struct {
   uint64_t hash;            /* of the whole plan: equal on every rank of a
                                session with this configuration */
   int delta;                /* refit.delta: 0 off, 1 on, 2 auto */
+  int delta_baseline;       /* refit.delta_baseline: 0 auto, 1 device, 2 host */
   /* With delta on or auto: the largest baseline of the last committed
    * version a trainer keeps (the bytes it packs, a message sent to several
    * engines once), and what a generator keeps, which applies deltas in
