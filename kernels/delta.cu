@@ -4,8 +4,9 @@
  *
  * Work is cut into tiles of 32 KiB of each chunk (1024 blocks of 32 bytes;
  * a chunk of 0 bytes still has one tile, for its header), numbered across
- * the table; a thread block of 256 threads takes a tile at a time, on a grid
- * that fills the GPU. The kernels of a call, in stream order:
+ * the table; a thread block of 256 threads takes a contiguous share of them
+ * (tile_range), a tile at a time, on a grid that fills the GPU. The kernels
+ * of a call, in stream order:
  *
  *   plan      one thread block: each chunk's first tile (a prefix sum of its
  *             tile counts) and the checks that need only the descriptor.
@@ -14,7 +15,9 @@
  *             loads of each in flight per thread (unit u * 256 + thread, so
  *             every load instruction reads 4 KiB contiguous over the block);
  *             a bit per changed block (warp ballots) into the workspace's
- *             bitmap, the tile's changed bytes and blocks into its counts.
+ *             bitmap, the tile's changed bytes and blocks into its counts;
+ *             a tile with at most kTileList changed bytes also lists them
+ *             (offset and new value, in offset order) in the workspace.
  *     choose  a thread block per chunk: the exclusive prefix of its tiles'
  *             counts (a block scan per 256 tiles), the three sizes, the
  *             encoding (refit_delta_encode's rule and ties), its capacity.
@@ -22,9 +25,10 @@
  *             tile), then dense: the tile copied; mask: the tile's part of
  *             the bitmap and its marked blocks, each at its rank (tile
  *             prefix + a block scan of the threads' marked counts); positions:
- *             the changed bytes of the marked blocks at their ranks, found
- *             the same way. A thread owns 4 consecutive blocks in this pass
- *             and reads only the marked ones.
+ *             a listed tile's list copied to its rank, else the changed bytes
+ *             of the marked blocks at their ranks, found the same way. A
+ *             thread owns 4 consecutive blocks in this pass and reads only
+ *             the marked ones.
  *   apply
  *     header  a thread block per delta: refit_delta_info's checks in its
  *             order (a mask's popcount by the block, its per-tile prefix kept
@@ -56,6 +60,10 @@ constexpr uint64_t kTileBytes = 32768;                /* chunk bytes per tile */
 constexpr uint64_t kTileBlocks = kTileBytes / kBlock; /* 1024 */
 constexpr uint64_t kTileWords = kTileBlocks / 32;     /* bitmap words per tile */
 constexpr uint64_t kPosGroup = 4 * kThreads;       /* positions per group (4 a thread) */
+/* Changed bytes a tile lists in the count pass (offset and value each), so
+ * that the write pass copies a sparse tile's positions instead of reading
+ * its marked blocks again: up to 1/64 of a tile's bytes. */
+constexpr uint64_t kTileList = 512;
 constexpr int kUnits = kTileBytes / 16 / kThreads; /* 16-byte loads per thread */
 constexpr unsigned kFull = 0xffffffffu;
 constexpr uint64_t kNoKey = UINT64_MAX;
@@ -82,6 +90,8 @@ struct Ws {
   ChunkRec *rec;           /* n */
   uint64_t *tile;          /* max_tiles: counts, then prefixes */
   uint32_t *bits;          /* max_tiles * kTileWords: changed blocks (encode) */
+  uint32_t *list_off;      /* max_tiles * kTileList: a sparse tile's changed bytes */
+  uint8_t *list_val;       /* (encode: offsets in the chunk, new values) */
   uint64_t max_tiles;
 };
 
@@ -94,21 +104,26 @@ __host__ __device__ inline uint64_t ws_tile_offset(int64_t n) {
                   sizeof(ChunkRec) * static_cast<uint64_t>(n));
 }
 
-/* Bytes per tile of the workspace, and the slack that aligns the bitmap. */
-constexpr uint64_t kWsPerTile = 8 + 4 * kTileWords;
+/* Bytes per tile of the workspace, and the slack that aligns its arrays. */
+constexpr uint64_t kWsPerTile = 8 + 4 * kTileWords + 5 * kTileList;
+constexpr uint64_t kWsSlack = 3 * 256;
 
 Ws ws_carve(void *base, int64_t n, size_t bytes) {
   uint8_t *p = static_cast<uint8_t *>(base);
   Ws w;
   const uint64_t t0 = ws_tile_offset(n);
-  w.max_tiles = bytes >= t0 + 256 ? (bytes - t0 - 256) / kWsPerTile : 0;
+  w.max_tiles = bytes >= t0 + kWsSlack ? (bytes - t0 - kWsSlack) / kWsPerTile : 0;
   w.key = reinterpret_cast<unsigned long long *>(p);
   w.plan = reinterpret_cast<uint64_t *>(p + 8);
   w.start = reinterpret_cast<uint64_t *>(p + 256);
   w.rec =
       reinterpret_cast<ChunkRec *>(p + align256(256 + 8 * static_cast<uint64_t>(n + 1)));
   w.tile = reinterpret_cast<uint64_t *>(p + t0);
-  w.bits = reinterpret_cast<uint32_t *>(p + align256(t0 + 8 * w.max_tiles));
+  const uint64_t bits = align256(t0 + 8 * w.max_tiles);
+  const uint64_t offs = align256(bits + 4 * kTileWords * w.max_tiles);
+  w.bits = reinterpret_cast<uint32_t *>(p + bits);
+  w.list_off = reinterpret_cast<uint32_t *>(p + offs);
+  w.list_val = p + align256(offs + 4 * kTileList * w.max_tiles);
   return w;
 }
 
@@ -287,8 +302,21 @@ __device__ inline int desc_reason(const refit_delta_cuda_dec_desc_t &) {
 }
 
 /*
- * Where tile g lies, for a thread block that walks g upwards (a grid-stride
- * loop): its chunk c, the chunk's tiles [t0, t1), descriptor and record.
+ * The tiles [*g0, *g1) of this thread block: an even, contiguous share of
+ * the call's `total` tiles, so that a block walks a chunk's tiles in order
+ * and steps to the next chunk at most once a chunk (TileCursor), instead of
+ * searching the table for every tile of a grid-stride loop (a chain of
+ * dependent loads that a sparse tile's work cannot hide).
+ */
+__device__ inline void tile_range(uint64_t total, uint64_t *g0, uint64_t *g1) {
+  const uint64_t b = blockIdx.x, per = total / gridDim.x, extra = total % gridDim.x;
+  *g0 = b * per + (b < extra ? b : extra);
+  *g1 = *g0 + per + (b < extra ? 1 : 0);
+}
+
+/*
+ * Where tile g lies, for a thread block that walks g upwards (its
+ * tile_range): its chunk c, the chunk's tiles [t0, t1), descriptor and record.
  * Nothing is loaded while g stays in the chunk, one load steps to the next
  * chunk, a binary search goes further; the descriptor and record are loaded
  * once per chunk.
@@ -367,12 +395,15 @@ __global__ void __launch_bounds__(kThreads, 3)
     refit_delta_count_kernel(const refit_delta_cuda_enc_desc_t *descs, int64_t n, Ws w) {
   __shared__ __align__(16) uint16_t s_half[2 * kTileWords];
   __shared__ uint32_t sh[kWarps];
+  __shared__ uint32_t s_at[kUnits * kWarps]; /* changed bytes per (unit, warp) */
   const uint64_t total = *w.plan;
   if (total == kPlanFailed)
     return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   TileCursor<refit_delta_cuda_enc_desc_t> cur;
-  for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
+  uint64_t g0, g1;
+  tile_range(total, &g0, &g1);
+  for (uint64_t g = g0; g < g1; g++) {
     cur.seek(descs, w, n, g);
     if (!cur.r.ok) /* uniform over the block, as every branch on the chunk */
       continue;
@@ -396,22 +427,71 @@ __global__ void __launch_bounds__(kThreads, 3)
         y[u] = o < rem ? load16(b + o, rem - o) : make_uint4(0, 0, 0, 0);
       }
     }
-    uint32_t changed = 0;
+    uint32_t changed = 0, m[kUnits];
 #pragma unroll
     for (int u = 0; u < kUnits; u++) {
-      const uint32_t m = diff16(x[u], y[u]);
-      changed += __popc(m);
+      m[u] = diff16(x[u], y[u]);
+      changed += __popc(m[u]);
       /* Lanes 2i and 2i + 1 hold block 16 * warp + i of this step. */
-      const bool any = (m | __shfl_xor_sync(kFull, m, 1)) != 0;
+      const bool any = (m[u] | __shfl_xor_sync(kFull, m[u], 1)) != 0;
       const uint32_t ballot = __ballot_sync(kFull, any);
-      if (lane == 0)
+      const uint32_t at = __reduce_add_sync(kFull, static_cast<uint32_t>(__popc(m[u])));
+      if (lane == 0) {
         s_half[u * kWarps + warp] = static_cast<uint16_t>(even_bits(ballot));
+        s_at[u * kWarps + warp] = at;
+      }
     }
-    /* Warp sums, then warp 0 finishes the tile: two barriers a tile. */
+    /* Warp sums, then warp 0 finishes the tile: two barriers a tile (three
+     * for a tile that lists its changed bytes). */
     const uint32_t warp_changed = __reduce_add_sync(kFull, changed);
     if (lane == 0)
       sh[warp] = warp_changed;
-    __syncthreads(); /* orders sh's and s_half's stores */
+    __syncthreads(); /* orders sh's, s_half's and s_at's stores */
+    uint32_t tile_changed = 0;
+#pragma unroll
+    for (int i = 0; i < kWarps; i++)
+      tile_changed += sh[i];
+    if (tile_changed > 0 && tile_changed <= kTileList) { /* uniform over the block */
+      /* The tile's changed bytes in offset order, unit u's 4 KiB before
+       * unit u + 1's, warp by warp within a unit: (unit, warp) starts from
+       * an exclusive scan of s_at by warp 0, lanes from a warp scan. */
+      if (threadIdx.x < 32) {
+        uint32_t a0 = s_at[2 * lane], a1 = s_at[2 * lane + 1], v = a0 + a1;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const uint32_t o = __shfl_up_sync(kFull, v, d);
+          if (lane >= d)
+            v += o;
+        }
+        s_at[2 * lane] = v - a0 - a1;
+        s_at[2 * lane + 1] = v - a1;
+      }
+      __syncthreads();
+      uint32_t *lo = w.list_off + g * kTileList;
+      uint8_t *lv = w.list_val + g * kTileList;
+#pragma unroll
+      for (int u = 0; u < kUnits; u++) {
+        if (__ballot_sync(kFull, m[u] != 0) == 0)
+          continue;
+        uint32_t c = __popc(m[u]), incl = c;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const uint32_t o = __shfl_up_sync(kFull, incl, d);
+          if (lane >= d)
+            incl += o;
+        }
+        uint32_t idx = s_at[u * kWarps + warp] + incl - c;
+        const uint32_t base = static_cast<uint32_t>(off0) +
+                              16 * static_cast<uint32_t>(u * kThreads + threadIdx.x);
+        for (uint32_t mm = m[u]; mm != 0; mm &= mm - 1) {
+          const int bit = __ffs(mm) - 1;
+          const uint32_t word = bit < 4 ? x[u].x : bit < 8 ? x[u].y : bit < 12 ? x[u].z : x[u].w;
+          lo[idx] = base + static_cast<uint32_t>(bit);
+          lv[idx] = static_cast<uint8_t>(word >> (8 * (bit % 4)));
+          idx++;
+        }
+      }
+    }
     if (threadIdx.x < 32) {
       const uint32_t word = reinterpret_cast<const uint32_t *>(s_half)[threadIdx.x];
       w.bits[g * kTileWords + threadIdx.x] = word;
@@ -517,7 +597,9 @@ __global__ void __launch_bounds__(kThreads, 4)
     return;
   const uint64_t total = *w.plan;
   TileCursor<refit_delta_cuda_enc_desc_t> cur;
-  for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
+  uint64_t g0, g1;
+  tile_range(total, &g0, &g1);
+  for (uint64_t g = g0; g < g1; g++) {
     cur.seek(descs, w, n, g);
     const refit_delta_cuda_enc_desc_t &d = cur.d;
     const ChunkRec &r = cur.r;
@@ -575,7 +657,21 @@ __global__ void __launch_bounds__(kThreads, 4)
         }
       continue;
     }
-    /* Positions: the changed bytes of the owned marked blocks. */
+    /* Positions: a listed tile's changed bytes are copied from its list
+     * (its count: the next prefix less its own, as above). */
+    const uint64_t here = (next >> 32) - (w.tile[g] >> 32);
+    if (here <= kTileList) {
+      const uint64_t idx0 = w.tile[g] >> 32;
+      const uint32_t *lo = w.list_off + g * kTileList;
+      const uint8_t *lv = w.list_val + g * kTileList;
+      uint8_t *values = p + 4 * r.count;
+      for (uint64_t e = threadIdx.x; e < here; e += kThreads) {
+        store_u32(p + 4 * (idx0 + e), lo[e]);
+        values[idx0 + e] = lv[e];
+      }
+      continue;
+    }
+    /* Else the changed bytes of the owned marked blocks. */
     const uint8_t *b = static_cast<const uint8_t *>(d.base);
     uint32_t cm[4];
     uint32_t cnt = 0;
@@ -742,11 +838,19 @@ __device__ inline void delta_tile(const refit_delta_cuda_dec_desc_t &d, const Ch
     return;
   }
   if (r.enc == REFIT_DELTA_POSITIONS) {
-    /* Groups of kPosGroup positions, group lt + i * ntiles to tile lt: the
-     * positions of a sparse delta, all in its first groups, spread over the
-     * chunk's tiles (count <= chunk bytes: at most 32 groups a tile). */
+    /* Groups of kPosGroup positions spread over the chunk's tiles, which
+     * blocks take in contiguous shares: with no more groups than tiles,
+     * group i to tile i * ntiles / ngroups (evenly spaced, one a tile at
+     * most); else group i to tile i mod ntiles (count <= chunk bytes: at
+     * most 32 groups a tile). */
     const uint8_t *values = p + 4 * r.count;
-    for (uint64_t j0 = lt * kPosGroup; j0 < r.count; j0 += ntiles * kPosGroup) {
+    const uint64_t ngroups = ceil_div_u(r.count, kPosGroup);
+    const bool spaced = ngroups <= ntiles;
+    uint64_t i0 = spaced ? (lt * ngroups + ntiles - 1) / ntiles : lt;
+    if (spaced && i0 < ngroups && i0 * ntiles / ngroups != lt)
+      i0 = ngroups; /* no group lands on this tile */
+    for (uint64_t i = i0; i < ngroups; i += spaced ? ngroups : ntiles) {
+      const uint64_t j0 = i * kPosGroup;
       uint32_t off[4], prev[4];
       uint8_t v[4];
       bool in[4];
@@ -825,7 +929,9 @@ __global__ void __launch_bounds__(kThreads)
   const uint64_t total = *w.plan;
   uint64_t key = kNoKey;
   TileCursor<refit_delta_cuda_dec_desc_t> cur;
-  for (uint64_t g = blockIdx.x; g < total; g += gridDim.x) {
+  uint64_t g0, g1;
+  tile_range(total, &g0, &g1);
+  for (uint64_t g = g0; g < g1; g++) {
     cur.seek(descs, w, n, g);
     if (!cur.r.ok) /* uniform over the block: block_scan's barriers are safe */
       continue;
@@ -899,7 +1005,7 @@ extern "C" const char *refit_delta_cuda_reason_str(int32_t reason) {
 extern "C" size_t refit_delta_cuda_workspace(int64_t n, uint64_t total_bytes) {
   const uint64_t nn = n > 0 ? static_cast<uint64_t>(n) : 0;
   const uint64_t max_tiles = total_bytes / kTileBytes + nn;
-  return static_cast<size_t>(ws_tile_offset(static_cast<int64_t>(nn)) + 256 +
+  return static_cast<size_t>(ws_tile_offset(static_cast<int64_t>(nn)) + kWsSlack +
                              kWsPerTile * max_tiles);
 }
 

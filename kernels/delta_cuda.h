@@ -19,10 +19,12 @@
  *
  * Cost (for T = 32 KiB tiles of the chunks, numbered across the table, on a
  * grid that fills the GPU): encode reads the new and base bytes once (a
- * count pass that records a bit per changed 32-byte block in the workspace),
- * then, in a write pass, reads the changed blocks again (dense: the new
- * chunk) and writes the delta; positions and block order are stream
- * compaction by block-wide prefix sums. Apply checks the whole delta and the
+ * count pass that records a bit per changed 32-byte block in the workspace,
+ * and the changed bytes of a tile with at most 512 of them), then, in a
+ * write pass, copies those lists or reads the changed blocks again (mask;
+ * dense: the new chunk) and writes the delta; positions and block order are
+ * stream compaction by block-wide prefix sums. The workspace takes about
+ * 1/12 of the chunks' bytes. Apply checks the whole delta and the
  * destination bytes it names first (a read of each changed 32-byte sector of
  * the destination), then writes them: the delta is read twice. Four kernels
  * per call either way, so a call on a very sparse batch costs about four

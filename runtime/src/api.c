@@ -186,6 +186,7 @@ refit_status_t refit_last_wire_stats(refit_session_h s, refit_wire_stats_t *out)
     if (!s->is_trainer && s->loader != NULL) {
       out->changed_bytes = s->loader->changed_bytes;
       out->written_bytes = s->loader->written_bytes;
+      out->in_place = s->loader->in_place;
     }
   }
   return REFIT_OK;

@@ -109,6 +109,18 @@ static const char *refit_dw_unusable(const refit_session_t *s) {
   return NULL;
 }
 
+/* Why delta: auto runs full refits on a session that could carry delta
+ * ones, or NULL. On GPUs over ipc (one node) a generator lands every bucket
+ * whole from its copy of the wire bytes, and the trainer's encode reads as
+ * many bytes as the transfer it saves: measured slower than a full refit
+ * (docs/benchmarks.md, "Delta refit on one H200"). */
+static const char *refit_dw_unpaying(const refit_session_t *s) {
+  if (refit_mem_on_device(s->mem) && strcmp(s->transport.ops->name, "ipc") == 0)
+    return "on GPUs over ipc a delta refit still lands every bucket whole and "
+           "encodes as many bytes as it saves; delta: on forces them";
+  return NULL;
+}
+
 /* Room for the baseline areas and buffers of refit_dw_t, sized from the
  * plan: per bucket, this rank's messages (a trainer: in its send buffer's
  * layout, messages packed once for several generators kept once; a
@@ -224,6 +236,8 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
   if (s->cfg.refit.delta == REFIT_DELTA_MODE_OFF)
     return REFIT_OK;
   const char *why = refit_dw_unusable(s);
+  if (why == NULL && s->cfg.refit.delta == REFIT_DELTA_MODE_AUTO)
+    why = refit_dw_unpaying(s);
   if (why != NULL && s->cfg.refit.delta == REFIT_DELTA_MODE_ON)
     return REFIT_ERR(REFIT_ERR_CONFIG,
                      "refit.delta: on: %s rank %d cannot carry delta refits: %s "

@@ -220,6 +220,12 @@ typedef struct {
    * bytes (MXFP8 values and scales, or BF16). */
   uint64_t changed_bytes;
   uint64_t written_bytes;
+  /* Generator: 1 where deltas are applied in place in runtime storage
+   * (host memory), so changed_bytes counts; 0 on a GPU, where deltas are
+   * applied to the generator's copy of the wire bytes and each bucket
+   * lands whole from it (changed_bytes stays 0, written_bytes is a full
+   * refit's). */
+  int in_place;
 } refit_wire_stats_t;
 
 /* Not collective. REFIT_ERR_INVALID_ARGUMENT for a NULL session or out. */

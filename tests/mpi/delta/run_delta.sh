@@ -96,6 +96,8 @@ for n in $(seq 1 "$steps"); do
     awk -v s="$sent" -v f="$full" -v m="$max" 'BEGIN { exit !(f > 0 && s <= m * f) }' ||
       fail "delta refit $n sent $sent of $full bytes, more than $max of a full refit"
     if [ $landed -eq 1 ]; then
+      [ "$changed" = "-" ] ||
+        fail "delta refit $n on GPUs counted $changed changed bytes; it lands buckets whole"
       [ "$written" = "${full_written:-x}" ] ||
         fail "delta refit $n landed $written runtime bytes, a full refit ${full_written:-?}"
       continue
