@@ -2,7 +2,7 @@
 # One delta-refit job (refit.delta) through the project's launcher, with a
 # fresh random source.seed, then assertions on what each refit was and sent.
 #   run_delta.sh BUILD CONFIG [--refit N full|delta|aborted]... [--max F]
-#                [--transport T] [--as-delta STEPS] [--gpus N] [--landed]
+#                [--transport T] [--as-delta STEPS] [--gpus N] [--landed] [--gpu]
 # Every refit row must be verified (or, where --refit N aborted says so,
 # aborted with the previous version kept and verified); --refit N full|delta
 # requires refit N's wire line (refit-run: wire) to name that kind; every
@@ -15,12 +15,14 @@
 # some (the wire line's "generators: C bytes changed, W written"). --landed:
 # generators on a GPU, which apply deltas to their copy of the wire bytes and
 # land every bucket from it: every refit writes what a full one writes.
-# --gpus N: exit 77 (skipped) unless N GPUs are visible.
+# --gpus N: exit 77 (skipped) unless N GPUs are visible. --gpu: the job on
+# one GPU, device memory over transport ipc with zero_copy: off (--gpus 1
+# --landed --transport ipc).
 set -uo pipefail
 build=$1 config=$2
 shift 2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-kinds=() max=0.5 transport="" as_delta="" gpus=0 landed=0
+kinds=() max=0.5 transport="" as_delta="" gpus=0 landed=0 zero_copy_off=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --refit) kinds+=("$2 $3"); shift 3 ;;
@@ -29,6 +31,7 @@ while [ $# -gt 0 ]; do
     --as-delta) as_delta=$2; shift 2 ;;
     --gpus) gpus=$2; shift 2 ;;
     --landed) landed=1; shift ;;
+    --gpu) gpus=1 landed=1 transport=ipc zero_copy_off=1; shift ;;
     *) echo "run_delta: unknown argument $1"; exit 2 ;;
   esac
 done
@@ -48,7 +51,10 @@ if [ -n "$as_delta" ]; then
     -e "s/^refit:\$/refit:\n  delta: on/" "$dir/job.yaml"
 fi
 if [ -n "$transport" ]; then
-  sed -i "s/^refit:$/refit:\n  transport: $transport/" "$dir/job.yaml"
+  sed -i -e "/^  transport: /d" -e "s/^refit:$/refit:\n  transport: $transport/" "$dir/job.yaml"
+fi
+if [ $zero_copy_off -eq 1 ]; then
+  sed -i -e "/^  zero_copy: /d" -e "s/^refit:$/refit:\n  zero_copy: off/" "$dir/job.yaml"
 fi
 echo "run_delta: source.seed $seed${transport:+, transport $transport}"
 out="$dir/out"
