@@ -78,7 +78,8 @@ class WireStats(ctypes.Structure):
     """refit_wire_stats_t"""
     _fields_ = [("delta", ctypes.c_int), ("wire_bytes", ctypes.c_uint64),
                 ("full_bytes", ctypes.c_uint64), ("framed_msgs", ctypes.c_int64),
-                ("changed_bytes", ctypes.c_uint64), ("written_bytes", ctypes.c_uint64)]
+                ("changed_bytes", ctypes.c_uint64), ("written_bytes", ctypes.c_uint64),
+                ("in_place", ctypes.c_int)]
 
 
 _session = ctypes.c_void_p

@@ -283,8 +283,10 @@ class Session:
         delta (1 for a delta refit), wire_bytes (sent by a trainer, received
         by a generator), full_bytes (what a full refit moves here),
         framed_msgs; on a generator changed_bytes (runtime bytes a delta
-        refit applied in place found changed) and written_bytes (runtime
-        bytes written); all zero with refit.delta off."""
+        refit applied in place found changed), written_bytes (runtime
+        bytes written) and in_place (1 where deltas are applied in place,
+        0 on a GPU, which lands buckets whole and counts no changed bytes);
+        all zero with refit.delta off."""
         w = _lib.WireStats()
         check(_lib.last_wire_stats(self._handle(), ctypes.byref(w)))
         return {name: getattr(w, name) for name, _ in _lib.WireStats._fields_}
