@@ -335,8 +335,10 @@ static void check_twin(const batch_t *b, refit_delta_encoding_t e) {
 
 /* ---- Tests -------------------------------------------------------------- */
 
-static const double kDensities[] = {0, 1e-5, 1e-3, 0.05, 0.05, 1.0};
-static const int kClustered[] = {0, 0, 0, 0, 1, 0};
+/* 1/64: about 512 changed bytes per 32 KiB tile, the most a tile lists in
+ * the encoder's count pass, so tiles fall on both sides of that bound. */
+static const double kDensities[] = {0, 1e-5, 1e-3, 1.0 / 64, 0.05, 0.05, 1.0};
+static const int kClustered[] = {0, 0, 0, 0, 0, 1, 0};
 #define NDENS (int)(sizeof(kDensities) / sizeof(kDensities[0]))
 
 /* Every size x density, one call per encoding. */
