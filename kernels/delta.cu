@@ -16,8 +16,9 @@
  *             every load instruction reads 4 KiB contiguous over the block);
  *             a bit per changed block (warp ballots) into the workspace's
  *             bitmap, the tile's changed bytes and blocks into its counts;
- *             a tile with at most kTileList changed bytes also lists them
- *             (offset and new value, in offset order) in the workspace.
+ *             a tile with at most kTileList changed bytes, scattered
+ *             (listed()), also lists them (offset and new value, in offset
+ *             order) in the workspace.
  *     choose  a thread block per chunk: the exclusive prefix of its tiles'
  *             counts (a block scan per 256 tiles), the three sizes, the
  *             encoding (refit_delta_encode's rule and ties), its capacity.
@@ -389,6 +390,14 @@ __device__ inline bool report(const Ws &w, int64_t *bad_chunk, int32_t *reason) 
 
 /* ---- Encode -------------------------------------------------------------- */
 
+/* Whether the count pass lists a tile's changed bytes (and the write pass
+ * copies the list): at most kTileList of them, and scattered (4 or fewer a
+ * changed block on average; runs are cheaper to find again from the blocks
+ * than to list one byte at a time, and go as a mask above ~1e-3). */
+__device__ inline bool listed(uint64_t changed, uint64_t blocks) {
+  return changed > 0 && changed <= kTileList && changed <= 4 * blocks;
+}
+
 /* Tile g (local tile t of its chunk): counts and bitmap. */
 /* 3 blocks per SM (80 registers): each has 64 KiB of loads in flight. */
 __global__ void __launch_bounds__(kThreads, 3)
@@ -396,6 +405,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   __shared__ __align__(16) uint16_t s_half[2 * kTileWords];
   __shared__ uint32_t sh[kWarps];
   __shared__ uint32_t s_at[kUnits * kWarps]; /* changed bytes per (unit, warp) */
+  __shared__ uint32_t s_blocks[kWarps];       /* changed blocks per warp */
   const uint64_t total = *w.plan;
   if (total == kPlanFailed)
     return;
@@ -427,7 +437,7 @@ __global__ void __launch_bounds__(kThreads, 3)
         y[u] = o < rem ? load16(b + o, rem - o) : make_uint4(0, 0, 0, 0);
       }
     }
-    uint32_t changed = 0, m[kUnits];
+    uint32_t changed = 0, blocks = 0, m[kUnits];
 #pragma unroll
     for (int u = 0; u < kUnits; u++) {
       m[u] = diff16(x[u], y[u]);
@@ -435,6 +445,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       /* Lanes 2i and 2i + 1 hold block 16 * warp + i of this step. */
       const bool any = (m[u] | __shfl_xor_sync(kFull, m[u], 1)) != 0;
       const uint32_t ballot = __ballot_sync(kFull, any);
+      blocks += __popc(ballot) / 2;
       const uint32_t at = __reduce_add_sync(kFull, static_cast<uint32_t>(__popc(m[u])));
       if (lane == 0) {
         s_half[u * kWarps + warp] = static_cast<uint16_t>(even_bits(ballot));
@@ -444,14 +455,18 @@ __global__ void __launch_bounds__(kThreads, 3)
     /* Warp sums, then warp 0 finishes the tile: two barriers a tile (three
      * for a tile that lists its changed bytes). */
     const uint32_t warp_changed = __reduce_add_sync(kFull, changed);
-    if (lane == 0)
+    if (lane == 0) {
       sh[warp] = warp_changed;
-    __syncthreads(); /* orders sh's, s_half's and s_at's stores */
-    uint32_t tile_changed = 0;
+      s_blocks[warp] = blocks;
+    }
+    __syncthreads(); /* orders sh's, s_blocks', s_half's and s_at's stores */
+    uint32_t tile_changed = 0, tile_blocks = 0;
 #pragma unroll
-    for (int i = 0; i < kWarps; i++)
+    for (int i = 0; i < kWarps; i++) {
       tile_changed += sh[i];
-    if (tile_changed > 0 && tile_changed <= kTileList) { /* uniform over the block */
+      tile_blocks += s_blocks[i];
+    }
+    if (listed(tile_changed, tile_blocks)) { /* uniform over the block */
       /* The tile's changed bytes in offset order, unit u's 4 KiB before
        * unit u + 1's, warp by warp within a unit: (unit, warp) starts from
        * an exclusive scan of s_at by warp 0, lanes from a warp scan. */
@@ -660,7 +675,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     /* Positions: a listed tile's changed bytes are copied from its list
      * (its count: the next prefix less its own, as above). */
     const uint64_t here = (next >> 32) - (w.tile[g] >> 32);
-    if (here <= kTileList) {
+    if (listed(here, (next - w.tile[g]) & 0xffffffffu)) {
       const uint64_t idx0 = w.tile[g] >> 32;
       const uint32_t *lo = w.list_off + g * kTileList;
       const uint8_t *lv = w.list_val + g * kTileList;
@@ -840,17 +855,22 @@ __device__ inline void delta_tile(const refit_delta_cuda_dec_desc_t &d, const Ch
   if (r.enc == REFIT_DELTA_POSITIONS) {
     /* Groups of kPosGroup positions spread over the chunk's tiles, which
      * blocks take in contiguous shares: with no more groups than tiles,
-     * group i to tile i * ntiles / ngroups (evenly spaced, one a tile at
+     * group i to tile i * stride, stride = ntiles / ngroups (one a tile at
      * most); else group i to tile i mod ntiles (count <= chunk bytes: at
-     * most 32 groups a tile). */
+     * most 32 groups a tile). 32-bit divisions (a chunk has at most 2^17
+     * tiles and 2^22 groups). */
     const uint8_t *values = p + 4 * r.count;
-    const uint64_t ngroups = ceil_div_u(r.count, kPosGroup);
-    const bool spaced = ngroups <= ntiles;
-    uint64_t i0 = spaced ? (lt * ngroups + ntiles - 1) / ntiles : lt;
-    if (spaced && i0 < ngroups && i0 * ntiles / ngroups != lt)
-      i0 = ngroups; /* no group lands on this tile */
-    for (uint64_t i = i0; i < ngroups; i += spaced ? ngroups : ntiles) {
-      const uint64_t j0 = i * kPosGroup;
+    const uint32_t ngroups = static_cast<uint32_t>(ceil_div_u(r.count, kPosGroup));
+    const uint32_t nt = static_cast<uint32_t>(ntiles), t = static_cast<uint32_t>(lt);
+    const bool spaced = ngroups <= nt;
+    uint32_t i0 = t, step = nt;
+    if (spaced) {
+      const uint32_t stride = ngroups > 0 ? nt / ngroups : 1;
+      i0 = t % stride == 0 ? t / stride : ngroups; /* ngroups: none here */
+      step = ngroups;
+    }
+    for (uint32_t i = i0; i < ngroups; i += step) {
+      const uint64_t j0 = static_cast<uint64_t>(i) * kPosGroup;
       uint32_t off[4], prev[4];
       uint8_t v[4];
       bool in[4];

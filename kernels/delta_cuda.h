@@ -20,7 +20,7 @@
  * Cost (for T = 32 KiB tiles of the chunks, numbered across the table, on a
  * grid that fills the GPU): encode reads the new and base bytes once (a
  * count pass that records a bit per changed 32-byte block in the workspace,
- * and the changed bytes of a tile with at most 512 of them), then, in a
+ * and the changed bytes of a tile with at most 512 scattered ones), then, in a
  * write pass, copies those lists or reads the changed blocks again (mask;
  * dense: the new chunk) and writes the delta; positions and block order are
  * stream compaction by block-wide prefix sums. The workspace takes about
