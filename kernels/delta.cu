@@ -391,11 +391,13 @@ __device__ inline bool report(const Ws &w, int64_t *bad_chunk, int32_t *reason) 
 /* ---- Encode -------------------------------------------------------------- */
 
 /* Whether the count pass lists a tile's changed bytes (and the write pass
- * copies the list): at most kTileList of them, and scattered (4 or fewer a
- * changed block on average; runs are cheaper to find again from the blocks
- * than to list one byte at a time, and go as a mask above ~1e-3). */
+ * copies the list): a few (kTileFew), or at most kTileList scattered ones (4
+ * or fewer a changed block on average). Many bytes in runs are cheaper to
+ * find again from the blocks than to list one at a time (a thread lists its
+ * 16-byte unit's serially), and go as a mask above ~1e-3 anyway. */
+constexpr uint64_t kTileFew = 64;
 __device__ inline bool listed(uint64_t changed, uint64_t blocks) {
-  return changed > 0 && changed <= kTileList && changed <= 4 * blocks;
+  return changed > 0 && (changed <= kTileFew || (changed <= kTileList && changed <= 4 * blocks));
 }
 
 /* Tile g (local tile t of its chunk): counts and bitmap. */
