@@ -60,7 +60,7 @@ constexpr uint64_t kBlock = REFIT_DELTA_BLOCK_BYTES;
 constexpr uint64_t kTileBytes = 32768;                /* chunk bytes per tile */
 constexpr uint64_t kTileBlocks = kTileBytes / kBlock; /* 1024 */
 constexpr uint64_t kTileWords = kTileBlocks / 32;     /* bitmap words per tile */
-constexpr uint64_t kPosGroup = 4 * kThreads;       /* positions per group (4 a thread) */
+constexpr uint64_t kPosGroup = 4 * kThreads; /* positions per group (4 a thread) */
 /* Changed bytes a tile lists in the count pass (offset and value each), so
  * that the write pass copies a sparse tile's positions instead of reading
  * its marked blocks again: up to 1/64 of a tile's bytes. */
@@ -397,7 +397,8 @@ __device__ inline bool report(const Ws &w, int64_t *bad_chunk, int32_t *reason) 
  * 16-byte unit's serially), and go as a mask above ~1e-3 anyway. */
 constexpr uint64_t kTileFew = 64;
 __device__ inline bool listed(uint64_t changed, uint64_t blocks) {
-  return changed > 0 && (changed <= kTileFew || (changed <= kTileList && changed <= 4 * blocks));
+  return changed > 0 &&
+         (changed <= kTileFew || (changed <= kTileList && changed <= 4 * blocks));
 }
 
 /* Tile g (local tile t of its chunk): counts and bitmap. */
@@ -407,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   __shared__ __align__(16) uint16_t s_half[2 * kTileWords];
   __shared__ uint32_t sh[kWarps];
   __shared__ uint32_t s_at[kUnits * kWarps]; /* changed bytes per (unit, warp) */
-  __shared__ uint32_t s_blocks[kWarps];       /* changed blocks per warp */
+  __shared__ uint32_t s_blocks[kWarps];      /* changed blocks per warp */
   const uint64_t total = *w.plan;
   if (total == kPlanFailed)
     return;
@@ -502,7 +503,10 @@ __global__ void __launch_bounds__(kThreads, 3)
                               16 * static_cast<uint32_t>(u * kThreads + threadIdx.x);
         for (uint32_t mm = m[u]; mm != 0; mm &= mm - 1) {
           const int bit = __ffs(mm) - 1;
-          const uint32_t word = bit < 4 ? x[u].x : bit < 8 ? x[u].y : bit < 12 ? x[u].z : x[u].w;
+          const uint32_t word = bit < 4    ? x[u].x
+                                : bit < 8  ? x[u].y
+                                : bit < 12 ? x[u].z
+                                           : x[u].w;
           lo[idx] = base + static_cast<uint32_t>(bit);
           lv[idx] = static_cast<uint8_t>(word >> (8 * (bit % 4)));
           idx++;

@@ -433,11 +433,11 @@ int main(int argc, char **argv) {
         printf("refit-run: wire: refit %d %s: %.0f of %.0f bytes (%.6f of a full "
                "refit); generators: %s bytes changed, %.0f written%s\n",
                step, wire_sum[2] > 0 ? "delta" : "full", wire_sum[0], wire_sum[1],
-               wire_sum[1] > 0 ? wire_sum[0] / wire_sum[1] : 0.0,
-               counted ? changed : "-", wire_sum[4],
+               wire_sum[1] > 0 ? wire_sum[0] / wire_sum[1] : 0.0, counted ? changed : "-",
+               wire_sum[4],
                !counted ? " (on GPUs: deltas applied to the wire copy, buckets "
-                                 "landed whole, changes not counted)"
-                               : "");
+                          "landed whole, changes not counted)"
+                        : "");
       }
       fflush(stdout);
     }
