@@ -219,6 +219,18 @@ __device__ inline uint32_t even_bits(uint32_t x) {
   return (x | x >> 8) & 0x0000ffffu;
 }
 
+/* Inclusive prefix of x over the warp's lanes (all 32 must call). */
+template <typename T> __device__ inline T warp_inclusive_scan(T x) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const T y = __shfl_up_sync(kFull, x, d);
+    if (lane >= d)
+      x += y;
+  }
+  return x;
+}
+
 /*
  * Exclusive prefix of v over the thread block (Threads threads, all must
  * call); *total = the sum over the block. `sh` holds Threads / 32 values; it
@@ -229,13 +241,7 @@ __device__ inline T block_scan(T v, T *total, T *sh) {
   constexpr int warps = Threads / 32;
   static_assert(warps >= 1 && warps <= 32, "one warp scans the warps' sums");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  T x = v;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const T y = __shfl_up_sync(kFull, x, d);
-    if (lane >= d)
-      x += y;
-  }
+  const T x = warp_inclusive_scan(v);
   if (lane == 31)
     sh[warp] = x;
   __syncthreads();
@@ -455,8 +461,8 @@ __global__ void __launch_bounds__(kThreads, 3)
         s_at[u * kWarps + warp] = at;
       }
     }
-    /* Warp sums, then warp 0 finishes the tile: two barriers a tile (three
-     * for a tile that lists its changed bytes). */
+    /* Warp sums, then the tile's: two barriers a tile (three for a tile
+     * that lists its changed bytes). */
     const uint32_t warp_changed = __reduce_add_sync(kFull, changed);
     if (lane == 0) {
       sh[warp] = warp_changed;
@@ -474,13 +480,8 @@ __global__ void __launch_bounds__(kThreads, 3)
        * unit u + 1's, warp by warp within a unit: (unit, warp) starts from
        * an exclusive scan of s_at by warp 0, lanes from a warp scan. */
       if (threadIdx.x < 32) {
-        uint32_t a0 = s_at[2 * lane], a1 = s_at[2 * lane + 1], v = a0 + a1;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-          const uint32_t o = __shfl_up_sync(kFull, v, d);
-          if (lane >= d)
-            v += o;
-        }
+        const uint32_t a0 = s_at[2 * lane], a1 = s_at[2 * lane + 1];
+        const uint32_t v = warp_inclusive_scan(a0 + a1);
         s_at[2 * lane] = v - a0 - a1;
         s_at[2 * lane + 1] = v - a1;
       }
@@ -491,14 +492,8 @@ __global__ void __launch_bounds__(kThreads, 3)
       for (int u = 0; u < kUnits; u++) {
         if (__ballot_sync(kFull, m[u] != 0) == 0)
           continue;
-        uint32_t c = __popc(m[u]), incl = c;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-          const uint32_t o = __shfl_up_sync(kFull, incl, d);
-          if (lane >= d)
-            incl += o;
-        }
-        uint32_t idx = s_at[u * kWarps + warp] + incl - c;
+        const uint32_t c = __popc(m[u]);
+        uint32_t idx = s_at[u * kWarps + warp] + warp_inclusive_scan(c) - c;
         const uint32_t base = static_cast<uint32_t>(off0) +
                               16 * static_cast<uint32_t>(u * kThreads + threadIdx.x);
         for (uint32_t mm = m[u]; mm != 0; mm &= mm - 1) {
@@ -513,15 +508,12 @@ __global__ void __launch_bounds__(kThreads, 3)
         }
       }
     }
-    if (threadIdx.x < 32) {
-      const uint32_t word = reinterpret_cast<const uint32_t *>(s_half)[threadIdx.x];
-      w.bits[g * kTileWords + threadIdx.x] = word;
-      const uint32_t blocks =
-          __reduce_add_sync(kFull, static_cast<uint32_t>(__popc(word)));
-      const uint32_t sum = __reduce_add_sync(kFull, lane < kWarps ? sh[lane] : 0u);
-      if (threadIdx.x == 0)
-        w.tile[g] = static_cast<uint64_t>(sum) << 32 | blocks;
-    }
+    /* The bitmap from warp 0; the counts every thread summed above. */
+    if (threadIdx.x < 32)
+      w.bits[g * kTileWords + threadIdx.x] =
+          reinterpret_cast<const uint32_t *>(s_half)[threadIdx.x];
+    if (threadIdx.x == 0)
+      w.tile[g] = static_cast<uint64_t>(tile_changed) << 32 | tile_blocks;
     __syncthreads(); /* s_half is rewritten by the next tile */
   }
 }

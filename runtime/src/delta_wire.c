@@ -115,7 +115,7 @@ static const char *refit_dw_unusable(const refit_session_t *s) {
  * many bytes as the transfer it saves: measured slower than a full refit
  * (docs/benchmarks.md, "Delta refit on one H200"). */
 static const char *refit_dw_unpaying(const refit_session_t *s) {
-  if (refit_mem_on_device(s->mem) && strcmp(s->transport.ops->name, "ipc") == 0)
+  if (refit_mem_on_device(s->mem) && s->transport.ops->kind == REFIT_TRANSPORT_IPC)
     return "on GPUs over ipc a delta refit still lands every bucket whole and "
            "encodes as many bytes as it saves; delta: on forces them";
   return NULL;
