@@ -70,37 +70,6 @@ refit_status_t refit_place_chunk(const refit_place_tensor_t *t, int64_t row0, in
   return REFIT_OK;
 }
 
-uint8_t *refit_place_addr(const refit_place_chunk_t *c, int64_t off, int64_t *run) {
-  const refit_place_tensor_t *t = c->t;
-  const int64_t r = off / c->row_bytes, b = off % c->row_bytes, R = c->row0 + r;
-  int64_t n;
-  uint8_t *at;
-  if (t->kind == REFIT_PLACE_BF16) {
-    n = c->row_bytes - b;
-    at = t->values + (R * t->cols + c->col0) * 2 + b;
-  } else {
-    const int64_t m = t->rows / t->matrices, e = R / m, i = R % m;
-    const int64_t j =
-        t->perm < 0 ? i
-                    : refit_kernels_perm_inverse_index((refit_kernels_perm_kind_t)t->perm,
-                                                       t->perm_rows, i);
-    if (b < c->cols) {
-      n = c->cols - b;
-      at = t->values + (e * t->perm_rows + j) * t->cols + c->col0 + b;
-    } else {
-      const int64_t kp = refit_round_up(t->cols / 32, 4);
-      const int64_t s = c->col0 / 32 + (b - c->cols);
-      const int64_t left = c->row_bytes - b;
-      n = 4 - s % 4 < left ? 4 - s % 4 : left;
-      at = t->scales + e * refit_round_up(t->perm_rows, 128) * kp +
-           refit_kernels_swizzle_offset(j, s, kp);
-    }
-  }
-  if (run != NULL)
-    *run = n;
-  return at;
-}
-
 /* ---- Deltas applied through the places --------------------------------- */
 
 /* One chunk being applied. */

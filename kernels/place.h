@@ -91,8 +91,39 @@ refit_status_t refit_place_chunk(const refit_place_tensor_t *t, int64_t row0, in
  * (0 <= off < rows * row_bytes, unchecked: the caller bounds it), and in
  * *run (may be NULL) how many wire bytes from `off` on lie at consecutive
  * addresses from there (at least 1): the rest of a row's values, or of a
- * group of 4 scales. */
-uint8_t *refit_place_addr(const refit_place_chunk_t *c, int64_t off, int64_t *run);
+ * group of 4 scales. Inline for the CUDA twin of the apply below
+ * (kernels/place_cuda.h), which walks the same places on a GPU. */
+static inline REFIT_HD uint8_t *refit_place_addr(const refit_place_chunk_t *c, int64_t off,
+                                                 int64_t *run) {
+  const refit_place_tensor_t *t = c->t;
+  const int64_t r = off / c->row_bytes, b = off % c->row_bytes, R = c->row0 + r;
+  int64_t n;
+  uint8_t *at;
+  if (t->kind == REFIT_PLACE_BF16) {
+    n = c->row_bytes - b;
+    at = t->values + (R * t->cols + c->col0) * 2 + b;
+  } else {
+    const int64_t m = t->rows / t->matrices, e = R / m, i = R % m;
+    const int64_t j =
+        t->perm < 0 ? i
+                    : refit_kernels_perm_inverse_index((refit_kernels_perm_kind_t)t->perm,
+                                                       t->perm_rows, i);
+    if (b < c->cols) {
+      n = c->cols - b;
+      at = t->values + (e * t->perm_rows + j) * t->cols + c->col0 + b;
+    } else {
+      const int64_t kp = refit_round_up(t->cols / 32, 4);
+      const int64_t s = c->col0 / 32 + (b - c->cols);
+      const int64_t left = c->row_bytes - b;
+      n = 4 - s % 4 < left ? 4 - s % 4 : left;
+      at = t->scales + e * refit_round_up(t->perm_rows, 128) * kp +
+           refit_kernels_swizzle_offset(j, s, kp);
+    }
+  }
+  if (run != NULL)
+    *run = n;
+  return at;
+}
 
 /*
  * A chunk's delta (kernels/delta.h), or its whole span (`full`: the rows and
@@ -138,6 +169,28 @@ refit_status_t refit_place_delta_write(const refit_place_chunk_t *c, int trailer
                                        const void *bytes, size_t len, int full,
                                        uint8_t **undo_at, uint8_t *undo_old,
                                        uint64_t *written);
+
+/* ---- The batch form of the apply's GPU twin (kernels/place_cuda.h) ---- */
+
+/* One chunk to apply: the place of its rows and what to apply there. */
+typedef struct {
+  refit_place_tensor_t t;                    /* its tensor, by value (device stores) */
+  int64_t row0, col0, rows, cols, row_bytes; /* as refit_place_chunk_t */
+  const uint8_t *bytes;                      /* the delta, or the whole span (full) */
+  uint64_t len;
+  int32_t full;          /* bytes is the span itself, rows then trailer */
+  int32_t trailer_bytes; /* 0 or 8 (the sealed digest) */
+  uint64_t old_trailer;  /* the committed trailer (trailer_bytes 8) */
+} refit_place_cuda_chunk_t;
+
+/* Per chunk, written by the calls; set by the caller before check to
+ * changed = sum = written = 0 and trailer = old_trailer. */
+typedef struct {
+  uint64_t changed; /* check: row bytes that change */
+  uint64_t sum;     /* check: sum of term(new) - term(old) over changed words */
+  uint64_t trailer; /* check: the new trailer (little-endian bytes) */
+  uint64_t written; /* write: row bytes written */
+} refit_place_cuda_out_t;
 
 #ifdef __cplusplus
 }

@@ -284,9 +284,9 @@ class Session:
         by a generator), full_bytes (what a full refit moves here),
         framed_msgs; on a generator changed_bytes (runtime bytes a delta
         refit applied in place found changed), written_bytes (runtime
-        bytes written) and in_place (1 where deltas are applied in place,
-        0 on a GPU, which lands buckets whole and counts no changed bytes);
-        all zero with refit.delta off."""
+        bytes written) and in_place (1 where this rank applies deltas in
+        place, host or GPU memory; 0 where it carries no delta refits); all
+        zero with refit.delta off."""
         w = _lib.WireStats()
         check(_lib.last_wire_stats(self._handle(), ctypes.byref(w)))
         return {name: getattr(w, name) for name, _ in _lib.WireStats._fields_}

@@ -103,8 +103,8 @@ static const char *refit_dw_unusable(const refit_session_t *s) {
   if (s->zero_copy)
     return "zero copy moves no weight bytes";
   /* The config quantizes on the trainer under delta (prequantize), so this
-   * is a guard: a generator on host memory applies deltas in place only. */
-  if (!s->is_trainer && !refit_mem_on_device(s->mem) && !s->loader->in_place)
+   * is a guard: a generator applies deltas in place only. */
+  if (!s->is_trainer && !s->loader->in_place)
     return "its chunks do not all land bytewise (BF16 rows quantized on the generator)";
   return NULL;
 }
@@ -128,18 +128,18 @@ static const char *refit_dw_unpaying(const refit_session_t *s) {
 static refit_status_t refit_dw_size(refit_session_t *s, refit_dw_t *dw, size_t *frames) {
   const refit_plan_t *p = s->plan;
   int64_t max_chunks = 1, bucket_frames = 0, bucket_chunks = 0, bucket_scratch = 0,
-          bucket_hdr = 0, max_msg = 0;
+          bucket_hdr = 0, bucket_bytes = 0;
   dw->base_off = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
   if (dw->base_off == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit tables of %d buckets", p->nbuckets);
   for (int32_t b = 0; b < p->nbuckets; b++) {
-    int64_t frames = 0, chunks = 0, scratch = 0, hdr = 0, used = 0;
+    int64_t frames = 0, chunks = 0, scratch = 0, hdr = 0, used = 0, bytes = 0;
     if (s->my_begin[b + 1] - s->my_begin[b] > dw->max_msgs)
       dw->max_msgs = s->my_begin[b + 1] - s->my_begin[b];
     for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
       const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
       max_chunks = m->chunk_count > max_chunks ? m->chunk_count : max_chunks;
-      max_msg = m->bytes > max_msg ? m->bytes : max_msg;
+      bytes += m->bytes;
       frames += (int64_t)refit_dw_frame_bound(m->bytes, m->chunk_count);
       chunks += m->chunk_count;
       scratch += m->bytes + m->chunk_count * (REFIT_DELTA_HEADER_BYTES + 16);
@@ -152,6 +152,7 @@ static refit_status_t refit_dw_size(refit_session_t *s, refit_dw_t *dw, size_t *
     bucket_chunks = chunks > bucket_chunks ? chunks : bucket_chunks;
     bucket_scratch = scratch > bucket_scratch ? scratch : bucket_scratch;
     bucket_hdr = hdr > bucket_hdr ? hdr : bucket_hdr;
+    bucket_bytes = bytes > bucket_bytes ? bytes : bucket_bytes;
     dw->base_off[b + 1] = dw->base_off[b] + used;
   }
   dw->span = malloc((size_t)(max_chunks + 1) * sizeof(*dw->span));
@@ -160,7 +161,7 @@ static refit_status_t refit_dw_size(refit_session_t *s, refit_dw_t *dw, size_t *
   dw->hdr_off = (size_t)bucket_scratch;
   dw->hdr_bytes = (size_t)bucket_hdr;
   dw->scratch_bytes = dw->hdr_off + dw->hdr_bytes;
-  dw->hframe_bytes = (size_t)max_msg;
+  dw->hframe_bytes = (size_t)bucket_bytes;
   *frames = (size_t)bucket_frames;
   return dw->span != NULL ? REFIT_OK
                           : REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit spans");
@@ -193,9 +194,8 @@ static refit_status_t refit_dw_buffers(refit_session_t *s, refit_dw_t *dw) {
   size_t frames = 0;
   REFIT_CHECK(refit_dw_size(s, dw, &frames));
   /* A trainer packs into a candidate beside the baseline (two copies, the
-   * roles swapped at commit); a generator on a GPU keeps one copy of the
-   * wire bytes. */
-  dw->copies = s->is_trainer ? 2 : dw->device ? 1 : 0;
+   * roles swapped at commit); a generator keeps none. */
+  dw->copies = s->is_trainer ? 2 : 0;
   if (dw->copies > 0)
     REFIT_CHECK(refit_dw_alloc(dw, dw->pinned, (size_t)dw->copies * dw->base_bytes,
                                (void **)&dw->base));
@@ -212,20 +212,21 @@ static refit_status_t refit_dw_buffers(refit_session_t *s, refit_dw_t *dw) {
   if (!dw->device)
     return REFIT_OK;
   const size_t n = (size_t)(dw->max_chunks ? dw->max_chunks : 1);
-  dw->chunks = malloc(n * sizeof(*dw->chunks));
-  if (dw->chunks == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta tables of %zu chunks", n);
   if (s->is_trainer) {
+    dw->chunks = malloc(n * sizeof(*dw->chunks));
     dw->lens = malloc(n * sizeof(*dw->lens));
     dw->pieces = malloc((2 * n + (size_t)dw->max_msgs + 1) * sizeof(*dw->pieces));
     dw->hdr = malloc(dw->hdr_bytes ? dw->hdr_bytes : 1);
-    if (dw->lens == NULL || dw->pieces == NULL || dw->hdr == NULL)
+    if (dw->chunks == NULL || dw->lens == NULL || dw->pieces == NULL || dw->hdr == NULL)
       return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta frame tables of %zu chunks", n);
     return refit_mem_alloc(dw->mem, dw->scratch_bytes, (void **)&dw->scratch);
   }
+  /* A generator: the host copies of a bucket's frames, and a batch entry
+   * per chunk (one more: the land fault seam's duplicate). */
   dw->hframe = malloc(dw->hframe_bytes ? dw->hframe_bytes : 1);
-  dw->chunk_at = malloc(n * sizeof(*dw->chunk_at));
-  if (dw->hframe == NULL || dw->chunk_at == NULL)
+  dw->batch = malloc((n + 1) * sizeof(*dw->batch));
+  dw->chunk_at = malloc((n + 1) * sizeof(*dw->chunk_at));
+  if (dw->hframe == NULL || dw->batch == NULL || dw->chunk_at == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta frame buffer of %zu bytes",
                      dw->hframe_bytes);
   return REFIT_OK;
@@ -251,6 +252,8 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit state");
   dw->mode = s->cfg.refit.delta;
   dw->usable = why == NULL;
+  if (!dw->usable && !s->is_trainer)
+    s->loader->in_place = 0; /* no digests to keep */
   dw->mem = s->mem;
   dw->device = refit_mem_on_device(s->mem);
   dw->pinned = dw->device && s->is_trainer &&
@@ -272,17 +275,12 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
                      s->is_trainer ? "trainer" : "generator", s->role_rank, why_not);
   }
   const char *mode = dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto";
-  if (!s->is_trainer && !dw->device) {
-    REFIT_INFO("generator rank %d: refit.delta %s: deltas applied in place in runtime "
-               "storage (no baseline; digests of %lld chunks, %.1f KiB)",
-               s->role_rank, mode, (long long)s->loader->nsums,
-               (double)(16 * s->loader->nsums) / 1024.0);
-    return REFIT_OK;
-  }
   if (!s->is_trainer) {
-    REFIT_INFO("generator rank %d: refit.delta %s: baseline of the wire bytes %.1f MiB "
-               "in GPU memory (deltas applied there, each bucket landed from it)",
-               s->role_rank, mode, (double)dw->base_bytes / 1048576.0);
+    REFIT_INFO("generator rank %d: refit.delta %s: deltas applied in place in runtime "
+               "storage%s (no baseline; digests of %lld chunks, %.1f KiB%s)",
+               s->role_rank, mode, dw->device ? " on the GPU" : "",
+               (long long)s->loader->nsums, (double)(16 * s->loader->nsums) / 1024.0,
+               dw->device ? ", host copies of a bucket's frames" : "");
     return REFIT_OK;
   }
   REFIT_INFO("trainer rank %d: refit.delta %s: baseline of the last committed version "
@@ -308,6 +306,7 @@ void refit_dw_destroy(refit_dw_t *dw) {
     free(dw->got[i]);
   }
   free(dw->chunks);
+  free(dw->batch);
   free(dw->lens);
   free(dw->pieces);
   free(dw->hdr);
@@ -579,73 +578,97 @@ static refit_status_t refit_dw_generator_in_place(refit_session_t *s, int32_t b,
   return REFIT_OK;
 }
 
-/* A chunk of a received frame on a GPU, to be applied to the wire
- * baseline: its delta is at the same offset of the frame in staging as in
- * the host copy the walk reads. */
+/* A bucket's chunks on a GPU, gathered for one batch: a frame's deltas lie
+ * at the same offsets of the frame in staging as in its host copy. */
 typedef struct {
   refit_dw_t *dw;
   const unsigned char *host, *dev; /* the frame: host copy, in staging */
-  unsigned char *base;             /* the message in the wire baseline */
-  int64_t k, n;                    /* message, deltas so far */
+  int64_t k, chunk_begin, n;       /* message, its first plan chunk, entries */
+  int first;                       /* times its chunk 0 is applied */
 } refit_dw_gpu_t;
+
+static refit_status_t refit_dw_gpu_add(refit_dw_gpu_t *c, int64_t i,
+                                       const unsigned char *host,
+                                       const unsigned char *dev, size_t len) {
+  refit_dw_t *dw = c->dw;
+  for (int t = 0; t < (i == 0 ? c->first : 1); t++) {
+    if (c->n > dw->max_chunks)
+      return REFIT_ERR(REFIT_ERR_INTERNAL, "delta refit: more chunks than the %lld sized",
+                       (long long)dw->max_chunks);
+    dw->batch[c->n] = (refit_loader_gpu_chunk_t){c->chunk_begin + i, host, dev, len,
+                                                 host == NULL};
+    dw->chunk_at[c->n][0] = c->k;
+    dw->chunk_at[c->n][1] = i;
+    c->n++;
+  }
+  return REFIT_OK;
+}
 
 static refit_status_t refit_dw_gpu_chunk(void *ctx, int64_t i, const unsigned char *delta,
                                          size_t len) {
   refit_dw_gpu_t *c = ctx;
-  refit_dw_t *dw = c->dw;
-  if (c->n >= dw->max_chunks)
-    return REFIT_ERR(REFIT_ERR_INTERNAL, "delta refit: more chunks than the %lld sized",
-                     (long long)dw->max_chunks);
-  dw->chunks[c->n] = (refit_mem_delta_t){.now = c->dev + (delta - c->host),
-                                         .base = c->base + dw->span[i],
-                                         .bytes = len,
-                                         .dst_bytes =
-                                             (uint64_t)(dw->span[i + 1] - dw->span[i])};
-  dw->chunk_at[c->n][0] = c->k;
-  dw->chunk_at[c->n][1] = i;
-  c->n++;
-  return REFIT_OK;
+  return refit_dw_gpu_add(c, i, delta, c->dev + (delta - c->host), len);
 }
 
-/* Bucket b on a generator whose memory is a GPU: the wire baseline (the
- * committed version's bytes as received) takes every message, a full one
- * copied, a frame applied with the codec's CUDA twin (all of the bucket's
- * deltas checked before any is written); the bucket then lands from it as a
- * full refit's does, every chunk's digest checked. */
+/* A delta refit's bucket b on a generator whose memory is a GPU: every
+ * frame's deltas and every message that came whole, applied in place in one
+ * batch (refit_loader_delta_gpu: all of the bucket checked, digests
+ * included, before any byte is written). The land fault seam is played as
+ * on a host generator. */
 static refit_status_t refit_dw_generator_gpu(refit_session_t *s, int32_t b, int slot,
                                              unsigned char *staging,
-                                             unsigned char **land_from) {
+                                             refit_land_fault_t fault) {
   refit_dw_t *dw = s->dw;
   const refit_plan_t *p = s->plan;
-  unsigned char *wire = dw->base + dw->base_off[b];
-  refit_dw_gpu_t c = {.dw = dw, .host = dw->hframe};
+  const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
+  if (fault == REFIT_LAND_FLIP_ONE && s->my_begin[b] < s->my_begin[b + 1] &&
+      dw->got[slot][0] > 0) {
+    unsigned char byte, *at = staging + p->msgs[s->my_msgs[s->my_begin[b]]].offset +
+                              dw->got[slot][0] / 2;
+    REFIT_CHECK(refit_mem_to_host(dw->mem, &byte, at, 1));
+    byte ^= 0x10;
+    REFIT_CHECK(refit_mem_from_host(dw->mem, at, &byte, 1));
+  }
+  refit_dw_gpu_t c = {.dw = dw};
+  size_t hoff = 0;
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
     const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
-    const size_t got = dw->this_refit ? dw->got[slot][k - s->my_begin[b]] : (size_t)m->bytes;
+    const size_t got = dw->got[slot][k - s->my_begin[b]];
     dw->full_bytes += (uint64_t)m->bytes;
     dw->wire_bytes += got;
-    if (got == (size_t)m->bytes) {
-      REFIT_CHECK(refit_mem_copy(dw->mem, wire + m->offset, staging + m->offset,
-                                 (size_t)m->bytes));
+    refit_dw_spans(p, m, dw->span);
+    c.k = k;
+    c.chunk_begin = m->chunk_begin;
+    c.first = k > s->my_begin[b]               ? 1
+              : fault == REFIT_LAND_DROP_ONE      ? 0
+              : fault == REFIT_LAND_DUPLICATE_ONE ? 2
+                                                  : 1;
+    unsigned char *msg = staging + m->offset;
+    if (got == (size_t)m->bytes) { /* whole: compared with runtime storage */
+      for (int64_t i = 0; i < m->chunk_count; i++)
+        REFIT_CHECK(refit_dw_gpu_add(&c, i, NULL, msg + dw->span[i],
+                                     (size_t)(dw->span[i + 1] - dw->span[i])));
       continue;
     }
     char what[160];
     snprintf(what, sizeof(what),
              "version %llu bucket %d: message from trainer rank %d to generator rank %d",
              (unsigned long long)s->pending, b, m->src_rank, m->dst_rank);
-    /* The frame's header and lengths are read on the host: a copy of the
-     * frame (the deltas only, a small part of the message it stands for). */
-    REFIT_CHECK(refit_mem_to_host(dw->mem, dw->hframe, staging + m->offset, got));
-    refit_dw_spans(p, m, dw->span);
-    c.dev = staging + m->offset;
-    c.base = wire + m->offset;
-    c.k = k;
-    REFIT_CHECK(refit_dw_frame_walk(dw->hframe, got, dw->span, m->chunk_count, what,
+    /* The frame's header, lengths and deltas' headers are read on the host:
+     * a copy of the frame (the deltas only, a small part of the message). */
+    if (got > dw->hframe_bytes - hoff)
+      return REFIT_ERR(REFIT_ERR_INTERNAL, "%s: %zu frame bytes, %zu sized", what,
+                       hoff + got, dw->hframe_bytes);
+    REFIT_CHECK(refit_mem_to_host(dw->mem, dw->hframe + hoff, msg, got));
+    c.host = dw->hframe + hoff;
+    c.dev = msg;
+    REFIT_CHECK(refit_dw_frame_walk(c.host, got, dw->span, m->chunk_count, what,
                                     refit_dw_gpu_chunk, &c));
+    hoff += got;
     dw->framed_msgs++;
   }
   int64_t bad = -1;
-  refit_status_t st = refit_mem_delta_apply(dw->mem, dw->chunks, c.n, &bad);
+  refit_status_t st = refit_loader_delta_gpu(s->loader, dw->batch, c.n, tag, &bad);
   if (st != REFIT_OK && bad >= 0 && bad < c.n) {
     char why[512];
     snprintf(why, sizeof(why), "%s", refit_last_error());
@@ -654,17 +677,15 @@ static refit_status_t refit_dw_generator_gpu(refit_session_t *s, int32_t b, int 
     return REFIT_ERR(REFIT_ERR_INTEGRITY,
                      "version %llu bucket %d: message from trainer rank %d to generator "
                      "rank %d, chunk %lld of %lld (tensor %s, rows %lld..%lld, cols "
-                     "%lld..%lld): %s; none of the bucket's deltas was applied, the "
-                     "refit is discarded",
+                     "%lld..%lld): %s; nothing of the bucket was written, the refit is "
+                     "discarded",
                      (unsigned long long)s->pending, b, m->src_rank, m->dst_rank,
                      (long long)dw->chunk_at[bad][1], (long long)m->chunk_count,
                      s->loader->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
                      (long long)(ch->dst_row + ch->rows - 1), (long long)ch->dst_col,
                      (long long)(ch->dst_col + ch->cols - 1), why);
   }
-  REFIT_CHECK(st);
-  *land_from = wire;
-  return REFIT_OK;
+  return st;
 }
 
 refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
@@ -675,11 +696,10 @@ refit_status_t refit_dw_generator_apply(refit_session_t *s, int32_t b, int slot,
   *land_from = staging;
   if (dw == NULL || !dw->usable)
     return REFIT_OK;
-  if (dw->device)
-    return refit_dw_generator_gpu(s, b, slot, staging, land_from);
   if (dw->this_refit) {
     *land_from = NULL; /* applied in place: nothing left to land */
-    return refit_dw_generator_in_place(s, b, slot, staging, fault);
+    return dw->device ? refit_dw_generator_gpu(s, b, slot, staging, fault)
+                      : refit_dw_generator_in_place(s, b, slot, staging, fault);
   }
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++)
     dw->full_bytes += (uint64_t)p->msgs[s->my_msgs[k]].bytes;

@@ -59,15 +59,15 @@
  * refit.delta_baseline: host, and encodes a bucket's chunks in one call of
  * the codec's CUDA twin (kernels/delta_cuda.h) into a scratch, reads the
  * lengths back, and puts each shorter message's frame together in one
- * gather pass. A generator keeps a copy of the wire bytes of the committed
- * version in GPU memory (the staging layout of every bucket): a message
- * that came whole is copied there, a frame's header and lengths are read
- * from a host copy of the frame and its deltas applied there by the CUDA
- * twin (every delta of the bucket checked before any is written), and the
- * bucket then lands from that copy as in a full refit, every chunk's digest
- * checked. The runtime bytes are a full refit's; the land is a full one (a
- * pass over HBM), what shrinks is the wire. The copy is rewritten by every
- * refit, so it is valid only at commit, as a host generator's digests.
+ * gather pass. A generator applies in place as on the host, a bucket at a
+ * time: it reads each frame back to a host copy (the deltas only), walks
+ * the frames and the deltas' headers there, and hands all the bucket's
+ * chunks, frames' and whole messages' alike, to one batch of the place
+ * apply's CUDA twin (kernels/place_cuda.h, refit_loader_delta_gpu): one
+ * check over the bucket (the bytes each delta names, read at their places,
+ * and the digest change of the words they touch), the digests compared on
+ * the host, then one write of the changed bytes, logged in a GPU undo log
+ * for rollback. It keeps no copy of the wire bytes.
  *
  * Integrity of a delta refit. Per chunk, before any byte of it is written:
  * the frame's and the delta's shape; every byte the delta names as changed
@@ -98,10 +98,10 @@
  * a trainer's baseline and candidate each as large as the bytes it packs,
  * and one frame buffer per exchange in flight; a generator 16 bytes per
  * chunk it lands (committed and candidate digests) and the undo log (9
- * bytes per changed byte, at most 9/16 of the stores), all host memory on a
- * host session; on a GPU see above (a generator's copy of the wire bytes as
- * large as what it receives). The sizes are logged (INFO) at the first
- * begin and printed by refit-plan.
+ * bytes per changed byte, at most 9/16 of the stores), in host memory on a
+ * host session; on a GPU the undo log is in GPU memory (grown as a refit
+ * needs it) and the host holds a copy of one bucket's frames. The sizes are
+ * logged (INFO) at the first begin and printed by refit-plan.
  */
 #ifndef REFIT_DELTA_WIRE_H
 #define REFIT_DELTA_WIRE_H
@@ -137,9 +137,8 @@ typedef struct refit_dw {
   /* A trainer's baseline: `copies` (2) areas of base_bytes (the second is
    * the candidate its refit packs into; area `cur` is the baseline), bucket
    * b at base_off[b] in each. A generator on host memory has none (copies
-   * 0): its baseline is runtime storage and the loader's digests. One on a
-   * GPU keeps the wire bytes (copies 1, in the staging layout of each
-   * bucket), rewritten by every refit. */
+   * 0): its baseline is runtime storage and the loader's digests, on a
+   * GPU too. */
   unsigned char *base;
   size_t base_bytes;
   int copies, cur;
@@ -151,17 +150,18 @@ typedef struct refit_dw {
   /* Trainer: a frame buffer per exchange in flight (this rank's memory). */
   unsigned char *enc[REFIT_EXCHANGES_IN_FLIGHT];
   size_t enc_bytes;
-  /* Device sessions: the codec's per-chunk table (most chunks of a bucket),
-   * lengths, frame pieces and headers (host), and a trainer's scratch in
-   * device memory (the deltas at fixed offsets, then the frame headers), or
-   * a generator's host copy of one received frame (most bytes of a
-   * message) and the (message, chunk) of each applied delta. */
+  /* Device sessions: a trainer's codec table (most chunks of a bucket),
+   * lengths, frame pieces and headers (host), and its scratch in device
+   * memory (the deltas at fixed offsets, then the frame headers); a
+   * generator's host copies of a bucket's frames (most bytes of a bucket),
+   * its batch and the (message, chunk) of each entry. */
   refit_mem_delta_t *chunks;
   uint64_t *lens;
   refit_mem_piece_t *pieces;
   unsigned char *hdr, *scratch, *hframe;
   size_t scratch_bytes, hdr_off, hdr_bytes, hframe_bytes;
   int64_t max_chunks, (*chunk_at)[2];
+  refit_loader_gpu_chunk_t *batch; /* a generator's batch (most chunks + 1) */
   /* Generator: each receive's length, per exchange in flight and message. */
   size_t *got[REFIT_EXCHANGES_IN_FLIGHT];
   int64_t max_msgs; /* most messages of this rank in one bucket */

@@ -322,6 +322,10 @@ void refit_loader_destroy(refit_loader_t *l) {
     refit_mem_free(l->mem, l->data_slab);
   if (l->saved_slab != NULL)
     refit_mem_free(l->mem, l->saved_slab);
+  void *dev[] = {l->undo_dev_at, l->undo_dev_old, l->trail_dev};
+  for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+    if (dev[i] != NULL)
+      refit_mem_free(l->mem, dev[i]);
   refit_loader_release(l);
   free(l->stores);
   free(l->store_of);
@@ -332,6 +336,10 @@ void refit_loader_destroy(refit_loader_t *l) {
   free(l->sum[1]);
   free(l->undo_at);
   free(l->undo_old);
+  free(l->gpu_chunks);
+  free(l->gpu_outs);
+  free(l->gpu_hosts);
+  free(l->trail_host);
   free(l);
 }
 
@@ -370,8 +378,13 @@ int refit_loader_rollback(refit_loader_t *l) {
       return 0;
     s->saved_valid = 0;
   }
-  for (int64_t i = l->nundo - 1; i >= 0; i--) /* host memory: delta refits */
-    *l->undo_at[i] = l->undo_old[i];
+  if (refit_mem_on_device(l->mem)) { /* delta refits: the GPU log */
+    if (refit_mem_place_undo(l->mem, l->undo_dev_at, l->undo_dev_old, l->nundo) != REFIT_OK)
+      return 0;
+  } else {
+    for (int64_t i = l->nundo - 1; i >= 0; i--) /* host memory: delta refits */
+      *l->undo_at[i] = l->undo_old[i];
+  }
   l->nundo = 0;
   if (refit_mem_sync(l->mem) != REFIT_OK)
     return 0;
@@ -551,7 +564,7 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
                        (unsigned long long)refit_seal_attempt(tag));
     return REFIT_ERR(REFIT_ERR_INTEGRITY, "digest mismatch in %s", what);
   }
-  refit_loader_delta_note(l, b, staging, tag);
+  REFIT_CHECK(refit_loader_delta_note(l, b, staging, tag));
   return refit_mem_sync(l->mem);
 }
 

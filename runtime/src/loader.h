@@ -133,6 +133,19 @@ typedef struct {
   uint8_t **undo_at;
   uint8_t *undo_old;
   int64_t nundo, undo_cap, undo_max;
+  /* On a GPU (refit_loader_delta_gpu): a bucket's batch (host tables), the
+   * undo log in device memory (addresses, then old values; nundo entries
+   * used), and the trailers of a full refit's bucket, read back at once. */
+  refit_place_cuda_chunk_t *gpu_chunks;
+  refit_place_cuda_out_t *gpu_outs;
+  const void **gpu_hosts;
+  int64_t gpu_cap;
+  uint64_t *undo_dev_at;
+  uint8_t *undo_dev_old;
+  int64_t undo_dev_cap;
+  uint64_t *trail_host;
+  unsigned char *trail_dev;
+  int64_t trail_cap;
 } refit_loader_t;
 
 /* Allocate the stores of tp rank `tp_rank`. The catalog's `quantized` flags
@@ -196,6 +209,23 @@ refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
                                         uint64_t tag, const char *what, int64_t index,
                                         int64_t count);
 
+/*
+ * The same on a GPU, for a whole bucket at once (kernels/place_cuda.h): n
+ * chunks, each plan chunk `chunk` with its delta (or whole span, `full`) at
+ * `dev` in device memory and a host copy at `host` (NULL for a whole span).
+ * Every chunk of the batch is checked (its shape, the bytes it names, its
+ * digest) before any byte of any is written. On an error *bad is the index
+ * of the chunk at fault (or -1) and nothing was written.
+ */
+typedef struct {
+  int64_t chunk;
+  const unsigned char *host, *dev;
+  size_t len;
+  int full;
+} refit_loader_gpu_chunk_t;
+refit_status_t refit_loader_delta_gpu(refit_loader_t *l, const refit_loader_gpu_chunk_t *c,
+                                      int64_t n, uint64_t tag, int64_t *bad);
+
 /* Zero-copy: one descriptor per chunk this rank receives, reading the
  * trainers' shards in place: bases[t * nsrc + i] is trainer rank t's shard of
  * catalog tensor i in this process (mapped), or NULL where it holds none.
@@ -229,8 +259,8 @@ refit_status_t refit_loader_count(refit_loader_t *l, int64_t k);
  * (read back from its trailer: the sealed digest less the seal); at commit,
  * the candidate digests become the committed ones. */
 refit_status_t refit_loader_delta_tables(refit_loader_t *l);
-void refit_loader_delta_note(refit_loader_t *l, int32_t b, const unsigned char *staging,
-                             uint64_t tag);
+refit_status_t refit_loader_delta_note(refit_loader_t *l, int32_t b,
+                                       const unsigned char *staging, uint64_t tag);
 void refit_loader_delta_commit(refit_loader_t *l);
 
 /* Give up the refit in progress. Returns 1 when runtime storage holds the

@@ -120,6 +120,151 @@ refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
   return REFIT_OK;
 }
 
+/* Room in the GPU undo log for n more entries (sync, restore: full only):
+ * grown by doubling, the entries so far copied over. */
+static int refit_loader_undo_room_gpu(refit_loader_t *l, int64_t n) {
+  if (l->cfg->refit.mode == REFIT_MODE_ASYNC || l->cfg->refit.restore != REFIT_RESTORE_FULL ||
+      l->nundo + n > l->undo_max)
+    return 0;
+  if (l->nundo + n <= l->undo_dev_cap)
+    return 1;
+  int64_t cap = l->undo_dev_cap > 0 ? 2 * l->undo_dev_cap : 65536;
+  while (cap < l->nundo + n)
+    cap *= 2;
+  cap = cap < l->undo_max ? cap : l->undo_max;
+  void *at = NULL, *old = NULL;
+  if (refit_mem_alloc(l->mem, (size_t)cap * 8, &at) != REFIT_OK)
+    return 0;
+  if (refit_mem_alloc(l->mem, (size_t)cap, &old) != REFIT_OK ||
+      (l->nundo > 0 &&
+       (refit_mem_copy(l->mem, at, l->undo_dev_at, (size_t)l->nundo * 8) != REFIT_OK ||
+        refit_mem_copy(l->mem, old, l->undo_dev_old, (size_t)l->nundo) != REFIT_OK)) ||
+      refit_mem_sync(l->mem) != REFIT_OK) {
+    refit_mem_free(l->mem, at);
+    if (old != NULL)
+      refit_mem_free(l->mem, old);
+    return 0;
+  }
+  if (l->undo_dev_at != NULL) {
+    refit_mem_free(l->mem, l->undo_dev_at);
+    refit_mem_free(l->mem, l->undo_dev_old);
+  }
+  l->undo_dev_at = at;
+  l->undo_dev_old = old;
+  l->undo_dev_cap = cap;
+  return 1;
+}
+
+refit_status_t refit_loader_delta_gpu(refit_loader_t *l, const refit_loader_gpu_chunk_t *c,
+                                      int64_t n, uint64_t tag, int64_t *bad) {
+  *bad = -1;
+  if (n <= 0)
+    return REFIT_OK;
+  if (n > l->gpu_cap) {
+    free(l->gpu_chunks);
+    free(l->gpu_outs);
+    free(l->gpu_hosts);
+    l->gpu_cap = 0;
+    l->gpu_chunks = malloc((size_t)n * sizeof(*l->gpu_chunks));
+    l->gpu_outs = malloc((size_t)n * sizeof(*l->gpu_outs));
+    l->gpu_hosts = malloc((size_t)n * sizeof(*l->gpu_hosts));
+    if (l->gpu_chunks == NULL || l->gpu_outs == NULL || l->gpu_hosts == NULL)
+      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "in-place delta batch of %lld chunks",
+                       (long long)n);
+    l->gpu_cap = n;
+  }
+  const int digest = l->trailer == 8;
+  const refit_land_desc_t *descs = l->land.host;
+  for (int64_t j = 0; j < n; j++) {
+    const int64_t k = c[j].chunk >= 0 && c[j].chunk < l->plan->nchunks
+                          ? l->chunk_desc[c[j].chunk]
+                          : -1;
+    *bad = j;
+    if (!l->in_place || k < 0)
+      return REFIT_ERR(REFIT_ERR_INTERNAL,
+                       "plan chunk %lld is not one this generator applies in place",
+                       (long long)c[j].chunk);
+    const refit_chunk_t *ch = &l->plan->chunks[c[j].chunk];
+    const int64_t i = l->desc_tensor[k];
+    refit_place_chunk_t pc;
+    REFIT_CHECK(
+        refit_place_chunk(&l->place[i], ch->dst_row, ch->dst_col, ch->rows, ch->cols, &pc));
+    REFIT_CHECK(refit_loader_count(l, k));
+    l->gpu_chunks[j] = (refit_place_cuda_chunk_t){
+        .t = l->place[i],
+        .row0 = pc.row0,
+        .col0 = pc.col0,
+        .rows = pc.rows,
+        .cols = pc.cols,
+        .row_bytes = pc.row_bytes,
+        .bytes = c[j].dev,
+        .len = c[j].len,
+        .full = c[j].full,
+        .trailer_bytes = l->trailer,
+        .old_trailer = digest ? l->sum[0][k] + refit_seal(descs[k].seal_key, l->sum_tag) : 0};
+    l->gpu_hosts[j] = c[j].host;
+  }
+  /* Check: every chunk of the batch, its digest included, before any write. */
+  REFIT_CHECK(refit_mem_place_check(l->mem, l->gpu_chunks, l->gpu_hosts, n, l->gpu_outs, bad));
+  uint64_t changed = 0;
+  for (int64_t j = 0; j < n; j++) {
+    const refit_place_cuda_out_t *o = &l->gpu_outs[j];
+    const int64_t k = l->chunk_desc[c[j].chunk];
+    const uint64_t want = l->sum[0][k] + o->sum + refit_seal(descs[k].seal_key, tag);
+    if (digest && o->trailer != want) {
+      *bad = j;
+      return REFIT_ERR(REFIT_ERR_INTEGRITY,
+                       "digest mismatch: its trailer after the %s is %016llx, the "
+                       "committed digest and the %llu changed bytes make %016llx",
+                       c[j].full ? "whole chunk" : "delta", (unsigned long long)o->trailer,
+                       (unsigned long long)o->changed, (unsigned long long)want);
+    }
+    changed += o->changed;
+  }
+  *bad = -1;
+  /* Write: logged for rollback when the log has room, else the chunks'
+   * stores are saved whole first (or, async, the shadow takes the writes). */
+  uint64_t *undo_at = NULL;
+  uint8_t *undo_old = NULL;
+  if (changed > 0 && refit_loader_undo_room_gpu(l, (int64_t)changed)) {
+    undo_at = l->undo_dev_at;
+    undo_old = l->undo_dev_old;
+    l->touched = 1;
+  } else if (changed > 0) {
+    for (int64_t j = 0; j < n; j++) {
+      if (l->gpu_outs[j].changed == 0)
+        continue;
+      const int64_t i = l->desc_tensor[l->chunk_desc[c[j].chunk]];
+      refit_store_t *s = &l->stores[l->store_of[i]];
+      REFIT_CHECK(refit_loader_touch(l, &s[0]));
+      if (l->cat->gen[l->first + i].quantized)
+        REFIT_CHECK(refit_loader_touch(l, &s[1]));
+    }
+  }
+  if (changed > 0)
+    REFIT_CHECK(
+        refit_mem_place_write(l->mem, undo_at, undo_old, (uint64_t)l->nundo, l->gpu_outs));
+  uint64_t written = 0;
+  for (int64_t j = 0; j < n; j++) {
+    const refit_place_cuda_out_t *o = &l->gpu_outs[j];
+    if (changed > 0 && o->written != o->changed) {
+      *bad = j;
+      return REFIT_ERR(REFIT_ERR_INTERNAL, "wrote %llu of the %llu changed bytes",
+                       (unsigned long long)o->written, (unsigned long long)o->changed);
+    }
+    const int64_t k = l->chunk_desc[c[j].chunk];
+    if (digest)
+      l->sum[1][k] = l->sum[0][k] + o->sum;
+    written += changed > 0 ? o->written : 0;
+  }
+  if (undo_at != NULL)
+    l->nundo += (int64_t)changed;
+  l->changed_bytes += changed;
+  l->written_bytes += written;
+  l->cand_tag = tag;
+  return REFIT_OK;
+}
+
 /* Tensor i's place: its stores' targets in its layout. */
 static refit_status_t refit_loader_place_of(const refit_loader_t *l, int64_t i,
                                             refit_place_tensor_t *out) {
@@ -140,7 +285,7 @@ refit_status_t refit_loader_delta_tables(refit_loader_t *l) {
   const refit_land_desc_t *descs = l->land.host;
   const int64_t n = l->land.count;
   int ok = l->cfg->refit.delta != REFIT_DELTA_MODE_OFF && !l->direct &&
-           !refit_mem_on_device(l->mem) && (l->trailer == 0 || l->trailer == 8);
+           (l->trailer == 0 || l->trailer == 8);
   for (int64_t k = 0; ok && k < n; k++)
     ok = descs[k].op == REFIT_CHUNK_COPY || descs[k].op == REFIT_CHUNK_SPLIT;
   l->in_place = ok;
@@ -170,10 +315,38 @@ refit_status_t refit_loader_delta_tables(refit_loader_t *l) {
   return REFIT_OK;
 }
 
-void refit_loader_delta_note(refit_loader_t *l, int32_t b, const unsigned char *staging,
-                             uint64_t tag) {
+refit_status_t refit_loader_delta_note(refit_loader_t *l, int32_t b,
+                                       const unsigned char *staging, uint64_t tag) {
   const refit_land_desc_t *descs = l->land.host;
-  for (int64_t k = l->land_begin[b]; k < l->land_begin[b + 1]; k++) {
+  const int64_t first = l->land_begin[b], n = l->land_begin[b + 1] - first;
+  const int device = refit_mem_on_device(l->mem);
+  const int sums = l->in_place && l->trailer == 8;
+  if (sums && device && n > 0) { /* the bucket's trailers, read back at once */
+    if (n > l->trail_cap) {
+      free(l->trail_host);
+      if (l->trail_dev != NULL)
+        refit_mem_free(l->mem, l->trail_dev);
+      l->trail_dev = NULL;
+      l->trail_cap = 0;
+      l->trail_host = malloc((size_t)n * 8);
+      if (l->trail_host == NULL)
+        return REFIT_ERR(REFIT_ERR_NO_MEMORY, "trailers of %lld chunks", (long long)n);
+      REFIT_CHECK(refit_mem_alloc(l->mem, (size_t)n * 8, (void **)&l->trail_dev));
+      l->trail_cap = n;
+    }
+    refit_mem_piece_t *pieces = malloc((size_t)n * sizeof(*pieces));
+    if (pieces == NULL)
+      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "trailers of %lld chunks", (long long)n);
+    for (int64_t j = 0; j < n; j++)
+      pieces[j] = (refit_mem_piece_t){descs[first + j].src_offset +
+                                          descs[first + j].rows * descs[first + j].row_bytes,
+                                      l->trail_dev + 8 * j, 8};
+    refit_status_t st = refit_mem_gather(l->mem, staging, pieces, n);
+    free(pieces);
+    REFIT_CHECK(st);
+    REFIT_CHECK(refit_mem_to_host(l->mem, l->trail_host, l->trail_dev, (size_t)n * 8));
+  }
+  for (int64_t k = first; k < first + n; k++) {
     const refit_land_desc_t *d = &descs[k];
     const int64_t rows_len = d->rows * d->row_bytes;
     l->written_bytes += (uint64_t)(d->op == REFIT_CHUNK_QUANTIZE
@@ -181,11 +354,13 @@ void refit_loader_delta_note(refit_loader_t *l, int32_t b, const unsigned char *
                                        : rows_len);
     /* The digest was checked: the trailer is the digest of the rows,
      * sealed with this refit's tag. */
-    if (l->in_place && l->trailer == 8)
-      l->sum[1][k] = refit_trailer_load(staging + d->src_offset + rows_len) -
+    if (sums)
+      l->sum[1][k] = (device ? l->trail_host[k - first]
+                             : refit_trailer_load(staging + d->src_offset + rows_len)) -
                      refit_seal(d->seal_key, tag);
   }
   l->cand_tag = tag;
+  return REFIT_OK;
 }
 
 void refit_loader_delta_commit(refit_loader_t *l) {

@@ -14,6 +14,7 @@
 #include "kernels/delta_cuda.h"
 #include "kernels/direct_cuda.h"
 #include "kernels/mxfp8_cuda.h"
+#include "kernels/place_cuda.h"
 #endif
 
 struct refit_mem {
@@ -33,6 +34,11 @@ struct refit_mem {
    * workspace; `dhost` is its host image of the tables. */
   void *dbuf, *dhost;
   size_t dbuf_bytes, dhost_bytes;
+  /* The place apply's last check (refit_mem_place_check): its chunks and
+   * tiles, and where its outputs lie in dbuf (chunks, tiles, outputs, then
+   * the error key and the undo counter). */
+  int64_t place_n, place_tiles;
+  size_t place_tiles_off, place_outs_off, place_err_off;
 #endif
 };
 
@@ -581,46 +587,111 @@ refit_status_t refit_mem_delta_encode(refit_mem_t *m, const refit_mem_delta_t *c
   return REFIT_OK;
 }
 
-refit_status_t refit_mem_delta_apply(refit_mem_t *m, const refit_mem_delta_t *chunks,
-                                     int64_t n, int64_t *bad_chunk) {
+refit_status_t refit_mem_place_check(refit_mem_t *m, const refit_place_cuda_chunk_t *chunks,
+                                     const void *const *host_bytes, int64_t n,
+                                     refit_place_cuda_out_t *outs, int64_t *bad_chunk) {
   *bad_chunk = -1;
-  if (n <= 0)
-    return REFIT_OK;
 #ifdef REFIT_HAVE_CUDA
   if (m->device) {
-    uint64_t total = 0;
+    m->place_n = m->place_tiles = 0;
+    if (n <= 0)
+      return REFIT_OK;
+    int64_t ntiles = 0;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t t = 0;
+      refit_status_t st = refit_place_cuda_tiles(&chunks[i], i, host_bytes[i], NULL, &t);
+      if (st != REFIT_OK) {
+        *bad_chunk = i;
+        return st;
+      }
+      ntiles += t;
+    }
+    const size_t ctab = refit_mem_align16((size_t)n * sizeof(*chunks));
+    const size_t ttab = refit_mem_align16((size_t)ntiles * sizeof(refit_place_cuda_tile_t));
+    const size_t otab = refit_mem_align16((size_t)n * sizeof(*outs));
+    REFIT_CHECK(refit_mem_delta_room(m, ctab + ttab + otab + 16, ctab + ttab + otab + 16));
+    unsigned char *h = m->dhost, *dev = m->dbuf;
+    memcpy(h, chunks, (size_t)n * sizeof(*chunks));
+    refit_place_cuda_tile_t *tiles = (refit_place_cuda_tile_t *)(h + ctab);
+    for (int64_t i = 0, at = 0; i < n; i++) {
+      int64_t t = 0;
+      REFIT_CHECK(refit_place_cuda_tiles(&chunks[i], i, host_bytes[i], tiles + at, &t));
+      at += t;
+    }
+    refit_place_cuda_out_t *o = (refit_place_cuda_out_t *)(h + ctab + ttab);
     for (int64_t i = 0; i < n; i++)
-      total += chunks[i].dst_bytes;
-    const size_t tab = refit_mem_align16((size_t)n * sizeof(refit_delta_cuda_dec_desc_t));
-    const size_t err = 16;
-    const size_t ws = refit_delta_cuda_workspace(n, total);
-    REFIT_CHECK(refit_mem_delta_room(m, tab + err + ws, tab));
-    refit_delta_cuda_dec_desc_t *d = m->dhost;
-    for (int64_t i = 0; i < n; i++)
-      d[i] = (refit_delta_cuda_dec_desc_t){.delta = chunks[i].now,
-                                           .delta_len = chunks[i].bytes,
-                                           .dst = chunks[i].base,
-                                           .dst_bytes = chunks[i].dst_bytes};
-    unsigned char *dev = m->dbuf;
-    REFIT_CHECK(refit_device_memcpy_async(dev, d, (size_t)n * sizeof(*d), m->stream));
-    REFIT_CHECK(refit_delta_apply_cuda((const refit_delta_cuda_dec_desc_t *)dev, n,
-                                       dev + tab + err, ws, (int64_t *)(dev + tab),
-                                       (int32_t *)(dev + tab + 8), m->stream));
-    int64_t bad[2] = {0, 0};
-    REFIT_CHECK(refit_mem_to_host(m, bad, dev + tab, sizeof(bad)));
-    *bad_chunk = bad[0] >= 0 ? bad[0] : -1;
-    return refit_delta_cuda_report("delta", bad[0], (int32_t)bad[1]);
+      o[i] = (refit_place_cuda_out_t){.trailer = chunks[i].old_trailer};
+    memset(h + ctab + ttab + otab, 0xff, 8); /* no error */
+    memset(h + ctab + ttab + otab + 8, 0, 8);
+    REFIT_CHECK(
+        refit_device_memcpy_async(dev, h, ctab + ttab + otab + 16, m->stream));
+    REFIT_CHECK(refit_place_check_cuda((const refit_place_cuda_chunk_t *)dev,
+                                       (const refit_place_cuda_tile_t *)(dev + ctab), ntiles,
+                                       (refit_place_cuda_out_t *)(dev + ctab + ttab),
+                                       (unsigned long long *)(dev + ctab + ttab + otab),
+                                       m->stream));
+    REFIT_CHECK(refit_mem_to_host(m, o, dev + ctab + ttab, otab + 8));
+    unsigned long long key;
+    memcpy(&key, h + ctab + ttab + otab, 8);
+    memcpy(outs, o, (size_t)n * sizeof(*outs));
+    m->place_n = n;
+    m->place_tiles = ntiles;
+    m->place_tiles_off = ctab;
+    m->place_outs_off = ctab + ttab;
+    m->place_err_off = ctab + ttab + otab;
+    refit_status_t st = refit_place_cuda_report(key, bad_chunk);
+    if (st != REFIT_OK)
+      m->place_n = m->place_tiles = 0; /* nothing to write */
+    return st;
   }
 #endif
-  for (int64_t i = 0; i < n; i++) {
-    refit_status_t st = refit_delta_decode(chunks[i].now, chunks[i].bytes, chunks[i].base,
-                                           chunks[i].dst_bytes);
-    if (st != REFIT_OK) {
-      *bad_chunk = i;
-      return st;
-    }
+  (void)chunks;
+  (void)host_bytes;
+  (void)n;
+  (void)outs;
+  return REFIT_ERR(REFIT_ERR_INTERNAL,
+                   "deltas applied through their places on a GPU, on a host session");
+}
+
+refit_status_t refit_mem_place_write(refit_mem_t *m, uint64_t *undo_at, uint8_t *undo_old,
+                                     uint64_t undo_base, refit_place_cuda_out_t *outs) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    if (m->place_n <= 0)
+      return REFIT_OK;
+    unsigned char *dev = m->dbuf;
+    unsigned long long *next = (unsigned long long *)(dev + m->place_err_off + 8);
+    if (undo_at != NULL)
+      REFIT_CHECK(refit_device_memcpy_async(next, &undo_base, 8, m->stream));
+    REFIT_CHECK(refit_place_write_cuda(
+        (const refit_place_cuda_chunk_t *)dev,
+        (const refit_place_cuda_tile_t *)(dev + m->place_tiles_off), m->place_tiles,
+        (refit_place_cuda_out_t *)(dev + m->place_outs_off), undo_at, undo_old,
+        undo_at != NULL ? next : NULL, m->stream));
+    REFIT_CHECK(refit_mem_to_host(m, outs, dev + m->place_outs_off,
+                                  (size_t)m->place_n * sizeof(*outs)));
+    m->place_n = m->place_tiles = 0; /* written once */
+    return REFIT_OK;
   }
-  return REFIT_OK;
+#endif
+  (void)undo_at;
+  (void)undo_old;
+  (void)undo_base;
+  (void)outs;
+  return REFIT_ERR(REFIT_ERR_INTERNAL,
+                   "deltas applied through their places on a GPU, on a host session");
+}
+
+refit_status_t refit_mem_place_undo(refit_mem_t *m, const uint64_t *undo_at,
+                                    const uint8_t *undo_old, int64_t n) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    return refit_place_undo_cuda(undo_at, undo_old, n, m->stream);
+#endif
+  (void)undo_at;
+  (void)undo_old;
+  (void)n;
+  return REFIT_ERR(REFIT_ERR_INTERNAL, "a GPU undo log on a host session");
 }
 
 refit_status_t refit_mem_gather(refit_mem_t *m, const void *src_base,

@@ -13,6 +13,7 @@
 #include "kernels/datapath.h"
 #include "kernels/direct.h"
 #include "kernels/layout.h"
+#include "kernels/place.h"
 #include "refit/status.h"
 
 #include <stddef.h>
@@ -147,27 +148,40 @@ refit_status_t refit_mem_synth_rows(refit_mem_t *m, const refit_synth_key_t *key
                                     uint16_t *dst);
 
 /*
- * The delta codec (kernels/delta.h) on this rank's memory, for delta refits
- * (delta_wire.h). A chunk: `bytes` at `now` and at `base` (encode: the new
- * bytes and the baseline; apply: the delta, `bytes` its length, and the
- * destination `base` of `dst_bytes`), and `off`, where encode puts its delta
- * in `out` (room for refit_delta_bound(bytes) there). Both wait for the work
- * they queue. Encode gives each delta's length in lens[]; apply checks every
- * delta before it writes any (none is written if one is bad: *bad_chunk is
- * the index of the first bad one and the status says why, otherwise -1).
- * The tables are host memory; the bytes this rank's memory (pinned host
- * memory too on a device).
+ * The delta codec's encode (kernels/delta.h) on this rank's memory, for
+ * delta refits (delta_wire.h). A chunk: its new bytes `now` and its
+ * baseline `base`, both `bytes` long, and `off`, where its delta goes in
+ * `out` (room for refit_delta_bound(bytes) there); lens[] gets each delta's
+ * length. Waits for the work it queues. The table is host memory; the bytes
+ * this rank's memory (pinned host memory too on a device).
  */
 typedef struct {
   const void *now;
   void *base;
-  uint64_t bytes, dst_bytes, off;
+  uint64_t bytes, off;
 } refit_mem_delta_t;
 
 refit_status_t refit_mem_delta_encode(refit_mem_t *m, const refit_mem_delta_t *chunks,
                                       int64_t n, void *out, uint64_t *lens);
-refit_status_t refit_mem_delta_apply(refit_mem_t *m, const refit_mem_delta_t *chunks,
-                                     int64_t n, int64_t *bad_chunk);
+
+/*
+ * Deltas applied through their places in runtime storage on a GPU
+ * (kernels/place_cuda.h; device memory only). check: n chunks (a host
+ * table; host_bytes[i] a host copy of chunk i's delta, NULL for a whole
+ * span) checked on the device; waits, then outs (host) holds each chunk's
+ * results, or *bad_chunk the first bad chunk (-1: none) and the status why.
+ * write: right after a check of the same chunks that passed, writes their
+ * changed bytes, each logged at undo_at[undo_base + i] and undo_old (device
+ * memory) when undo_at is not NULL; waits; outs[i].written. undo: restores
+ * n logged bytes.
+ */
+refit_status_t refit_mem_place_check(refit_mem_t *m, const refit_place_cuda_chunk_t *chunks,
+                                     const void *const *host_bytes, int64_t n,
+                                     refit_place_cuda_out_t *outs, int64_t *bad_chunk);
+refit_status_t refit_mem_place_write(refit_mem_t *m, uint64_t *undo_at, uint8_t *undo_old,
+                                     uint64_t undo_base, refit_place_cuda_out_t *outs);
+refit_status_t refit_mem_place_undo(refit_mem_t *m, const uint64_t *undo_at,
+                                    const uint8_t *undo_old, int64_t n);
 
 /* Queue n copies (src, dst, bytes), all sources inside [src_base, src_base +
  * span), in one pass: the pieces of delta frames. */

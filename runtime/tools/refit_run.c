@@ -399,7 +399,7 @@ int main(int argc, char **argv) {
     total_bad += bad_all;
     /* Delta refits: the trainers' bytes on the wire against a full refit's,
      * and the generators' runtime bytes changed and written. */
-    double wire_local[6] = {0, 0, 0, 0, 0, 0}, wire_sum[6] = {0, 0, 0, 0, 0, 0};
+    double wire_local[5] = {0, 0, 0, 0, 0}, wire_sum[5] = {0, 0, 0, 0, 0};
     refit_wire_stats_t ws;
     if (cfg.delta != 0 && refit_last_wire_stats(s, &ws) == REFIT_OK) {
       if (!gen) {
@@ -409,11 +409,10 @@ int main(int argc, char **argv) {
       } else {
         wire_local[3] = (double)ws.changed_bytes;
         wire_local[4] = (double)ws.written_bytes;
-        wire_local[5] = !ws.in_place; /* generators that land buckets whole */
       }
     }
     if (cfg.delta != 0)
-      refit_run_reduce(&rs, s, report, "report", wire_local, wire_sum, 6, MPI_DOUBLE,
+      refit_run_reduce(&rs, s, report, "report", wire_local, wire_sum, 5, MPI_DOUBLE,
                        MPI_SUM, 0);
     if (rank == 0) {
       const double refit_s = maxes[5] - maxes[0];
@@ -425,19 +424,11 @@ int main(int argc, char **argv) {
              refit_s > 0 ? moved / refit_s / 1e9 : 0.0,
              !cfg.verify ? "committed" : (bad_all == 0 ? "verified" : "MISMATCH"));
       if (cfg.delta != 0) {
-        /* Generators on a GPU do not count changed bytes (they land every
-         * bucket whole): "-" instead of a count, and the reason. */
-        const int counted = wire_sum[5] == 0 || wire_sum[2] == 0;
-        char changed[32];
-        snprintf(changed, sizeof(changed), "%.0f", wire_sum[3]);
         printf("refit-run: wire: refit %d %s: %.0f of %.0f bytes (%.6f of a full "
-               "refit); generators: %s bytes changed, %.0f written%s\n",
+               "refit); generators: %.0f bytes changed, %.0f written\n",
                step, wire_sum[2] > 0 ? "delta" : "full", wire_sum[0], wire_sum[1],
-               wire_sum[1] > 0 ? wire_sum[0] / wire_sum[1] : 0.0, counted ? changed : "-",
-               wire_sum[4],
-               !counted ? " (on GPUs: deltas applied to the wire copy, buckets "
-                          "landed whole, changes not counted)"
-                        : "");
+               wire_sum[1] > 0 ? wire_sum[0] / wire_sum[1] : 0.0, wire_sum[3],
+               wire_sum[4]);
       }
       fflush(stdout);
     }

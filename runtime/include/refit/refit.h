@@ -220,11 +220,10 @@ typedef struct {
    * bytes (MXFP8 values and scales, or BF16). */
   uint64_t changed_bytes;
   uint64_t written_bytes;
-  /* Generator: 1 where deltas are applied in place in runtime storage
-   * (host memory), so changed_bytes counts; 0 on a GPU, where deltas are
-   * applied to the generator's copy of the wire bytes and each bucket
-   * lands whole from it (changed_bytes stays 0, written_bytes is a full
-   * refit's). */
+  /* Generator: 1 where this rank applies deltas in place in runtime
+   * storage (host or GPU memory: every generator of a session that carries
+   * delta refits); 0 where it carries none (refit.delta off, or auto on a
+   * session that cannot). */
   int in_place;
 } refit_wire_stats_t;
 

@@ -2,7 +2,7 @@
 # One delta-refit job (refit.delta) through the project's launcher, with a
 # fresh random source.seed, then assertions on what each refit was and sent.
 #   run_delta.sh BUILD CONFIG [--refit N full|delta|aborted]... [--max F]
-#                [--transport T] [--as-delta STEPS] [--gpus N] [--landed] [--gpu]
+#                [--transport T] [--as-delta STEPS] [--gpus N] [--gpu]
 # Every refit row must be verified (or, where --refit N aborted says so,
 # aborted with the previous version kept and verified); --refit N full|delta
 # requires refit N's wire line (refit-run: wire) to name that kind; every
@@ -12,17 +12,15 @@
 # on, STEPS refits, source.update_rate 1e-3. Generators apply deltas in
 # place: every delta refit must write exactly the runtime bytes it found
 # changed, some and fewer than a full refit writes, and every full refit
-# some (the wire line's "generators: C bytes changed, W written"). --landed:
-# generators on a GPU, which apply deltas to their copy of the wire bytes and
-# land every bucket from it: every refit writes what a full one writes.
-# --gpus N: exit 77 (skipped) unless N GPUs are visible. --gpu: the job on
-# one GPU, device memory over transport ipc with zero_copy: off (--gpus 1
-# --landed --transport ipc).
+# some (the wire line's "generators: C bytes changed, W written"), on host
+# and GPU generators alike. --gpus N: exit 77 (skipped) unless N GPUs are
+# visible. --gpu: the job on one GPU, device memory over transport ipc with
+# zero_copy: off (--gpus 1 --transport ipc).
 set -uo pipefail
 build=$1 config=$2
 shift 2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-kinds=() max=0.5 transport="" as_delta="" gpus=0 landed=0 zero_copy_off=0
+kinds=() max=0.5 transport="" as_delta="" gpus=0 zero_copy_off=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --refit) kinds+=("$2 $3"); shift 3 ;;
@@ -30,8 +28,7 @@ while [ $# -gt 0 ]; do
     --transport) transport=$2; shift 2 ;;
     --as-delta) as_delta=$2; shift 2 ;;
     --gpus) gpus=$2; shift 2 ;;
-    --landed) landed=1; shift ;;
-    --gpu) gpus=1 landed=1 transport=ipc zero_copy_off=1; shift ;;
+    --gpu) gpus=1 transport=ipc zero_copy_off=1; shift ;;
     *) echo "run_delta: unknown argument $1"; exit 2 ;;
   esac
 done
@@ -101,13 +98,6 @@ for n in $(seq 1 "$steps"); do
   else
     awk -v s="$sent" -v f="$full" -v m="$max" 'BEGIN { exit !(f > 0 && s <= m * f) }' ||
       fail "delta refit $n sent $sent of $full bytes, more than $max of a full refit"
-    if [ $landed -eq 1 ]; then
-      [ "$changed" = "-" ] ||
-        fail "delta refit $n on GPUs counted $changed changed bytes; it lands buckets whole"
-      [ "$written" = "${full_written:-x}" ] ||
-        fail "delta refit $n landed $written runtime bytes, a full refit ${full_written:-?}"
-      continue
-    fi
     [ "$written" = "$changed" ] ||
       fail "delta refit $n wrote $written runtime bytes, it found $changed changed"
     awk -v w="$written" -v f="${full_written:-0}" 'BEGIN { exit !(w > 0 && w < f) }' ||
