@@ -110,14 +110,15 @@ static const char *refit_dw_unusable(const refit_session_t *s) {
 }
 
 /* Why delta: auto runs full refits on a session that could carry delta
- * ones, or NULL. On GPUs over ipc (one node) a generator lands every bucket
- * whole from its copy of the wire bytes, and the trainer's encode reads as
- * many bytes as the transfer it saves: measured slower than a full refit
+ * ones, or NULL. On GPUs over ipc (one node) a full refit moves its bytes
+ * at HBM speed already, and a delta one adds the trainer's encode (a pass
+ * reading the new bytes and the baseline) to what it saves: measured no
+ * faster at 0.5 % of the bytes on the wire and slower above
  * (docs/benchmarks.md, "Delta refit on one H200"). */
 static const char *refit_dw_unpaying(const refit_session_t *s) {
   if (refit_mem_on_device(s->mem) && s->transport.ops->kind == REFIT_TRANSPORT_IPC)
-    return "on GPUs over ipc a delta refit still lands every bucket whole and "
-           "encodes as many bytes as it saves; delta: on forces them";
+    return "on GPUs over ipc a delta refit measured no faster than a full one; "
+           "delta: on forces them";
   return NULL;
 }
 
@@ -223,13 +224,13 @@ static refit_status_t refit_dw_buffers(refit_session_t *s, refit_dw_t *dw) {
   }
   /* A generator: the host copies of a bucket's frames, and a batch entry
    * per chunk (one more: the land fault seam's duplicate). */
-  dw->hframe = malloc(dw->hframe_bytes ? dw->hframe_bytes : 1);
   dw->batch = malloc((n + 1) * sizeof(*dw->batch));
   dw->chunk_at = malloc((n + 1) * sizeof(*dw->chunk_at));
-  if (dw->hframe == NULL || dw->batch == NULL || dw->chunk_at == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta frame buffer of %zu bytes",
-                     dw->hframe_bytes);
-  return REFIT_OK;
+  if (dw->batch == NULL || dw->chunk_at == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta batch of %zu chunks", n + 1);
+  /* Pinned: the frames are read back every delta refit. */
+  return refit_mem_alloc_pinned(dw->mem, dw->hframe_bytes ? dw->hframe_bytes : 1,
+                                (void **)&dw->hframe);
 }
 
 refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
@@ -310,7 +311,8 @@ void refit_dw_destroy(refit_dw_t *dw) {
   free(dw->lens);
   free(dw->pieces);
   free(dw->hdr);
-  free(dw->hframe);
+  if (dw->hframe != NULL)
+    refit_mem_free_pinned(dw->mem, dw->hframe);
   free(dw->chunk_at);
   free(dw);
 }
