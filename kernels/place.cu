@@ -27,21 +27,81 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int64_t kTilePositions = 8 * kThreads;
-constexpr int64_t kTileMaskWords = 4 * kThreads; /* 32 blocks each */
+constexpr int64_t kTilePositions = 2 * kThreads;
+constexpr int64_t kTileMaskWords = kThreads; /* 32 blocks each */
 constexpr int64_t kTileWords = 16 * kThreads;
 constexpr int kKeyChunkShift = 40;
 
-/* A chunk as a block walks it. */
+/* A chunk as a block walks it: kernels/place.h's address rule with its
+ * per-chunk constants worked out once, and the divisions by the two that
+ * vary (a row's wire bytes, a matrix's rows) in 32 bits (a chunk is at most
+ * UINT32_MAX bytes, a tensor's rows fewer than 2^32). */
 struct Walk {
-  refit_place_chunk_t pc;
   int64_t rows_len, span;
   uint64_t old_trailer;
+  int bf16, perm;
+  uint32_t row_bytes, cols, m, row0;
+  int64_t col0, tcols, perm_rows, kp, scale_matrix;
+  uint8_t *values, *scales;
 };
 
+__device__ inline void walk_init(Walk *c, const refit_place_cuda_chunk_t *d) {
+  const refit_place_tensor_t *t = &d->t;
+  c->rows_len = d->rows * d->row_bytes;
+  c->span = c->rows_len + d->trailer_bytes;
+  c->old_trailer = d->old_trailer;
+  c->bf16 = t->kind == REFIT_PLACE_BF16;
+  c->perm = t->perm;
+  c->row_bytes = (uint32_t)d->row_bytes;
+  c->cols = (uint32_t)d->cols;
+  c->m = (uint32_t)(t->rows / t->matrices);
+  c->row0 = (uint32_t)d->row0;
+  c->col0 = d->col0;
+  c->tcols = t->cols;
+  c->perm_rows = t->perm_rows;
+  c->kp = refit_round_up(t->cols / 32, 4);
+  c->scale_matrix = refit_round_up(t->perm_rows, 128) * c->kp;
+  c->values = t->values;
+  c->scales = t->scales;
+}
+
+/* refit_place_addr for the walk's chunk. */
+__device__ inline uint8_t *addr(const Walk &c, int64_t off64, int64_t *run) {
+  const uint32_t off = (uint32_t)off64, r = off / c.row_bytes, b = off - r * c.row_bytes;
+  const uint32_t R = c.row0 + r;
+  int64_t n;
+  uint8_t *at;
+  if (c.bf16) {
+    n = c.row_bytes - b;
+    at = c.values + ((int64_t)R * c.tcols + c.col0) * 2 + b;
+  } else {
+    const uint32_t e = R / c.m, i = R - e * c.m;
+    const int64_t j = c.perm < 0 ? (int64_t)i
+                                 : refit_kernels_perm_inverse_index(
+                                       (refit_kernels_perm_kind_t)c.perm, c.perm_rows, i);
+    if (b < c.cols) {
+      n = c.cols - b;
+      at = c.values + ((int64_t)e * c.perm_rows + j) * c.tcols + c.col0 + b;
+    } else {
+      const int64_t s = c.col0 / 32 + (b - c.cols);
+      const int64_t left = c.row_bytes - b;
+      n = 4 - s % 4 < left ? 4 - s % 4 : left;
+      at = c.scales + (int64_t)e * c.scale_matrix +
+           refit_kernels_swizzle_offset(j, s, c.kp);
+    }
+  }
+  if (run != nullptr)
+    *run = n;
+  return at;
+}
+
+/* A little-endian u32 at any address: two aligned loads (the second word
+ * holds one of the four bytes, so it lies in the same allocation). */
 __device__ inline uint32_t load_u32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-         (uint32_t)p[3] << 24;
+  const uintptr_t a = (uintptr_t)p;
+  const uint32_t *q = reinterpret_cast<const uint32_t *>(a & ~(uintptr_t)3);
+  const unsigned sh = (unsigned)(a & 3) * 8;
+  return sh == 0 ? q[0] : __funnelshift_r(q[0], q[1], sh);
 }
 
 __device__ inline void post(unsigned long long *err, int64_t chunk, uint64_t detail,
@@ -107,12 +167,12 @@ __device__ uint64_t reserve(uint64_t n, unsigned long long *next) {
 __device__ uint64_t old_word(const Walk &c, int64_t w) {
   const int64_t off0 = 8 * w, end = off0 + 8 < c.rows_len ? off0 + 8 : c.rows_len;
   int64_t run;
-  const uint8_t *at = refit_place_addr(&c.pc, off0, &run);
+  const uint8_t *at = addr(c, off0, &run);
   if (end - off0 == 8 && run >= 8 && ((uintptr_t)at & 7) == 0)
     return *(const uint64_t *)at;
   uint64_t v = 0;
   for (int64_t off = off0; off < end;) {
-    at = refit_place_addr(&c.pc, off, &run);
+    at = addr(c, off, &run);
     run = run < end - off ? run : end - off;
     for (int64_t i = 0; i < run; i++)
       v |= (uint64_t)at[i] << (8 * (off - off0 + i));
@@ -170,7 +230,7 @@ __device__ void write_word(const Walk &c, int64_t w, const uint8_t *src, uint64_
                            uint64_t *undo_at, uint8_t *undo_old, uint64_t *written) {
   const int64_t off0 = 8 * w, end = off0 + 8 < c.rows_len ? off0 + 8 : c.rows_len;
   for (int64_t off = off0, run = 0; off < end; off += run) {
-    uint8_t *at = refit_place_addr(&c.pc, off, &run);
+    uint8_t *at = addr(c, off, &run);
     run = run < end - off ? run : end - off;
     for (int64_t i = 0; i < run; i++) {
       const uint8_t v = src[off - off0 + i], o = at[i];
@@ -211,10 +271,7 @@ __global__ void __launch_bounds__(kThreads)
   const refit_place_cuda_tile_t tile = tiles[blockIdx.x];
   const refit_place_cuda_chunk_t *d = chunks + tile.chunk;
   Walk c;
-  c.pc = refit_place_chunk_t{&d->t, d->row0, d->col0, d->rows, d->cols, d->row_bytes};
-  c.rows_len = d->rows * d->row_bytes;
-  c.span = c.rows_len + d->trailer_bytes;
-  c.old_trailer = d->old_trailer;
+  walk_init(&c, d);
   refit_place_cuda_out_t *out = outs + tile.chunk;
   const bool undo = kWrite && undo_at != nullptr;
   uint64_t changed = 0, dsum = 0, written = 0;
@@ -228,13 +285,18 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t j = base + threadIdx.x;
       uint8_t *at = nullptr;
       uint8_t v = 0, o = 0;
+      /* The position before j: the lane before's, lane 0 loads its own. */
+      const int64_t off = j < end ? (int64_t)load_u32(pos + 4 * j) : 0;
+      int64_t prev = __shfl_up_sync(0xffffffffu, off, 1);
+      if (threadIdx.x % 32 == 0)
+        prev = j > 0 && j < end ? (int64_t)load_u32(pos + 4 * (j - 1)) : -1;
+      if (j == 0)
+        prev = -1;
       if (j < end) {
-        const int64_t off = load_u32(pos + 4 * j);
-        const int64_t prev = j > 0 ? (int64_t)load_u32(pos + 4 * (j - 1)) : -1;
         v = vals[j];
         if (kWrite) {
           if (off < c.rows_len) {
-            at = refit_place_addr(&c.pc, off, nullptr);
+            at = addr(c, off, nullptr);
             o = *at;
           }
         } else if (off >= c.span) {
@@ -246,16 +308,15 @@ __global__ void __launch_bounds__(kThreads)
           if ((uint8_t)(c.old_trailer >> (8 * t)) == v)
             post(err, tile.chunk, (uint64_t)off, REFIT_DELTA_CUDA_POS_SAME);
           reinterpret_cast<uint8_t *>(&out->trailer)[t] = v;
-        } else if (*refit_place_addr(&c.pc, off, nullptr) == v) {
-          post(err, tile.chunk, (uint64_t)off, REFIT_DELTA_CUDA_POS_SAME);
         } else {
-          changed++;
           const int64_t w = off / 8;
-          if (prev < 0 || prev / 8 != w) { /* the word's first position */
+          if (prev < 0 || prev / 8 != w) {
+            /* The word's first position: its old word, and in it the byte. */
             const uint64_t ow = old_word(c, w);
+            o = (uint8_t)(ow >> (8 * (off - 8 * w)));
             uint64_t nw = ow;
             for (int64_t q = j; q < count && q < j + 8; q++) {
-              const int64_t oq = load_u32(pos + 4 * q);
+              const int64_t oq = q == j ? off : (int64_t)load_u32(pos + 4 * q);
               if (oq / 8 != w)
                 break;
               if (oq < c.rows_len) {
@@ -265,7 +326,13 @@ __global__ void __launch_bounds__(kThreads)
             }
             dsum +=
                 refit_digest_term(nw, (uint64_t)w) - refit_digest_term(ow, (uint64_t)w);
+          } else {
+            o = *addr(c, off, nullptr);
           }
+          if (o == v)
+            post(err, tile.chunk, (uint64_t)off, REFIT_DELTA_CUDA_POS_SAME);
+          else
+            changed++;
         }
       }
       if (kWrite) {

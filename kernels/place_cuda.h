@@ -9,8 +9,9 @@
  * digests, and only then queues the write.
  *
  * A call's work is cut into tiles, each of one chunk (a thread block per
- * tile): positions 2048 at a time, a mask's blocks 32768 at a time (1024 mask
- * words), dense and whole spans 4096 8-byte words at a time.
+ * tile): positions 512 at a time, a mask's blocks 8192 at a time (256 mask
+ * words), dense and whole spans 4096 8-byte words at a time (small tiles, so
+ * that a sparse batch still spreads over the GPU).
  * refit_place_cuda_tiles makes a chunk's tiles on the host, from a host copy
  * of its delta, and checks there what refit_delta_info checks (the header,
  * the lengths, the mask's count and tail) and the chunk size; the device
