@@ -72,6 +72,7 @@ constexpr uint64_t kPlanFailed = UINT64_MAX;
 constexpr int kMaxDevices = 64;
 
 static_assert(kTileBlocks == 4 * kThreads, "a thread owns 4 blocks of a tile");
+static_assert(kTileList >= kThreads, "the write pass loads a list entry a thread");
 static_assert(kTileBlocks / 8 <= kThreads, "a thread per mask byte of a tile");
 
 /* What a call knows of a chunk after the plan / choose / header kernels. */
@@ -621,6 +622,17 @@ __global__ void __launch_bounds__(kThreads, 4)
     const uint64_t rem = d.bytes - off0 < kTileBytes ? d.bytes - off0 : kTileBytes;
     const uint8_t *a = static_cast<const uint8_t *>(d.new_bytes);
     uint8_t *o = out + d.out_off;
+    /* A positions tile's list entry for this thread, loaded before the tile
+     * counts say whether the tile is listed (its list is in the workspace
+     * either way): the copy then waits for one round of loads, not two. */
+    const uint32_t *lo = w.list_off + g * kTileList;
+    const uint8_t *lv = w.list_val + g * kTileList;
+    uint32_t pre_off = 0;
+    uint8_t pre_val = 0;
+    if (r.enc == REFIT_DELTA_POSITIONS) {
+      pre_off = lo[threadIdx.x];
+      pre_val = lv[threadIdx.x];
+    }
     if (lt == 0 && threadIdx.x < REFIT_DELTA_HEADER_BYTES) {
       const uint32_t count = r.enc == REFIT_DELTA_POSITIONS
                                  ? static_cast<uint32_t>(r.count)
@@ -675,10 +687,12 @@ __global__ void __launch_bounds__(kThreads, 4)
     const uint64_t here = (next >> 32) - (w.tile[g] >> 32);
     if (listed(here, (next - w.tile[g]) & 0xffffffffu)) {
       const uint64_t idx0 = w.tile[g] >> 32;
-      const uint32_t *lo = w.list_off + g * kTileList;
-      const uint8_t *lv = w.list_val + g * kTileList;
       uint8_t *values = p + 4 * r.count;
-      for (uint64_t e = threadIdx.x; e < here; e += kThreads) {
+      if (threadIdx.x < here) {
+        store_u32(p + 4 * (idx0 + threadIdx.x), pre_off);
+        values[idx0 + threadIdx.x] = pre_val;
+      }
+      for (uint64_t e = threadIdx.x + kThreads; e < here; e += kThreads) {
         store_u32(p + 4 * (idx0 + e), lo[e]);
         values[idx0 + e] = lv[e];
       }

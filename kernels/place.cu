@@ -104,11 +104,14 @@ __device__ inline uint32_t load_u32(const uint8_t *p) {
   return sh == 0 ? q[0] : __funnelshift_r(q[0], q[1], sh);
 }
 
+/* The key's reason sits above its detail, so that within a chunk a
+ * position out of range or order is reported before a byte held already, as
+ * the C walk reports it. */
 __device__ inline void post(unsigned long long *err, int64_t chunk, uint64_t detail,
                             int reason) {
   atomicMin(err, (unsigned long long)chunk << kKeyChunkShift |
-                     (unsigned long long)(detail & 0xffffffffu) << 8 |
-                     (unsigned long long)reason);
+                     (unsigned long long)reason << 32 |
+                     (unsigned long long)(detail & 0xffffffffu));
 }
 
 /* The bytes of x that are not zero. */
@@ -373,7 +376,7 @@ __global__ void __launch_bounds__(kThreads)
             });
         continue;
       }
-      uint64_t r = 0;
+      uint64_t r = 0, r_end = 0;
       if (undo) {
         uint64_t n = 0;
         for_marked(bits, u, idx, data, c.span,
@@ -382,6 +385,7 @@ __global__ void __launch_bounds__(kThreads)
                        n += word_changes(c, (at + o) / 8, src + o);
                    });
         r = reserve(n, undo_next);
+        r_end = r + n;
       }
       for_marked(bits, u, idx, data, c.span,
                  [&](int64_t at, int64_t len, const uint8_t *src) {
@@ -389,6 +393,8 @@ __global__ void __launch_bounds__(kThreads)
                      write_word(c, (at + o) / 8, src + o, &r, undo ? undo_at : nullptr,
                                 undo_old, &written);
                  });
+      for (; undo && r < r_end; r++) /* taken, not written: skipped by undo */
+        undo_at[r] = 0;
     }
   } else {
     const uint8_t *src = d->full ? d->bytes : d->bytes + REFIT_DELTA_HEADER_BYTES;
@@ -400,10 +406,13 @@ __global__ void __launch_bounds__(kThreads)
           check_word(c, w, src + 8 * w, c.span, &changed, &dsum, out);
         continue;
       }
-      uint64_t r =
-          undo ? reserve(act ? word_changes(c, w, src + 8 * w) : 0, undo_next) : 0;
+      const uint64_t n = undo && act ? word_changes(c, w, src + 8 * w) : 0;
+      uint64_t r = undo ? reserve(n, undo_next) : 0;
+      const uint64_t r_end = r + n;
       if (act)
         write_word(c, w, src + 8 * w, &r, undo ? undo_at : nullptr, undo_old, &written);
+      for (; undo && r < r_end; r++) /* taken, not written: skipped by undo */
+        undo_at[r] = 0;
     }
   }
 
@@ -425,7 +434,8 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void undo_pass(const uint64_t *undo_at, const uint8_t *undo_old, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
-    *(uint8_t *)(uintptr_t)undo_at[i] = undo_old[i];
+    if (undo_at[i] != 0)
+      *(uint8_t *)(uintptr_t)undo_at[i] = undo_old[i];
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -446,6 +456,12 @@ extern "C" refit_status_t refit_place_cuda_tiles(const refit_place_cuda_chunk_t 
                      "place delta: chunk %lld of a batch (at most %lld)",
                      (long long)chunk, (long long)REFIT_DELTA_CUDA_MAX_CHUNKS);
   const int64_t span = c->rows * c->row_bytes + c->trailer_bytes;
+  if (span > (int64_t)UINT32_MAX || c->t.rows > (int64_t)UINT32_MAX || c->rows < 1 ||
+      c->row_bytes < 1)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "place delta: a chunk of %lld bytes (%lld rows) of a tensor of %lld "
+                     "rows: at most UINT32_MAX bytes and rows",
+                     (long long)span, (long long)c->rows, (long long)c->t.rows);
   int kind = REFIT_DELTA_DENSE;
   int64_t items = ceil_div(span, 8), per = kTileWords;
   const uint8_t *mask = nullptr;
@@ -536,8 +552,9 @@ extern "C" refit_status_t refit_place_cuda_report(unsigned long long key,
   if (key == ~0ull)
     return REFIT_OK;
   *chunk = (int64_t)(key >> kKeyChunkShift);
-  const unsigned long long detail = key >> 8 & 0xffffffffu;
-  switch ((int)(key & 0xff)) {
+  const unsigned long long detail = key & 0xffffffffu;
+  const int reason = (int)(key >> 32 & 0xff);
+  switch (reason) {
   case REFIT_DELTA_CUDA_POS_RANGE:
     return REFIT_ERR(REFIT_ERR_INTEGRITY, "position %llu lies past the chunk", detail);
   case REFIT_DELTA_CUDA_POS_ORDER:
@@ -556,7 +573,7 @@ extern "C" refit_status_t refit_place_cuda_report(unsigned long long key,
                      "these bytes",
                      detail);
   default:
-    return REFIT_ERR(REFIT_ERR_INTERNAL, "place delta: unknown check %d at %llu",
-                     (int)(key & 0xff), detail);
+    return REFIT_ERR(REFIT_ERR_INTERNAL, "place delta: unknown check %d at %llu", reason,
+                     detail);
   }
 }

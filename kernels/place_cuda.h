@@ -57,26 +57,29 @@ refit_status_t refit_place_cuda_tiles(const refit_place_cuda_chunk_t *c, int64_t
                                       refit_place_cuda_tile_t *tiles, int64_t *ntiles);
 
 /* Check: reads the deltas and the bytes they name at their places, writes
- * outs and, for a bad chunk, posts key = chunk << 40 | detail << 8 | reason
- * (refit_delta_cuda_reason_t: POS_RANGE, POS_ORDER and POS_SAME with the
- * position's offset, BLOCK_SAME with the block's first offset) into *err by
- * atomicMin; the caller sets *err to UINT64_MAX first. */
+ * outs and, for a bad chunk, posts key = chunk << 40 | reason << 32 | detail
+ * (refit_delta_cuda_reason_t: POS_RANGE and POS_ORDER with the position's
+ * index, POS_SAME with its offset, BLOCK_SAME with the block's first offset)
+ * into *err by atomicMin; the caller sets *err to UINT64_MAX first. */
 refit_status_t refit_place_check_cuda(const refit_place_cuda_chunk_t *chunks,
                                       const refit_place_cuda_tile_t *tiles,
                                       int64_t ntiles, refit_place_cuda_out_t *outs,
                                       unsigned long long *err, cudaStream_t stream);
 
 /* Write: after a check of the same tables that passed, with nothing changed
- * in between. With undo_at (NULL: none), every written byte's address and
- * old value go to undo_at[i], undo_old[i] for i taken from *undo_next
- * (atomicAdd; the caller leaves room for the check's changed bytes). */
+ * in between, and no chunk twice in the tables. With undo_at (NULL: none),
+ * every written byte's address and old value go to undo_at[i], undo_old[i]
+ * for i taken from *undo_next (atomicAdd; the caller leaves room for the
+ * check's changed bytes); an entry taken and not written (a byte found equal
+ * after all) has address 0. */
 refit_status_t refit_place_write_cuda(const refit_place_cuda_chunk_t *chunks,
                                       const refit_place_cuda_tile_t *tiles,
                                       int64_t ntiles, refit_place_cuda_out_t *outs,
                                       uint64_t *undo_at, uint8_t *undo_old,
                                       unsigned long long *undo_next, cudaStream_t stream);
 
-/* Undo n logged writes: *undo_at[i] = undo_old[i] (each address once). */
+/* Undo n logged writes: *undo_at[i] = undo_old[i] (each address once;
+ * address 0: none). */
 refit_status_t refit_place_undo_cuda(const uint64_t *undo_at, const uint8_t *undo_old,
                                      int64_t n, cudaStream_t stream);
 

@@ -676,16 +676,18 @@ static refit_status_t refit_dw_generator_gpu(refit_session_t *s, int32_t b, int 
     snprintf(why, sizeof(why), "%s", refit_last_error());
     const refit_msg_t *m = &p->msgs[s->my_msgs[dw->chunk_at[bad][0]]];
     const refit_chunk_t *ch = &p->chunks[m->chunk_begin + dw->chunk_at[bad][1]];
-    return REFIT_ERR(REFIT_ERR_INTEGRITY,
+    return REFIT_ERR(st,
                      "version %llu bucket %d: message from trainer rank %d to generator "
                      "rank %d, chunk %lld of %lld (tensor %s, rows %lld..%lld, cols "
-                     "%lld..%lld): %s; nothing of the bucket was written, the refit is "
-                     "discarded",
+                     "%lld..%lld): %s%s",
                      (unsigned long long)s->pending, b, m->src_rank, m->dst_rank,
                      (long long)dw->chunk_at[bad][1], (long long)m->chunk_count,
                      s->loader->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
                      (long long)(ch->dst_row + ch->rows - 1), (long long)ch->dst_col,
-                     (long long)(ch->dst_col + ch->cols - 1), why);
+                     (long long)(ch->dst_col + ch->cols - 1), why,
+                     st == REFIT_ERR_INTERNAL
+                         ? ""
+                         : "; nothing of the bucket was written, the refit is discarded");
   }
   return st;
 }

@@ -339,6 +339,7 @@ void refit_loader_destroy(refit_loader_t *l) {
   free(l->gpu_chunks);
   free(l->gpu_outs);
   free(l->gpu_hosts);
+  free(l->gpu_seen);
   free(l->trail_host);
   free(l);
 }
@@ -350,6 +351,8 @@ void refit_loader_begin(refit_loader_t *l) {
   l->touched = 0;
   l->changed_bytes = l->written_bytes = 0;
   l->nundo = 0;
+  if (l->gpu_seen != NULL)
+    memset(l->gpu_seen, 0, (size_t)(l->nsums ? l->nsums : 1));
 }
 
 /* Sync mode writes runtime storage in place: keep the previous bytes of a

@@ -139,6 +139,7 @@ typedef struct {
   refit_place_cuda_chunk_t *gpu_chunks;
   refit_place_cuda_out_t *gpu_outs;
   const void **gpu_hosts;
+  unsigned char *gpu_seen; /* per descriptor: applied this refit */
   int64_t gpu_cap;
   uint64_t *undo_dev_at;
   uint8_t *undo_dev_old;

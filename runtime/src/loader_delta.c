@@ -189,6 +189,12 @@ refit_status_t refit_loader_delta_gpu(refit_loader_t *l, const refit_loader_gpu_
     refit_place_chunk_t pc;
     REFIT_CHECK(
         refit_place_chunk(&l->place[i], ch->dst_row, ch->dst_col, ch->rows, ch->cols, &pc));
+    /* A chunk twice in a refit: a batch checks every chunk against the bytes
+     * before any write, so a repeat would pass and write twice. */
+    if (l->gpu_seen[k])
+      return REFIT_ERR(REFIT_ERR_INTEGRITY,
+                       "the chunk arrived a second time in this refit: a duplicate");
+    l->gpu_seen[k] = 1;
     REFIT_CHECK(refit_loader_count(l, k));
     l->gpu_chunks[j] = (refit_place_cuda_chunk_t){
         .t = l->place[i],
@@ -241,15 +247,22 @@ refit_status_t refit_loader_delta_gpu(refit_loader_t *l, const refit_loader_gpu_
         REFIT_CHECK(refit_loader_touch(l, &s[1]));
     }
   }
-  if (changed > 0)
-    REFIT_CHECK(
-        refit_mem_place_write(l->mem, undo_at, undo_old, (uint64_t)l->nundo, l->gpu_outs));
+  if (changed > 0) {
+    uint64_t end = (uint64_t)l->nundo;
+    const refit_status_t st =
+        refit_mem_place_write(l->mem, undo_at, undo_old, (uint64_t)l->nundo, l->gpu_outs,
+                              &end);
+    l->nundo = (int64_t)end; /* what the log holds, before anything else */
+    REFIT_CHECK(st);
+  }
   uint64_t written = 0;
   for (int64_t j = 0; j < n; j++) {
     const refit_place_cuda_out_t *o = &l->gpu_outs[j];
     if (changed > 0 && o->written != o->changed) {
       *bad = j;
-      return REFIT_ERR(REFIT_ERR_INTERNAL, "wrote %llu of the %llu changed bytes",
+      return REFIT_ERR(REFIT_ERR_INTERNAL,
+                       "wrote %llu of the %llu changed bytes (after the bucket's "
+                       "write: the refit is discarded and rolled back)",
                        (unsigned long long)o->written, (unsigned long long)o->changed);
     }
     const int64_t k = l->chunk_desc[c[j].chunk];
@@ -257,8 +270,6 @@ refit_status_t refit_loader_delta_gpu(refit_loader_t *l, const refit_loader_gpu_
       l->sum[1][k] = l->sum[0][k] + o->sum;
     written += changed > 0 ? o->written : 0;
   }
-  if (undo_at != NULL)
-    l->nundo += (int64_t)changed;
   l->changed_bytes += changed;
   l->written_bytes += written;
   l->cand_tag = tag;
@@ -299,7 +310,10 @@ refit_status_t refit_loader_delta_tables(refit_loader_t *l) {
     if (l->sum[j] == NULL)
       l->sum[j] = calloc((size_t)(n ? n : 1), sizeof(uint64_t));
   l->nsums = n;
-  if (l->chunk_desc == NULL || l->place == NULL || l->sum[0] == NULL || l->sum[1] == NULL)
+  if (l->gpu_seen == NULL)
+    l->gpu_seen = calloc((size_t)(n ? n : 1), 1);
+  if (l->chunk_desc == NULL || l->place == NULL || l->sum[0] == NULL || l->sum[1] == NULL ||
+      l->gpu_seen == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "in-place delta tables of %lld chunks",
                      (long long)n);
   for (int64_t c = 0; c < l->plan->nchunks; c++)

@@ -654,11 +654,15 @@ refit_status_t refit_mem_place_check(refit_mem_t *m, const refit_place_cuda_chun
 }
 
 refit_status_t refit_mem_place_write(refit_mem_t *m, uint64_t *undo_at, uint8_t *undo_old,
-                                     uint64_t undo_base, refit_place_cuda_out_t *outs) {
+                                     uint64_t undo_base, refit_place_cuda_out_t *outs,
+                                     uint64_t *undo_end) {
+  *undo_end = undo_base;
 #ifdef REFIT_HAVE_CUDA
   if (m->device) {
     if (m->place_n <= 0)
-      return REFIT_OK;
+      return REFIT_ERR(REFIT_ERR_INTERNAL,
+                       "place delta write: no checked batch to write (written already, "
+                       "or its check failed)");
     unsigned char *dev = m->dbuf;
     unsigned long long *next = (unsigned long long *)(dev + m->place_err_off + 8);
     if (undo_at != NULL)
@@ -668,15 +672,20 @@ refit_status_t refit_mem_place_write(refit_mem_t *m, uint64_t *undo_at, uint8_t 
         (const refit_place_cuda_tile_t *)(dev + m->place_tiles_off), m->place_tiles,
         (refit_place_cuda_out_t *)(dev + m->place_outs_off), undo_at, undo_old,
         undo_at != NULL ? next : NULL, m->stream));
-    REFIT_CHECK(refit_mem_to_host(m, outs, dev + m->place_outs_off,
-                                  (size_t)m->place_n * sizeof(*outs)));
+    const int64_t n = m->place_n;
     m->place_n = m->place_tiles = 0; /* written once */
+    /* The outputs, then the error key and the undo counter, in one copy. */
+    const size_t at = m->place_err_off - m->place_outs_off;
+    unsigned char *h = m->dhost;
+    REFIT_CHECK(refit_mem_to_host(m, h, dev + m->place_outs_off, at + 16));
+    memcpy(outs, h, (size_t)n * sizeof(*outs));
+    if (undo_at != NULL)
+      memcpy(undo_end, h + at + 8, 8);
     return REFIT_OK;
   }
 #endif
   (void)undo_at;
   (void)undo_old;
-  (void)undo_base;
   (void)outs;
   return REFIT_ERR(REFIT_ERR_INTERNAL,
                    "deltas applied through their places on a GPU, on a host session");

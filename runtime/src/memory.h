@@ -172,14 +172,16 @@ refit_status_t refit_mem_delta_encode(refit_mem_t *m, const refit_mem_delta_t *c
  * results, or *bad_chunk the first bad chunk (-1: none) and the status why.
  * write: right after a check of the same chunks that passed, writes their
  * changed bytes, each logged at undo_at[undo_base + i] and undo_old (device
- * memory) when undo_at is not NULL; waits; outs[i].written. undo: restores
- * n logged bytes.
+ * memory) when undo_at is not NULL; waits; outs[i].written, and in
+ * *undo_end the log's end (undo_base + the entries taken; some may have
+ * address 0, none). undo: restores n logged bytes.
  */
 refit_status_t refit_mem_place_check(refit_mem_t *m, const refit_place_cuda_chunk_t *chunks,
                                      const void *const *host_bytes, int64_t n,
                                      refit_place_cuda_out_t *outs, int64_t *bad_chunk);
 refit_status_t refit_mem_place_write(refit_mem_t *m, uint64_t *undo_at, uint8_t *undo_old,
-                                     uint64_t undo_base, refit_place_cuda_out_t *outs);
+                                     uint64_t undo_base, refit_place_cuda_out_t *outs,
+                                     uint64_t *undo_end);
 refit_status_t refit_mem_place_undo(refit_mem_t *m, const uint64_t *undo_at,
                                     const uint8_t *undo_old, int64_t n);
 

@@ -363,7 +363,7 @@ static void expect_refused(item_t *it, int reason, const char *what) {
   if (key == ~0ull && digest_ok)
     fail_msg("%s, %s: %s passed the check and the digest", it->pc->name,
              enc_name(it->enc), what);
-  if (reason != 0 && (key == ~0ull || (int)(key & 0xff) != reason))
+  if (reason != 0 && (key == ~0ull || (int)(key >> 32 & 0xff) != reason))
     fail_msg("%s, %s: %s: check key %llx, expected reason %d", it->pc->name,
              enc_name(it->enc), what, key, reason);
   int64_t chunk = -2;
