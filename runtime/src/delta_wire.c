@@ -277,11 +277,16 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
   }
   const char *mode = dw->mode == REFIT_DELTA_MODE_ON ? "on" : "auto";
   if (!s->is_trainer) {
+    char extra[160] = "";
+    if (dw->device)
+      snprintf(extra, sizeof(extra),
+               ", %.1f MiB of pinned host memory for a bucket's frames, an undo log in "
+               "GPU memory of 9 bytes per changed byte under restore: full",
+               (double)dw->hframe_bytes / 1048576.0);
     REFIT_INFO("generator rank %d: refit.delta %s: deltas applied in place in runtime "
                "storage%s (no baseline; digests of %lld chunks, %.1f KiB%s)",
                s->role_rank, mode, dw->device ? " on the GPU" : "",
-               (long long)s->loader->nsums, (double)(16 * s->loader->nsums) / 1024.0,
-               dw->device ? ", host copies of a bucket's frames" : "");
+               (long long)s->loader->nsums, (double)(16 * s->loader->nsums) / 1024.0, extra);
     return REFIT_OK;
   }
   REFIT_INFO("trainer rank %d: refit.delta %s: baseline of the last committed version "
