@@ -46,6 +46,7 @@
  * first failing element's first failing check, which is what the C decoder
  * reports. The last kernel writes the caller's bad chunk and reason from it.
  */
+#include "kernels/block_scan.cuh"
 #include "kernels/cuda_launch.cuh"
 #include "kernels/delta_cuda.h"
 
@@ -218,50 +219,6 @@ __device__ inline uint32_t even_bits(uint32_t x) {
   x = (x | x >> 2) & 0x0f0f0f0fu;
   x = (x | x >> 4) & 0x00ff00ffu;
   return (x | x >> 8) & 0x0000ffffu;
-}
-
-/* Inclusive prefix of x over the warp's lanes (all 32 must call). */
-template <typename T> __device__ inline T warp_inclusive_scan(T x) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const T y = __shfl_up_sync(kFull, x, d);
-    if (lane >= d)
-      x += y;
-  }
-  return x;
-}
-
-/*
- * Exclusive prefix of v over the thread block (Threads threads, all must
- * call); *total = the sum over the block. `sh` holds Threads / 32 values; it
- * may be reused once this returns.
- */
-template <typename T, int Threads = kThreads>
-__device__ inline T block_scan(T v, T *total, T *sh) {
-  constexpr int warps = Threads / 32;
-  static_assert(warps >= 1 && warps <= 32, "one warp scans the warps' sums");
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const T x = warp_inclusive_scan(v);
-  if (lane == 31)
-    sh[warp] = x;
-  __syncthreads();
-  if (warp == 0) {
-    T w = lane < warps ? sh[lane] : T(0);
-#pragma unroll
-    for (int d = 1; d < warps; d <<= 1) {
-      const T y = __shfl_up_sync(kFull, w, d);
-      if (lane >= d)
-        w += y;
-    }
-    if (lane < warps)
-      sh[lane] = w;
-  }
-  __syncthreads();
-  const T before = warp > 0 ? sh[warp - 1] : T(0);
-  *total = sh[warps - 1];
-  __syncthreads();
-  return before + x - v;
 }
 
 /* Post the smallest of the block's keys (kNoKey: none). All threads call. */
@@ -534,7 +491,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint64_t t = t0 + threadIdx.x;
     const uint64_t v = t < te ? w.tile[t] : 0;
     uint64_t sum;
-    const uint64_t before = block_scan<uint64_t>(v, &sum, sh);
+    const uint64_t before = block_scan<uint64_t, kThreads>(v, &sum, sh);
     if (t < te)
       w.tile[t] = carry + before;
     carry += sum;
@@ -669,7 +626,7 @@ __global__ void __launch_bounds__(kThreads, 4)
       uint32_t unused;
       uint64_t rank =
           (w.tile[g] & 0xffffffffu) +
-          block_scan<uint32_t>(static_cast<uint32_t>(__popc(nib)), &unused, sh);
+          block_scan<uint32_t, kThreads>(static_cast<uint32_t>(__popc(nib)), &unused, sh);
       uint8_t *data = p + mb;
 #pragma unroll
       for (int q = 0; q < 4; q++)
@@ -717,7 +674,7 @@ __global__ void __launch_bounds__(kThreads, 4)
       }
     }
     uint32_t unused;
-    uint64_t idx = (w.tile[g] >> 32) + block_scan<uint32_t>(cnt, &unused, sh);
+    uint64_t idx = (w.tile[g] >> 32) + block_scan<uint32_t, kThreads>(cnt, &unused, sh);
     uint8_t *values = p + 4 * r.count;
 #pragma unroll
     for (int q = 0; q < 4; q++)
@@ -805,7 +762,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       uint64_t sum;
-      const uint64_t before = block_scan<uint64_t>(marked, &sum, sh);
+      const uint64_t before = block_scan<uint64_t, kThreads>(marked, &sum, sh);
       if (keep && t < ntiles)
         w.tile[ts + t] = carry + before;
       carry += sum;
@@ -925,8 +882,8 @@ __device__ inline void delta_tile(const refit_delta_cuda_dec_desc_t &d, const Ch
   if (next == w.tile[g])
     return;
   uint32_t unused;
-  uint64_t rank =
-      w.tile[g] + block_scan<uint32_t>(static_cast<uint32_t>(__popc(nib)), &unused, sh);
+  uint64_t rank = w.tile[g] + block_scan<uint32_t, kThreads>(
+                                  static_cast<uint32_t>(__popc(nib)), &unused, sh);
   const uint8_t *data = p + mb;
   const uint64_t k0 = lt * kTileBlocks + 4 * threadIdx.x;
 #pragma unroll

@@ -18,6 +18,7 @@
  * log a block scan of the threads' write counts takes the log's entries for
  * the block with one atomicAdd per step.
  */
+#include "kernels/block_scan.cuh"
 #include "kernels/cuda_launch.cuh"
 #include "kernels/place_cuda.h"
 
@@ -122,42 +123,18 @@ __device__ inline uint32_t nonzero_bytes(uint64_t x) {
   return (uint32_t)__popcll(x & 0x0101010101010101ull);
 }
 
-/* Exclusive prefix of v over the block, and the block's total. Every thread
- * of the block calls it. */
-__device__ uint64_t block_scan(uint64_t v, uint64_t *total) {
+/* Exclusive prefix of v over the block, and the block's total
+ * (kernels/block_scan.cuh). Every thread of the block calls it. */
+__device__ inline uint64_t scan_block(uint64_t v, uint64_t *total) {
   __shared__ uint64_t sums[kWarps];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  uint64_t x = v;
-  for (int d = 1; d < 32; d *= 2) {
-    const uint64_t y = __shfl_up_sync(0xffffffffu, x, d);
-    if (lane >= d)
-      x += y;
-  }
-  if (lane == 31)
-    sums[warp] = x;
-  __syncthreads();
-  if (warp == 0) {
-    uint64_t s = lane < kWarps ? sums[lane] : 0;
-    for (int d = 1; d < kWarps; d *= 2) {
-      const uint64_t y = __shfl_up_sync(0xffffffffu, s, d);
-      if (lane >= d)
-        s += y;
-    }
-    if (lane < kWarps)
-      sums[lane] = s;
-  }
-  __syncthreads();
-  const uint64_t before = warp > 0 ? sums[warp - 1] : 0;
-  *total = sums[kWarps - 1];
-  __syncthreads();
-  return before + x - v;
+  return block_scan<uint64_t, kThreads>(v, total, sums);
 }
 
 /* n undo entries for this thread (all threads call it): the first index. */
 __device__ uint64_t reserve(uint64_t n, unsigned long long *next) {
   __shared__ unsigned long long base;
   uint64_t total;
-  const uint64_t before = block_scan(n, &total);
+  const uint64_t before = scan_block(n, &total);
   if (threadIdx.x == 0)
     base = total > 0 ? atomicAdd(next, (unsigned long long)total) : 0;
   __syncthreads();
@@ -362,7 +339,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int64_t i = 4 * u; i < 4 * u + 4 && i < mb; i++)
           bits |= (uint32_t)mask[i] << (8 * (i - 4 * u));
       uint64_t total;
-      const int64_t idx = carry + (int64_t)block_scan((uint64_t)__popc(bits), &total);
+      const int64_t idx = carry + (int64_t)scan_block((uint64_t)__popc(bits), &total);
       carry += (int64_t)total;
       if (!kWrite) {
         for_marked(
@@ -418,15 +395,15 @@ __global__ void __launch_bounds__(kThreads)
 
   uint64_t total;
   if (kWrite) {
-    block_scan(written, &total);
+    scan_block(written, &total);
     if (threadIdx.x == 0 && total > 0)
       atomicAdd(reinterpret_cast<unsigned long long *>(&out->written), total);
     return;
   }
-  block_scan(changed, &total);
+  scan_block(changed, &total);
   if (threadIdx.x == 0 && total > 0)
     atomicAdd(reinterpret_cast<unsigned long long *>(&out->changed), total);
-  block_scan(dsum, &total);
+  scan_block(dsum, &total);
   if (threadIdx.x == 0 && total != 0)
     atomicAdd(reinterpret_cast<unsigned long long *>(&out->sum), total);
 }

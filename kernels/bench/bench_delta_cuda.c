@@ -27,6 +27,7 @@
  *
  * Usage: refit-bench-delta-cuda [total MiB, default 1024] [chunk MiB, default 4]
  */
+#include "bench_cuda.h"
 #include "bench_util.h"
 #include "kernels/datapath_cuda.h"
 #include "kernels/delta_cuda.h"
@@ -37,22 +38,6 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) { return bench_rand(&rng); }
 
 static size_t gap(double mean) { return bench_gap(&rng, mean); }
-
-static void *dmalloc(size_t n) {
-  void *p = NULL;
-  if (cudaMalloc(&p, n > 0 ? n : 1) != cudaSuccess) {
-    fprintf(stderr, "cudaMalloc of %zu bytes failed\n", n);
-    exit(2);
-  }
-  return p;
-}
-
-static void cuda_check(cudaError_t err, const char *what) {
-  if (err != cudaSuccess) {
-    fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(err));
-    exit(2);
-  }
-}
 
 /* new = base with runs (1 byte when runs == 0, else 1 to 64) at geometric
  * gaps whose mean gives density p. */

@@ -26,6 +26,7 @@
  *
  * Usage: refit-bench-place-cuda [experts, default 64] [K, default 4096]
  */
+#include "bench_cuda.h"
 #include "bench_util.h"
 #include "core/digest.h"
 #include "kernels/delta.h"
@@ -33,19 +34,6 @@
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static uint64_t rnd(void) { return bench_rand(&rng); }
-
-static void cuda_check(cudaError_t err, const char *what) {
-  if (err != cudaSuccess) {
-    fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(err));
-    exit(2);
-  }
-}
-
-static void *dmalloc(size_t n) {
-  void *p = NULL;
-  cuda_check(cudaMalloc(&p, n > 0 ? n : 1), "cudaMalloc");
-  return p;
-}
 
 static int reps = 10;
 static cudaEvent_t e0, e1;

@@ -523,8 +523,32 @@ void refit_dw_generator_recvs(refit_session_t *s, int slot, refit_xfer_t *xfers,
   }
 }
 
+/* The land fault seam in a delta refit's bucket b, as refit_loader_land_bucket
+ * plays it on a full one's: a flipped bit in the bucket's first message as
+ * received (host or device memory alike), or its first chunk dropped or
+ * applied twice: refit_dw_first_times gives how many times message k's
+ * chunk 0 is applied. */
+static refit_status_t refit_dw_flip(refit_session_t *s, int32_t b, int slot,
+                                    unsigned char *staging, refit_land_fault_t fault) {
+  const size_t got = s->dw->got[slot][0];
+  if (fault != REFIT_LAND_FLIP_ONE || s->my_begin[b] == s->my_begin[b + 1] || got == 0)
+    return REFIT_OK;
+  unsigned char byte, *at = staging + s->plan->msgs[s->my_msgs[s->my_begin[b]]].offset + got / 2;
+  REFIT_CHECK(refit_mem_to_host(s->mem, &byte, at, 1));
+  byte ^= 0x10;
+  return refit_mem_from_host(s->mem, at, &byte, 1);
+}
+
+static int refit_dw_first_times(const refit_session_t *s, int32_t b, int64_t k,
+                                refit_land_fault_t fault) {
+  return k > s->my_begin[b]                  ? 1
+         : fault == REFIT_LAND_DROP_ONE      ? 0
+         : fault == REFIT_LAND_DUPLICATE_ONE ? 2
+                                             : 1;
+}
+
 /* A message's chunks applied in place; `first` is how many times its chunk
- * 0 is (1; the land fault seam's drop 0, duplicate 2). */
+ * 0 is (refit_dw_first_times). */
 typedef struct {
   refit_session_t *s;
   const refit_msg_t *m;
@@ -551,11 +575,7 @@ static refit_status_t refit_dw_generator_in_place(refit_session_t *s, int32_t b,
   refit_dw_t *dw = s->dw;
   const refit_plan_t *p = s->plan;
   const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
-  /* The land fault seam, as refit_loader_land_bucket plays it: a flipped
-   * bit in the bucket's first message as received, or its first chunk
-   * dropped or applied twice. */
-  if (fault == REFIT_LAND_FLIP_ONE && s->my_begin[b] < s->my_begin[b + 1] && dw->got[slot][0] > 0)
-    staging[p->msgs[s->my_msgs[s->my_begin[b]]].offset + dw->got[slot][0] / 2] ^= 0x10;
+  REFIT_CHECK(refit_dw_flip(s, b, slot, staging, fault));
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
     const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
     const size_t got = dw->got[slot][k - s->my_begin[b]];
@@ -567,11 +587,8 @@ static refit_status_t refit_dw_generator_in_place(refit_session_t *s, int32_t b,
     dw->full_bytes += (uint64_t)m->bytes;
     dw->wire_bytes += got;
     refit_dw_spans(p, m, dw->span);
-    const int first = k > s->my_begin[b]               ? 1
-                      : fault == REFIT_LAND_DROP_ONE      ? 0
-                      : fault == REFIT_LAND_DUPLICATE_ONE ? 2
-                                                          : 1;
-    refit_dw_place_t c = {s, m, tag, what, got == (size_t)m->bytes, first};
+    refit_dw_place_t c = {s, m, tag, what, got == (size_t)m->bytes,
+                          refit_dw_first_times(s, b, k, fault)};
     if (c.full) {
       for (int64_t i = 0; i < m->chunk_count; i++)
         REFIT_CHECK(refit_dw_place_chunk(&c, i, msg + dw->span[i],
@@ -628,14 +645,7 @@ static refit_status_t refit_dw_generator_gpu(refit_session_t *s, int32_t b, int 
   refit_dw_t *dw = s->dw;
   const refit_plan_t *p = s->plan;
   const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
-  if (fault == REFIT_LAND_FLIP_ONE && s->my_begin[b] < s->my_begin[b + 1] &&
-      dw->got[slot][0] > 0) {
-    unsigned char byte, *at = staging + p->msgs[s->my_msgs[s->my_begin[b]]].offset +
-                              dw->got[slot][0] / 2;
-    REFIT_CHECK(refit_mem_to_host(dw->mem, &byte, at, 1));
-    byte ^= 0x10;
-    REFIT_CHECK(refit_mem_from_host(dw->mem, at, &byte, 1));
-  }
+  REFIT_CHECK(refit_dw_flip(s, b, slot, staging, fault));
   refit_dw_gpu_t c = {.dw = dw};
   size_t hoff = 0;
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
@@ -646,10 +656,7 @@ static refit_status_t refit_dw_generator_gpu(refit_session_t *s, int32_t b, int 
     refit_dw_spans(p, m, dw->span);
     c.k = k;
     c.chunk_begin = m->chunk_begin;
-    c.first = k > s->my_begin[b]               ? 1
-              : fault == REFIT_LAND_DROP_ONE      ? 0
-              : fault == REFIT_LAND_DUPLICATE_ONE ? 2
-                                                  : 1;
+    c.first = refit_dw_first_times(s, b, k, fault);
     unsigned char *msg = staging + m->offset;
     if (got == (size_t)m->bytes) { /* whole: compared with runtime storage */
       for (int64_t i = 0; i < m->chunk_count; i++)
@@ -680,16 +687,16 @@ static refit_status_t refit_dw_generator_gpu(refit_session_t *s, int32_t b, int 
     char why[512];
     snprintf(why, sizeof(why), "%s", refit_last_error());
     const refit_msg_t *m = &p->msgs[s->my_msgs[dw->chunk_at[bad][0]]];
-    const refit_chunk_t *ch = &p->chunks[m->chunk_begin + dw->chunk_at[bad][1]];
-    return REFIT_ERR(st,
-                     "version %llu bucket %d: message from trainer rank %d to generator "
-                     "rank %d, chunk %lld of %lld (tensor %s, rows %lld..%lld, cols "
-                     "%lld..%lld): %s%s",
-                     (unsigned long long)s->pending, b, m->src_rank, m->dst_rank,
-                     (long long)dw->chunk_at[bad][1], (long long)m->chunk_count,
-                     s->loader->cat->gen[ch->dst_tensor].name, (long long)ch->dst_row,
-                     (long long)(ch->dst_row + ch->rows - 1), (long long)ch->dst_col,
-                     (long long)(ch->dst_col + ch->cols - 1), why,
+    char tensor[REFIT_NAME_MAX + 160];
+    const int64_t pc = dw->batch[bad].chunk;
+    const int64_t k = pc >= 0 && pc < p->nchunks ? s->loader->chunk_desc[pc] : -1;
+    if (k >= 0)
+      refit_loader_chunk_str(s->loader, k, tensor, sizeof(tensor));
+    else
+      snprintf(tensor, sizeof(tensor), "plan chunk %lld", (long long)pc);
+    return REFIT_ERR(st, "version %llu bucket %d: chunk %lld of %lld of a message, %s: %s%s",
+                     (unsigned long long)s->pending, b, (long long)dw->chunk_at[bad][1],
+                     (long long)m->chunk_count, tensor, why,
                      st == REFIT_ERR_INTERNAL
                          ? ""
                          : "; nothing of the bucket was written, the refit is discarded");

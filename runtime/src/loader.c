@@ -341,6 +341,7 @@ void refit_loader_destroy(refit_loader_t *l) {
   free(l->gpu_hosts);
   free(l->gpu_seen);
   free(l->trail_host);
+  free(l->trail_pieces);
   free(l);
 }
 

@@ -145,6 +145,7 @@ typedef struct {
   uint8_t *undo_dev_old;
   int64_t undo_dev_cap;
   uint64_t *trail_host;
+  refit_mem_piece_t *trail_pieces;
   unsigned char *trail_dev;
   int64_t trail_cap;
 } refit_loader_t;

@@ -29,17 +29,29 @@ static refit_status_t refit_ld_fail(const refit_loader_t *l, int64_t k, refit_st
                    (long long)count, tensor, why, tail);
 }
 
-/* Room in the undo log for n more entries (sync, restore: full only)? */
-static int refit_loader_undo_room(refit_loader_t *l, int64_t n) {
+/* The undo log's capacity for n more entries, a log of `cap` entries now
+ * (`first`: its first size): -1 when there is no room (async, restore other
+ * than full, or past undo_max), cap when it fits, else the doubled size. */
+static int64_t refit_loader_undo_want(const refit_loader_t *l, int64_t n, int64_t cap,
+                                      int64_t first) {
   if (l->cfg->refit.mode == REFIT_MODE_ASYNC || l->cfg->refit.restore != REFIT_RESTORE_FULL ||
       l->nundo + n > l->undo_max)
+    return -1;
+  if (l->nundo + n <= cap)
+    return cap;
+  int64_t want = cap > 0 ? 2 * cap : first;
+  while (want < l->nundo + n)
+    want *= 2;
+  return want < l->undo_max ? want : l->undo_max;
+}
+
+/* Room in the undo log for n more entries (sync, restore: full only)? */
+static int refit_loader_undo_room(refit_loader_t *l, int64_t n) {
+  const int64_t cap = refit_loader_undo_want(l, n, l->undo_cap, 4096);
+  if (cap < 0)
     return 0;
-  if (l->nundo + n <= l->undo_cap)
+  if (cap == l->undo_cap)
     return 1;
-  int64_t cap = l->undo_cap > 0 ? 2 * l->undo_cap : 4096;
-  while (cap < l->nundo + n)
-    cap *= 2;
-  cap = cap < l->undo_max ? cap : l->undo_max;
   uint8_t **at = realloc(l->undo_at, (size_t)cap * sizeof(*at));
   if (at == NULL)
     return 0;
@@ -123,15 +135,11 @@ refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
 /* Room in the GPU undo log for n more entries (sync, restore: full only):
  * grown by doubling, the entries so far copied over. */
 static int refit_loader_undo_room_gpu(refit_loader_t *l, int64_t n) {
-  if (l->cfg->refit.mode == REFIT_MODE_ASYNC || l->cfg->refit.restore != REFIT_RESTORE_FULL ||
-      l->nundo + n > l->undo_max)
+  const int64_t cap = refit_loader_undo_want(l, n, l->undo_dev_cap, 65536);
+  if (cap < 0)
     return 0;
-  if (l->nundo + n <= l->undo_dev_cap)
+  if (cap == l->undo_dev_cap)
     return 1;
-  int64_t cap = l->undo_dev_cap > 0 ? 2 * l->undo_dev_cap : 65536;
-  while (cap < l->nundo + n)
-    cap *= 2;
-  cap = cap < l->undo_max ? cap : l->undo_max;
   void *at = NULL, *old = NULL;
   if (refit_mem_alloc(l->mem, (size_t)cap * 8, &at) != REFIT_OK)
     return 0;
@@ -255,7 +263,6 @@ refit_status_t refit_loader_delta_gpu(refit_loader_t *l, const refit_loader_gpu_
     l->nundo = (int64_t)end; /* what the log holds, before anything else */
     REFIT_CHECK(st);
   }
-  uint64_t written = 0;
   for (int64_t j = 0; j < n; j++) {
     const refit_place_cuda_out_t *o = &l->gpu_outs[j];
     if (changed > 0 && o->written != o->changed) {
@@ -268,10 +275,9 @@ refit_status_t refit_loader_delta_gpu(refit_loader_t *l, const refit_loader_gpu_
     const int64_t k = l->chunk_desc[c[j].chunk];
     if (digest)
       l->sum[1][k] = l->sum[0][k] + o->sum;
-    written += changed > 0 ? o->written : 0;
   }
-  l->changed_bytes += changed;
-  l->written_bytes += written;
+  l->changed_bytes += changed; /* each written, as checked above */
+  l->written_bytes += changed;
   l->cand_tag = tag;
   return REFIT_OK;
 }
@@ -338,26 +344,23 @@ refit_status_t refit_loader_delta_note(refit_loader_t *l, int32_t b,
   if (sums && device && n > 0) { /* the bucket's trailers, read back at once */
     if (n > l->trail_cap) {
       free(l->trail_host);
+      free(l->trail_pieces);
       if (l->trail_dev != NULL)
         refit_mem_free(l->mem, l->trail_dev);
       l->trail_dev = NULL;
       l->trail_cap = 0;
       l->trail_host = malloc((size_t)n * 8);
-      if (l->trail_host == NULL)
+      l->trail_pieces = malloc((size_t)n * sizeof(*l->trail_pieces));
+      if (l->trail_host == NULL || l->trail_pieces == NULL)
         return REFIT_ERR(REFIT_ERR_NO_MEMORY, "trailers of %lld chunks", (long long)n);
       REFIT_CHECK(refit_mem_alloc(l->mem, (size_t)n * 8, (void **)&l->trail_dev));
       l->trail_cap = n;
     }
-    refit_mem_piece_t *pieces = malloc((size_t)n * sizeof(*pieces));
-    if (pieces == NULL)
-      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "trailers of %lld chunks", (long long)n);
     for (int64_t j = 0; j < n; j++)
-      pieces[j] = (refit_mem_piece_t){descs[first + j].src_offset +
-                                          descs[first + j].rows * descs[first + j].row_bytes,
-                                      l->trail_dev + 8 * j, 8};
-    refit_status_t st = refit_mem_gather(l->mem, staging, pieces, n);
-    free(pieces);
-    REFIT_CHECK(st);
+      l->trail_pieces[j] = (refit_mem_piece_t){
+          descs[first + j].src_offset + descs[first + j].rows * descs[first + j].row_bytes,
+          l->trail_dev + 8 * j, 8};
+    REFIT_CHECK(refit_mem_gather(l->mem, staging, l->trail_pieces, n));
     REFIT_CHECK(refit_mem_to_host(l->mem, l->trail_host, l->trail_dev, (size_t)n * 8));
   }
   for (int64_t k = first; k < first + n; k++) {
