@@ -596,16 +596,6 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
                       "refit.prequantize: true needs refit.precision mxfp8, "
                       "got %s (a %s refit has nothing to quantize)",
                       precision, precision);
-  /* Delta refits need receives of variable length (transport.h), which
-   * NCCL's cannot be. */
-  if (ROWS_OK(ROW(REFIT_DELTA), ROW(REFIT_TRANSPORT)) &&
-      cfg->refit.delta == REFIT_DELTA_MODE_ON &&
-      cfg->refit.transport == REFIT_TRANSPORT_NCCL)
-    refit_config_rule(c, ROW(REFIT_DELTA),
-                      "refit.delta: on cannot run over refit.transport nccl (its "
-                      "messages have a fixed length); use transport ipc (GPUs of "
-                      "one node), ucx or mpi, or delta: auto for full refits over "
-                      "nccl");
   if (ROWS_OK(ROW(REFIT_DELTA), ROW(REFIT_ZERO_COPY)) &&
       cfg->refit.delta == REFIT_DELTA_MODE_ON &&
       cfg->refit.zero_copy == REFIT_ZERO_COPY_ON)

@@ -119,6 +119,12 @@ static const char *refit_dw_unpaying(const refit_session_t *s) {
   if (refit_mem_on_device(s->mem) && s->transport.ops->kind == REFIT_TRANSPORT_IPC)
     return "on GPUs over ipc a delta refit measured no faster than a full one; "
            "delta: on forces them";
+  /* NCCL's messages have a fixed length: a delta refit sends their lengths
+   * ahead over MPI (transport_lengths.c), a round trip per bucket that no
+   * run on two GPUs has weighed against what it saves yet. */
+  if (refit_transport_lengths_wrapped(&s->transport))
+    return "delta refits over a transport of fixed-length messages (nccl) have "
+           "not been measured against full ones; delta: on forces them";
   return NULL;
 }
 

@@ -309,7 +309,8 @@ refit_status_t refit_session_open_transport(refit_session_t *s) {
       .memory = refit_mem_on_device(s->mem) ? REFIT_MEMORY_DEVICE : REFIT_MEMORY_HOST,
       .pairs = pairs,
       .npairs = npairs,
-      .locality = s->cfg.refit.locality};
+      .locality = s->cfg.refit.locality,
+      .variable_length = s->cfg.refit.delta != REFIT_DELTA_MODE_OFF};
   if (st == REFIT_OK)
     st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
   free(pairs);

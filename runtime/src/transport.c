@@ -96,7 +96,17 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
     REFIT_CHECK(ops->create(args, &out->ctx));
     out->ops = ops;
     REFIT_INFO("transport %s selected", ops->name);
-    return REFIT_OK;
+    if (!args->variable_length || ops->variable_length)
+      return REFIT_OK;
+    /* Every rank chose the same transport (query is collective), so every
+     * rank wraps it. */
+    st = refit_transport_lengths_wrap(out, args);
+    if (st != REFIT_OK)
+      refit_transport_close(out);
+    else
+      REFIT_INFO("transport %s: message lengths go ahead of each exchange over mpi",
+                 ops->name);
+    return st;
   }
   if (kind != REFIT_TRANSPORT_AUTO)
     return REFIT_ERR(REFIT_ERR_NOT_AVAILABLE,

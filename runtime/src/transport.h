@@ -81,6 +81,10 @@ typedef struct {
   int npairs;
   /* What one node is when choosing a transport per pair (refit.locality). */
   refit_locality_t locality;
+  /* 1: the caller posts receives of variable length (refit_xfer_t.got, delta
+   * refits); a transport whose messages have a fixed length is then wrapped
+   * (refit_transport_lengths_wrap). */
+  int variable_length;
 } refit_transport_args_t;
 
 typedef struct refit_exchange refit_exchange_t;
@@ -168,6 +172,17 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
                                     const refit_transport_args_t *args,
                                     refit_transport_t *out);
 void refit_transport_close(refit_transport_t *t);
+
+/* Receives of variable length over the open transport *t, whatever its
+ * own messages allow (transport_lengths.c): each exchange first sends every
+ * peer the lengths of its messages over an MPI transport of its own, then
+ * the messages with their exact lengths over *t, bodies posted in start
+ * order. *t is replaced by the wrapper, which owns (and destroys) it; on an
+ * error *t is left as it was. Collective over args->world. */
+refit_status_t refit_transport_lengths_wrap(refit_transport_t *t,
+                                            const refit_transport_args_t *args);
+/* 1 when *t is such a wrapper. */
+int refit_transport_lengths_wrapped(const refit_transport_t *t);
 
 /* The most transports refit_transports[] holds. */
 #define REFIT_TRANSPORTS_MAX 8

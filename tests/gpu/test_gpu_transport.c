@@ -12,7 +12,13 @@
  *
  *   test_gpu_transport --transport nccl|ipc|ucx|auto [--same-gpu] [--buckets N]
  *                      [--timeout S] [--expect NAME] [--locality host|gpu]
- *                      [--die-rank R --die-bucket B]
+ *                      [--die-rank R --die-bucket B] [--lengths]
+ *
+ * --lengths wraps the transport in the lengths wrapper (transport_lengths.c,
+ * what delta refits over NCCL use): some messages are then empty, every
+ * receive is posted for GAP bytes more than its message and must report
+ * the message's exact length (refit_xfer_t.got), the GAP bytes after it
+ * still poison. NCCL on ranks that share a GPU is skipped then.
  *
  * --locality gpu makes each GPU a node for auto (refit.locality: gpu): ranks
  * of one GPU then exchange over CUDA IPC and all other pairs over NCCL (the
@@ -48,9 +54,11 @@ typedef struct {
   int same_gpu, buckets, die_rank, die_bucket;
   refit_locality_t locality;
   double timeout_s;
+  int lengths;
 } opts_t;
 
 static int g_rank = -1;
+static int g_lengths; /* --lengths: some messages empty */
 static int g_trace; /* REFIT_TRACE set: each step of the loop on stderr */
 #define TRACE(...)                                                             \
   do {                                                                         \
@@ -75,6 +83,8 @@ static size_t msg_bytes(int b, int src, int dst) {
     h = (h << 8) | refit_pattern_byte(0x5eedULL + (uint64_t)b * 131 +
                                           (uint64_t)src * 17 + (uint64_t)dst,
                                       (uint64_t)k);
+  if (g_lengths && h % 16 == 3)
+    return 0;
   return (h % 8 == 0) ? 1 + h % MAX_MSG : 1 + h % 65536;
 }
 
@@ -119,6 +129,8 @@ static int parse(int argc, char **argv, opts_t *o) {
     } else if (strcmp(a, "--locality") == 0 && v) {
       o->locality = strcmp(v, "gpu") == 0 ? REFIT_LOCALITY_GPU : REFIT_LOCALITY_HOST;
       i++;
+    } else if (strcmp(a, "--lengths") == 0) {
+      o->lengths = 1;
     } else if (strcmp(a, "--same-gpu") == 0) {
       o->same_gpu = 1;
     } else if (strcmp(a, "--buckets") == 0 && v) {
@@ -166,6 +178,7 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 2;
   }
+  g_lengths = o.lengths;
   refit_device_count(&ndev);
   MPI_Allreduce(&ndev, &min_dev, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (min_dev == 0) {
@@ -225,6 +238,14 @@ int main(int argc, char **argv) {
   refit_transport_t t = {0};
   st = refit_transport_open(o.kind, &args, &t);
   free(pairs);
+  if (o.kind == REFIT_TRANSPORT_NCCL && shared && o.lengths && o.die_rank < 0) {
+    if (rank == 0)
+      printf("test_gpu_transport: SKIP: NCCL under the lengths wrapper needs one GPU "
+             "per rank\n");
+    refit_transport_close(&t);
+    MPI_Finalize();
+    return 77;
+  }
   if (o.kind == REFIT_TRANSPORT_NCCL && shared) {
     /* Two ranks on one GPU: NCCL must refuse, naming the reason. */
     int ok = st == REFIT_ERR_CONFIG &&
@@ -261,9 +282,14 @@ int main(int argc, char **argv) {
           refit_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  if (o.lengths && (st = refit_transport_lengths_wrap(&t, &args)) != REFIT_OK) {
+    FAILF("wrapping transport %s: %s: %s", o.kind_name, refit_status_name(st),
+          refit_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   if (rank == 0)
-    printf("test_gpu_transport: transport %s selected for --transport %s\n",
-           t.ops->name, o.kind_name);
+    printf("test_gpu_transport: transport %s selected for --transport %s%s\n",
+           t.ops->name, o.kind_name, o.lengths ? ", lengths ahead over mpi" : "");
   if (o.expect != NULL && strcmp(o.expect, t.ops->name) != 0) {
     FAILF("expected transport %s, got %s", o.expect, t.ops->name);
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -297,6 +323,7 @@ int main(int argc, char **argv) {
 
   refit_xfer_t *sends = calloc((size_t)size, sizeof(*sends));
   refit_xfer_t *recvs = calloc((size_t)size, sizeof(*recvs));
+  size_t *got = calloc(2 * (size_t)size, sizeof(*got)); /* [slot][peer] */
   refit_exchange_t *inflight[2] = {NULL, NULL};
   int inflight_bucket[2] = {-1, -1};
   long long wrong = 0, moved = 0;
@@ -352,6 +379,12 @@ int main(int argc, char **argv) {
         const size_t off = recv_offset(vb, rank, src);
         const size_t n = msg_bytes(vb, src, rank);
         const uint64_t seed = msg_seed(vb, src, rank);
+        if (o.lengths && got[(size_t)slot * (size_t)size + (size_t)src] != n) {
+          FAILF("bucket %d from rank %d: the receive reports %zu bytes, the message "
+                "has %zu",
+                vb, src, got[(size_t)slot * (size_t)size + (size_t)src], n);
+          bad_here++;
+        }
         for (; pos < off; pos++)
           bad_here += host_stage[pos] != POISON;
         for (size_t i = 0; i < n; i++, pos++) {
@@ -382,8 +415,11 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < sn; i++)
         host_send[so + i] = refit_pattern_byte(seed, i);
       sends[ns++] = (refit_xfer_t){peer, sendbuf[slot] + so, sn, NULL};
+      size_t *len = &got[(size_t)slot * (size_t)size + (size_t)peer];
+      *len = (size_t)-1;
       recvs[nr++] = (refit_xfer_t){peer, stage[slot] + recv_offset(b, rank, peer),
-                                   msg_bytes(b, peer, rank), NULL};
+                                   msg_bytes(b, peer, rank) + (o.lengths ? GAP : 0),
+                                   o.lengths ? len : NULL};
     }
     TRACE("prepare bucket %d", b);
     if (refit_device_memcpy(sendbuf[slot], host_send, send_offset(b, rank, size)) !=
@@ -428,6 +464,7 @@ int main(int argc, char **argv) {
   free(host_send);
   free(sends);
   free(recvs);
+  free(got);
   if (rank == 0)
     printf("test_gpu_transport: %s: transport %s, %d ranks%s, %d buckets, "
            "%lld bytes moved in %.3f s, %lld wrong bytes\n",

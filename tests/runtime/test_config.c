@@ -850,10 +850,6 @@ static const mistake_t mistakes[] = {
     CASE(.base = moe, .append = "refit:\n  prequantize: true\n", .lines = 1,
          .want = {"demo.yaml:22:3: refit.prequantize: true needs "
                   "refit.precision mxfp8, got bf16"}),
-    CASE(.base = moe, .append = "refit:\n  delta: on\n  transport: nccl\n", .lines = 1,
-         .want = {"demo.yaml:22:3: refit.delta: on cannot run over refit.transport "
-                  "nccl (its messages have a fixed length); use transport ipc (GPUs "
-                  "of one node), ucx or mpi, or delta: auto for full refits over nccl"}),
     CASE(.base = moe, .append = "refit:\n  delta: on\n  delta_baseline: gpu\n", .lines = 1,
          .want = {"demo.yaml:23:19: refit.delta_baseline: expected one of auto, device, "
                   "host, got 'gpu'"}),
