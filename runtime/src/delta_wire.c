@@ -99,7 +99,8 @@ static void refit_dw_spans(const refit_plan_t *p, const refit_msg_t *m, int64_t 
 /* Why this session cannot carry delta refits, or NULL. */
 static const char *refit_dw_unusable(const refit_session_t *s) {
   if (!s->transport.ops->variable_length)
-    return "its transport sends messages of a fixed length only";
+    return "its transport sends messages of a fixed length only (delta: on sends "
+           "their lengths ahead over MPI, not yet measured against full refits)";
   if (s->zero_copy)
     return "zero copy moves no weight bytes";
   /* The config quantizes on the trainer under delta (prequantize), so this
@@ -119,12 +120,6 @@ static const char *refit_dw_unpaying(const refit_session_t *s) {
   if (refit_mem_on_device(s->mem) && s->transport.ops->kind == REFIT_TRANSPORT_IPC)
     return "on GPUs over ipc a delta refit measured no faster than a full one; "
            "delta: on forces them";
-  /* NCCL's messages have a fixed length: a delta refit sends their lengths
-   * ahead over MPI (transport_lengths.c), a round trip per bucket that no
-   * run on two GPUs has weighed against what it saves yet. */
-  if (refit_transport_lengths_wrapped(&s->transport))
-    return "delta refits over a transport of fixed-length messages (nccl) have "
-           "not been measured against full ones; delta: on forces them";
   return NULL;
 }
 

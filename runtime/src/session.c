@@ -310,7 +310,10 @@ refit_status_t refit_session_open_transport(refit_session_t *s) {
       .pairs = pairs,
       .npairs = npairs,
       .locality = s->cfg.refit.locality,
-      .variable_length = s->cfg.refit.delta != REFIT_DELTA_MODE_OFF};
+      /* Only delta: on wraps a fixed-length transport (NCCL): auto runs
+       * full refits there, which would pay for the lengths for nothing,
+       * until a delta refit over NCCL is measured against a full one. */
+      .variable_length = s->cfg.refit.delta == REFIT_DELTA_MODE_ON};
   if (st == REFIT_OK)
     st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
   free(pairs);
