@@ -226,16 +226,26 @@ static void refit_lengths_unqueue(refit_lengths_ctx_t *c, refit_exchange_t *ex) 
   ex->next = NULL;
 }
 
+/* Give up one of ex's parts on transport t: abandoned, or where t cannot
+ * (NCCL, IPC) waited for with a deadline already past, as the session's
+ * abort does (NCCL then aborts its communicators). */
+static void refit_lengths_give_up(const refit_transport_t *t, refit_exchange_t *part) {
+  if (t->ops->abandon != NULL)
+    t->ops->abandon(t->ctx, part);
+  else
+    (void)t->ops->wait(t->ctx, part, MPI_Wtime(), "abandoned");
+}
+
 /* Give up what of ex is still in flight and keep its buffers until
  * destroy(). */
 static void refit_lengths_drop(refit_lengths_ctx_t *c, refit_exchange_t *ex) {
   refit_lengths_unqueue(c, ex);
   if (ex->hdr_in != NULL)
-    c->hdr.ops->abandon(c->hdr.ctx, ex->hdr_in);
+    refit_lengths_give_up(&c->hdr, ex->hdr_in);
   if (ex->body != NULL)
-    c->inner.ops->abandon(c->inner.ctx, ex->body);
+    refit_lengths_give_up(&c->inner, ex->body);
   if (ex->hdr_out != NULL)
-    c->hdr.ops->abandon(c->hdr.ctx, ex->hdr_out);
+    refit_lengths_give_up(&c->hdr, ex->hdr_out);
   ex->hdr_in = ex->body = ex->hdr_out = NULL;
   c->dirty = 1;
   ex->next = c->kept;

@@ -14,8 +14,9 @@
  *    REFIT_ERR_INTEGRITY naming the sender and both lengths.
  * 3. A rank that does not take part: its peers' waits end at the deadline
  *    with REFIT_ERR_TIMEOUT naming it.
- * After 2 and 3 every rank repairs the transport (recover) and a bucket with
- * the same tag must then complete cleanly: nothing of the failed one
+ * 4. Every rank abandons a bucket it started (rank 1 after the others).
+ * After 2, 3 and 4 every rank repairs the transport (recover) and a bucket
+ * with the same tag must then complete cleanly: nothing of the failed one
  * matches it.
  */
 #include "transport.h"
@@ -263,6 +264,24 @@ int main(int argc, char **argv) {
     FAILF("recover after the absent peer: %s: %s", refit_status_name(st),
           refit_last_error());
   clean_bucket(&t, &f, 201, 200);
+
+  /* 4. Every rank gives up a bucket it started (as a session's abort does),
+   * before or after its peers' headers came, then repairs. */
+  if (f.rank == 1)
+    MPI_Barrier(MPI_COMM_WORLD);
+  st = post(&t, &f, 300, 300, 0, 0, &ex);
+  if (st != REFIT_OK)
+    FAILF("start bucket 300: %s: %s", refit_status_name(st), refit_last_error());
+  else
+    t.ops->abandon(t.ctx, ex);
+  if (f.rank != 1)
+    MPI_Barrier(MPI_COMM_WORLD);
+  if (t.ops->healthy(t.ctx))
+    FAILF("healthy after abandoning an exchange");
+  st = t.ops->recover(t.ctx, MPI_Wtime() + 30);
+  if (st != REFIT_OK)
+    FAILF("recover after abandoning: %s: %s", refit_status_name(st), refit_last_error());
+  clean_bucket(&t, &f, 301, 300);
 
   refit_transport_close(&t);
   int failed = 0;
