@@ -544,23 +544,12 @@ __device__ inline void copy_tile(const uint8_t *s, uint8_t *o, uint64_t rem) {
 }
 
 /* Store a whole block (32 bytes, words w[0..7] little-endian) at o, which
- * may have any alignment: where o is not 4-byte aligned (a mask's blocks
- * follow its bitmap, whose length is the chunk's), 7 word stores whose
- * bytes are shifted across word pairs, and the 4 - d head and d tail bytes
- * one at a time (those words are shared with the neighbouring blocks). */
-__device__ inline void store_block32(uint8_t *o, const uint32_t (&w)[8]) {
+ * is not 4-byte aligned (a mask's blocks follow its bitmap, whose length is
+ * the chunk's): 7 word stores whose bytes are shifted across word pairs, and
+ * the 4 - d head and d tail bytes one at a time (those words are shared with
+ * the neighbouring blocks). store16 would store all 32 one at a time. */
+__device__ inline void store_block32_unaligned(uint8_t *o, const uint32_t (&w)[8]) {
   const unsigned d = static_cast<unsigned>(reinterpret_cast<uintptr_t>(o) & 3);
-  if (d == 0) {
-    if (aligned(o, 16)) {
-      reinterpret_cast<uint4 *>(o)[0] = make_uint4(w[0], w[1], w[2], w[3]);
-      reinterpret_cast<uint4 *>(o)[1] = make_uint4(w[4], w[5], w[6], w[7]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; i++)
-        reinterpret_cast<uint32_t *>(o)[i] = w[i];
-    }
-    return;
-  }
   for (unsigned i = 0; i < 4 - d; i++)
     o[i] = static_cast<uint8_t>(w[0] >> (8 * i));
   uint32_t *words = reinterpret_cast<uint32_t *>(o - d); /* word j: bytes 4j - d .. */
@@ -575,9 +564,9 @@ __device__ inline void store_block32(uint8_t *o, const uint32_t (&w)[8]) {
 __device__ inline void copy_block(const uint8_t *s, uint8_t *o, uint64_t len) {
   const uint4 v0 = load16(s, len),
               v1 = len > 16 ? load16(s + 16, len - 16) : make_uint4(0, 0, 0, 0);
-  if (len == kBlock) {
+  if (len == kBlock && !aligned(o, 4)) {
     const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-    store_block32(o, w);
+    store_block32_unaligned(o, w);
     return;
   }
   store16(o, v0, len);

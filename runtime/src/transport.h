@@ -181,8 +181,6 @@ void refit_transport_close(refit_transport_t *t);
  * error *t is left as it was. Collective over args->world. */
 refit_status_t refit_transport_lengths_wrap(refit_transport_t *t,
                                             const refit_transport_args_t *args);
-/* 1 when *t is such a wrapper. */
-int refit_transport_lengths_wrapped(const refit_transport_t *t);
 
 /* The most transports refit_transports[] holds. */
 #define REFIT_TRANSPORTS_MAX 8

@@ -454,10 +454,6 @@ static void refit_lengths_destroy(void *ctx) {
   free(c);
 }
 
-int refit_transport_lengths_wrapped(const refit_transport_t *t) {
-  return t->ops != NULL && t->ops->start == refit_lengths_start;
-}
-
 refit_status_t refit_transport_lengths_wrap(refit_transport_t *t,
                                             const refit_transport_args_t *args) {
   refit_lengths_ctx_t *c = calloc(1, sizeof(*c));
