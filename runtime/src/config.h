@@ -170,6 +170,11 @@ typedef struct {
     refit_restore_t restore; /* full (default) | none */
     int digests;             /* per-tensor integrity digests; default true */
     int keep_staging;        /* default true */
+    /* Every exchange sends its messages' lengths ahead over MPI
+     * (transport_lengths.c) even where the transport reports lengths
+     * itself: the path delta refits over NCCL take, on any transport (for
+     * tests and diagnosis). Default false. */
+    int lengths_ahead;
     /* Benchmark baseline: the straightforward path refit is measured
      * against: every tensor its own bucket, MoE layouts expert by expert.
      * Same bytes, slower. Default false. */

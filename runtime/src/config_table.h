@@ -165,6 +165,9 @@
   X(REFIT_DELTA, "refit", "delta", ENUM, refit.delta, "off", 0, 0,             \
     "off|on|auto", 0,                                                          \
     "send only what changed since the last committed version")                 \
+  X(REFIT_LENGTHS_AHEAD, "refit", "lengths_ahead", BOOL, refit.lengths_ahead, \
+    "false", 0, 0, "", 0,                                                      \
+    "send every message's length ahead over MPI, on any transport")           \
   X(REFIT_DELTA_BASELINE, "refit", "delta_baseline", ENUM,                     \
     refit.delta_baseline, "auto", 0, 0, "auto|device|host", 0,                 \
     "where a trainer on a GPU keeps its delta baseline (auto: device)")        \

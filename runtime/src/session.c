@@ -313,7 +313,8 @@ refit_status_t refit_session_open_transport(refit_session_t *s) {
       /* Only delta: on wraps a fixed-length transport (NCCL): auto runs
        * full refits there, which would pay for the lengths for nothing,
        * until a delta refit over NCCL is measured against a full one. */
-      .variable_length = s->cfg.refit.delta == REFIT_DELTA_MODE_ON};
+      .variable_length = s->cfg.refit.delta == REFIT_DELTA_MODE_ON,
+      .lengths_ahead = s->cfg.refit.lengths_ahead};
   if (st == REFIT_OK)
     st = refit_transport_open(s->cfg.refit.transport, &args, &s->transport);
   free(pairs);

@@ -96,7 +96,7 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
     REFIT_CHECK(ops->create(args, &out->ctx));
     out->ops = ops;
     REFIT_INFO("transport %s selected", ops->name);
-    if (!args->variable_length || ops->variable_length)
+    if (!args->lengths_ahead && (!args->variable_length || ops->variable_length))
       return REFIT_OK;
     /* Every rank chose the same transport (query is collective), so every
      * rank wraps it. */
@@ -105,7 +105,7 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
       refit_transport_close(out);
     else
       REFIT_INFO("transport %s: message lengths go ahead of each exchange over mpi",
-                 ops->name);
+                 out->ops->name);
     return st;
   }
   if (kind != REFIT_TRANSPORT_AUTO)

@@ -85,6 +85,8 @@ typedef struct {
    * refits); a transport whose messages have a fixed length is then wrapped
    * (refit_transport_lengths_wrap). */
   int variable_length;
+  /* 1: wrap whatever transport is chosen (refit.lengths_ahead). */
+  int lengths_ahead;
 } refit_transport_args_t;
 
 typedef struct refit_exchange refit_exchange_t;
@@ -177,7 +179,8 @@ void refit_transport_close(refit_transport_t *t);
  * own messages allow (transport_lengths.c): each exchange first sends every
  * peer the lengths of its messages over an MPI transport of its own, then
  * the messages with their exact lengths over *t, bodies posted in start
- * order. *t is replaced by the wrapper, which owns (and destroys) it; on an
+ * order. *t is replaced by the wrapper ("<name>+lengths", the same kind),
+ * which owns (and destroys) it; on an
  * error *t is left as it was. Collective over args->world. */
 refit_status_t refit_transport_lengths_wrap(refit_transport_t *t,
                                             const refit_transport_args_t *args);

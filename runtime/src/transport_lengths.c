@@ -21,6 +21,9 @@
  * fresh communicator: no header of the failed refit can match a later one)
  * and the wrapped one. A failed exchange's headers stay allocated until
  * destroy(): a late peer may still write them.
+ *
+ * The wrapper is named after the wrapped transport ("nccl+lengths") and
+ * keeps its kind and memory.
  */
 #include "transport.h"
 
@@ -58,6 +61,7 @@ struct refit_exchange {
 
 typedef struct {
   refit_transport_ops_t ops; /* the wrapped transport's, with variable lengths */
+  char name[40];             /* "<wrapped>+lengths" */
   refit_transport_t inner;
   refit_transport_t hdr;
   refit_exchange_t *head, *tail; /* bodies not yet posted, in start order */
@@ -477,8 +481,9 @@ refit_status_t refit_transport_lengths_wrap(refit_transport_t *t,
   }
   c->hdr.ops = &refit_transport_mpi;
   c->inner = *t;
+  snprintf(c->name, sizeof(c->name), "%s+lengths", t->ops->name);
   c->ops = (refit_transport_ops_t){
-      .name = t->ops->name,
+      .name = c->name,
       .kind = t->ops->kind,
       .memory = t->ops->memory,
       .variable_length = 1,

@@ -983,6 +983,7 @@ static void test_defaults_applied(void **state) {
   assert_int_equal(d.refit.restore, REFIT_RESTORE_FULL);
   assert_int_equal(d.refit.digests, 1);
   assert_int_equal(d.refit.keep_staging, 1);
+  assert_int_equal(d.refit.lengths_ahead, 0);
   assert_int_equal(d.refit.device_map, REFIT_DEVICE_MAP_LOCAL_RANK);
   assert_int_equal(d.refit.fault.enabled, 0);
   assert_true(d.refit.fault.at == 0.5);

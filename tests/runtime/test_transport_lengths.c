@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
   if (st == REFIT_OK)
     st = refit_transport_lengths_wrap(&t, &args);
   if (st != REFIT_OK || t.ops == plain || !t.ops->variable_length ||
-      strcmp(t.ops->name, "mpi") != 0) {
+      strcmp(t.ops->name, "mpi+lengths") != 0) {
     FAILF("opening the wrapped transport: %s: %s", refit_status_name(st),
           refit_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);

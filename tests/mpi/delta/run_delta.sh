@@ -3,6 +3,7 @@
 # fresh random source.seed, then assertions on what each refit was and sent.
 #   run_delta.sh BUILD CONFIG [--refit N full|delta|aborted]... [--max F]
 #                [--transport T] [--as-delta STEPS] [--gpus N] [--gpu]
+#                [--lengths-ahead]
 # Every refit row must be verified (or, where --refit N aborted says so,
 # aborted with the previous version kept and verified); --refit N full|delta
 # requires refit N's wire line (refit-run: wire) to name that kind; every
@@ -15,12 +16,14 @@
 # some (the wire line's "generators: C bytes changed, W written"), on host
 # and GPU generators alike. --gpus N: exit 77 (skipped) unless N GPUs are
 # visible. --gpu: the job on one GPU, device memory over transport ipc with
-# zero_copy: off (--gpus 1 --transport ipc).
+# zero_copy: off (--gpus 1 --transport ipc). --lengths-ahead: refit.lengths_ahead:
+# true (every exchange through the lengths wrapper, as delta refits over
+# NCCL run), and the session must name its transport "<name>+lengths".
 set -uo pipefail
 build=$1 config=$2
 shift 2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-kinds=() max=0.5 transport="" as_delta="" gpus=0 zero_copy_off=0
+kinds=() max=0.5 transport="" as_delta="" gpus=0 zero_copy_off=0 lengths_ahead=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --refit) kinds+=("$2 $3"); shift 3 ;;
@@ -29,6 +32,7 @@ while [ $# -gt 0 ]; do
     --as-delta) as_delta=$2; shift 2 ;;
     --gpus) gpus=$2; shift 2 ;;
     --gpu) gpus=1 transport=ipc zero_copy_off=1; shift ;;
+    --lengths-ahead) lengths_ahead=1; shift ;;
     *) echo "run_delta: unknown argument $1"; exit 2 ;;
   esac
 done
@@ -53,6 +57,9 @@ fi
 if [ $zero_copy_off -eq 1 ]; then
   sed -i -e "/^  zero_copy: /d" -e "s/^refit:$/refit:\n  zero_copy: off/" "$dir/job.yaml"
 fi
+if [ $lengths_ahead -eq 1 ]; then
+  sed -i -e "/^  lengths_ahead: /d" -e "s/^refit:$/refit:\n  lengths_ahead: true/" "$dir/job.yaml"
+fi
 echo "run_delta: source.seed $seed${transport:+, transport $transport}"
 out="$dir/out"
 "$root/launch/refit-launch" --build-dir "$build" "$dir/job.yaml" >"$out" 2>&1
@@ -71,6 +78,9 @@ else
   [ $rc -ne 0 ] || fail "exit status 0 with a refit expected to abort"
 fi
 grep -q MISMATCH "$out" && fail "a generator byte differs from the reference"
+if [ $lengths_ahead -eq 1 ]; then
+  grep -qE "transport [a-z+]+\+lengths" "$out" || fail "the session did not name a +lengths transport"
+fi
 for n in $(seq 1 "$steps"); do
   want=delta
   [ "$n" -eq 1 ] && want=full
