@@ -272,8 +272,10 @@ static refit_status_t refit_lengths_start(void *ctx, const refit_xfer_t *sends,
   if (ex->sends == NULL || ex->recvs == NULL)
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "message lengths: %d messages", nsends + nrecvs);
   if (st == REFIT_OK) {
-    memcpy(ex->sends, sends, (size_t)nsends * sizeof(*sends));
-    memcpy(ex->recvs, recvs, (size_t)nrecvs * sizeof(*recvs));
+    if (nsends > 0) /* a rank with nothing to send may pass NULL */
+      memcpy(ex->sends, sends, (size_t)nsends * sizeof(*sends));
+    if (nrecvs > 0)
+      memcpy(ex->recvs, recvs, (size_t)nrecvs * sizeof(*recvs));
     st = refit_lengths_group(c, sends, nsends, &ex->out);
   }
   if (st == REFIT_OK)
