@@ -9,7 +9,8 @@
  * of a call, in stream order:
  *
  *   plan      one thread block: each chunk's first tile (a prefix sum of its
- *             tile counts) and the checks that need only the descriptor.
+ *             tile counts), in apply its first work item too, and the checks
+ *             that need only the descriptor.
  *   encode
  *     count   per tile: new and base read once, 16 bytes per load, eight
  *             loads of each in flight per thread (unit u * 256 + thread, so
@@ -34,12 +35,14 @@
  *     header  a thread block per delta: refit_delta_info's checks in its
  *             order (a mask's popcount by the block, its per-tile prefix kept
  *             for the next passes), the chunk size, the destination.
- *     check   per tile: positions in groups of 1024, group i to the chunk's
- *             tile i mod (its tiles), so a sparse delta's few groups spread
- *             over the GPU (each offset in the chunk, above the previous one,
- *             naming a byte that differs from dst); mask blocks 1024 per tile
- *             (each differs from dst's block).
- *     apply   per tile, only if no chunk failed: the writes.
+ *     check   per work item (items_of: the plan kernel counts them from the
+ *             headers, so that these passes walk what the deltas hold, not
+ *             every tile of the chunks): a group of 1024 positions (each
+ *             offset in the chunk, above the previous one, naming a byte
+ *             that differs from dst); 8 tiles of a mask, a warp a tile, its
+ *             marked blocks spread over the lanes (mask_tile), each
+ *             differing from dst's block; a tile of a dense delta.
+ *     write   per work item, only if no chunk failed: the writes.
  *
  * A failing check posts key = chunk << 41 | element << 8 | reason with
  * atomicMin; the smallest key is the first bad chunk and, within it, the
@@ -90,6 +93,7 @@ struct Ws {
   unsigned long long *key; /* smallest error key */
   uint64_t *plan;          /* total tiles, or kPlanFailed */
   uint64_t *start;         /* n + 1 first tiles */
+  uint64_t *item;          /* n + 1 first work items (apply: check and write) */
   ChunkRec *rec;           /* n */
   uint64_t *tile;          /* max_tiles: counts, then prefixes */
   uint32_t *bits;          /* max_tiles * kTileWords: changed blocks (encode) */
@@ -103,7 +107,7 @@ __host__ __device__ inline uint64_t align256(uint64_t x) {
 }
 
 __host__ __device__ inline uint64_t ws_tile_offset(int64_t n) {
-  return align256(align256(256 + 8 * static_cast<uint64_t>(n + 1)) +
+  return align256(align256(256 + 16 * static_cast<uint64_t>(n + 1)) +
                   sizeof(ChunkRec) * static_cast<uint64_t>(n));
 }
 
@@ -119,8 +123,9 @@ Ws ws_carve(void *base, int64_t n, size_t bytes) {
   w.key = reinterpret_cast<unsigned long long *>(p);
   w.plan = reinterpret_cast<uint64_t *>(p + 8);
   w.start = reinterpret_cast<uint64_t *>(p + 256);
+  w.item = w.start + (n + 1);
   w.rec =
-      reinterpret_cast<ChunkRec *>(p + align256(256 + 8 * static_cast<uint64_t>(n + 1)));
+      reinterpret_cast<ChunkRec *>(p + align256(256 + 16 * static_cast<uint64_t>(n + 1)));
   w.tile = reinterpret_cast<uint64_t *>(p + t0);
   const uint64_t bits = align256(t0 + 8 * w.max_tiles);
   const uint64_t offs = align256(bits + 4 * kTileWords * w.max_tiles);
@@ -280,29 +285,62 @@ __device__ inline void tile_range(uint64_t total, uint64_t *g0, uint64_t *g1) {
 }
 
 /*
- * Where tile g lies, for a thread block that walks g upwards (its
- * tile_range): its chunk c, the chunk's tiles [t0, t1), descriptor and record.
- * Nothing is loaded while g stays in the chunk, one load steps to the next
- * chunk, a binary search goes further; the descriptor and record are loaded
- * once per chunk.
+ * Where unit g (a tile, or an apply's work item) lies, for a thread block
+ * that walks g upwards (its tile_range): its chunk c, the chunk's units [t0,
+ * t1) of `first` (w.start or w.item), descriptor and record. Nothing is
+ * loaded while g stays in the chunk, one load steps to the next chunk, a
+ * binary search goes further; the descriptor and record are loaded once per
+ * chunk.
  */
 template <typename Desc> struct TileCursor {
   int64_t c = -1;
   uint64_t t0 = 0, t1 = 0;
   Desc d{};
   ChunkRec r{};
-  __device__ inline void seek(const Desc *descs, const Ws &w, int64_t n, uint64_t g) {
+  __device__ inline void seek(const Desc *descs, const Ws &w, const uint64_t *first,
+                              int64_t n, uint64_t g) {
     if (c >= 0 && g < t1)
       return;
-    c = c >= 0 && c + 1 < n && w.start[c + 2] > g ? c + 1 : chunk_of(w.start, n, g);
-    t0 = w.start[c];
-    t1 = w.start[c + 1];
+    c = c >= 0 && c + 1 < n && first[c + 2] > g ? c + 1 : chunk_of(first, n, g);
+    t0 = first[c];
+    t1 = first[c + 1];
     d = descs[c];
     r = w.rec[c];
   }
 };
 
 /* ---- Plan ---------------------------------------------------------------- */
+
+/* Tiles of a mask delta in one work item of apply's check and write: a warp
+ * each. */
+constexpr uint64_t kMaskTiles = kWarps;
+
+/* Work items of a chunk in apply's check and write passes: a position group
+ * each (none when the count is 0), kMaskTiles tiles of a mask each, a tile of
+ * a dense delta each; none for a header the header kernel refuses (its
+ * checks are not repeated here: a bad count only sizes the items, clamped to
+ * the chunk). Encode has no items (its passes walk tiles). */
+__device__ inline uint64_t items_of(const refit_delta_cuda_enc_desc_t &, uint64_t) {
+  return 0;
+}
+__device__ inline uint64_t items_of(const refit_delta_cuda_dec_desc_t &d,
+                                    uint64_t tiles) {
+  const uint8_t *h = static_cast<const uint8_t *>(d.delta);
+  if (h == NULL || d.delta_len < REFIT_DELTA_HEADER_BYTES ||
+      load_u32(h) != REFIT_DELTA_MAGIC)
+    return 0;
+  const uint64_t chunk = chunk_bytes(d), count = load_u32(h + 12);
+  switch (h[4]) {
+  case REFIT_DELTA_POSITIONS:
+    return ceil_div_u(count < chunk ? count : chunk, kPosGroup);
+  case REFIT_DELTA_MASK:
+    return count == 0 ? 0 : ceil_div_u(tiles, kMaskTiles);
+  case REFIT_DELTA_DENSE:
+    return tiles;
+  default:
+    return 0;
+  }
+}
 
 /* One block of kPlanThreads: first tiles, descriptor checks, the key reset. */
 template <typename Desc>
@@ -312,14 +350,16 @@ __global__ void __launch_bounds__(kPlanThreads)
   if (threadIdx.x == 0)
     *w.key = kNoKey;
   __syncthreads();
-  uint64_t carry = 0, over = kNoKey; /* over: the first chunk past the workspace */
+  uint64_t carry = 0, items_carry = 0;
+  uint64_t over = kNoKey; /* the first chunk past the workspace */
   for (int64_t i0 = 0; i0 < n; i0 += kPlanThreads) {
     const int64_t i = i0 + threadIdx.x;
-    uint64_t tiles = 0;
+    uint64_t tiles = 0, items = 0;
     if (i < n) {
       const Desc d = descs[i];
       const int reason = desc_reason(d);
       tiles = reason == REFIT_DELTA_CUDA_NONE ? tiles_of(chunk_bytes(d)) : 1;
+      items = items_of(d, tiles);
       w.rec[i].ok = reason == REFIT_DELTA_CUDA_NONE;
       if (reason != REFIT_DELTA_CUDA_NONE)
         atomicMin(w.key, static_cast<unsigned long long>(make_key(i, 0, reason)));
@@ -327,8 +367,12 @@ __global__ void __launch_bounds__(kPlanThreads)
     uint64_t sum;
     const uint64_t first = carry + block_scan<uint64_t, kPlanThreads>(tiles, &sum, sh);
     carry += sum;
+    const uint64_t first_item =
+        items_carry + block_scan<uint64_t, kPlanThreads>(items, &sum, sh);
+    items_carry += sum;
     if (i < n) {
       w.start[i] = first;
+      w.item[i] = first_item;
       if (first + tiles > w.max_tiles && over == kNoKey)
         over = static_cast<uint64_t>(i);
     }
@@ -338,6 +382,7 @@ __global__ void __launch_bounds__(kPlanThreads)
                          make_key(over, 0, REFIT_DELTA_CUDA_WORKSPACE)));
   if (threadIdx.x == 0) {
     w.start[n] = carry;
+    w.item[n] = items_carry;
     *w.plan = carry > w.max_tiles ? kPlanFailed : carry;
   }
 }
@@ -381,7 +426,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   uint64_t g0, g1;
   tile_range(total, &g0, &g1);
   for (uint64_t g = g0; g < g1; g++) {
-    cur.seek(descs, w, n, g);
+    cur.seek(descs, w, w.start, n, g);
     if (!cur.r.ok) /* uniform over the block, as every branch on the chunk */
       continue;
     const refit_delta_cuda_enc_desc_t &d = cur.d;
@@ -560,18 +605,77 @@ __device__ inline void store_block32_unaligned(uint8_t *o, const uint32_t (&w)[8
     o[i] = static_cast<uint8_t>(w[7] >> (8 * (i % 4)));
 }
 
-/* Copy one block of len (<= 32) bytes. */
-__device__ inline void copy_block(const uint8_t *s, uint8_t *o, uint64_t len) {
-  const uint4 v0 = load16(s, len),
-              v1 = len > 16 ? load16(s + 16, len - 16) : make_uint4(0, 0, 0, 0);
-  if (len == kBlock && !aligned(o, 4)) {
-    const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-    store_block32_unaligned(o, w);
+/* A whole block (32 bytes) at s as words w[0..7], little-endian, at any
+ * alignment: when s is not 4-byte aligned, the 8 words from s's word down
+ * (bytes before s are the same buffer's: a delta's header or bitmap, a
+ * chunk's earlier bytes) and its last 1-3 bytes one at a time (the word
+ * holding them may run past the buffer), shifted across word pairs. load16
+ * would load all 32 one at a time. */
+__device__ inline void load_block32(const uint8_t *s, uint32_t (&w)[8]) {
+  const unsigned d = static_cast<unsigned>(reinterpret_cast<uintptr_t>(s) & 3);
+  if (d == 0) {
+    if (aligned(s, 16)) {
+      const uint4 a = reinterpret_cast<const uint4 *>(s)[0],
+                  b = reinterpret_cast<const uint4 *>(s)[1];
+      w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
+      w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+      w[j] = reinterpret_cast<const uint32_t *>(s)[j];
     return;
   }
-  store16(o, v0, len);
-  if (len > 16)
-    store16(o + 16, v1, len - 16);
+  const uint32_t *words = reinterpret_cast<const uint32_t *>(s - d);
+  uint32_t x[9];
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+    x[j] = words[j];
+  x[8] = 0;
+  for (unsigned i = 0; i < d; i++)
+    x[8] |= static_cast<uint32_t>(s[32 - d + i]) << (8 * i);
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+    w[j] = __funnelshift_r(x[j], x[j + 1], 8 * d);
+}
+
+/* Copy one block of len (<= 32) bytes. */
+__device__ inline void copy_block(const uint8_t *s, uint8_t *o, uint64_t len) {
+  if (len == kBlock) {
+    uint32_t w[8];
+    load_block32(s, w);
+    if (aligned(o, 16)) {
+      reinterpret_cast<uint4 *>(o)[0] = make_uint4(w[0], w[1], w[2], w[3]);
+      reinterpret_cast<uint4 *>(o)[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    } else if (aligned(o, 4)) {
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+        reinterpret_cast<uint32_t *>(o)[j] = w[j];
+    } else {
+      store_block32_unaligned(o, w);
+    }
+    return;
+  }
+  for (uint64_t i = 0; i < len; i++)
+    o[i] = s[i];
+}
+
+/* Whether the len (<= 32) bytes at a and b are equal. */
+__device__ inline bool same_block(const uint8_t *a, const uint8_t *b, uint64_t len) {
+  if (len == kBlock) {
+    uint32_t x[8], y[8];
+    load_block32(a, x);
+    load_block32(b, y);
+    uint32_t diff = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+      diff |= x[j] ^ y[j];
+    return diff == 0;
+  }
+  for (uint64_t i = 0; i < len; i++)
+    if (a[i] != b[i])
+      return false;
+  return true;
 }
 
 /* The 4-block nibble of the tile's bitmap that thread `t` owns. */
@@ -593,7 +697,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   uint64_t g0, g1;
   tile_range(total, &g0, &g1);
   for (uint64_t g = g0; g < g1; g++) {
-    cur.seek(descs, w, n, g);
+    cur.seek(descs, w, w.start, n, g);
     const refit_delta_cuda_enc_desc_t &d = cur.d;
     const ChunkRec &r = cur.r;
     const int64_t c = cur.c;
@@ -820,133 +924,155 @@ __global__ void __launch_bounds__(kThreads)
     atomicMin(w.key, static_cast<unsigned long long>(make_key(c, 0, why)));
 }
 
-/* The nibble of a delta's mask that thread `t` owns in local tile lt (0
- * past the mask), and the rank of its first block. */
-__device__ inline uint32_t mask_nibble(const uint8_t *mask, uint64_t mb, uint64_t lt) {
-  const uint64_t i = lt * (kTileBlocks / 8) + threadIdx.x / 2;
-  return i < mb ? mask[i] >> (4 * (threadIdx.x & 1)) & 0xfu : 0;
+/* The 32-bit word of a delta's mask that lane `lane` owns in local tile lt:
+ * mask bytes lt * 128 + 4 * lane onwards, those past the mask read as 0. */
+__device__ inline uint32_t mask_word(const uint8_t *mask, uint64_t mb, uint64_t lt,
+                                     unsigned lane) {
+  const uint64_t i = lt * (kTileBlocks / 8) + 4 * lane;
+  if (i + 4 <= mb)
+    return load_u32(mask + i);
+  uint32_t v = 0;
+  for (uint64_t b = i; b < mb && b < i + 4; b++)
+    v |= static_cast<uint32_t>(mask[b]) << (8 * (b - i));
+  return v;
 }
 
-/* Check (kApply false) or apply one tile of a good delta. */
+/* The position (0..31) of set bit r (0 first) of x, which has more than r. */
+__device__ inline unsigned select_bit(uint32_t x, uint32_t r) {
+  unsigned pos = 0;
+#pragma unroll
+  for (unsigned s = 16; s > 0; s >>= 1) {
+    const uint32_t c = __popc(x >> pos & ((1u << s) - 1));
+    if (r >= c) {
+      r -= c;
+      pos += s;
+    }
+  }
+  return pos;
+}
+
+/*
+ * Check (kApply false) or write local tile lt of a good mask delta, by one
+ * warp. Lane l owns blocks 32 l .. 32 l + 31 of the tile (a mask word); a
+ * scan of the words' popcounts ranks them, and then the warp walks the
+ * tile's marked blocks 32 at a time, lane l the (s + l)-th: its owner word
+ * by a binary search of the ranks over the lanes, its bit by select_bit. So
+ * a tile's copies are spread over the lanes whatever the mask's pattern, and
+ * the marked blocks' data, contiguous in the delta, is read contiguously.
+ */
 template <bool kApply>
-__device__ inline void delta_tile(const refit_delta_cuda_dec_desc_t &d, const ChunkRec &r,
-                                  int64_t c, uint64_t g, uint64_t lt, uint64_t ntiles,
-                                  const Ws &w, uint32_t *sh, uint64_t *key) {
+__device__ inline void mask_tile(const refit_delta_cuda_dec_desc_t &d, int64_t c,
+                                 uint64_t lt, uint64_t tile_rank, uint64_t *key) {
+  const unsigned lane = threadIdx.x & 31;
+  const uint64_t chunk = d.dst_bytes, mb = mask_bytes_of(chunk);
+  const uint8_t *mask = static_cast<const uint8_t *>(d.delta) + REFIT_DELTA_HEADER_BYTES;
+  const uint8_t *data = mask + mb;
+  uint8_t *dst = static_cast<uint8_t *>(d.dst);
+  const uint32_t word = mask_word(mask, mb, lt, lane);
+  const uint32_t pc = static_cast<uint32_t>(__popc(word));
+  const uint32_t incl = warp_inclusive_scan(pc), excl = incl - pc;
+  const uint32_t marked = __shfl_sync(kFull, incl, 31);
+  for (uint32_t s = 0; s < marked; s += 32) {
+    const uint32_t j = s + lane;
+    unsigned owner = 0; /* the last lane whose rank is <= j: its word holds j */
+#pragma unroll
+    for (unsigned step = 16; step > 0; step >>= 1)
+      if (__shfl_sync(kFull, excl, owner + step) <= j)
+        owner += step;
+    const uint32_t owner_word = __shfl_sync(kFull, word, owner);
+    const uint32_t owner_excl = __shfl_sync(kFull, excl, owner);
+    if (j >= marked)
+      continue;
+    const uint64_t k =
+        lt * kTileBlocks + 32 * owner + select_bit(owner_word, j - owner_excl);
+    const uint64_t bl = chunk - kBlock * k < kBlock ? chunk - kBlock * k : kBlock;
+    const uint8_t *src = data + kBlock * (tile_rank + j);
+    uint8_t *o = dst + kBlock * k;
+    if (kApply) {
+      copy_block(src, o, bl);
+    } else if (same_block(src, o, bl)) {
+      const uint64_t key1 = make_key(c, k, REFIT_DELTA_CUDA_BLOCK_SAME);
+      *key = key1 < *key ? key1 : *key;
+    }
+  }
+}
+
+/* Check (kApply false) or write work item li of a good delta (items_of):
+ * a dense tile, a group of kPosGroup positions, or kMaskTiles mask tiles. */
+template <bool kApply>
+__device__ inline void delta_item(const refit_delta_cuda_dec_desc_t &d, const ChunkRec &r,
+                                  int64_t c, uint64_t li, const Ws &w, uint64_t *key) {
   const uint8_t *p = static_cast<const uint8_t *>(d.delta) + REFIT_DELTA_HEADER_BYTES;
   uint8_t *dst = static_cast<uint8_t *>(d.dst);
   const uint64_t chunk = d.dst_bytes;
   if (r.enc == REFIT_DELTA_DENSE) {
     if (kApply) {
-      const uint64_t off0 = lt * kTileBytes;
+      const uint64_t off0 = li * kTileBytes;
       copy_tile(p + off0, dst + off0,
                 chunk - off0 < kTileBytes ? chunk - off0 : kTileBytes);
     }
     return;
   }
-  if (r.enc == REFIT_DELTA_POSITIONS) {
-    /* Groups of kPosGroup positions spread over the chunk's tiles, which
-     * blocks take in contiguous shares: with no more groups than tiles,
-     * group i to tile i * stride, stride = ntiles / ngroups (one a tile at
-     * most); else group i to tile i mod ntiles (count <= chunk bytes: at
-     * most 32 groups a tile). 32-bit divisions (a chunk has at most 2^17
-     * tiles and 2^22 groups). */
-    const uint8_t *values = p + 4 * r.count;
-    const uint32_t ngroups = static_cast<uint32_t>(ceil_div_u(r.count, kPosGroup));
-    const uint32_t nt = static_cast<uint32_t>(ntiles), t = static_cast<uint32_t>(lt);
-    const bool spaced = ngroups <= nt;
-    uint32_t i0 = t, step = nt;
-    if (spaced) {
-      const uint32_t stride = ngroups > 0 ? nt / ngroups : 1;
-      i0 = t % stride == 0 ? t / stride : ngroups; /* ngroups: none here */
-      step = ngroups;
-    }
-    for (uint32_t i = i0; i < ngroups; i += step) {
-      const uint64_t j0 = static_cast<uint64_t>(i) * kPosGroup;
-      uint32_t off[4], prev[4];
-      uint8_t v[4];
-      bool in[4];
-#pragma unroll
-      for (int u = 0; u < 4; u++) {
-        const uint64_t j = j0 + u * kThreads + threadIdx.x;
-        in[u] = j < r.count;
-        off[u] = in[u] ? load_u32(p + 4 * j) : 0;
-        v[u] = in[u] ? values[j] : 0;
-        prev[u] = !kApply && in[u] && j > 0 ? load_u32(p + 4 * (j - 1)) : 0;
-      }
-#pragma unroll
-      for (int u = 0; u < 4; u++) {
-        if (!in[u])
-          continue;
-        const uint64_t j = j0 + u * kThreads + threadIdx.x;
-        if (kApply) {
-          dst[off[u]] = v[u];
-          continue;
-        }
-        int why = REFIT_DELTA_CUDA_NONE;
-        if (off[u] >= chunk)
-          why = REFIT_DELTA_CUDA_POS_RANGE;
-        else if (j > 0 && off[u] <= prev[u])
-          why = REFIT_DELTA_CUDA_POS_ORDER;
-        else if (dst[off[u]] == v[u])
-          why = REFIT_DELTA_CUDA_POS_SAME;
-        if (why != REFIT_DELTA_CUDA_NONE) {
-          const uint64_t k = make_key(c, j, why);
-          *key = k < *key ? k : *key;
-        }
-      }
-    }
+  if (r.enc == REFIT_DELTA_MASK) {
+    const uint64_t lt = li * kMaskTiles + threadIdx.x / 32;
+    if (lt < tiles_of(chunk))
+      mask_tile<kApply>(d, c, lt, w.tile[w.start[c] + lt], key);
     return;
   }
-  /* Mask; a tile without a marked block has nothing to do. */
-  const uint64_t mb = mask_bytes_of(chunk);
-  const uint32_t nib = mask_nibble(p, mb, lt);
-  const uint64_t next = lt + 1 < ntiles ? w.tile[g + 1] : r.count;
-  if (next == w.tile[g])
-    return;
-  uint32_t unused;
-  uint64_t rank = w.tile[g] + block_scan<uint32_t, kThreads>(
-                                  static_cast<uint32_t>(__popc(nib)), &unused, sh);
-  const uint8_t *data = p + mb;
-  const uint64_t k0 = lt * kTileBlocks + 4 * threadIdx.x;
+  /* Positions j0 .. j0 + kPosGroup - 1, 4 a thread. */
+  const uint8_t *values = p + 4 * r.count;
+  const uint64_t j0 = li * kPosGroup;
+  uint32_t off[4], prev[4];
+  uint8_t v[4];
+  bool in[4];
 #pragma unroll
-  for (int q = 0; q < 4; q++)
-    if (nib >> q & 1) {
-      const uint64_t k = k0 + q,
-                     bl = chunk - kBlock * k < kBlock ? chunk - kBlock * k : kBlock;
-      const uint8_t *s = data + kBlock * rank;
-      uint8_t *o = dst + kBlock * k;
-      if (kApply) {
-        copy_block(s, o, bl);
-      } else {
-        const uint4 s0 = load16(s, bl), o0 = load16(o, bl);
-        const uint4 s1 = bl > 16 ? load16(s + 16, bl - 16) : make_uint4(0, 0, 0, 0);
-        const uint4 o1 = bl > 16 ? load16(o + 16, bl - 16) : make_uint4(0, 0, 0, 0);
-        if ((diff16(s0, o0) | diff16(s1, o1)) == 0) {
-          const uint64_t key1 = make_key(c, k, REFIT_DELTA_CUDA_BLOCK_SAME);
-          *key = key1 < *key ? key1 : *key;
-        }
-      }
-      rank++;
+  for (int u = 0; u < 4; u++) {
+    const uint64_t j = j0 + u * kThreads + threadIdx.x;
+    in[u] = j < r.count;
+    off[u] = in[u] ? load_u32(p + 4 * j) : 0;
+    v[u] = in[u] ? values[j] : 0;
+    prev[u] = !kApply && in[u] && j > 0 ? load_u32(p + 4 * (j - 1)) : 0;
+  }
+#pragma unroll
+  for (int u = 0; u < 4; u++) {
+    if (!in[u])
+      continue;
+    const uint64_t j = j0 + u * kThreads + threadIdx.x;
+    if (kApply) {
+      dst[off[u]] = v[u];
+      continue;
     }
+    int why = REFIT_DELTA_CUDA_NONE;
+    if (off[u] >= chunk)
+      why = REFIT_DELTA_CUDA_POS_RANGE;
+    else if (j > 0 && off[u] <= prev[u])
+      why = REFIT_DELTA_CUDA_POS_ORDER;
+    else if (dst[off[u]] == v[u])
+      why = REFIT_DELTA_CUDA_POS_SAME;
+    if (why != REFIT_DELTA_CUDA_NONE) {
+      const uint64_t k = make_key(c, j, why);
+      *key = k < *key ? k : *key;
+    }
+  }
 }
 
+/* Check (kApply false) or write every work item, a block's contiguous share
+ * of them; the write pass runs only when no chunk failed. */
 template <bool kApply>
 __global__ void __launch_bounds__(kThreads)
-    refit_delta_tiles_kernel(const refit_delta_cuda_dec_desc_t *descs, int64_t n, Ws w,
+    refit_delta_items_kernel(const refit_delta_cuda_dec_desc_t *descs, int64_t n, Ws w,
                              int64_t *bad_chunk, int32_t *reason) {
-  __shared__ uint32_t sh[kWarps];
   if (kApply ? !report(w, bad_chunk, reason) : *w.plan == kPlanFailed)
     return;
-  const uint64_t total = *w.plan;
+  const uint64_t total = w.item[n];
   uint64_t key = kNoKey;
   TileCursor<refit_delta_cuda_dec_desc_t> cur;
   uint64_t g0, g1;
   tile_range(total, &g0, &g1);
   for (uint64_t g = g0; g < g1; g++) {
-    cur.seek(descs, w, n, g);
-    if (!cur.r.ok) /* uniform over the block: block_scan's barriers are safe */
-      continue;
-    delta_tile<kApply>(cur.d, cur.r, cur.c, g, g - cur.t0, cur.t1 - cur.t0, w, sh, &key);
+    cur.seek(descs, w, w.item, n, g);
+    if (cur.r.ok)
+      delta_item<kApply>(cur.d, cur.r, cur.c, g - cur.t0, w, &key);
   }
   if (!kApply)
     post_key(w.key, key);
@@ -1072,14 +1198,14 @@ refit_delta_apply_cuda(const refit_delta_cuda_dec_desc_t *descs_device, int64_t 
     refit_delta_header_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
         descs_device, w);
     REFIT_CHECK(refit_cuda_launch_check("delta apply header"));
-    refit_delta_tiles_kernel<false>
-        <<<grid_of(filling_grid(refit_delta_tiles_kernel<false>, g_check_grid),
+    refit_delta_items_kernel<false>
+        <<<grid_of(filling_grid(refit_delta_items_kernel<false>, g_check_grid),
                    w.max_tiles),
            kThreads, 0, stream>>>(descs_device, n, w, bad_chunk_device, reason_device);
     REFIT_CHECK(refit_cuda_launch_check("delta apply check"));
   }
-  refit_delta_tiles_kernel<true>
-      <<<grid_of(filling_grid(refit_delta_tiles_kernel<true>, g_apply_grid), w.max_tiles),
+  refit_delta_items_kernel<true>
+      <<<grid_of(filling_grid(refit_delta_items_kernel<true>, g_apply_grid), w.max_tiles),
          kThreads, 0, stream>>>(descs_device, n, w, bad_chunk_device, reason_device);
   return refit_cuda_launch_check("delta apply");
 }
