@@ -26,7 +26,10 @@
  * stream compaction by block-wide prefix sums. The workspace takes about
  * 1/12 of the chunks' bytes. Apply checks the whole delta and the
  * destination bytes it names first (a read of each changed 32-byte sector of
- * the destination), then writes them: the delta is read twice. Four kernels
+ * the destination), then writes them: the delta is read twice. Both passes
+ * walk work items counted from the delta headers (1024 positions, 8 mask
+ * tiles, a dense tile), so that their cost follows the delta's size rather
+ * than the chunks'. Four kernels
  * per call either way, so a call on a very sparse batch costs about four
  * launches. Any alignment is correct; the fast case is chunks, deltas and
  * destinations at 16-byte multiples.
