@@ -6,7 +6,10 @@
 # (configs/qwen3-32b-disagg-bf16.yaml, BF16 over NCCL), and raw NCCL GPU0 ->
 # GPU1, in one session.
 #
-#   launch/bench-m2n.sh BUILD_DIR SRC_DIR OUT_DIR
+#   launch/bench-m2n.sh BUILD_DIR SRC_DIR OUT_DIR [build]
+#
+# With `build` it only builds NCCL and nccl_m2n (any GPU machine, one GPU
+# too) and says how long that took.
 #
 # SRC_DIR holds the two public sources, unpacked by the caller (they are
 # never part of this repository; put them in an ignored folder such as
@@ -24,14 +27,14 @@
 # that NCCL on its library path; refit with the one it was built with.
 # Logs go to OUT_DIR; a summary is printed.
 set -uo pipefail
-build=$1 src=$2 out=$3
+build=$1 src=$2 out=$3 only=${4:-}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on shared machines
 cuda=${CUDA_HOME:-/usr/local/cuda}
 gencode="-gencode=arch=compute_90,code=sm_90"
 have=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
-if [ "$have" -lt 2 ]; then
+if [ "$have" -lt 2 ] && [ "$only" != build ]; then
   echo "bench-m2n: needs two GPUs of one host, $have visible" >&2
   exit 2
 fi
@@ -39,6 +42,7 @@ for d in "$src/nccl/src" "$src/nccl-extensions/nccl_m2n" "$src/nccl-extensions/m
   [ -d "$d" ] || { echo "bench-m2n: $d is missing (see the header for SRC_DIR)" >&2; exit 2; }
 done
 
+t0=$(date +%s)
 nccl=$src/nccl/build
 if [ ! -f "$nccl/include/nccl_device.h" ]; then
   echo "== building NCCL ($(sed -n 's/^NCCL_\(MAJOR\|MINOR\|PATCH\) *:= *//p' \
@@ -56,6 +60,9 @@ make -C "$src/nccl-extensions/nccl_m2n" -j"$(nproc)" lib bench NCCL_HOME="$nccl"
   >"$out/m2n-build.log" 2>&1 ||
   { echo "bench-m2n: nccl_m2n build failed, see $out/m2n-build.log" >&2; tail -20 "$out/m2n-build.log"; exit 1; }
 
+echo "== built NCCL and nccl_m2n in $(($(date +%s) - t0)) s"
+ls "$m2n/lib" "$m2n/bin" 2>&1 | head -8
+[ "$only" = build ] && exit 0
 cfgs=$src/nccl-extensions/nccl_m2n/benchmarks/configs
 m2n_run() { # name extra-args...
   local name=$1
