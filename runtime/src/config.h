@@ -87,11 +87,10 @@ typedef enum {
 } refit_delta_mode_t;
 
 /* refit.delta_baseline: where a trainer whose buffers are device memory
- * keeps the last committed version's bytes and the candidate beside them
- * (delta_wire.h): auto and device in memory of its GPU, host in pinned host
- * memory its GPU reads and writes over the bus (half the GPU memory a delta
- * refit needs, at the bus's bandwidth). A trainer on host memory keeps them
- * in host memory either way. */
+ * keeps the last committed version's bytes (delta_wire.h): auto and device
+ * in memory of its GPU, host in pinned host memory its GPU reads and writes
+ * over the bus (no GPU memory for it, at the bus's bandwidth). A trainer on
+ * host memory keeps it in host memory either way. */
 typedef enum {
   REFIT_DELTA_BASELINE_AUTO = 0,
   REFIT_DELTA_BASELINE_DEVICE = 1,

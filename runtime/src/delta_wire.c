@@ -195,12 +195,11 @@ static void refit_dw_free(refit_dw_t *dw, int pinned, void *ptr) {
 static refit_status_t refit_dw_buffers(refit_session_t *s, refit_dw_t *dw) {
   size_t frames = 0;
   REFIT_CHECK(refit_dw_size(s, dw, &frames));
-  /* A trainer packs into a candidate beside the baseline (two copies, the
-   * roles swapped at commit); a generator keeps none. */
-  dw->copies = s->is_trainer ? 2 : 0;
+  /* A trainer keeps one copy, rewritten in place by every refit (see
+   * refit_dw_pack_target); a generator keeps none. */
+  dw->copies = s->is_trainer ? 1 : 0;
   if (dw->copies > 0)
-    REFIT_CHECK(refit_dw_alloc(dw, dw->pinned, (size_t)dw->copies * dw->base_bytes,
-                               (void **)&dw->base));
+    REFIT_CHECK(refit_dw_alloc(dw, dw->pinned, dw->base_bytes, (void **)&dw->base));
   if (s->is_trainer) {
     dw->enc_bytes = frames;
     for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
@@ -291,7 +290,8 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
     return REFIT_OK;
   }
   REFIT_INFO("trainer rank %d: refit.delta %s: baseline of the last committed version "
-             "%.1f MiB in %s memory and a candidate as large, frame buffers 2 x %.1f MiB%s",
+             "%.1f MiB in %s memory (rewritten in place by each refit), frame buffers "
+             "2 x %.1f MiB%s",
              s->role_rank, mode, (double)dw->base_bytes / 1048576.0,
              !dw->device ? "host" : dw->pinned ? "pinned host" : "GPU",
              (double)dw->enc_bytes / 1048576.0,
@@ -335,10 +335,9 @@ void refit_dw_begin(refit_dw_t *dw, int delta_refit) {
   if (dw == NULL)
     return;
   dw->this_refit = delta_refit && dw->usable;
-  /* A generator's runtime storage and chunk digests are rewritten from now
-   * on; the trainer's baseline stays as it is (the refit packs into the
-   * candidate). */
-  dw->valid = dw->copies == 2 && dw->valid;
+  /* Every baseline is rewritten from now on: a generator's runtime storage
+   * and chunk digests, a trainer's bytes bucket by bucket. */
+  dw->valid = 0;
   dw->wire_bytes = dw->full_bytes = 0;
   dw->framed_msgs = 0;
 }
@@ -355,14 +354,18 @@ void refit_dw_commit(refit_dw_t *dw, uint64_t version) {
   } else {
     dw->full_streak++;
   }
-  if (dw->copies == 2)
-    dw->cur = 1 - dw->cur;
 }
 
+/* One copy is enough because a baseline is needed only after a commit: a
+ * refit that does not commit leaves every generator without one, so the
+ * next refit is full whatever the trainer holds. A full refit packs straight
+ * into the baseline and sends from it; a delta refit packs into the send
+ * buffer, encodes against the baseline, and then brings the baseline's
+ * bytes up to the new ones (refit_dw_advance_*). */
 unsigned char *refit_dw_pack_target(refit_dw_t *dw, int32_t b, unsigned char *buf) {
-  if (dw == NULL || !dw->usable)
+  if (dw == NULL || !dw->usable || dw->this_refit)
     return buf;
-  return dw->base + (size_t)(1 - dw->cur) * dw->base_bytes + dw->base_off[b];
+  return dw->base + dw->base_off[b];
 }
 
 /* The first send of bucket b listing the same bytes as send i (i itself
@@ -375,8 +378,21 @@ static int refit_dw_first_send(const refit_session_t *s, int32_t b, int i) {
   return i;
 }
 
-static const unsigned char *refit_dw_baseline(const refit_dw_t *dw, int32_t b) {
-  return dw->base + (size_t)dw->cur * dw->base_bytes + dw->base_off[b];
+static unsigned char *refit_dw_baseline(const refit_dw_t *dw, int32_t b) {
+  return dw->base + dw->base_off[b];
+}
+
+/* Host memory: a chunk's delta applied to its bytes of the baseline. */
+typedef struct {
+  unsigned char *base;
+  const int64_t *span;
+} refit_dw_advance_t;
+
+static refit_status_t refit_dw_advance_chunk(void *ctx, int64_t i, const unsigned char *delta,
+                                             size_t len) {
+  const refit_dw_advance_t *a = ctx;
+  return refit_delta_decode(delta, len, a->base + a->span[i],
+                            (size_t)(a->span[i + 1] - a->span[i]));
 }
 
 /* Host memory: each message's frame encoded straight into the slot's frame
@@ -391,10 +407,17 @@ static refit_status_t refit_dw_encode_host(refit_session_t *s, int32_t b, int sl
     if (refit_dw_first_send(s, b, i) != i)
       continue;
     size_t len = 0;
+    unsigned char *base = refit_dw_baseline(dw, b) + s->msg_wire[k];
     refit_dw_spans(s->plan, m, dw->span);
-    REFIT_CHECK(refit_dw_frame_encode(buf + s->msg_wire[k],
-                                      refit_dw_baseline(dw, b) + s->msg_wire[k], dw->span,
-                                      m->chunk_count, dw->enc[slot] + at, &len));
+    REFIT_CHECK(refit_dw_frame_encode(buf + s->msg_wire[k], base, dw->span, m->chunk_count,
+                                      dw->enc[slot] + at, &len));
+    /* The baseline becomes the new bytes through the frame just made: it
+     * writes only what changed (a dense chunk whole), and applying it checks
+     * it against the bytes it was made from. */
+    refit_dw_advance_t adv = {base, dw->span};
+    REFIT_CHECK(refit_dw_frame_walk(dw->enc[slot] + at, len, dw->span, m->chunk_count,
+                                    "delta refit: trainer baseline", refit_dw_advance_chunk,
+                                    &adv));
     if (len < (size_t)m->bytes) {
       xfers[i].buf = dw->enc[slot] + at;
       xfers[i].bytes = len;
@@ -440,8 +463,20 @@ static refit_status_t refit_dw_encode_device(refit_session_t *s, int32_t b, int 
                      b, (long long)n, (unsigned long long)off, (long long)dw->max_chunks,
                      dw->hdr_off);
   REFIT_CHECK(refit_mem_delta_encode(dw->mem, dw->chunks, n, dw->scratch, dw->lens));
+  /* The baseline becomes the new bytes: every message packed, copied whole
+   * in one gather pass, queued after the encoder that read the old ones. */
+  int64_t np = 0;
+  for (int i = 0; i < nx; i++) {
+    const int64_t k = s->my_begin[b] + i;
+    if (refit_dw_first_send(s, b, i) == i)
+      dw->pieces[np++] = (refit_mem_piece_t){s->msg_wire[k],
+                                             refit_dw_baseline(dw, b) + s->msg_wire[k],
+                                             p->msgs[s->my_msgs[k]].bytes};
+  }
+  REFIT_CHECK(refit_mem_gather(dw->mem, buf, dw->pieces, np));
 
-  int64_t c = 0, np = 0;
+  int64_t c = 0;
+  np = 0;
   size_t at = 0, h = 0;
   for (int i = 0; i < nx; i++) {
     const int64_t k = s->my_begin[b] + i;
@@ -478,10 +513,10 @@ static refit_status_t refit_dw_encode_device(refit_session_t *s, int32_t b, int 
     xfers[i].bytes = (size_t)len;
     at += (size_t)len;
   }
-  if (np == 0)
-    return REFIT_OK;
-  REFIT_CHECK(refit_mem_copy(dw->mem, dw->scratch + dw->hdr_off, dw->hdr, h));
-  REFIT_CHECK(refit_mem_gather(dw->mem, dw->scratch, dw->pieces, np));
+  if (np > 0) {
+    REFIT_CHECK(refit_mem_copy(dw->mem, dw->scratch + dw->hdr_off, dw->hdr, h));
+    REFIT_CHECK(refit_mem_gather(dw->mem, dw->scratch, dw->pieces, np));
+  }
   return refit_mem_sync(dw->mem);
 }
 

@@ -9,9 +9,13 @@
  *
  * Baselines. A trainer keeps the bytes of the last committed version's
  * messages in host memory (a message packed once for several engines kept
- * once), and a candidate beside it: every refit, delta or full, packs into
- * the candidate, and commit swaps the two (so its baseline is never partly
- * rewritten, at twice the memory). A generator keeps no copy of the wire:
+ * once), one copy, rewritten in place by every refit: a full refit packs
+ * into it and sends from it; a delta refit packs into the send buffer,
+ * encodes against it and then applies each frame it made to it (a device
+ * session copies the bucket's messages over it). One copy is enough because
+ * only a committed refit leaves baselines behind: one that fails or aborts
+ * leaves every generator without one (below), so the next refit is full
+ * whatever the trainer's bytes are. A generator keeps no copy of the wire:
  * its baseline is its runtime storage itself, plus, per chunk it lands, the
  * unsealed digest of the committed version's chunk rows (8 bytes; a full
  * refit reads it back from each chunk's trailer once the digest checked:
@@ -54,12 +58,12 @@
  * copy moves no weight bytes: delta: on refuses them at the first begin,
  * auto falls back to full refits.
  *
- * On a GPU (device memory, transport ipc). A trainer keeps its baseline and
- * candidate in GPU memory, or in pinned host memory under
- * refit.delta_baseline: host, and encodes a bucket's chunks in one call of
- * the codec's CUDA twin (kernels/delta_cuda.h) into a scratch, reads the
- * lengths back, and puts each shorter message's frame together in one
- * gather pass. A generator applies in place as on the host, a bucket at a
+ * On a GPU (device memory, transport ipc). A trainer keeps its baseline in
+ * GPU memory, or in pinned host memory under refit.delta_baseline: host, and
+ * encodes a bucket's chunks in one call of the codec's CUDA twin
+ * (kernels/delta_cuda.h) into a scratch, reads the lengths back, copies the
+ * bucket's new bytes over the baseline and puts each shorter message's
+ * frame together, a gather pass each. A generator applies in place as on the host, a bucket at a
  * time: it reads each frame back to a host copy (the deltas only), walks
  * the frames and the deltas' headers there, and hands all the bucket's
  * chunks, frames' and whole messages' alike, to one batch of the place
@@ -86,16 +90,16 @@
  * share an 8-byte word with a change; elsewhere they go undetected until a
  * full refit, which rewrites and checks every byte, or refit_verify.
  *
- * Costs: a trainer quantizes and packs every chunk as a full refit does (into
- * its candidate), then compares it with its baseline (one pass reading
- * both); a generator reads and writes, per chunk, only the delta, the bytes
+ * Costs: a trainer quantizes and packs every chunk as a full refit does,
+ * then compares it with its baseline (one pass reading both) and writes the
+ * changed bytes into the baseline (on a GPU, a copy of the bucket); a generator reads and writes, per chunk, only the delta, the bytes
  * it changes and the rest of their 8-byte words (a chunk that went whole:
  * every byte, compared run by run), and does no layout transform (the
  * places already are the layout's). In sync mode with restore: full a
  * generator logs each byte it writes (address, old value) instead of saving
  * whole stores, and rollback undoes the log; past a sixteenth of the stores'
  * bytes of log, a chunk's stores are saved whole as in a full refit. Memory:
- * a trainer's baseline and candidate each as large as the bytes it packs,
+ * a trainer's baseline as large as the bytes it packs,
  * and one frame buffer per exchange in flight; a generator 16 bytes per
  * chunk it lands (committed and candidate digests) and the undo log (9
  * bytes per changed byte, at most 9/16 of the stores), in host memory on a
@@ -134,14 +138,12 @@ typedef struct refit_dw {
   int valid;  /* the baseline holds version `version`'s bytes */
   uint64_t version;
   int this_refit; /* the ranks agreed that the refit in progress is a delta one */
-  /* A trainer's baseline: `copies` (2) areas of base_bytes (the second is
-   * the candidate its refit packs into; area `cur` is the baseline), bucket
-   * b at base_off[b] in each. A generator on host memory has none (copies
-   * 0): its baseline is runtime storage and the loader's digests, on a
-   * GPU too. */
+  /* A trainer's baseline: `copies` (1) area of base_bytes, bucket b at
+   * base_off[b], in its send buffer's layout. A generator has none (copies
+   * 0): its baseline is runtime storage and the loader's digests. */
   unsigned char *base;
   size_t base_bytes;
-  int copies, cur;
+  int copies;
   int64_t *base_off;
   /* Where: device sessions keep it in GPU memory, or (a trainer under
    * refit.delta_baseline: host) pinned host memory. */
@@ -194,8 +196,8 @@ void refit_dw_begin(refit_dw_t *dw, int delta_refit);
 /* Commit succeeded: the baseline holds `version`. */
 void refit_dw_commit(refit_dw_t *dw, uint64_t version);
 
-/* Trainer: where bucket b is packed (its area of the candidate, or `buf`
- * without a baseline). */
+/* Trainer: where bucket b is packed: its area of the baseline in a full
+ * refit, `buf` in a delta refit or without a baseline. */
 unsigned char *refit_dw_pack_target(refit_dw_t *dw, int32_t b, unsigned char *buf);
 
 /* Trainer, bucket b packed in `buf` (refit_dw_pack_target; exchange slot

@@ -577,6 +577,7 @@ refit_status_t refit_mem_delta_encode(refit_mem_t *m, const refit_mem_delta_t *c
     return refit_delta_cuda_report("delta encode", bad[0], (int32_t)bad[1]);
   }
 #endif
+  (void)m;
   for (int64_t i = 0; i < n; i++) {
     size_t got = 0;
     REFIT_CHECK(refit_delta_encode(chunks[i].now, chunks[i].base, chunks[i].bytes,
@@ -645,6 +646,7 @@ refit_status_t refit_mem_place_check(refit_mem_t *m, const refit_place_cuda_chun
     return st;
   }
 #endif
+  (void)m;
   (void)chunks;
   (void)host_bytes;
   (void)n;
@@ -684,6 +686,7 @@ refit_status_t refit_mem_place_write(refit_mem_t *m, uint64_t *undo_at, uint8_t 
     return REFIT_OK;
   }
 #endif
+  (void)m;
   (void)undo_at;
   (void)undo_old;
   (void)outs;
@@ -697,6 +700,7 @@ refit_status_t refit_mem_place_undo(refit_mem_t *m, const uint64_t *undo_at,
   if (m->device)
     return refit_place_undo_cuda(undo_at, undo_old, n, m->stream);
 #endif
+  (void)m;
   (void)undo_at;
   (void)undo_old;
   (void)n;

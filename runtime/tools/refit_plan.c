@@ -161,10 +161,10 @@ int main(int argc, char **argv) {
            (double)s.arena_max / 1048576.0, (double)f.arena_bound / 1048576.0,
            (double)s.staging_max / 1048576.0);
   if (f.delta != 0)
-    printf("  delta baseline   %.1f MiB per trainer rank and a candidate as large "
-           "(host memory; on GPUs %s); generators on host memory apply deltas in "
-           "place, %.1f KiB of chunk digests per rank, on GPUs a copy of what they "
-           "receive in GPU memory (largest; refit.delta %s)\n",
+    printf("  delta baseline   %.1f MiB per trainer rank (host memory; on GPUs %s); "
+           "generators apply deltas in place and keep %.1f KiB of chunk digests "
+           "per rank, on GPUs also pinned host memory for a bucket's frames "
+           "(largest; refit.delta %s)\n",
            (double)f.delta_trainer_bytes / 1048576.0,
            f.delta_baseline == 2 ? "pinned host memory" : "GPU memory",
            (double)f.delta_generator_bytes / 1024.0, f.delta == 1 ? "on" : "auto");

@@ -2,8 +2,9 @@
 
 Run on every rank of a job (through launch/refit-launch):
 
-    caller_refit.py CONFIG [--versions N] [--nested-experts] [--move]
+    caller_refit.py CONFIG [--versions N] [--nested-experts] [--move | --move-at V]
                            [--hdf5-reference FILE] [--torch-cuda]
+                           [--update-rate R] [--delta]
 
 CONFIG has source.kind caller. Every rank draws the same full Hugging Face
 weights for each version from a seed (fresh random bits, chosen by rank 0
@@ -11,7 +12,7 @@ and printed); trainer ranks build the tensors Megatron-Core would hold from
 them with tests/caller/megatron_rules.py, register them once and write each
 new version into them in place (--move: into new arrays, registered again
 at their new addresses, as a distributed optimizer that re-grows its
-buffers does); generator ranks register runtime tensors of their own
+buffers does; --move-at V: only for version V); generator ranks register runtime tensors of their own
 (--nested-experts: under vLLM's nested expert spelling) and after every
 refit compare each of them, byte for byte, with what
 tests/reference/vllm_rules.py says vLLM holds for those weights. Neither
@@ -35,6 +36,19 @@ allocator on the rank's GPU. Trainers write each version with a kernel on a
 stream of their own, queued behind a long GPU sleep, and call refit on that
 stream at once (no synchronization): refit must order its reads after the
 kernel. Generators read back on the same stream after the commit.
+
+--update-rate R: versions are training steps instead of independent draws:
+each element's FP32 master takes a random walk, m += R * |m| * u with u
+uniform in (-1, 1) drawn afresh per element and step, and a version holds
+bf16(m), so only the elements whose master crossed a BF16 rounding boundary
+change (about 128 R of them at small R, as mixed-precision training does).
+
+--delta: the config is run with refit.delta: on (and the engine checks as
+always, byte for byte against vLLM's rules, which know nothing of deltas):
+refit 1 must be full and every later one a delta refit that moved fewer
+bytes than a full one and wrote exactly the runtime bytes it found changed,
+except where --move or --move-at re-registered the trainer's tensors (a new
+address: that refit must be full).
 
 Before the first refit each side also tries bad registrations (unknown
 name, wrong shape, wrong dtype, duplicate, a missing tensor at begin) and
@@ -62,6 +76,43 @@ def fail(msg):
     MPI.COMM_WORLD.Abort(1)
 
 
+def to_bf16_bits(f):
+    """float32 to bfloat16 bits, round to nearest even."""
+    bits = f.view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+class TrainingWeights:
+    """Versions as training steps of FP32 masters (--update-rate): version 1
+    is full_weights' draw, each later one a random-walk step of every
+    master. Versions are asked for in order (each rank walks the same
+    steps from the same seed)."""
+
+    def __init__(self, cfg, seed, rate):
+        self.cfg, self.seed, self.rate = cfg, seed, rate
+        self.version, self.master = 0, None
+
+    def __call__(self, version):
+        if version < self.version or version < 1:
+            raise ValueError("versions go forward: %d after %d" % (version, self.version))
+        while self.version < version:
+            self.version += 1
+            if self.master is None:
+                rng = np.random.default_rng([self.seed, 1])
+                self.master = {}
+                for name, shape in vllm_rules.hf_tensor_shapes(self.cfg).items():
+                    norm = "norm" in name
+                    self.master[name] = (rng.standard_normal(shape, dtype=np.float32) *
+                                         np.float32(1.0 if norm else 0.02) +
+                                         np.float32(1.0 if norm else 0.0))
+                continue
+            rng = np.random.default_rng([self.seed, self.version])
+            for m in self.master.values():
+                u = rng.uniform(-1.0, 1.0, m.shape).astype(np.float32)
+                m += np.float32(self.rate) * np.abs(m) * u
+        return {name: to_bf16_bits(m) for name, m in self.master.items()}
+
+
 def full_weights(cfg, seed, version):
     """Fresh Hugging Face weights of `version`: normal values of realistic
     magnitude as bfloat16 bits (round to nearest even), norms near 1."""
@@ -70,9 +121,7 @@ def full_weights(cfg, seed, version):
     for name, shape in vllm_rules.hf_tensor_shapes(cfg).items():
         scale = 1.0 if "norm" in name else 0.02
         f = (rng.standard_normal(shape, dtype=np.float32) * scale + (1.0 if "norm" in name else 0.0))
-        bits = f.view(np.uint32)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        out[name] = bits.astype(np.uint16)
+        out[name] = to_bf16_bits(f)
     return out
 
 
@@ -174,6 +223,35 @@ class TorchCuda:
         return self.torch.cuda.stream(self.side)
 
 
+def check_delta(s, comm, version, moved):
+    """--delta: what kind of refit `version` was, on every rank alike, and
+    what it moved and wrote."""
+    w = s.last_wire_stats()
+    sent = comm.allreduce(np.array([w["wire_bytes"], w["full_bytes"]] if s.side == "trainer"
+                                   else [0, 0], np.int64))
+    note = "; %s refit, %d of %d bytes on the wire" % (
+        "a delta" if w["delta"] else "a full", sent[0], sent[1])
+    kinds = comm.allgather(w["delta"])
+    if len(set(kinds)) != 1:
+        fail("version %d: ranks disagree on a delta refit: %s" % (version, kinds))
+    want = 0 if version == 1 or moved else 1
+    if kinds[0] != want:
+        fail("version %d: a %s refit, expected a %s one" % (
+            version, "delta" if kinds[0] else "full", "delta" if want else "full"))
+    if w["full_bytes"] == 0:
+        return note  # a rank with nothing to send or receive
+    if want and w["wire_bytes"] >= w["full_bytes"]:
+        fail("version %d: a delta refit moved %d bytes here, a full one %d" % (
+            version, w["wire_bytes"], w["full_bytes"]))
+    if not want and w["wire_bytes"] != w["full_bytes"]:
+        fail("version %d: a full refit moved %d bytes here, expected %d" % (
+            version, w["wire_bytes"], w["full_bytes"]))
+    if s.side == "generator" and want and w["written_bytes"] != w["changed_bytes"]:
+        fail("version %d: a delta refit wrote %d runtime bytes and found %d changed" % (
+            version, w["written_bytes"], w["changed_bytes"]))
+    return note
+
+
 def nested(name):
     return name.replace(".mlp.experts.", ".mlp.experts.routed_experts.")
 
@@ -184,9 +262,12 @@ def main():
     ap.add_argument("--versions", type=int, default=3)
     ap.add_argument("--nested-experts", action="store_true")
     ap.add_argument("--move", action="store_true")
+    ap.add_argument("--move-at", type=int)
     ap.add_argument("--hdf5-reference")
     ap.add_argument("--torch-cuda", action="store_true")
     ap.add_argument("--engine-ignore")
+    ap.add_argument("--update-rate", type=float)
+    ap.add_argument("--delta", action="store_true")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     with open(args.config) as f:
@@ -213,6 +294,8 @@ def main():
                     f.create_dataset(name, data=a).attrs["dtype"] = "bfloat16"
             os.replace(args.hdf5_reference + ".tmp", args.hdf5_reference)
         comm.Barrier()
+    elif args.update_rate is not None:
+        weights_of = TrainingWeights(cfg, seed, args.update_rate)
     else:
         weights_of = lambda version: full_weights(cfg, seed, version)  # noqa: E731
 
@@ -280,7 +363,7 @@ def main():
         if s.side == "trainer":
             new = megatron_rules.trainer_tensors(cfg, full, comm.rank, pad_rng)
             for name, a in new.items():
-                if args.move and version > 1:
+                if (args.move and version > 1) or version == args.move_at:
                     held[name] = mem.fresh(a)  # a new address
                     s.register(name, held[name])
                 else:
@@ -308,9 +391,13 @@ def main():
                 fail("version %d: refit's verification against %s found differences" % (
                     version, args.hdf5_reference))
         comm.Barrier()
+        wire = ""
+        if args.delta:
+            wire = check_delta(s, comm, version,
+                               (args.move and version > 1) or version == args.move_at)
         if comm.rank == 0:
             print("caller_refit: version %d refitted and matches vLLM's rules on every "
-                  "generator rank (%.4f s)" % (version, times["total"]), flush=True)
+                  "generator rank (%.4f s%s)" % (version, times["total"], wire), flush=True)
     s.close()
     comm.Barrier()
     if comm.rank == 0:

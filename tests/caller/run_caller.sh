@@ -7,6 +7,9 @@
 #   refitted from caller-owned Megatron-Core tensors instead.
 # --hdf5-reference: the program writes its weights as a checkpoint with h5py
 #   and refit verifies against it (reference.kind hdf5).
+# --delta: the job runs with refit.delta: on and the program checks that
+#   every refit after the first was a delta refit (pass --update-rate too:
+#   with independent versions nearly every byte changes).
 # PYTHON names the interpreter (it needs numpy, PyYAML and mpi4py); by
 # default the first of python3, /usr/bin/python3 that has them.
 set -uo pipefail
@@ -19,11 +22,12 @@ refit_find_python run_caller numpy yaml mpi4py || exit 1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 out=$work/out.log
-matrix=0 hdf5=0 pass=()
+matrix=0 hdf5=0 delta=0 pass=()
 for a in "$@"; do
   case "$a" in
     --matrix) matrix=1 ;;
     --hdf5-reference) hdf5=1 ;;
+    --delta) delta=1; pass+=("$a") ;;
     --torch-cuda)
       if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
         2>/dev/null; then
@@ -34,10 +38,10 @@ for a in "$@"; do
     *) pass+=("$a") ;;
   esac
 done
-if [ $matrix -eq 1 ] || [ $hdf5 -eq 1 ]; then
-  "$python" - "$config" "$work/job.yaml" "$matrix" "$hdf5" "$work/reference.h5" <<'PY' || exit 1
+if [ $matrix -eq 1 ] || [ $hdf5 -eq 1 ] || [ $delta -eq 1 ]; then
+  "$python" - "$config" "$work/job.yaml" "$matrix" "$hdf5" "$work/reference.h5" "$delta" <<'PY' || exit 1
 import sys, yaml
-src, dst, matrix, hdf5, ref = sys.argv[1:]
+src, dst, matrix, hdf5, ref, delta = sys.argv[1:]
 cfg = yaml.safe_load(open(src))
 if matrix == "1":
     cfg.setdefault("trainer", {})["layout"] = "megatron"
@@ -47,6 +51,8 @@ if matrix == "1":
 if hdf5 == "1":
     cfg["reference"] = {"kind": "hdf5", "path": ref}
     cfg["verify"] = True
+if delta == "1":
+    cfg.setdefault("refit", {})["delta"] = "on"
 yaml.safe_dump(cfg, open(dst, "w"))
 PY
   config=$work/job.yaml
