@@ -463,20 +463,13 @@ static refit_status_t refit_dw_encode_device(refit_session_t *s, int32_t b, int 
                      b, (long long)n, (unsigned long long)off, (long long)dw->max_chunks,
                      dw->hdr_off);
   REFIT_CHECK(refit_mem_delta_encode(dw->mem, dw->chunks, n, dw->scratch, dw->lens));
-  /* The baseline becomes the new bytes: every message packed, copied whole
-   * in one gather pass, queued after the encoder that read the old ones. */
-  int64_t np = 0;
-  for (int i = 0; i < nx; i++) {
-    const int64_t k = s->my_begin[b] + i;
-    if (refit_dw_first_send(s, b, i) == i)
-      dw->pieces[np++] = (refit_mem_piece_t){s->msg_wire[k],
-                                             refit_dw_baseline(dw, b) + s->msg_wire[k],
-                                             p->msgs[s->my_msgs[k]].bytes};
-  }
-  REFIT_CHECK(refit_mem_gather(dw->mem, buf, dw->pieces, np));
+  /* The baseline becomes the new bytes through the deltas just made, sent
+   * or not (every chunk has one in the scratch): only what changed is
+   * written, a dense chunk whole, each checked against the bytes it was
+   * made from. */
+  REFIT_CHECK(refit_mem_delta_apply(dw->mem, dw->chunks, n, dw->scratch, dw->lens));
 
-  int64_t c = 0;
-  np = 0;
+  int64_t c = 0, np = 0;
   size_t at = 0, h = 0;
   for (int i = 0; i < nx; i++) {
     const int64_t k = s->my_begin[b] + i;
@@ -513,10 +506,10 @@ static refit_status_t refit_dw_encode_device(refit_session_t *s, int32_t b, int 
     xfers[i].bytes = (size_t)len;
     at += (size_t)len;
   }
-  if (np > 0) {
-    REFIT_CHECK(refit_mem_copy(dw->mem, dw->scratch + dw->hdr_off, dw->hdr, h));
-    REFIT_CHECK(refit_mem_gather(dw->mem, dw->scratch, dw->pieces, np));
-  }
+  if (np == 0)
+    return REFIT_OK;
+  REFIT_CHECK(refit_mem_copy(dw->mem, dw->scratch + dw->hdr_off, dw->hdr, h));
+  REFIT_CHECK(refit_mem_gather(dw->mem, dw->scratch, dw->pieces, np));
   return refit_mem_sync(dw->mem);
 }
 

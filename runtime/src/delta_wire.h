@@ -11,8 +11,7 @@
  * messages in host memory (a message packed once for several engines kept
  * once), one copy, rewritten in place by every refit: a full refit packs
  * into it and sends from it; a delta refit packs into the send buffer,
- * encodes against it and then applies each frame it made to it (a device
- * session copies the bucket's messages over it). One copy is enough because
+ * encodes against it and then applies the deltas it made to it. One copy is enough because
  * only a committed refit leaves baselines behind: one that fails or aborts
  * leaves every generator without one (below), so the next refit is full
  * whatever the trainer's bytes are. A generator keeps no copy of the wire:
@@ -61,9 +60,9 @@
  * On a GPU (device memory, transport ipc). A trainer keeps its baseline in
  * GPU memory, or in pinned host memory under refit.delta_baseline: host, and
  * encodes a bucket's chunks in one call of the codec's CUDA twin
- * (kernels/delta_cuda.h) into a scratch, reads the lengths back, copies the
- * bucket's new bytes over the baseline and puts each shorter message's
- * frame together, a gather pass each. A generator applies in place as on the host, a bucket at a
+ * (kernels/delta_cuda.h) into a scratch, reads the lengths back, applies
+ * the deltas to the baseline (the codec's CUDA apply) and puts each shorter
+ * message's frame together in one gather pass. A generator applies in place as on the host, a bucket at a
  * time: it reads each frame back to a host copy (the deltas only), walks
  * the frames and the deltas' headers there, and hands all the bucket's
  * chunks, frames' and whole messages' alike, to one batch of the place
@@ -92,7 +91,7 @@
  *
  * Costs: a trainer quantizes and packs every chunk as a full refit does,
  * then compares it with its baseline (one pass reading both) and writes the
- * changed bytes into the baseline (on a GPU, a copy of the bucket); a generator reads and writes, per chunk, only the delta, the bytes
+ * changed bytes into the baseline; a generator reads and writes, per chunk, only the delta, the bytes
  * it changes and the rest of their 8-byte words (a chunk that went whole:
  * every byte, compared run by run), and does no layout transform (the
  * places already are the layout's). In sync mode with restore: full a

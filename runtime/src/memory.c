@@ -540,6 +540,14 @@ static refit_status_t refit_mem_delta_room(refit_mem_t *m, size_t dev, size_t ho
 }
 
 static size_t refit_mem_align16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* The chunks' bytes in all (the codec's workspace grows with them). */
+static uint64_t refit_mem_delta_total(const refit_mem_delta_t *chunks, int64_t n) {
+  uint64_t total = 0;
+  for (int64_t i = 0; i < n; i++)
+    total += chunks[i].bytes;
+  return total;
+}
 #endif
 
 refit_status_t refit_mem_delta_encode(refit_mem_t *m, const refit_mem_delta_t *chunks,
@@ -548,13 +556,10 @@ refit_status_t refit_mem_delta_encode(refit_mem_t *m, const refit_mem_delta_t *c
     return REFIT_OK;
 #ifdef REFIT_HAVE_CUDA
   if (m->device) {
-    uint64_t total = 0;
-    for (int64_t i = 0; i < n; i++)
-      total += chunks[i].bytes;
     const size_t tab = refit_mem_align16((size_t)n * sizeof(refit_delta_cuda_enc_desc_t));
     const size_t len = refit_mem_align16((size_t)n * sizeof(uint64_t));
     const size_t err = 16;
-    const size_t ws = refit_delta_cuda_workspace(n, total);
+    const size_t ws = refit_delta_cuda_workspace(n, refit_mem_delta_total(chunks, n));
     REFIT_CHECK(refit_mem_delta_room(m, tab + len + err + ws, tab));
     refit_delta_cuda_enc_desc_t *d = m->dhost;
     for (int64_t i = 0; i < n; i++)
@@ -585,6 +590,39 @@ refit_status_t refit_mem_delta_encode(refit_mem_t *m, const refit_mem_delta_t *c
                                    refit_delta_bound(chunks[i].bytes), &got, NULL));
     lens[i] = got;
   }
+  return REFIT_OK;
+}
+
+refit_status_t refit_mem_delta_apply(refit_mem_t *m, const refit_mem_delta_t *chunks,
+                                     int64_t n, const void *out, const uint64_t *lens) {
+  if (n <= 0)
+    return REFIT_OK;
+#ifdef REFIT_HAVE_CUDA
+  if (m->device) {
+    const size_t tab = refit_mem_align16((size_t)n * sizeof(refit_delta_cuda_dec_desc_t));
+    const size_t err = 16;
+    const size_t ws = refit_delta_cuda_workspace(n, refit_mem_delta_total(chunks, n));
+    REFIT_CHECK(refit_mem_delta_room(m, tab + err + ws, tab));
+    refit_delta_cuda_dec_desc_t *d = m->dhost;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = (refit_delta_cuda_dec_desc_t){.delta = (const unsigned char *)out + chunks[i].off,
+                                           .delta_len = lens[i],
+                                           .dst = chunks[i].base,
+                                           .dst_bytes = chunks[i].bytes};
+    unsigned char *dev = m->dbuf;
+    REFIT_CHECK(refit_device_memcpy_async(dev, d, (size_t)n * sizeof(*d), m->stream));
+    REFIT_CHECK(refit_delta_apply_cuda((const refit_delta_cuda_dec_desc_t *)dev, n,
+                                       dev + tab + err, ws, (int64_t *)(dev + tab),
+                                       (int32_t *)(dev + tab + 8), m->stream));
+    int64_t bad[2] = {0, 0};
+    REFIT_CHECK(refit_mem_to_host(m, bad, dev + tab, sizeof(bad)));
+    return refit_delta_cuda_report("delta apply", bad[0], (int32_t)bad[1]);
+  }
+#endif
+  (void)m;
+  for (int64_t i = 0; i < n; i++)
+    REFIT_CHECK(refit_delta_decode((const unsigned char *)out + chunks[i].off, lens[i],
+                                   chunks[i].base, chunks[i].bytes));
   return REFIT_OK;
 }
 

@@ -164,6 +164,13 @@ typedef struct {
 refit_status_t refit_mem_delta_encode(refit_mem_t *m, const refit_mem_delta_t *chunks,
                                       int64_t n, void *out, uint64_t *lens);
 
+/* The deltas refit_mem_delta_encode made (at out + off, lens[i] long)
+ * applied to the same chunks' `base`, which then holds `now`'s bytes. All
+ * are checked (refit_delta_decode's rules) before any is written. Queued on
+ * this rank's stream; the caller synchronizes. */
+refit_status_t refit_mem_delta_apply(refit_mem_t *m, const refit_mem_delta_t *chunks,
+                                     int64_t n, const void *out, const uint64_t *lens);
+
 /*
  * Deltas applied through their places in runtime storage on a GPU
  * (kernels/place_cuda.h; device memory only). check: n chunks (a host

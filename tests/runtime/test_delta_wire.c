@@ -7,6 +7,7 @@
  * (the seed is printed; REFIT_TEST_SEED repeats one).
  */
 #include "delta_wire.h"
+#include "memory.h"
 
 #include "core/error.h"
 #include "kernels/delta.h"
@@ -257,9 +258,92 @@ static void test_corruptions(void **state) {
   assert_true(refused > 0);
 }
 
+/* A trainer's baseline brought up to the new bytes by the deltas it made
+ * (refit_mem_delta_encode, then refit_mem_delta_apply), on host memory and,
+ * where a GPU is visible, on device memory with the baseline in GPU memory
+ * and in pinned host memory: the baseline equals the new bytes, bit for
+ * bit; applying the same deltas again is refused and writes nothing. */
+static void mem_delta_round_trip(int device, int pinned) {
+  refit_mem_t *mem = NULL;
+  assert_int_equal(refit_mem_create(device, &mem), REFIT_OK);
+  enum { N = 24 };
+  refit_mem_delta_t ch[N];
+  uint64_t lens[N];
+  int64_t size[N], at[N + 1];
+  uint64_t off = 0;
+  at[0] = 0;
+  for (int i = 0; i < N; i++) {
+    size[i] = i == 0 ? 0 : (int64_t)(rng() % 70000);
+    at[i + 1] = at[i] + size[i];
+  }
+  const size_t total = (size_t)at[N];
+  unsigned char *base_h = malloc(total + 1), *now_h = malloc(total + 1),
+                *got = malloc(total + 1);
+  assert_non_null(base_h);
+  assert_non_null(now_h);
+  assert_non_null(got);
+  for (size_t i = 0; i < total; i++)
+    base_h[i] = (unsigned char)rng();
+  for (int i = 0; i < N; i++) { /* densities from none to every byte */
+    static const double p[] = {0.0, 1e-4, 1e-3, 1e-2, 0.1, 0.3, 1.0};
+    change(base_h + at[i], now_h + at[i], size[i], p[i % 7], i % 2);
+  }
+  unsigned char *base = NULL, *now = NULL, *out = NULL;
+  size_t out_bytes = 0;
+  for (int i = 0; i < N; i++)
+    out_bytes += (refit_delta_bound((uint64_t)size[i]) + 15) & ~(size_t)15;
+  if (pinned)
+    assert_int_equal(refit_mem_alloc_pinned(mem, total + 1, (void **)&base), REFIT_OK);
+  else
+    assert_int_equal(refit_mem_alloc(mem, total + 1, (void **)&base), REFIT_OK);
+  assert_int_equal(refit_mem_alloc(mem, total + 1, (void **)&now), REFIT_OK);
+  assert_int_equal(refit_mem_alloc(mem, out_bytes, (void **)&out), REFIT_OK);
+  assert_int_equal(refit_mem_from_host(mem, base, base_h, total), REFIT_OK);
+  assert_int_equal(refit_mem_from_host(mem, now, now_h, total), REFIT_OK);
+  for (int i = 0; i < N; i++) {
+    ch[i] = (refit_mem_delta_t){now + at[i], base + at[i], (uint64_t)size[i], off};
+    off += (refit_delta_bound((uint64_t)size[i]) + 15) & ~(uint64_t)15;
+  }
+  assert_int_equal(refit_mem_delta_encode(mem, ch, N, out, lens), REFIT_OK);
+  assert_int_equal(refit_mem_delta_apply(mem, ch, N, out, lens), REFIT_OK);
+  assert_int_equal(refit_mem_sync(mem), REFIT_OK);
+  assert_int_equal(refit_mem_to_host(mem, got, base, total), REFIT_OK);
+  assert_memory_equal(got, now_h, total);
+  /* Again: every named byte is already there, so the deltas were not made
+   * against these bytes (unless nothing changed anywhere). */
+  refit_status_t st = refit_mem_delta_apply(mem, ch, N, out, lens);
+  assert_int_equal(st, REFIT_ERR_INTEGRITY);
+  assert_non_null(strstr(refit_last_error(), "not made"));
+  assert_int_equal(refit_mem_sync(mem), REFIT_OK);
+  assert_int_equal(refit_mem_to_host(mem, got, base, total), REFIT_OK);
+  assert_memory_equal(got, now_h, total);
+  if (pinned)
+    refit_mem_free_pinned(mem, base);
+  else
+    refit_mem_free(mem, base);
+  refit_mem_free(mem, now);
+  refit_mem_free(mem, out);
+  refit_mem_destroy(mem);
+  free(base_h);
+  free(now_h);
+  free(got);
+}
+
+static void test_mem_delta(void **state) {
+  (void)state;
+  mem_delta_round_trip(0, 0);
+  if (refit_mem_gpu_count() > 0) {
+    mem_delta_round_trip(1, 0);
+    mem_delta_round_trip(1, 1);
+  } else {
+    printf("test_mem_delta: no GPU visible: host memory only\n");
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trips),
+      cmocka_unit_test(test_mem_delta),
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_corruptions),
   };

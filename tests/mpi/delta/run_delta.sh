@@ -3,7 +3,7 @@
 # fresh random source.seed, then assertions on what each refit was and sent.
 #   run_delta.sh BUILD CONFIG [--refit N full|delta|aborted]... [--max F]
 #                [--transport T] [--as-delta STEPS] [--gpus N] [--gpu]
-#                [--lengths-ahead]
+#                [--lengths-ahead] [--random-faults]
 # Every refit row must be verified (or, where --refit N aborted says so,
 # aborted with the previous version kept and verified); --refit N full|delta
 # requires refit N's wire line (refit-run: wire) to name that kind; every
@@ -19,11 +19,16 @@
 # zero_copy: off (--gpus 1 --transport ipc). --lengths-ahead: refit.lengths_ahead:
 # true (every exchange through the lengths wrapper, as delta refits over
 # NCCL run), and the session must name its transport "<name>+lengths".
+# --random-faults: the config injects faults at random (refit.fault with a
+# probability): each refit either commits and verifies or aborts keeping
+# the last committed version (verified); a refit is full exactly when it is
+# the first or the one before it aborted, delta otherwise; the job must have
+# had some of each: aborted, full after an abort, delta.
 set -uo pipefail
 build=$1 config=$2
 shift 2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-kinds=() max=0.5 transport="" as_delta="" gpus=0 zero_copy_off=0 lengths_ahead=0
+kinds=() max=0.5 transport="" as_delta="" gpus=0 zero_copy_off=0 lengths_ahead=0 random=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --refit) kinds+=("$2 $3"); shift 3 ;;
@@ -33,6 +38,7 @@ while [ $# -gt 0 ]; do
     --gpus) gpus=$2; shift 2 ;;
     --gpu) gpus=1 transport=ipc zero_copy_off=1; shift ;;
     --lengths-ahead) lengths_ahead=1; shift ;;
+    --random-faults) random=1; shift ;;
     *) echo "run_delta: unknown argument $1"; exit 2 ;;
   esac
 done
@@ -71,6 +77,28 @@ aborted=0
 for k in "${kinds[@]}"; do
   [ "${k#* }" = aborted ] && aborted=1
 done
+if [ $random -eq 1 ]; then
+  # The refits' outcomes are drawn: name each one from its row.
+  [ $rc -ne 0 ] || grep -qE " aborted: kept version " "$out" ||
+    fail "no refit aborted: the random faults did not fire (raise the probability)"
+  kinds=() prev=verified kept=0
+  for n in $(seq 1 "$steps"); do
+    if grep -qE "^ +$n +$n .*aborted: kept version $kept\$" "$out"; then
+      kinds+=("$n aborted")
+      prev=aborted
+    else
+      [ "$n" -eq 1 ] || [ "$prev" = aborted ] && kinds+=("$n full") || kinds+=("$n delta")
+      prev=verified kept=$n
+    fi
+  done
+  echo "run_delta: refits as drawn: ${kinds[*]}"
+  for want in aborted delta; do
+    printf '%s\n' "${kinds[@]}" | grep -q " $want\$" || fail "no $want refit among the drawn ones"
+  done
+  printf '%s\n' "${kinds[@]}" | grep -qE "^([2-9]|[1-9][0-9]+) full\$" ||
+    fail "no full refit after an aborted one among the drawn ones"
+  aborted=1
+fi
 if [ $aborted -eq 0 ]; then
   [ $rc -eq 0 ] || fail "exit status $rc, expected 0"
   grep -qF "refit-run: verified: $steps refits" "$out" || fail "not every refit verified"
@@ -81,6 +109,7 @@ grep -q MISMATCH "$out" && fail "a generator byte differs from the reference"
 if [ $lengths_ahead -eq 1 ]; then
   grep -qE "transport [a-z+]+\+lengths" "$out" || fail "the session did not name a +lengths transport"
 fi
+kept=0 # the last committed version
 for n in $(seq 1 "$steps"); do
   want=delta
   [ "$n" -eq 1 ] && want=full
@@ -88,12 +117,13 @@ for n in $(seq 1 "$steps"); do
     [ "${k% *}" = "$n" ] && want=${k#* }
   done
   if [ "$want" = aborted ]; then
-    grep -qE "^ +$n +$n .*aborted: kept version $((n - 1))\$" "$out" ||
-      fail "refit $n did not abort keeping version $((n - 1))"
-    grep -qF "runtime storage holds version $((n - 1)): verified bit for bit" "$out" ||
-      grep -qF "POISONED" "$out" || fail "refit $n: the kept version was not verified"
+    grep -qE "^ +$n +$n .*aborted: kept version $kept\$" "$out" ||
+      fail "refit $n did not abort keeping version $kept"
+    [ "$kept" -eq 0 ] || grep -qF "runtime storage holds version $kept: verified bit for bit" \
+      "$out" || grep -qF "POISONED" "$out" || fail "refit $n: the kept version was not verified"
     continue
   fi
+  kept=$n
   grep -qE "^ +$n +$n .*verified\$" "$out" || fail "refit $n did not commit and verify"
   line=$(grep -E "^refit-run: wire: refit $n (full|delta):" "$out")
   [ -n "$line" ] || fail "refit $n has no wire line"
