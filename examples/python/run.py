@@ -15,7 +15,11 @@ import train
 ap = argparse.ArgumentParser()
 ap.add_argument("config")
 ap.add_argument("--steps", type=int, default=5)
+ap.add_argument("--lr", type=float, default=3e-3, help="the trainer's AdamW learning rate")
 args = ap.parse_args()
 cfg = yaml.safe_load(open(args.config))
 with refit.Session(args.config) as s:
-    (train if s.side == "trainer" else engine).run(s, cfg, args.steps)
+    if s.side == "trainer":
+        train.run(s, cfg, args.steps, args.lr)
+    else:
+        engine.run(s, cfg, args.steps)

@@ -11,6 +11,11 @@ what refit reads, in place (source.kind caller).
 
     launch/refit-launch examples/python/moe.yaml -- python3 examples/python/run.py examples/python/moe.yaml
     python3 examples/python/train.py CONFIG --join PORT_FILE   # a separate trainer job
+
+With refit.delta: on in the config, every refit after the first sends only
+the bytes the optimizer step changed (at --lr 1e-5 a small share of the
+bfloat16 weights crosses a rounding boundary per step); each step prints
+what went on the wire.
 """
 
 import argparse
@@ -99,13 +104,13 @@ def probe(cfg):
     return torch.randn(8, cfg["model"]["hidden_size"], generator=torch.Generator().manual_seed(3))
 
 
-def run(s, cfg, steps):
+def run(s, cfg, steps, lr=3e-3):
     m = cfg["model"]
     main = MegatronModel(s.expected())                    # float32 main parameters
     model = MegatronModel(s.expected())                   # bfloat16 model parameters
     model.to(torch.bfloat16).requires_grad_(False)
     s.register_all(model.named_parameters())
-    opt = torch.optim.AdamW(main.parameters(), lr=3e-3)
+    opt = torch.optim.AdamW(main.parameters(), lr=lr)
     # One fixed batch: the loss falls as the model memorizes it.
     tokens = torch.randint(0, m["vocab_size"], (65,), generator=torch.Generator().manual_seed(1))
     first_gen = s.comm.size - cfg.get("generator", {}).get("tp", 1) * \
@@ -119,6 +124,7 @@ def run(s, cfg, steps):
             for (_, dst), (_, src) in zip(model.named_parameters(), main.named_parameters()):
                 dst.copy_(src.reshape(dst.shape))
         times = s.refit(step)
+        wire = s.last_wire_stats()  # this rank's share
         # What the engine must compute from its vLLM tensors: the same block
         # from the bfloat16 weights just sent.
         with torch.no_grad():
@@ -130,6 +136,11 @@ def run(s, cfg, steps):
             print("train: step %d loss %.4f, refit %.4f s (pack %.4f, transfer %.4f, commit %.4f)"
                   % (step, loss.item(), times["total"], times["pack"], times["transfer"],
                      times["commit"]), flush=True)
+            if wire["full_bytes"]:  # refit.delta on or auto
+                print("train: step %d was a %s refit: rank 0 sent %d of %d bytes (%.4f)"
+                      % (step, "delta" if wire["delta"] else "full", wire["wire_bytes"],
+                         wire["full_bytes"], wire["wire_bytes"] / wire["full_bytes"]),
+                      flush=True)
 
 
 def main():
@@ -137,11 +148,12 @@ def main():
     ap.add_argument("config")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--join", metavar="PORT_FILE")
+    ap.add_argument("--lr", type=float, default=3e-3)
     args = ap.parse_args()
     cfg = yaml.safe_load(open(args.config))
     join = {"side": "trainer", "port_file": args.join} if args.join else None
     with refit.Session(args.config, join=join) as s:
-        run(s, cfg, args.steps)
+        run(s, cfg, args.steps, args.lr)
 
 
 if __name__ == "__main__":
