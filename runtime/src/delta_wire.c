@@ -361,7 +361,8 @@ void refit_dw_commit(refit_dw_t *dw, uint64_t version) {
  * next refit is full whatever the trainer holds. A full refit packs straight
  * into the baseline and sends from it; a delta refit packs into the send
  * buffer, encodes against the baseline, and then brings the baseline's
- * bytes up to the new ones (refit_dw_advance_*). */
+ * bytes up to the new ones with the deltas it made (refit_dw_encode_host,
+ * refit_dw_encode_device). */
 unsigned char *refit_dw_pack_target(refit_dw_t *dw, int32_t b, unsigned char *buf) {
   if (dw == NULL || !dw->usable || dw->this_refit)
     return buf;
