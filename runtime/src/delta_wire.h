@@ -122,13 +122,14 @@ struct refit_session;
 #define REFIT_DW_HEADER_BYTES 16
 
 /* delta: auto runs a delta refit only while every rank's last delta refit
- * moved at most this fraction of a full refit's bytes (measured on CPU2,
- * docs/benchmarks.md: a delta refit of 8.4 % of the bytes takes as long as a
- * full one over TCP and longer over shared memory, one of 0.86 % up to 1.6x
- * less); above it the rank asks for full refits, and tries a delta one
- * again after REFIT_DW_AUTO_PROBE full ones (the changes may have become
- * sparser). */
-#define REFIT_DW_AUTO_BREAK_EVEN (1.0 / 16)
+ * moved at most this fraction of a full refit's bytes (measured on CPU2 with
+ * nothing else running, docs/benchmarks.md: a delta refit breaks even with a
+ * full one at about 3.5 % of the bytes over shared memory and about 5 % over
+ * TCP on one host, and 1/24 lies between the two; a network slower than
+ * memory moves the break-even up); above it the rank
+ * asks for full refits, and tries a delta one again after
+ * REFIT_DW_AUTO_PROBE full ones (the changes may have become sparser). */
+#define REFIT_DW_AUTO_BREAK_EVEN (1.0 / 24)
 #define REFIT_DW_AUTO_PROBE 4
 
 typedef struct refit_dw {
