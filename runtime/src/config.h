@@ -159,6 +159,11 @@ typedef struct {
     int prequantize; /* quantize on the trainer before sending; default false */
     refit_delta_mode_t delta; /* off (default) | on | auto */
     refit_delta_baseline_t delta_baseline; /* auto (default) | device | host */
+    /* Under delta on or auto, at most this many refits in a row are delta
+     * ones minus one: every N-th committed refit is full, rewriting every
+     * runtime byte (a delta refit reads and writes only the words it
+     * changes, so damage elsewhere would last). 0 (default): no bound. */
+    int delta_full_every;
     /* Modules left in bf16 under mxfp8, by their runtime (vLLM) names: an
      * entry matches a module when it equals whole dotted segments of its
      * name ("mlp.gate" matches model.layers.*.mlp.gate, not

@@ -603,6 +603,12 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
                       "refit.delta: on cannot be combined with refit.zero_copy: on "
                       "(zero copy moves no weight bytes to compare); use "
                       "zero_copy: off, or delta: auto");
+  if (ROWS_OK(ROW(REFIT_DELTA_FULL_EVERY), ROW(REFIT_DELTA)) &&
+      cfg->refit.delta_full_every > 0 && cfg->refit.delta == REFIT_DELTA_MODE_OFF)
+    refit_config_rule(c, ROW(REFIT_DELTA_FULL_EVERY),
+                      "refit.delta_full_every: %d has no effect with refit.delta off "
+                      "(every refit is full); set delta: on or auto, or remove it",
+                      cfg->refit.delta_full_every);
   refit_config_check_mxfp8(c);
 
   if (!cfg->refit.fault.enabled)

@@ -168,6 +168,9 @@
   X(REFIT_LENGTHS_AHEAD, "refit", "lengths_ahead", BOOL, refit.lengths_ahead, \
     "false", 0, 0, "", 0,                                                      \
     "send every message's length ahead over MPI, on any transport")           \
+  X(REFIT_DELTA_FULL_EVERY, "refit", "delta_full_every", INT,                  \
+    refit.delta_full_every, "0", 0, INT_MAX, "", 0,                            \
+    "under delta: every N-th refit is a full one (0: only where needed)")     \
   X(REFIT_DELTA_BASELINE, "refit", "delta_baseline", ENUM,                     \
     refit.delta_baseline, "auto", 0, 0, "auto|device|host", 0,                 \
     "where a trainer on a GPU keeps its delta baseline (auto: device)")        \

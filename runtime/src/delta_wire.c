@@ -252,6 +252,7 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
   if (dw == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta refit state");
   dw->mode = s->cfg.refit.delta;
+  dw->full_every = s->cfg.refit.delta_full_every;
   dw->usable = why == NULL;
   if (!dw->usable && !s->is_trainer)
     s->loader->in_place = 0; /* no digests to keep */
@@ -327,6 +328,9 @@ int refit_dw_ready(const refit_session_t *s, const refit_dw_t *dw) {
   const int pays = dw == NULL || dw->mode != REFIT_DELTA_MODE_AUTO ||
                    dw->last_fraction <= REFIT_DW_AUTO_BREAK_EVEN ||
                    dw->full_streak >= REFIT_DW_AUTO_PROBE;
+  /* Every rank counts the same commits, so all say no at the same refit. */
+  if (dw != NULL && dw->full_every > 0 && dw->delta_streak >= dw->full_every - 1)
+    return 0;
   return dw != NULL && dw->usable && dw->valid && dw->version == s->committed &&
          s->committed > 0 && s->state != REFIT_STATE_POISONED && pays;
 }
@@ -351,8 +355,10 @@ void refit_dw_commit(refit_dw_t *dw, uint64_t version) {
     dw->last_fraction =
         dw->full_bytes > 0 ? (double)dw->wire_bytes / (double)dw->full_bytes : 0.0;
     dw->full_streak = 0;
+    dw->delta_streak++;
   } else {
     dw->full_streak++;
+    dw->delta_streak = 0;
   }
 }
 

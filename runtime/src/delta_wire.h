@@ -87,7 +87,8 @@
  * a delta refit cannot see: it reads only the words it changes, so runtime
  * bytes damaged since the last commit fail a chunk's digest only where they
  * share an 8-byte word with a change; elsewhere they go undetected until a
- * full refit, which rewrites and checks every byte, or refit_verify.
+ * full refit, which rewrites and checks every byte, or refit_verify
+ * (refit.delta_full_every: N bounds how long: every N-th refit is full).
  *
  * Costs: a trainer quantizes and packs every chunk as a full refit does,
  * then compares it with its baseline (one pass reading both) and writes the
@@ -176,6 +177,9 @@ typedef struct refit_dw {
    * on this rank, and full refits committed since. */
   double last_fraction;
   int full_streak;
+  /* Delta refits committed since the last full one (refit.delta_full_every). */
+  int delta_streak;
+  int full_every;
 } refit_dw_t;
 
 /* At the first begin, once memory is bound: the baseline and buffers when

@@ -853,6 +853,12 @@ static const mistake_t mistakes[] = {
     CASE(.base = moe, .append = "refit:\n  delta: on\n  delta_baseline: gpu\n", .lines = 1,
          .want = {"demo.yaml:23:19: refit.delta_baseline: expected one of auto, device, "
                   "host, got 'gpu'"}),
+    CASE(.base = moe, .append = "refit:\n  delta_full_every: 8\n", .lines = 1,
+         .want = {"demo.yaml:22:3: refit.delta_full_every: 8 has no effect with "
+                  "refit.delta off (every refit is full); set delta: on or auto, or "
+                  "remove it"}),
+    CASE(.base = moe, .append = "refit:\n  delta: on\n  delta_full_every: -1\n",
+         .lines = 1, .want = {"demo.yaml:23:21: refit.delta_full_every"}),
     CASE(.base = moe, .append = "refit:\n  delta: on\n  zero_copy: on\n", .lines = 1,
          .want = {"demo.yaml:22:3: refit.delta: on cannot be combined with "
                   "refit.zero_copy: on (zero copy moves no weight bytes to compare); "
