@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One delta-refit job (refit.delta) through the project's launcher, with a
 # fresh random source.seed, then assertions on what each refit was and sent.
-#   run_delta.sh BUILD CONFIG [--refit N full|delta|aborted]... [--max F]
+#   run_delta.sh BUILD CONFIG [--refit N full|delta|aborted|damaged]... [--max F]
 #                [--transport T] [--as-delta STEPS] [--gpus N] [--gpu]
 #                [--lengths-ahead] [--random-faults]
 # Every refit row must be verified (or, where --refit N aborted says so,
-# aborted with the previous version kept and verified); --refit N full|delta
+# aborted with the previous version kept and verified; --refit N damaged: it
+# committed and the verify fault seam damaged runtime storage before its
+# verification, which must find exactly that: MISMATCH); --refit N full|delta
 # requires refit N's wire line (refit-run: wire) to name that kind; every
 # delta refit must send at most F (default 0.5) of a full refit's bytes, and
 # every full one exactly a full refit's. --transport overrides refit.transport.
@@ -73,9 +75,10 @@ rc=$?
 grep -v "PMIX ERROR" "$out"
 fail() { echo "run_delta: FAIL (seed $seed): $*"; exit 1; }
 steps=$(sed -n 's/^  steps: *//p' "$dir/job.yaml")
-aborted=0
+aborted=0 damaged=0
 for k in "${kinds[@]}"; do
   [ "${k#* }" = aborted ] && aborted=1
+  [ "${k#* }" = damaged ] && damaged=$((damaged + 1))
 done
 if [ $random -eq 1 ]; then
   # The refits' outcomes are drawn: name each one from its row.
@@ -99,13 +102,16 @@ if [ $random -eq 1 ]; then
     fail "no full refit after an aborted one among the drawn ones"
   aborted=1
 fi
-if [ $aborted -eq 0 ]; then
+if [ $aborted -eq 0 ] && [ $damaged -eq 0 ]; then
   [ $rc -eq 0 ] || fail "exit status $rc, expected 0"
   grep -qF "refit-run: verified: $steps refits" "$out" || fail "not every refit verified"
 else
   [ $rc -ne 0 ] || fail "exit status 0 with a refit expected to abort"
 fi
-grep -q MISMATCH "$out" && fail "a generator byte differs from the reference"
+rows_re="^ +[0-9]+ +[0-9]+ .*MISMATCH\$"
+[ "$(grep -cE "$rows_re" "$out")" -eq $damaged ] &&
+  ! grep -vE "$rows_re" "$out" | grep -q MISMATCH ||
+  fail "a generator byte differs from the reference"
 if [ $lengths_ahead -eq 1 ]; then
   grep -qE "transport [a-z+]+\+lengths" "$out" || fail "the session did not name a +lengths transport"
 fi
@@ -121,6 +127,12 @@ for n in $(seq 1 "$steps"); do
       fail "refit $n did not abort keeping version $kept"
     [ "$kept" -eq 0 ] || grep -qF "runtime storage holds version $kept: verified bit for bit" \
       "$out" || grep -qF "POISONED" "$out" || fail "refit $n: the kept version was not verified"
+    continue
+  fi
+  if [ "$want" = damaged ]; then
+    grep -qE "^ +$n +$n .*MISMATCH\$" "$out" ||
+      fail "refit $n: the damage the verify seam made was not found"
+    kept=$n
     continue
   fi
   kept=$n
