@@ -197,10 +197,8 @@ static refit_status_t refit_dw_buffers(refit_session_t *s, refit_dw_t *dw) {
   REFIT_CHECK(refit_dw_size(s, dw, &frames));
   /* A trainer keeps one copy, rewritten in place by every refit (see
    * refit_dw_pack_target); a generator keeps none. */
-  dw->copies = s->is_trainer ? 1 : 0;
-  if (dw->copies > 0)
-    REFIT_CHECK(refit_dw_alloc(dw, dw->pinned, dw->base_bytes, (void **)&dw->base));
   if (s->is_trainer) {
+    REFIT_CHECK(refit_dw_alloc(dw, dw->pinned, dw->base_bytes, (void **)&dw->base));
     dw->enc_bytes = frames;
     for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
       REFIT_CHECK(refit_dw_alloc(dw, 0, dw->enc_bytes, (void **)&dw->enc[i]));
@@ -270,7 +268,7 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
   if (st != REFIT_OK) {
     char why_not[512];
     snprintf(why_not, sizeof(why_not), "%s", refit_last_error());
-    const size_t bytes = (size_t)dw->copies * dw->base_bytes;
+    const size_t bytes = s->is_trainer ? dw->base_bytes : 0;
     refit_dw_destroy(dw);
     *out = NULL;
     return REFIT_ERR(st, "delta refit baseline of %zu bytes on %s rank %d: %s", bytes,
@@ -325,14 +323,16 @@ void refit_dw_destroy(refit_dw_t *dw) {
 }
 
 int refit_dw_ready(const refit_session_t *s, const refit_dw_t *dw) {
-  const int pays = dw == NULL || dw->mode != REFIT_DELTA_MODE_AUTO ||
+  if (dw == NULL)
+    return 0;
+  const int pays = dw->mode != REFIT_DELTA_MODE_AUTO ||
                    dw->last_fraction <= REFIT_DW_AUTO_BREAK_EVEN ||
                    dw->full_streak >= REFIT_DW_AUTO_PROBE;
-  /* Every rank counts the same commits, so all say no at the same refit. */
-  if (dw != NULL && dw->full_every > 0 && dw->delta_streak >= dw->full_every - 1)
-    return 0;
-  return dw != NULL && dw->usable && dw->valid && dw->version == s->committed &&
-         s->committed > 0 && s->state != REFIT_STATE_POISONED && pays;
+  /* refit.delta_full_every: every rank counts the same commits, so all say
+   * no at the same refit. */
+  const int full_due = dw->full_every > 0 && dw->delta_streak >= dw->full_every - 1;
+  return dw->usable && dw->valid && dw->version == s->committed && s->committed > 0 &&
+         s->state != REFIT_STATE_POISONED && pays && !full_due;
 }
 
 void refit_dw_begin(refit_dw_t *dw, int delta_refit) {
@@ -389,17 +389,32 @@ static unsigned char *refit_dw_baseline(const refit_dw_t *dw, int32_t b) {
   return dw->base + dw->base_off[b];
 }
 
-/* Host memory: a chunk's delta applied to its bytes of the baseline. */
 typedef struct {
-  unsigned char *base;
+  unsigned char *dst;
   const int64_t *span;
-} refit_dw_advance_t;
+  int64_t n;
+  const char *what;
+} refit_dw_decode_t;
 
-static refit_status_t refit_dw_advance_chunk(void *ctx, int64_t i, const unsigned char *delta,
-                                             size_t len) {
-  const refit_dw_advance_t *a = ctx;
-  return refit_delta_decode(delta, len, a->base + a->span[i],
-                            (size_t)(a->span[i + 1] - a->span[i]));
+static refit_status_t refit_dw_decode_chunk(void *ctx, int64_t i, const unsigned char *delta,
+                                            size_t len) {
+  const refit_dw_decode_t *d = ctx;
+  refit_status_t st = refit_delta_decode(delta, len, d->dst + d->span[i],
+                                         (size_t)(d->span[i + 1] - d->span[i]));
+  if (st != REFIT_OK) {
+    char why[512];
+    snprintf(why, sizeof(why), "%s", refit_last_error());
+    return REFIT_ERR(st, "%s, chunk %lld of %lld: %s", d->what, (long long)i,
+                     (long long)d->n, why);
+  }
+  return REFIT_OK;
+}
+
+refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
+                                    unsigned char *dst, const int64_t *span, int64_t n,
+                                    const char *what) {
+  refit_dw_decode_t d = {dst, span, n, what};
+  return refit_dw_frame_walk(frame, len, span, n, what, refit_dw_decode_chunk, &d);
 }
 
 /* Host memory: each message's frame encoded straight into the slot's frame
@@ -421,10 +436,8 @@ static refit_status_t refit_dw_encode_host(refit_session_t *s, int32_t b, int sl
     /* The baseline becomes the new bytes through the frame just made: it
      * writes only what changed (a dense chunk whole), and applying it checks
      * it against the bytes it was made from. */
-    refit_dw_advance_t adv = {base, dw->span};
-    REFIT_CHECK(refit_dw_frame_walk(dw->enc[slot] + at, len, dw->span, m->chunk_count,
-                                    "delta refit: trainer baseline", refit_dw_advance_chunk,
-                                    &adv));
+    REFIT_CHECK(refit_dw_frame_apply(dw->enc[slot] + at, len, base, dw->span,
+                                     m->chunk_count, "delta refit: trainer baseline"));
     if (len < (size_t)m->bytes) {
       xfers[i].buf = dw->enc[slot] + at;
       xfers[i].bytes = len;

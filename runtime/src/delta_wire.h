@@ -11,10 +11,10 @@
  * messages in host memory (a message packed once for several engines kept
  * once), one copy, rewritten in place by every refit: a full refit packs
  * into it and sends from it; a delta refit packs into the send buffer,
- * encodes against it and then applies the deltas it made to it. One copy is enough because
- * only a committed refit leaves baselines behind: one that fails or aborts
- * leaves every generator without one (below), so the next refit is full
- * whatever the trainer's bytes are. A generator keeps no copy of the wire:
+ * encodes against it and then applies the deltas it made to it. One copy
+ * is enough because only a committed refit leaves baselines behind: one
+ * that fails or aborts leaves every generator without one (below), so the
+ * next refit is full whatever the trainer's bytes are. A generator keeps no copy of the wire:
  * its baseline is its runtime storage itself, plus, per chunk it lands, the
  * unsealed digest of the committed version's chunk rows (8 bytes; a full
  * refit reads it back from each chunk's trailer once the digest checked:
@@ -62,8 +62,8 @@
  * encodes a bucket's chunks in one call of the codec's CUDA twin
  * (kernels/delta_cuda.h) into a scratch, reads the lengths back, applies
  * the deltas to the baseline (the codec's CUDA apply) and puts each shorter
- * message's frame together in one gather pass. A generator applies in place as on the host, a bucket at a
- * time: it reads each frame back to a host copy (the deltas only), walks
+ * message's frame together in one gather pass. A generator applies in place
+ * as on the host, a bucket at a time: it reads each frame back to a host copy (the deltas only), walks
  * the frames and the deltas' headers there, and hands all the bucket's
  * chunks, frames' and whole messages' alike, to one batch of the place
  * apply's CUDA twin (kernels/place_cuda.h, refit_loader_delta_gpu): one
@@ -92,8 +92,8 @@
  *
  * Costs: a trainer quantizes and packs every chunk as a full refit does,
  * then compares it with its baseline (one pass reading both) and writes the
- * changed bytes into the baseline; a generator reads and writes, per chunk, only the delta, the bytes
- * it changes and the rest of their 8-byte words (a chunk that went whole:
+ * changed bytes into the baseline; a generator reads and writes, per chunk,
+ * only the delta, the bytes it changes and the rest of their 8-byte words (a chunk that went whole:
  * every byte, compared run by run), and does no layout transform (the
  * places already are the layout's). In sync mode with restore: full a
  * generator logs each byte it writes (address, old value) instead of saving
@@ -127,9 +127,9 @@ struct refit_session;
  * nothing else running, docs/benchmarks.md: a delta refit breaks even with a
  * full one at about 3.5 % of the bytes over shared memory and about 5 % over
  * TCP on one host, and 1/24 lies between the two; a network slower than
- * memory moves the break-even up); above it the rank
- * asks for full refits, and tries a delta one again after
- * REFIT_DW_AUTO_PROBE full ones (the changes may have become sparser). */
+ * memory moves the break-even up); above it the rank asks for full refits,
+ * and tries a delta one again after REFIT_DW_AUTO_PROBE full ones (the
+ * changes may have become sparser). */
 #define REFIT_DW_AUTO_BREAK_EVEN (1.0 / 24)
 #define REFIT_DW_AUTO_PROBE 4
 
@@ -139,12 +139,11 @@ typedef struct refit_dw {
   int valid;  /* the baseline holds version `version`'s bytes */
   uint64_t version;
   int this_refit; /* the ranks agreed that the refit in progress is a delta one */
-  /* A trainer's baseline: `copies` (1) area of base_bytes, bucket b at
-   * base_off[b], in its send buffer's layout. A generator has none (copies
-   * 0): its baseline is runtime storage and the loader's digests. */
+  /* A trainer's baseline: base_bytes, bucket b at base_off[b], in its send
+   * buffer's layout. A generator has none (NULL): its baseline is runtime
+   * storage and the loader's digests. */
   unsigned char *base;
   size_t base_bytes;
-  int copies;
   int64_t *base_off;
   /* Where: device sessions keep it in GPU memory, or (a trainer under
    * refit.delta_baseline: host) pinned host memory. */
@@ -248,5 +247,15 @@ typedef refit_status_t (*refit_dw_chunk_fn)(void *ctx, int64_t i, const unsigned
 refit_status_t refit_dw_frame_walk(const unsigned char *frame, size_t len,
                                    const int64_t *span, int64_t n, const char *what,
                                    refit_dw_chunk_fn fn, void *ctx);
+
+/* Apply a frame (as refit_dw_frame_walk takes it) to `dst`, a flat copy of
+ * the message's baseline bytes, chunk by chunk with the codec's decoder:
+ * afterwards dst holds the new message (a trainer's baseline advanced by
+ * the frame it made; generators apply through places instead). Errors
+ * name `what` and the chunk; a chunk that fails is not written, earlier
+ * ones are. */
+refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
+                                    unsigned char *dst, const int64_t *span, int64_t n,
+                                    const char *what);
 
 #endif /* REFIT_DELTA_WIRE_H */

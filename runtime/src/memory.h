@@ -166,8 +166,8 @@ refit_status_t refit_mem_delta_encode(refit_mem_t *m, const refit_mem_delta_t *c
 
 /* The deltas refit_mem_delta_encode made (at out + off, lens[i] long)
  * applied to the same chunks' `base`, which then holds `now`'s bytes. All
- * are checked (refit_delta_decode's rules) before any is written. Queued on
- * this rank's stream; the caller synchronizes. */
+ * are checked (refit_delta_decode's rules) before any is written. Waits
+ * for the work it queues (the verdict is read back), as encode does. */
 refit_status_t refit_mem_delta_apply(refit_mem_t *m, const refit_mem_delta_t *chunks,
                                      int64_t n, const void *out, const uint64_t *lens);
 

@@ -98,13 +98,7 @@ class TrainingWeights:
         while self.version < version:
             self.version += 1
             if self.master is None:
-                rng = np.random.default_rng([self.seed, 1])
-                self.master = {}
-                for name, shape in vllm_rules.hf_tensor_shapes(self.cfg).items():
-                    norm = "norm" in name
-                    self.master[name] = (rng.standard_normal(shape, dtype=np.float32) *
-                                         np.float32(1.0 if norm else 0.02) +
-                                         np.float32(1.0 if norm else 0.0))
+                self.master = draw_masters(self.cfg, self.seed, 1)
                 continue
             rng = np.random.default_rng([self.seed, self.version])
             for m in self.master.values():
@@ -113,16 +107,21 @@ class TrainingWeights:
         return {name: to_bf16_bits(m) for name, m in self.master.items()}
 
 
-def full_weights(cfg, seed, version):
-    """Fresh Hugging Face weights of `version`: normal values of realistic
-    magnitude as bfloat16 bits (round to nearest even), norms near 1."""
+def draw_masters(cfg, seed, version):
+    """Fresh float32 Hugging Face weights of `version`: normal values of
+    realistic magnitude, norms near 1."""
     rng = np.random.default_rng([seed, version])
     out = {}
     for name, shape in vllm_rules.hf_tensor_shapes(cfg).items():
         scale = 1.0 if "norm" in name else 0.02
-        f = (rng.standard_normal(shape, dtype=np.float32) * scale + (1.0 if "norm" in name else 0.0))
-        out[name] = to_bf16_bits(f)
+        out[name] = (rng.standard_normal(shape, dtype=np.float32) * scale +
+                     (1.0 if "norm" in name else 0.0))
     return out
+
+
+def full_weights(cfg, seed, version):
+    """draw_masters' weights as bfloat16 bits (round to nearest even)."""
+    return {name: to_bf16_bits(f) for name, f in draw_masters(cfg, seed, version).items()}
 
 
 def expect_error(what, call, *words):

@@ -122,37 +122,6 @@ static void msg_free(msg_t *m) {
   free(m->frame);
 }
 
-/* A frame applied to a flat copy of the message's baseline (generators
- * apply in place instead): the frame format's reference, through the
- * runtime's walk and the codec's decoder. */
-typedef struct {
-  unsigned char *dst;
-  const int64_t *span;
-  int64_t n;
-  const char *what;
-} refit_dw_decode_t;
-
-static refit_status_t refit_dw_decode_chunk(void *ctx, int64_t i, const unsigned char *delta,
-                                            size_t len) {
-  const refit_dw_decode_t *d = ctx;
-  refit_status_t st = refit_delta_decode(delta, len, d->dst + d->span[i],
-                                         (size_t)(d->span[i + 1] - d->span[i]));
-  if (st != REFIT_OK) {
-    char why[512];
-    snprintf(why, sizeof(why), "%s", refit_last_error());
-    return REFIT_ERR(st, "%s, chunk %lld of %lld: %s", d->what, (long long)i,
-                     (long long)d->n, why);
-  }
-  return REFIT_OK;
-}
-
-static refit_status_t refit_dw_frame_apply(const unsigned char *frame, size_t len,
-                                    unsigned char *dst, const int64_t *span, int64_t n,
-                                    const char *what) {
-  refit_dw_decode_t d = {dst, span, n, what};
-  return refit_dw_frame_walk(frame, len, span, n, what, refit_dw_decode_chunk, &d);
-}
-
 static void test_round_trips(void **state) {
   (void)state;
   static const double density[] = {0, 1e-4, 1e-3, 1e-2, 0.1, 0.5, 1};
