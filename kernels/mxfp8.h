@@ -106,6 +106,27 @@ refit_status_t refit_mxfp8_quantize_rows(const uint16_t *src, int64_t rows,
                                          uint8_t *scale, int64_t scale_stride);
 
 /*
+ * The code refit_mxfp8_quantize_rows runs: the portable C (vectorized by the
+ * compiler, AVX2 where the CPU has it) or, on x86-64 CPUs with AVX-512 F, BW
+ * and VL, the same steps written 16 lanes wide with intrinsics, which is
+ * about 3x faster on one core. Both write the same bytes (the tests hold them
+ * equal on every BF16 value at every scale). The best one the CPU runs is
+ * chosen at the first call; refit_mxfp8_quantize_use selects one for the
+ * whole process (tests and benchmarks): REFIT_MXFP8_CODE_BEST restores the
+ * choice, and a code this CPU cannot run is refused with
+ * REFIT_ERR_NOT_AVAILABLE. Not to be called while a quantize runs.
+ */
+typedef enum {
+  REFIT_MXFP8_CODE_BEST = 0,
+  REFIT_MXFP8_CODE_PORTABLE = 1,
+  REFIT_MXFP8_CODE_AVX512 = 2,
+} refit_mxfp8_code_t;
+
+refit_mxfp8_code_t refit_mxfp8_quantize_code(void);
+refit_status_t refit_mxfp8_quantize_use(refit_mxfp8_code_t code);
+const char *refit_mxfp8_code_name(refit_mxfp8_code_t code);
+
+/*
  * Worker threads used by the C reference for large inputs (quantize, layout
  * gathers). n <= 0 restores the default: the number of online CPUs, at most
  * 16, or REFIT_KERNELS_THREADS from the environment. Inputs below about 1 MiB

@@ -652,18 +652,32 @@ int main(int argc, char **argv) {
   ceiling_gbs = (double)nel * 4 / best / 1e9;
   row("memcpy (ceiling)", nel * 4, best, diff_bytes(cp, (uint8_t *)bf, nel * 2));
 
-  /* Quantize the layer (w13 and w2 rows are all K-blocked rows). */
+  /* Quantize the layer (w13 and w2 rows are all K-blocked rows): the
+   * portable code on one thread (the bytes the others are checked against),
+   * then the code the CPU runs best (AVX-512 where it has it) on one and on
+   * every thread. */
   int64_t qbytes = nel * 2 + nel + nel / 32;
   int nthreads = refit_kernels_threads_get();
+  const refit_mxfp8_code_t best_code = refit_mxfp8_quantize_code();
+  char name[64];
   refit_kernels_threads_set(1);
-  best = 1e30;
-  for (int r = 0; r < reps; r++) {
-    t = now_s();
-    quantize_layer(&s, n13, n2, bf, q1, sc1);
-    t = now_s() - t;
-    best = t < best ? t : best;
+  for (int c = 0; c < 2; c++) {
+    const refit_mxfp8_code_t code = c == 0 ? REFIT_MXFP8_CODE_PORTABLE : best_code;
+    if (c == 1 && code == REFIT_MXFP8_CODE_PORTABLE)
+      break;
+    check(refit_mxfp8_quantize_use(code), "quantize code");
+    best = 1e30;
+    for (int r = 0; r < reps; r++) {
+      t = now_s();
+      quantize_layer(&s, n13, n2, bf, c == 0 ? q1 : q, c == 0 ? sc1 : sc);
+      t = now_s() - t;
+      best = t < best ? t : best;
+    }
+    snprintf(name, sizeof(name), "C quantize (%s), 1 thread", refit_mxfp8_code_name(code));
+    row(name, qbytes, best,
+        c == 0 ? 0 : diff_bytes(q, q1, nel) + diff_bytes(sc, sc1, nel / 32));
   }
-  row("C quantize, 1 thread", qbytes, best, 0);
+  check(refit_mxfp8_quantize_use(REFIT_MXFP8_CODE_BEST), "quantize code");
   refit_kernels_threads_set(nthreads);
   best = 1e30;
   for (int r = 0; r < reps; r++) {
@@ -672,8 +686,8 @@ int main(int argc, char **argv) {
     t = now_s() - t;
     best = t < best ? t : best;
   }
-  char name[64];
-  snprintf(name, sizeof(name), "C quantize, %d threads", nthreads);
+  snprintf(name, sizeof(name), "C quantize (%s), %d threads", refit_mxfp8_code_name(best_code),
+           nthreads);
   row(name, qbytes, best,
       diff_bytes(q, q1, nel) + diff_bytes(sc, sc1, nel / 32));
 

@@ -69,6 +69,45 @@ static long double bf16_exact(uint16_t b) {
   return (long double)refit_bf16_to_float(b);
 }
 
+/* ---- Every code quantize_rows runs -------------------------------------- */
+
+/* The codes to check: the portable one always, AVX-512 where the CPU runs it
+ * (said once, so a log shows which were checked). */
+static int codes_n;
+static refit_mxfp8_code_t codes[2];
+
+static void codes_init(void) {
+  codes[codes_n++] = REFIT_MXFP8_CODE_PORTABLE;
+  if (refit_mxfp8_quantize_use(REFIT_MXFP8_CODE_AVX512) == REFIT_OK)
+    codes[codes_n++] = REFIT_MXFP8_CODE_AVX512;
+  else
+    printf("this CPU has no AVX-512 (F, BW, VL): the portable code only\n");
+  assert_int_equal(refit_mxfp8_quantize_use(REFIT_MXFP8_CODE_BEST), REFIT_OK);
+}
+
+static void use_code(refit_mxfp8_code_t code) {
+  assert_int_equal(refit_mxfp8_quantize_use(code), REFIT_OK);
+  assert_int_equal(refit_mxfp8_quantize_code(), code);
+}
+
+/* One block through refit_mxfp8_quantize_block and through quantize_rows
+ * under every code: all must write the same bytes; returns the scale. */
+static uint8_t qblock(const uint16_t *blk, uint8_t *q) {
+  uint8_t sc = refit_mxfp8_quantize_block(blk, q);
+  for (int c = 0; c < codes_n; c++) {
+    uint8_t qc[32], scc = 0;
+    use_code(codes[c]);
+    assert_int_equal(refit_mxfp8_quantize_rows(blk, 1, 32, 32, qc, 32, &scc, 1), REFIT_OK);
+    if (scc != sc || memcmp(qc, q, 32) != 0)
+      printf("code %s differs from refit_mxfp8_quantize_block\n",
+             refit_mxfp8_code_name(codes[c]));
+    assert_int_equal(scc, sc);
+    assert_memory_equal(qc, q, 32);
+  }
+  assert_int_equal(refit_mxfp8_quantize_use(REFIT_MXFP8_CODE_BEST), REFIT_OK);
+  return sc;
+}
+
 /* ---- Scale rule -------------------------------------------------------- */
 
 static void test_scale_rule_every_bf16_amax(void **state) {
@@ -176,7 +215,7 @@ static void test_quantize_every_bf16_every_scale(void **state) {
         continue;
       while (n < 32) /* pad the last block with copies of the leader */
         blk[n++] = (uint16_t)amax;
-      uint8_t sc = refit_mxfp8_quantize_block(blk, q);
+      uint8_t sc = qblock(blk, q);
       assert_int_equal(sc, E);
       for (int i = 0; i < 32; i++) {
         long double xv = blk[i] == 0x7f80   ? INFINITY
@@ -209,21 +248,21 @@ static void test_special_blocks(void **state) {
   /* All zeros: stored scale 1, elements 0; -0.0 keeps its sign (0x80). */
   fill_block(blk, 0x0000);
   blk[3] = 0x8000;
-  assert_int_equal(refit_mxfp8_quantize_block(blk, q), 1);
+  assert_int_equal(qblock(blk, q), 1);
   for (int i = 0; i < 32; i++)
     assert_int_equal(q[i], i == 3 ? 0x80 : 0x00);
 
   /* BF16 subnormal amax: E = 0 -> stored 1, inverse scale 0 -> zeros. */
   fill_block(blk, 0x0001);
   blk[7] = 0x007f;
-  assert_int_equal(refit_mxfp8_quantize_block(blk, q), 1);
+  assert_int_equal(qblock(blk, q), 1);
   for (int i = 0; i < 32; i++)
     assert_int_equal(q[i], 0);
 
   /* Smallest amax with E = 1 (amax > 448 * 2^-127 = 0x1.cp-119). */
   fill_block(blk, 0x0400); /* 2^-119 */
   blk[0] = 0x0461;         /* 0x1.c2p-119 */
-  assert_int_equal(refit_mxfp8_quantize_block(blk, q), 1);
+  assert_int_equal(qblock(blk, q), 1);
   assert_int_equal(q[0], ref_e4m3(ldexpl(bf16_exact(0x0461), 126)));
   assert_int_equal(q[1], ref_e4m3(ldexpl(bf16_exact(0x0400), 126)));
 
@@ -232,14 +271,14 @@ static void test_special_blocks(void **state) {
   blk[0] = 0x7fc0;
   blk[1] = 0xffc1;
   blk[2] = 0x4000; /* 2.0 is the amax */
-  assert_int_equal(refit_mxfp8_quantize_block(blk, q), ref_scale(2.0L));
+  assert_int_equal(qblock(blk, q), ref_scale(2.0L));
   assert_int_equal(q[0], 0x7F);
   assert_int_equal(q[1], 0x7F);
   assert_int_equal(q[2], ref_e4m3(ldexpl(2.0L, 127 - ref_scale(2.0L))));
 
   /* Only NaN: E = 0 (stored 1), every element 0x7F. */
   fill_block(blk, 0x7fc0);
-  assert_int_equal(refit_mxfp8_quantize_block(blk, q), 1);
+  assert_int_equal(qblock(blk, q), 1);
   for (int i = 0; i < 32; i++)
     assert_int_equal(q[i], 0x7F);
 
@@ -248,7 +287,7 @@ static void test_special_blocks(void **state) {
   blk[0] = 0x7f80;
   blk[1] = 0xff80;
   blk[2] = 0x7f7f; /* largest finite: 0x1.fep127 * 2^-127 = 1.98 -> 2.0 */
-  assert_int_equal(refit_mxfp8_quantize_block(blk, q), 254);
+  assert_int_equal(qblock(blk, q), 254);
   assert_int_equal(q[0], 0x7E);
   assert_int_equal(q[1], 0xFE);
   assert_int_equal(q[2], 0x40);
@@ -257,13 +296,13 @@ static void test_special_blocks(void **state) {
   /* Saturation edges: the block max lands in (224, 448]. */
   fill_block(blk, 0);
   blk[0] = 0x43e0; /* 448 -> E = 127, q = 448 */
-  assert_int_equal(refit_mxfp8_quantize_block(blk, q), 127);
+  assert_int_equal(qblock(blk, q), 127);
   assert_int_equal(q[0], 0x7E);
   blk[0] = 0x43e1; /* 450 -> E = 128, q = 225 -> 224 */
-  assert_int_equal(refit_mxfp8_quantize_block(blk, q), 128);
+  assert_int_equal(qblock(blk, q), 128);
   assert_int_equal(q[0], 0x76);
   blk[0] = 0x7f7f; /* largest finite BF16: never saturates */
-  assert_int_equal(refit_mxfp8_quantize_block(blk, q), 247);
+  assert_int_equal(qblock(blk, q), 247);
   assert_int_equal(q[0], ref_e4m3(ldexpl(bf16_exact(0x7f7f), 127 - 247)));
   assert_true(q[0] < 0x7E);
 }
@@ -291,7 +330,8 @@ static void test_quantize_rows_errors(void **state) {
 static void test_quantize_rows_strided(void **state) {
   (void)state;
   kt_seed("test_quantize_rows_strided");
-  for (int iter = 0; iter < 20; iter++) {
+  for (int iter = 0; iter < 20 * codes_n; iter++) {
+    use_code(codes[iter % codes_n]);
     int64_t rows = kt_rand_range(1, 40), k = 32 * kt_rand_range(1, 24);
     int64_t ss = k + kt_rand_range(0, 40), qs = k + kt_rand_range(0, 9),
             cs = k / 32 + kt_rand_range(0, 5);
@@ -320,6 +360,63 @@ static void test_quantize_rows_strided(void **state) {
     free(q);
     free(sc);
   }
+  assert_int_equal(refit_mxfp8_quantize_use(REFIT_MXFP8_CODE_BEST), REFIT_OK);
+}
+
+/*
+ * The codes agree on a large matrix of every kind of BF16 (every bit pattern
+ * equally likely: NaNs, infinities, subnormals, zeros of both signs among
+ * them, and blocks of them), rows of odd lengths, and each agrees with the
+ * exact reference on a sample of its blocks. A code the CPU cannot run is
+ * refused by name.
+ */
+static void test_quantize_codes_agree(void **state) {
+  (void)state;
+  kt_seed("test_quantize_codes_agree");
+  const int64_t rows = 333, k = 32 * 37, n = rows * k;
+  uint16_t *src = malloc((size_t)n * 2);
+  uint8_t *q[2] = {malloc((size_t)n), malloc((size_t)n)};
+  uint8_t *sc[2] = {malloc((size_t)n / 32), malloc((size_t)n / 32)};
+  for (int64_t i = 0; i < n; i++) /* any pattern in a third of the blocks */
+    src[i] = (i / 32) % 3 == 0 ? (uint16_t)kt_rand() : kt_rand_bf16();
+  for (int c = 0; c < codes_n; c++) {
+    use_code(codes[c]);
+    assert_int_equal(refit_mxfp8_quantize_rows(src, rows, k, k, q[c], k, sc[c], k / 32),
+                     REFIT_OK);
+  }
+  assert_int_equal(refit_mxfp8_quantize_use(REFIT_MXFP8_CODE_BEST), REFIT_OK);
+  for (int c = 1; c < codes_n; c++) {
+    assert_memory_equal(q[c], q[0], (size_t)n);
+    assert_memory_equal(sc[c], sc[0], (size_t)n / 32);
+  }
+  for (int64_t b = 0; b < n / 32; b += 7) {
+    long double amax = 0;
+    for (int i = 0; i < 32; i++) {
+      uint16_t x = src[b * 32 + i];
+      long double v = (x & 0x7fff) == 0x7f80 ? INFINITY : fabsl(bf16_exact(x));
+      if ((x & 0x7fff) <= 0x7f80 && v > amax)
+        amax = v;
+    }
+    int E = ref_scale(amax);
+    assert_int_equal(sc[codes_n - 1][b], E == 0 ? 1 : E);
+    for (int i = 0; i < 32; i++) {
+      uint16_t x = src[b * 32 + i];
+      long double v = (x & 0x7fff) > 0x7f80    ? NAN
+                      : (x & 0x7fff) == 0x7f80 ? ((x & 0x8000) ? -INFINITY : INFINITY)
+                                               : bf16_exact(x);
+      /* E = 0 multiplies by 0: every element is a signed zero (or NaN). */
+      uint8_t want = E == 0 ? (isnan(v) ? 0x7F : (x & 0x8000) ? 0x80 : 0)
+                            : ref_e4m3(ldexpl(v, 127 - E));
+      assert_int_equal(q[codes_n - 1][b * 32 + i], want);
+    }
+  }
+  assert_int_equal(refit_mxfp8_quantize_use((refit_mxfp8_code_t)7), REFIT_ERR_NOT_AVAILABLE);
+  assert_non_null(strstr(refit_last_error(), "cannot run"));
+  free(src);
+  for (int c = 0; c < 2; c++) {
+    free(q[c]);
+    free(sc[c]);
+  }
 }
 
 /*
@@ -337,6 +434,8 @@ static void test_quantize_rows_threads_and_slices(void **state) {
           *ss = malloc((size_t)n / 32);
   for (int64_t i = 0; i < n; i++)
     src[i] = kt_rand_bf16();
+  /* The last code checked is the one the rest of the test runs. */
+  use_code(codes[codes_n - 1]);
   refit_kernels_threads_set(1);
   assert_int_equal(refit_mxfp8_quantize_rows(src, rows, k, k, q1, k, s1, k / 32),
                    REFIT_OK);
@@ -351,6 +450,7 @@ static void test_quantize_rows_threads_and_slices(void **state) {
                                              k / 32),
                    REFIT_OK);
   refit_kernels_threads_set(0);
+  assert_int_equal(refit_mxfp8_quantize_use(REFIT_MXFP8_CODE_BEST), REFIT_OK);
   assert_memory_equal(q1, q4, (size_t)n);
   assert_memory_equal(s1, s4, (size_t)n / 32);
   assert_memory_equal(q1, qs, (size_t)n);
@@ -374,6 +474,7 @@ static void test_quantize_rows_threads_and_slices(void **state) {
 
 int main(void) {
   ref_init();
+  codes_init();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_scale_rule_every_bf16_amax),
       cmocka_unit_test(test_e4m3_edges),
@@ -382,6 +483,7 @@ int main(void) {
       cmocka_unit_test(test_special_blocks),
       cmocka_unit_test(test_quantize_rows_errors),
       cmocka_unit_test(test_quantize_rows_strided),
+      cmocka_unit_test(test_quantize_codes_agree),
       cmocka_unit_test(test_quantize_rows_threads_and_slices),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
