@@ -17,6 +17,11 @@
 
 #define BLOCK REFIT_DELTA_BLOCK_BYTES
 
+/* The encoder finds a word's changed bytes from the bits of a 64-bit load. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "kernels/delta.c: the delta codec's C reference assumes a little-endian host"
+#endif
+
 const char *refit_delta_encoding_name(refit_delta_encoding_t e) {
   static const char *const names[] = {"auto", "positions", "mask", "dense"};
   return (unsigned)e < REFIT_DELTA_ENCODINGS ? names[e] : "?";
@@ -40,12 +45,16 @@ static uint64_t load_u64(const uint8_t *p) {
   return v;
 }
 
+/* The top bit of each nonzero byte of x. */
+static uint64_t nonzero_flags(uint64_t x) {
+  const uint64_t low7 = UINT64_C(0x7f7f7f7f7f7f7f7f);
+  return (((x & low7) + low7) | x) & ~low7;
+}
+
 /* Nonzero bytes of x. */
 static unsigned nonzero_bytes(uint64_t x) {
-  const uint64_t low7 = UINT64_C(0x7f7f7f7f7f7f7f7f);
-  uint64_t t = (((x & low7) + low7) | x) & ~low7; /* the top bit of each nonzero byte */
-  t = (t >> 7) * UINT64_C(0x0101010101010101);    /* sum of the bytes' flags */
-  return (unsigned)(t >> 56);
+  /* The sum of the bytes' flags, in the top byte. */
+  return (unsigned)(((nonzero_flags(x) >> 7) * UINT64_C(0x0101010101010101)) >> 56);
 }
 
 static unsigned popcount8(uint8_t b) {
@@ -196,14 +205,25 @@ refit_status_t refit_delta_encode(const void *new_bytes, const void *base, size_
       const uint64_t end = k * BLOCK + block_len(bytes, k);
       /* Words that did not change are skipped whole. */
       for (uint64_t w = k * BLOCK; w < end; w += 8) {
-        if (w + 8 <= end && load_u64(a + w) == load_u64(b + w))
-          continue;
-        for (uint64_t i = w; i < w + 8 && i < end; i++)
-          if (a[i] != b[i]) {
-            store_u32(offsets, (uint32_t)i);
-            offsets += 4;
-            *values++ = a[i];
-          }
+        if (w + 8 > end) { /* a chunk's last, short word */
+          for (uint64_t i = w; i < end; i++)
+            if (a[i] != b[i]) {
+              store_u32(offsets, (uint32_t)i);
+              offsets += 4;
+              *values++ = a[i];
+            }
+          break;
+        }
+        /* The changed bytes of the word from its flags, lowest first
+         * (little-endian loads: byte i of memory is bits 8i..8i+7), so
+         * a changed byte costs no mispredicted branch of its own. */
+        for (uint64_t f = nonzero_flags(load_u64(a + w) ^ load_u64(b + w)); f != 0;
+             f &= f - 1) {
+          const uint64_t i = w + (uint64_t)__builtin_ctzll(f) / 8;
+          store_u32(offsets, (uint32_t)i);
+          offsets += 4;
+          *values++ = a[i];
+        }
       }
     }
   } else if (e == REFIT_DELTA_MASK) {
