@@ -20,6 +20,12 @@
 #           (synthetic source, verified once), then source.kind caller with
 #           the trainer's torch tensors under Hugging Face and Megatron-Core
 #           names
+#   delta   issue 20 on one GPU: the delta tests of the unit and gpu labels
+#           (ctest, serially), then configs/bench-delta.yaml colocated
+#           (transport ipc, zero_copy off, device memory) at 252 MiB and at
+#           3.32 GiB per refit, delta on and off, with each process's GPU
+#           memory sampled by nvidia-smi every 0.1 s: the sum of the ranks'
+#           peaks, and the trainers' baselines as they report them
 #
 # Logs go to OUT_DIR/<scenario>-<what>.log; a summary is printed.
 set -uo pipefail
@@ -101,6 +107,35 @@ for w in "${what[@]}"; do
           "$py" "$root/launch/bench_python.py" "$cfg" $flag >"$out/$sc-$name-bench.log" 2>&1
         echo "== $sc-$name (bench_python): exit $?"
         grep -E "^bench_python|Error|error" "$out/$sc-$name-bench.log" | head -5
+      done
+      ;;
+    delta)
+      (cd "$build" && timeout 1800 ctest -R "delta|test_kernels_mxfp8|test_kernels_cuda" \
+        -L "gpu|unit" --output-on-failure) >"$out/delta-ctest.log" 2>&1
+      echo "== delta ctest: exit $?"
+      grep -E "tests passed|tests failed|\*\*\*" "$out/delta-ctest.log" | head -20
+      for size in 252MiB 3.32GiB; do
+        for d in on off; do
+          name=delta-$size-$d cfg=$out/delta-$size-$d.yaml
+          sed -e '/device_map: none/d' -e "s/^  delta: on/  delta: $d/" \
+            -e 's/^  transport: mpi/  transport: ipc\n  zero_copy: off/' \
+            -e 's/^  steps: 6/  steps: 8/' "$root/configs/bench-delta.yaml" >"$cfg"
+          [ $size = 3.32GiB ] && sed -i -e 's/^  hidden_size: 1024/  hidden_size: 2048/' \
+            -e 's/^  num_layers: 8/  num_layers: 16/' -e 's/^  num_experts: 32/  num_experts: 64/' \
+            -e 's/^  moe_intermediate_size: 256/  moe_intermediate_size: 512/' \
+            -e 's/^  bucket_bytes: 16MiB/  bucket_bytes: 256MiB/' "$cfg"
+          nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
+            -lms 100 >"$out/$name-gpu-memory.csv" 2>/dev/null &
+          sampler=$!
+          REFIT_DEBUG=INFO run_cfg "$name" "$cfg"
+          kill $sampler 2>/dev/null
+          wait $sampler 2>/dev/null
+          grep -h "baseline of the last committed version" "$out/$name.log" | head -2
+          awk -F', *' '$2+0 > peak[$1] {peak[$1] = $2+0}
+            END {for (p in peak) {n++; sum += peak[p]}
+                 printf "GPU memory: %d processes, peaks summed %d MiB\n", n, sum}' \
+            "$out/$name-gpu-memory.csv"
+        done
       done
       ;;
     link)
