@@ -89,19 +89,65 @@ static uint64_t next_marked(const uint8_t *mask, uint64_t nb, uint64_t k) {
   return nb;
 }
 
-/* Changed bytes of one block (len <= 32). */
-static unsigned block_changes(const uint8_t *a, const uint8_t *b, uint64_t len) {
+/* Positions written while the chunk is compared (refit_delta_encode under
+ * REFIT_DELTA_AUTO with room for any choice): offsets from `offsets`, values
+ * from `values`, at most `room` of each. `stop` ends the writing where
+ * positions will not pay (scan): a dense chunk is then compared at full
+ * speed, and positions, if chosen after all, come from a second pass. */
+typedef struct {
+  uint8_t *offsets, *values;
+  uint64_t room, n;
+  int stop;
+} emit_t;
+
+/* Position i of the chunk, with its new byte v. */
+static inline void emit(emit_t *em, uint64_t i, uint8_t v) {
+  if (em->n < em->room) {
+    store_u32(em->offsets + 4 * em->n, (uint32_t)i);
+    em->values[em->n] = v;
+  }
+  em->n++;
+}
+
+/* The changed bytes of word w (x = new ^ base there), lowest first: byte i
+ * of memory is bits 8i..8i+7 of a little-endian load, so a changed byte
+ * costs no mispredicted branch of its own. */
+static inline void emit_word(emit_t *em, uint64_t w, uint64_t x, const uint8_t *a) {
+  for (uint64_t f = nonzero_flags(x); f != 0; f &= f - 1) {
+    const uint64_t i = w + (uint64_t)__builtin_ctzll(f) / 8;
+    emit(em, i, a[i]);
+  }
+}
+
+/* The changed words of a whole block, lowest first. */
+static void emit_block(emit_t *em, uint64_t at, const uint64_t x[4], const uint8_t *a) {
+  for (int j = 0; j < 4; j++)
+    emit_word(em, at + 8 * (uint64_t)j, x[j], a);
+}
+
+/* Changed bytes of the block at `at` (len <= 32), emitted when em != NULL.
+ * Inlined into the comparison loop, where an unchanged block must cost only
+ * its loads. */
+static inline __attribute__((always_inline)) unsigned
+block_changes(const uint8_t *a, const uint8_t *b, uint64_t at, uint64_t len, emit_t *em) {
   if (len == BLOCK) {
-    const uint64_t x0 = load_u64(a) ^ load_u64(b), x1 = load_u64(a + 8) ^ load_u64(b + 8),
-                   x2 = load_u64(a + 16) ^ load_u64(b + 16),
-                   x3 = load_u64(a + 24) ^ load_u64(b + 24);
-    if ((x0 | x1 | x2 | x3) == 0)
+    uint64_t x[4];
+    for (int j = 0; j < 4; j++)
+      x[j] = load_u64(a + at + 8 * j) ^ load_u64(b + at + 8 * j);
+    if ((x[0] | x[1] | x[2] | x[3]) == 0)
       return 0;
-    return nonzero_bytes(x0) + nonzero_bytes(x1) + nonzero_bytes(x2) + nonzero_bytes(x3);
+    if (em != NULL && !em->stop)
+      emit_block(em, at, x, a);
+    return nonzero_bytes(x[0]) + nonzero_bytes(x[1]) + nonzero_bytes(x[2]) +
+           nonzero_bytes(x[3]);
   }
   unsigned n = 0;
-  for (uint64_t i = 0; i < len; i++)
-    n += a[i] != b[i];
+  for (uint64_t i = at; i < at + len; i++)
+    if (a[i] != b[i]) {
+      n++;
+      if (em != NULL && !em->stop)
+        emit(em, i, a[i]);
+    }
   return n;
 }
 
@@ -119,21 +165,28 @@ static refit_status_t check_chunk(const void *new_bytes, const void *base, size_
 }
 
 /* The comparison pass: counts into *st, changed blocks into `bitmap`
- * (mask_bytes_of(bytes), zeroed here) unless NULL. */
+ * (mask_bytes_of(bytes), zeroed here) unless NULL, positions into `em`
+ * unless NULL. */
 static void scan(const uint8_t *a, const uint8_t *b, uint64_t bytes, uint8_t *bitmap,
-                 refit_delta_stats_t *st) {
+                 refit_delta_stats_t *st, emit_t *em) {
   uint64_t changed = 0, blocks = 0, block_bytes = 0;
   const uint64_t nb = blocks_of(bytes);
   if (bitmap != NULL)
     memset(bitmap, 0, mask_bytes_of(bytes));
   for (uint64_t k = 0; k < nb; k++) {
     const uint64_t len = block_len(bytes, k);
-    const unsigned n = block_changes(a + k * BLOCK, b + k * BLOCK, len);
+    const unsigned n = block_changes(a, b, k * BLOCK, len, em);
     if (n == 0)
       continue;
     changed += n;
     blocks++;
     block_bytes += len;
+    /* Positions have taken more than a mask of the blocks compared so far
+     * (with some slack for a stretch of dense changes in a sparse chunk),
+     * so the mask or dense will most likely be chosen. */
+    if (em != NULL && !em->stop &&
+        (em->n > em->room || 5 * em->n > (k + 8) / 8 + block_bytes + 4096))
+      em->stop = 1;
     if (bitmap != NULL)
       bitmap[k / 8] |= (uint8_t)(1u << (k % 8));
   }
@@ -158,7 +211,7 @@ refit_status_t refit_delta_measure(const void *new_bytes, const void *base, size
   REFIT_CHECK(check_chunk(new_bytes, base, bytes));
   if (out == NULL)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "delta measure: NULL stats");
-  scan(new_bytes, base, bytes, NULL, out);
+  scan(new_bytes, base, bytes, NULL, out, NULL);
   return REFIT_OK;
 }
 
@@ -180,8 +233,17 @@ refit_status_t refit_delta_encode(const void *new_bytes, const void *base, size_
   if (bitmap == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "delta encode: a %" PRIu64 "-byte block bitmap",
                      mb);
+  /* With room for whatever is chosen (so that out is written only when
+   * the encode succeeds), positions are written during the comparison:
+   * offsets where they belong, values after room for as many offsets as
+   * could pay (positions stop paying above bytes / 5 changed bytes), moved
+   * behind the offsets if positions are chosen. Else a second pass. */
+  uint8_t *p = (uint8_t *)out + REFIT_DELTA_HEADER_BYTES;
+  emit_t em = {p, p + 4 * (bytes / 5), bytes / 5, 0, 0}, *emp = NULL;
+  if (encoding == REFIT_DELTA_AUTO && cap >= refit_delta_bound(bytes))
+    emp = &em;
   refit_delta_stats_t st;
-  scan(a, b, bytes, bitmap, &st);
+  scan(a, b, bytes, bitmap, &st, emp);
   const refit_delta_encoding_t e = encoding == REFIT_DELTA_AUTO ? st.best : encoding;
   if (st.size[e] > cap) {
     free(bitmap);
@@ -195,37 +257,15 @@ refit_status_t refit_delta_encode(const void *new_bytes, const void *base, size_
   o[4] = (uint8_t)e;
   o[5] = o[6] = o[7] = 0;
   store_u32(o + 8, (uint32_t)bytes);
-  uint8_t *p = o + REFIT_DELTA_HEADER_BYTES;
   const uint64_t nb = blocks_of(bytes);
-  if (e == REFIT_DELTA_POSITIONS) {
+  if (e == REFIT_DELTA_POSITIONS && emp != NULL && !em.stop) {
     store_u32(o + 12, (uint32_t)st.changed_bytes);
-    uint8_t *offsets = p, *values = p + 4 * st.changed_bytes;
-    for (uint64_t k = next_marked(bitmap, nb, 0); k < nb;
-         k = next_marked(bitmap, nb, k + 1)) {
-      const uint64_t end = k * BLOCK + block_len(bytes, k);
-      /* Words that did not change are skipped whole. */
-      for (uint64_t w = k * BLOCK; w < end; w += 8) {
-        if (w + 8 > end) { /* a chunk's last, short word */
-          for (uint64_t i = w; i < end; i++)
-            if (a[i] != b[i]) {
-              store_u32(offsets, (uint32_t)i);
-              offsets += 4;
-              *values++ = a[i];
-            }
-          break;
-        }
-        /* The changed bytes of the word from its flags, lowest first
-         * (little-endian loads: byte i of memory is bits 8i..8i+7), so
-         * a changed byte costs no mispredicted branch of its own. */
-        for (uint64_t f = nonzero_flags(load_u64(a + w) ^ load_u64(b + w)); f != 0;
-             f &= f - 1) {
-          const uint64_t i = w + (uint64_t)__builtin_ctzll(f) / 8;
-          store_u32(offsets, (uint32_t)i);
-          offsets += 4;
-          *values++ = a[i];
-        }
-      }
-    }
+    memmove(p + 4 * st.changed_bytes, em.values, st.changed_bytes);
+  } else if (e == REFIT_DELTA_POSITIONS) { /* the second pass: marked blocks only */
+    store_u32(o + 12, (uint32_t)st.changed_bytes);
+    emit_t em2 = {p, p + 4 * st.changed_bytes, st.changed_bytes, 0, 0};
+    for (uint64_t k = next_marked(bitmap, nb, 0); k < nb; k = next_marked(bitmap, nb, k + 1))
+      (void)block_changes(a, b, k * BLOCK, block_len(bytes, k), &em2);
   } else if (e == REFIT_DELTA_MASK) {
     store_u32(o + 12, (uint32_t)st.changed_blocks);
     memcpy(p, bitmap, mb);

@@ -102,7 +102,7 @@ static void test_delta_roundtrip(void **state) {
     uint8_t *base = malloc(n + 1), *new_bytes = malloc(n + 1);
     /* Room for every encoding: positions may take five times the chunk. */
     const size_t cap = 16 + 5 * n + (n + 255) / 256;
-    uint8_t *delta = malloc(cap);
+    uint8_t *delta = malloc(cap), *chosen = malloc(cap);
     kt_fill_bytes(base, n + 1);
     for (size_t di = 0; di < sizeof(densities) / sizeof(densities[0]); di++)
       for (int clustered = 0; clustered <= 1; clustered++) {
@@ -119,6 +119,8 @@ static void test_delta_roundtrip(void **state) {
           refit_delta_stats_t est;
           const size_t len =
               roundtrip(new_bytes, base, n, (refit_delta_encoding_t)e, delta, cap, &est);
+          if (e == (int)st.best)
+            memcpy(chosen, delta, len);
           assert_int_equal(len, size[e]);
           assert_int_equal(st.size[e], size[e]);
           assert_int_equal(est.changed_bytes, st.changed_bytes);
@@ -132,6 +134,9 @@ static void test_delta_roundtrip(void **state) {
         const size_t len = roundtrip(new_bytes, base, n, REFIT_DELTA_AUTO, delta,
                                      (size_t)refit_delta_bound(n), NULL);
         assert_int_equal(len, smallest);
+        /* The same bytes as the encoding forced (auto with room writes
+         * positions during its comparison, a forced one in a second pass). */
+        assert_memory_equal(delta, chosen, len);
         refit_delta_info_t info;
         assert_int_equal(refit_delta_info(delta, len, &info), REFIT_OK);
         assert_int_equal(info.encoding, st.best);
@@ -145,7 +150,49 @@ static void test_delta_roundtrip(void **state) {
     free(base);
     free(new_bytes);
     free(delta);
+    free(chosen);
   }
+}
+
+/*
+ * A dense stretch at the start of a large, otherwise unchanged chunk: auto
+ * stops writing positions during its comparison there (they take more than a
+ * mask of the blocks compared), yet positions are the smallest in the end
+ * (the mask's bitmap alone is 1/256 of the chunk), so they come from the
+ * second pass: the same bytes as positions forced, and they decode.
+ */
+static void test_delta_positions_after_dense_start(void **state) {
+  (void)state;
+  kt_seed("test_delta_positions_after_dense_start");
+  const size_t n = (size_t)16 << 20, stretch = 16384;
+  uint8_t *base = malloc(n), *new_bytes = malloc(n);
+  const size_t cap = (size_t)refit_delta_bound(n);
+  uint8_t *d_auto = malloc(cap), *d_pos = malloc(cap);
+  kt_fill_bytes(base, n);
+  memcpy(new_bytes, base, n);
+  for (size_t i = 0; i < stretch; i += 2)
+    new_bytes[i] = (uint8_t)(base[i] ^ (uint8_t)kt_rand_range(1, 255));
+  const size_t far = (size_t)kt_rand_range((int64_t)stretch, (int64_t)n - 1);
+  new_bytes[far] = (uint8_t)(base[far] ^ 0x5a);
+  size_t la = 0, lp = 0;
+  refit_delta_stats_t st;
+  assert_int_equal(refit_delta_encode(new_bytes, base, n, REFIT_DELTA_AUTO, d_auto, cap, &la,
+                                      &st),
+                   REFIT_OK);
+  assert_int_equal(st.best, REFIT_DELTA_POSITIONS);
+  assert_int_equal(st.changed_bytes, stretch / 2 + 1);
+  assert_int_equal(refit_delta_encode(new_bytes, base, n, REFIT_DELTA_POSITIONS, d_pos, cap,
+                                      &lp, NULL),
+                   REFIT_OK);
+  assert_int_equal(la, 16 + 5 * (stretch / 2 + 1));
+  assert_int_equal(la, lp);
+  assert_memory_equal(d_auto, d_pos, la);
+  assert_int_equal(refit_delta_decode(d_auto, la, base, n), REFIT_OK);
+  assert_memory_equal(base, new_bytes, n);
+  free(base);
+  free(new_bytes);
+  free(d_auto);
+  free(d_pos);
 }
 
 /* Whole 32-byte blocks changed (an MXFP8 block whose scale moved): the mask
@@ -384,6 +431,7 @@ static void test_delta_fuzz(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_delta_roundtrip),
+      cmocka_unit_test(test_delta_positions_after_dense_start),
       cmocka_unit_test(test_delta_choice_blocks),
       cmocka_unit_test(test_delta_malformed),
       cmocka_unit_test(test_delta_fuzz),
