@@ -2,10 +2,12 @@
  * Delta codec, C reference (kernels/delta.h states the format).
  *
  * Encode: one pass compares the chunks 32 bytes at a time (four 64-bit
- * words) and marks changed blocks in a bitmap, counting their changed bytes;
- * the encoding is chosen from the counts, and a second pass visits only the
- * marked blocks. Decode: a checking pass over the delta (and the bytes of
- * the destination it names), then the writes.
+ * words) and marks changed blocks in a bitmap, counting their changed bytes
+ * and, under auto, writing the positions as it goes while they may pay; the
+ * encoding is chosen from the counts, and a second pass visits only the
+ * marked blocks (the mask, or positions the first pass stopped writing).
+ * Decode: a checking pass over the delta (and the bytes of the destination
+ * it names), then the writes.
  */
 #include "kernels/delta.h"
 
