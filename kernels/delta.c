@@ -266,7 +266,8 @@ refit_status_t refit_delta_encode(const void *new_bytes, const void *base, size_
   } else if (e == REFIT_DELTA_POSITIONS) { /* the second pass: marked blocks only */
     store_u32(o + 12, (uint32_t)st.changed_bytes);
     emit_t em2 = {p, p + 4 * st.changed_bytes, st.changed_bytes, 0, 0};
-    for (uint64_t k = next_marked(bitmap, nb, 0); k < nb; k = next_marked(bitmap, nb, k + 1))
+    for (uint64_t k = next_marked(bitmap, nb, 0); k < nb;
+         k = next_marked(bitmap, nb, k + 1))
       (void)block_changes(a, b, k * BLOCK, block_len(bytes, k), &em2);
   } else if (e == REFIT_DELTA_MASK) {
     store_u32(o + 12, (uint32_t)st.changed_blocks);

@@ -119,14 +119,16 @@ refit_mxfp8_quantize_job_rows(const refit_mxfp8_quantize_job_t *j, int64_t begin
 static inline REFIT_AVX512 __m128i refit_e4m3_encode16(__m512 v) {
   const __m512i u = _mm512_castps_si512(v);
   const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80));
-  __m512i normal = _mm512_add_epi32(
-      _mm512_add_epi32(a, _mm512_set1_epi32(0x7ffff)),
-      _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1)));
+  const __m512i sign =
+      _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80));
+  __m512i normal =
+      _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7ffff)),
+                       _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1)));
   normal = _mm512_sub_epi32(_mm512_srli_epi32(normal, 20), _mm512_set1_epi32(120 << 3));
-  const __m512i sub = _mm512_sub_epi32(
-      _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(16384.0f))),
-      _mm512_set1_epi32(0x46800000));
+  const __m512i sub =
+      _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a),
+                                                         _mm512_set1_ps(16384.0f))),
+                       _mm512_set1_epi32(0x46800000));
   __m512i q = _mm512_mask_mov_epi32(
       normal, _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x3c800000)), sub);
   q = _mm512_mask_mov_epi32(q, _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x43e00000)),
@@ -145,13 +147,15 @@ static inline REFIT_AVX512 uint8_t refit_mxfp8_quantize_block_avx512(const uint1
                                                                      uint8_t *q) {
   const __m512i raw = _mm512_loadu_si512(src);
   __m512i key = _mm512_and_si512(raw, _mm512_set1_epi16(0x7fff));
-  key = _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(key, _mm512_set1_epi16(0x7f80)), key);
-  const __m256i m256 = _mm256_max_epu16(_mm512_castsi512_si256(key),
-                                        _mm512_extracti64x4_epi64(key, 1));
-  __m128i m = _mm_max_epu16(_mm256_castsi256_si128(m256), _mm256_extracti128_si256(m256, 1));
+  key = _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(key, _mm512_set1_epi16(0x7f80)),
+                               key);
+  const __m256i m256 =
+      _mm256_max_epu16(_mm512_castsi512_si256(key), _mm512_extracti64x4_epi64(key, 1));
+  __m128i m =
+      _mm_max_epu16(_mm256_castsi256_si128(m256), _mm256_extracti128_si256(m256, 1));
   /* The largest of 8 keys: the smallest of their complements. */
   m = _mm_minpos_epu16(_mm_xor_si128(m, _mm_set1_epi16(-1)));
-  const uint16_t amax = (uint16_t)~(uint32_t)_mm_cvtsi128_si32(m);
+  const uint16_t amax = (uint16_t) ~(uint32_t)_mm_cvtsi128_si32(m);
   const uint32_t E = refit_mxfp8_scale_rule(refit_bf16_to_float(amax));
   const __m512 inv = _mm512_set1_ps(refit_mxfp8_inv_scale(E));
   const __m512 lo = _mm512_castsi512_ps(
@@ -182,18 +186,19 @@ static int refit_mxfp8_cpu_has_avx512(void) { return 0; }
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void refit_mxfp8_quantize_range(void *ctx, int64_t begin, int64_t end) {
+static void
+refit_mxfp8_quantize_range(void *ctx, int64_t begin, int64_t end) {
   refit_mxfp8_quantize_job_rows(ctx, begin, end, refit_mxfp8_quantize_block_inline);
 }
 
-refit_status_t refit_mxfp8_quantize_rows(const uint16_t *src, int64_t rows,
-                                         int64_t k, int64_t src_stride_elems,
-                                         uint8_t *q, int64_t q_stride,
-                                         uint8_t *scale, int64_t scale_stride) {
+refit_status_t refit_mxfp8_quantize_rows(const uint16_t *src, int64_t rows, int64_t k,
+                                         int64_t src_stride_elems, uint8_t *q,
+                                         int64_t q_stride, uint8_t *scale,
+                                         int64_t scale_stride) {
   if (rows < 0 || k < 0)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "mxfp8 quantize: negative shape [%lld, %lld]",
-                     (long long)rows, (long long)k);
+                     "mxfp8 quantize: negative shape [%lld, %lld]", (long long)rows,
+                     (long long)k);
   if (k % REFIT_MXFP8_BLOCK != 0)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "mxfp8 quantize: K = %lld is not a multiple of the "
@@ -211,8 +216,8 @@ refit_status_t refit_mxfp8_quantize_rows(const uint16_t *src, int64_t rows,
                      "%lld B) smaller than a row (K = %lld, K/32 = %lld)",
                      (long long)src_stride_elems, (long long)q_stride,
                      (long long)scale_stride, (long long)k, (long long)(k / 32));
-  refit_mxfp8_quantize_job_t job = {src, k, src_stride_elems, q, q_stride,
-                                    scale, scale_stride};
+  refit_mxfp8_quantize_job_t job = {src,      k,     src_stride_elems, q,
+                                    q_stride, scale, scale_stride};
   void (*range)(void *, int64_t, int64_t) = refit_mxfp8_quantize_range;
 #ifdef REFIT_MXFP8_HAVE_AVX512
   if (refit_mxfp8_quantize_code() == REFIT_MXFP8_CODE_AVX512)

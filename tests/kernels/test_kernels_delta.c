@@ -176,13 +176,13 @@ static void test_delta_positions_after_dense_start(void **state) {
   new_bytes[far] = (uint8_t)(base[far] ^ 0x5a);
   size_t la = 0, lp = 0;
   refit_delta_stats_t st;
-  assert_int_equal(refit_delta_encode(new_bytes, base, n, REFIT_DELTA_AUTO, d_auto, cap, &la,
-                                      &st),
-                   REFIT_OK);
+  assert_int_equal(
+      refit_delta_encode(new_bytes, base, n, REFIT_DELTA_AUTO, d_auto, cap, &la, &st),
+      REFIT_OK);
   assert_int_equal(st.best, REFIT_DELTA_POSITIONS);
   assert_int_equal(st.changed_bytes, stretch / 2 + 1);
-  assert_int_equal(refit_delta_encode(new_bytes, base, n, REFIT_DELTA_POSITIONS, d_pos, cap,
-                                      &lp, NULL),
+  assert_int_equal(refit_delta_encode(new_bytes, base, n, REFIT_DELTA_POSITIONS, d_pos,
+                                      cap, &lp, NULL),
                    REFIT_OK);
   assert_int_equal(la, 16 + 5 * (stretch / 2 + 1));
   assert_int_equal(la, lp);
