@@ -14,8 +14,9 @@
  * encodes against it and then applies the deltas it made to it. One copy
  * is enough because only a committed refit leaves baselines behind: one
  * that fails or aborts leaves every generator without one (below), so the
- * next refit is full whatever the trainer's bytes are. A generator keeps no copy of the wire:
- * its baseline is its runtime storage itself, plus, per chunk it lands, the
+ * next refit is full whatever the trainer's bytes are. A generator keeps no
+ * copy of the wire: its baseline is its runtime storage itself, plus, per
+ * chunk it lands, the
  * unsealed digest of the committed version's chunk rows (8 bytes; a full
  * refit reads it back from each chunk's trailer once the digest checked:
  * trailer - seal), and the committed refit's seal tag. A refit keeps its
@@ -63,8 +64,9 @@
  * (kernels/delta_cuda.h) into a scratch, reads the lengths back, applies
  * the deltas to the baseline (the codec's CUDA apply) and puts each shorter
  * message's frame together in one gather pass. A generator applies in place
- * as on the host, a bucket at a time: it reads each frame back to a host copy (the deltas only), walks
- * the frames and the deltas' headers there, and hands all the bucket's
+ * as on the host, a bucket at a time: it reads each frame back to a host
+ * copy (the deltas only), walks the frames and the deltas' headers there,
+ * and hands all the bucket's
  * chunks, frames' and whole messages' alike, to one batch of the place
  * apply's CUDA twin (kernels/place_cuda.h, refit_loader_delta_gpu): one
  * check over the bucket (the bytes each delta names, read at their places,
@@ -93,14 +95,15 @@
  * Costs: a trainer quantizes and packs every chunk as a full refit does,
  * then compares it with its baseline (one pass reading both) and writes the
  * changed bytes into the baseline; a generator reads and writes, per chunk,
- * only the delta, the bytes it changes and the rest of their 8-byte words (a chunk that went whole:
- * every byte, compared run by run), and does no layout transform (the
+ * only the delta, the bytes it changes and the rest of their 8-byte words
+ * (a chunk that went whole: every byte, compared run by run), and does no
+ * layout transform (the
  * places already are the layout's). In sync mode with restore: full a
  * generator logs each byte it writes (address, old value) instead of saving
  * whole stores, and rollback undoes the log; past a sixteenth of the stores'
  * bytes of log, a chunk's stores are saved whole as in a full refit. Memory:
- * a trainer's baseline as large as the bytes it packs,
- * and one frame buffer per exchange in flight; a generator 16 bytes per
+ * a trainer's baseline as large as the bytes it packs, and one frame buffer
+ * per exchange in flight; a generator 16 bytes per
  * chunk it lands (committed and candidate digests) and the undo log (9
  * bytes per changed byte, at most 9/16 of the stores), in host memory on a
  * host session; on a GPU the undo log is in GPU memory (grown as a refit
