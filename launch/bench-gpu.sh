@@ -23,9 +23,12 @@
 #   delta   issue 20 on one GPU: the delta tests of the unit and gpu labels
 #           (ctest, serially), then configs/bench-delta.yaml colocated
 #           (transport ipc, zero_copy off, device memory) at 252 MiB and at
-#           3.32 GiB per refit, delta on and off, with each process's GPU
+#           3.32 GiB per refit, delta on and off (and at 3.32 GiB on with
+#           delta_baseline: host), with each process's GPU
 #           memory sampled by nvidia-smi every 0.1 s: the sum of the ranks'
-#           peaks, and the trainers' baselines as they report them
+#           peaks, and the trainers' baselines as they report them; then
+#           pinned-host copy bandwidth (launch/bench_pcie.py), the ceiling of
+#           delta_baseline: host
 #
 # Logs go to OUT_DIR/<scenario>-<what>.log; a summary is printed.
 set -uo pipefail
@@ -115,11 +118,18 @@ for w in "${what[@]}"; do
       echo "== delta ctest: exit $?"
       grep -E "tests passed|tests failed|\*\*\*" "$out/delta-ctest.log" | head -20
       for size in 252MiB 3.32GiB; do
-        for d in on off; do
+        for d in on off host; do
+          [ $size = 252MiB ] && [ $d = host ] && continue
           name=delta-$size-$d cfg=$out/delta-$size-$d.yaml
-          sed -e '/device_map: none/d' -e "s/^  delta: on/  delta: $d/" \
+          sed -e '/device_map: none/d' -e "s/^  delta: on/  delta: ${d/host/on}/" \
             -e 's/^  transport: mpi/  transport: ipc\n  zero_copy: off/' \
             -e 's/^  steps: 6/  steps: 8/' "$root/configs/bench-delta.yaml" >"$cfg"
+          [ $d = host ] && sed -i 's/^  delta: on/  delta: on\n  delta_baseline: host/' "$cfg"
+          # The processes of an earlier run gone from the GPU (up to 10 s).
+          for _ in $(seq 50); do
+            [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && break
+            sleep 0.2
+          done
           [ $size = 3.32GiB ] && sed -i -e 's/^  hidden_size: 1024/  hidden_size: 2048/' \
             -e 's/^  num_layers: 8/  num_layers: 16/' -e 's/^  num_experts: 32/  num_experts: 64/' \
             -e 's/^  moe_intermediate_size: 256/  moe_intermediate_size: 512/' \
@@ -132,11 +142,14 @@ for w in "${what[@]}"; do
           wait $sampler 2>/dev/null
           grep -h "baseline of the last committed version" "$out/$name.log" | head -2
           awk -F', *' '$2+0 > peak[$1] {peak[$1] = $2+0}
-            END {for (p in peak) {n++; sum += peak[p]}
-                 printf "GPU memory: %d processes, peaks summed %d MiB\n", n, sum}' \
+            END {for (p in peak) {n++; sum += peak[p]; each = each " " peak[p]}
+                 printf "GPU memory: %d processes, peaks summed %d MiB (each:%s)\n", n, sum, each}' \
             "$out/$name-gpu-memory.csv"
         done
       done
+      # The ceiling of delta_baseline: host: pinned copies over PCIe, as
+      # large as one trainer's baseline, in the same run.
+      "${PYTHON:-python3}" "$root/launch/bench_pcie.py" 1666 5 2>&1 | tee "$out/delta-pcie.log"
       ;;
     link)
       timeout 300 "$root/launch/refit-launch" --np 2 --build-dir "$build" \

@@ -86,6 +86,15 @@ refit_status_t refit_zc_decide(refit_session_t *s) {
   s->zc_off = NULL;
   if (s->cfg.refit.zero_copy == REFIT_ZERO_COPY_OFF)
     return REFIT_OK;
+  /* delta: on asked for the changed bytes to be sent, which zero copy
+   * cannot do (it moves none); under auto the staged path carries them
+   * (the config refuses delta: on with zero_copy: on). */
+  if (s->cfg.refit.delta == REFIT_DELTA_MODE_ON) {
+    if (s->rank == 0 && s->gpu_of != NULL && !refit_zc_far_pair(s, &far_t, &far_g))
+      REFIT_INFO("zero-copy: not used although every trainer-generator pair shares a "
+                 "GPU: refit.delta: on sends the changed bytes over the staged path");
+    return REFIT_OK;
+  }
   if (s->gpu_of == NULL) {
     if (s->cfg.refit.zero_copy == REFIT_ZERO_COPY_ON)
       return REFIT_ERR(REFIT_ERR_CONFIG,
