@@ -483,11 +483,6 @@ static refit_status_t refit_dw_encode_device(refit_session_t *s, int32_t b, int 
                      b, (long long)n, (unsigned long long)off, (long long)dw->max_chunks,
                      dw->hdr_off);
   REFIT_CHECK(refit_mem_delta_encode(dw->mem, dw->chunks, n, dw->scratch, dw->lens));
-  /* The baseline becomes the new bytes through the deltas just made, sent
-   * or not (every chunk has one in the scratch): only what changed is
-   * written, a dense chunk whole, each checked against the bytes it was
-   * made from. */
-  REFIT_CHECK(refit_mem_delta_apply(dw->mem, dw->chunks, n, dw->scratch, dw->lens));
 
   int64_t c = 0, np = 0;
   size_t at = 0, h = 0;
@@ -526,11 +521,17 @@ static refit_status_t refit_dw_encode_device(refit_session_t *s, int32_t b, int 
     xfers[i].bytes = (size_t)len;
     at += (size_t)len;
   }
-  if (np == 0)
-    return REFIT_OK;
-  REFIT_CHECK(refit_mem_copy(dw->mem, dw->scratch + dw->hdr_off, dw->hdr, h));
-  REFIT_CHECK(refit_mem_gather(dw->mem, dw->scratch, dw->pieces, np));
-  return refit_mem_sync(dw->mem);
+  if (np > 0) {
+    REFIT_CHECK(refit_mem_copy(dw->mem, dw->scratch + dw->hdr_off, dw->hdr, h));
+    REFIT_CHECK(refit_mem_gather(dw->mem, dw->scratch, dw->pieces, np));
+  }
+  /* The baseline becomes the new bytes through the deltas just made, sent
+   * or not (every chunk has one in the scratch): only what changed is
+   * written, a dense chunk whole, each checked against the bytes it was
+   * made from. Queued after the frames' gather, which reads the same
+   * deltas, so that the check's read-back is the bucket's one wait after
+   * the lengths' (the sends need the frames complete). */
+  return refit_mem_delta_apply(dw->mem, dw->chunks, n, dw->scratch, dw->lens);
 }
 
 refit_status_t refit_dw_trainer_encode(refit_session_t *s, int32_t b, int slot,
