@@ -109,8 +109,9 @@ refit_status_t refit_mxfp8_quantize_rows(const uint16_t *src, int64_t rows,
  * The code refit_mxfp8_quantize_rows runs: the portable C (vectorized by the
  * compiler, AVX2 where the CPU has it) or, on x86-64 CPUs with AVX-512 F, BW
  * and VL, the same steps written 16 lanes wide with intrinsics, which is
- * about 2x faster on one core (docs/benchmarks.md). Both write the same bytes (the tests hold them
- * equal on every BF16 value at every scale). The best one the CPU runs is
+ * about 2x faster on one core (docs/benchmarks.md). Both write the same
+ * bytes (the tests hold them equal on every BF16 value at every scale). The
+ * best one the CPU runs is
  * chosen at the first call; refit_mxfp8_quantize_use selects one for the
  * whole process (tests and benchmarks): REFIT_MXFP8_CODE_BEST restores the
  * choice, and a code this CPU cannot run is refused with

@@ -125,15 +125,15 @@ for w in "${what[@]}"; do
             -e 's/^  transport: mpi/  transport: ipc\n  zero_copy: off/' \
             -e 's/^  steps: 6/  steps: 8/' "$root/configs/bench-delta.yaml" >"$cfg"
           [ $d = host ] && sed -i 's/^  delta: on/  delta: on\n  delta_baseline: host/' "$cfg"
+          [ $size = 3.32GiB ] && sed -i -e 's/^  hidden_size: 1024/  hidden_size: 2048/' \
+            -e 's/^  num_layers: 8/  num_layers: 16/' -e 's/^  num_experts: 32/  num_experts: 64/' \
+            -e 's/^  moe_intermediate_size: 256/  moe_intermediate_size: 512/' \
+            -e 's/^  bucket_bytes: 16MiB/  bucket_bytes: 256MiB/' "$cfg"
           # The processes of an earlier run gone from the GPU (up to 10 s).
           for _ in $(seq 50); do
             [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && break
             sleep 0.2
           done
-          [ $size = 3.32GiB ] && sed -i -e 's/^  hidden_size: 1024/  hidden_size: 2048/' \
-            -e 's/^  num_layers: 8/  num_layers: 16/' -e 's/^  num_experts: 32/  num_experts: 64/' \
-            -e 's/^  moe_intermediate_size: 256/  moe_intermediate_size: 512/' \
-            -e 's/^  bucket_bytes: 16MiB/  bucket_bytes: 256MiB/' "$cfg"
           nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
             -lms 100 >"$out/$name-gpu-memory.csv" 2>/dev/null &
           sampler=$!
@@ -142,8 +142,8 @@ for w in "${what[@]}"; do
           wait $sampler 2>/dev/null
           grep -h "baseline of the last committed version" "$out/$name.log" | head -2
           awk -F', *' '$2+0 > peak[$1] {peak[$1] = $2+0}
-            END {for (p in peak) {n++; sum += peak[p]; each = each " " peak[p]}
-                 printf "GPU memory: %d processes, peaks summed %d MiB (each:%s)\n", n, sum, each}' \
+            END {for (p in peak) {n++; sum += peak[p]; each = each " " p ":" peak[p]}
+                 printf "GPU memory: %d processes, peaks summed %d MiB (pid:peak%s)\n", n, sum, each}' \
             "$out/$name-gpu-memory.csv"
         done
       done

@@ -1,40 +1,39 @@
 /*
- * Delta refits on the wire (refit.delta; issue "Delta refit"): trainers send,
- * per message, only what changed since the last committed version, each
- * chunk in the cheapest encoding of kernels/delta.h; generators apply each
- * chunk's delta in place, in runtime storage (the async shadow in async
+ * Delta refits on the wire (refit.delta; issue "Delta refit"): trainers
+ * send, per message, only what changed since the last committed version,
+ * each chunk in the cheapest encoding of kernels/delta.h; generators apply
+ * each chunk's delta in place, in runtime storage (the async shadow in async
  * mode), writing only the changed bytes (loader_delta.c, kernels/place.h).
  * The runtime bytes are those of a full refit of the same version, bit for
  * bit.
  *
  * Baselines. A trainer keeps the bytes of the last committed version's
- * messages in host memory (a message packed once for several engines kept
- * once), one copy, rewritten in place by every refit: a full refit packs
- * into it and sends from it; a delta refit packs into the send buffer,
- * encodes against it and then applies the deltas it made to it. One copy
- * is enough because only a committed refit leaves baselines behind: one
- * that fails or aborts leaves every generator without one (below), so the
- * next refit is full whatever the trainer's bytes are. A generator keeps no
- * copy of the wire: its baseline is its runtime storage itself, plus, per
- * chunk it lands, the
- * unsealed digest of the committed version's chunk rows (8 bytes; a full
- * refit reads it back from each chunk's trailer once the digest checked:
- * trailer - seal), and the committed refit's seal tag. A refit keeps its
- * digests as candidates, which replace the committed ones at commit. Begin
- * marks a generator's baseline invalid, commit valid for the committed
- * version. So any refit that fails or aborts (its writes rolled back, or
- * storage POISONED) leaves every generator without a baseline, and the next
- * refit is full.
+ * messages (a message packed once for several engines kept once; in host
+ * memory, on a GPU as below), one copy, rewritten in place by every refit: a
+ * full refit packs into it and sends from it; a delta refit packs into the
+ * send buffer, encodes against it and then applies the deltas it made to it.
+ * One copy is enough because only a committed refit leaves baselines behind:
+ * one that fails or aborts leaves every generator without one (below), so
+ * the next refit is full whatever the trainer's bytes are. A generator keeps
+ * no copy of the wire: its baseline is its runtime storage itself, plus, per
+ * chunk it lands, the unsealed digest of the committed version's chunk rows
+ * (8 bytes; a full refit reads it back from each chunk's trailer once the
+ * digest checked: trailer - seal), and the committed refit's seal tag. A
+ * refit keeps its digests as candidates, which replace the committed ones at
+ * commit. Begin marks a generator's baseline invalid, commit valid for the
+ * committed version. So any refit that fails or aborts (its writes rolled
+ * back, or storage POISONED) leaves every generator without a baseline, and
+ * the next refit is full.
  *
  * Where every chunk lands bytewise. Each byte of a chunk's rows has one
  * place in a runtime tensor (kernels/place.h: the row permutation of the
  * layout, the 128x4 scale swizzle, the TP/EP slice), so a changed wire byte
  * is a changed runtime byte. That holds for BF16 rows and for MXFP8
- * quantized on the trainer, and refit.delta makes an mxfp8 refit quantize
- * on the trainer (refit_config_plan_options), so every generator of a
- * session that can carry delta refits applies in place (a generator that
- * quantizes BF16 rows could not: one changed value can change its block's
- * scale and all 32 values; refit_dw_create refuses it as a guard).
+ * quantized on the trainer, and refit.delta makes an mxfp8 refit quantize on
+ * the trainer (refit_config_plan_options), so every generator of a session
+ * that can carry delta refits applies in place (a generator that quantizes
+ * BF16 rows could not: one changed value can change its block's scale and
+ * all 32 values; refit_dw_create refuses it as a guard).
  *
  * The decision. At begin every rank says whether it can take part in a delta
  * refit (refit_dw_ready: a valid baseline of the committed version, not
@@ -50,43 +49,43 @@
  *   u32 magic "RFDM", u32 chunk count, u64 frame bytes (header included),
  *   then per chunk of the message in plan order: u32 length, the chunk's
  *   delta (kernels/delta.h) against the baseline of its bytes.
- * A chunk's bytes are its span of the message: its rows and its trailer
- * (the 8-byte sealed digest), so the new trailer comes through the delta
- * too. The receive is posted at the message's full length with a variable
- * length (refit_xfer_t.got), so the received length tells the two forms
- * apart (MPI, UCX and IPC carry such receives). NCCL's cannot, and zero
- * copy moves no weight bytes: delta: on refuses them at the first begin,
- * auto falls back to full refits.
+ * A chunk's bytes are its span of the message: its rows and its trailer (the
+ * 8-byte sealed digest), so the new trailer comes through the delta too. The
+ * receive is posted at the message's full length with a variable length
+ * (refit_xfer_t.got), so the received length tells the two forms apart (MPI,
+ * UCX and IPC carry such receives). NCCL's cannot, and zero copy moves no
+ * weight bytes: delta: on refuses them at the first begin, auto falls back
+ * to full refits.
  *
  * On a GPU (device memory, transport ipc). A trainer keeps its baseline in
  * GPU memory, or in pinned host memory under refit.delta_baseline: host, and
  * encodes a bucket's chunks in one call of the codec's CUDA twin
- * (kernels/delta_cuda.h) into a scratch, reads the lengths back, applies
- * the deltas to the baseline (the codec's CUDA apply) and puts each shorter
- * message's frame together in one gather pass. A generator applies in place
- * as on the host, a bucket at a time: it reads each frame back to a host
- * copy (the deltas only), walks the frames and the deltas' headers there,
- * and hands all the bucket's
- * chunks, frames' and whole messages' alike, to one batch of the place
- * apply's CUDA twin (kernels/place_cuda.h, refit_loader_delta_gpu): one
- * check over the bucket (the bytes each delta names, read at their places,
- * and the digest change of the words they touch), the digests compared on
- * the host, then one write of the changed bytes, logged in a GPU undo log
- * for rollback. It keeps no copy of the wire bytes.
+ * (kernels/delta_cuda.h) into a scratch, reads the lengths back, puts each
+ * shorter message's frame together in one gather pass and then applies the
+ * deltas to the baseline (the codec's CUDA apply), whose check it waits for.
+ * A generator applies in place as on the host, a bucket at a time: it reads
+ * each frame back to a host copy (the deltas only), walks the frames and the
+ * deltas' headers there, and hands all the bucket's chunks, frames' and
+ * whole messages' alike, to one batch of the place apply's CUDA twin
+ * (kernels/place_cuda.h, refit_loader_delta_gpu): one check over the bucket
+ * (the bytes each delta names, read at their places, and the digest change
+ * of the words they touch), the digests compared on the host, then one write
+ * of the changed bytes, logged in a GPU undo log for rollback. It keeps no
+ * copy of the wire bytes.
  *
  * Integrity of a delta refit. Per chunk, before any byte of it is written:
  * the frame's and the delta's shape; every byte the delta names as changed
- * differs from what the generator holds (kernels/delta.h's baseline rule, the
- * old byte read from its runtime place, the old trailer rebuilt from the
+ * differs from what the generator holds (kernels/delta.h's baseline rule,
+ * the old byte read from its runtime place, the old trailer rebuilt from the
  * committed digest and seal); and the digest: the new rows' digest is the
  * committed one plus term(new word, i) - term(old word, i) over the 8-byte
  * words the delta touches (core/digest.h: the digest is a sum of per-word
  * terms), sealed with this refit's tag, against the new trailer. A whole
- * message in a delta refit is compared with runtime storage byte by byte
- * and checked the same way. Any failure is REFIT_ERR_INTEGRITY naming
- * version, bucket, trainer and generator rank, chunk and tensor; that chunk
- * is not written, and the refit is discarded like any other failed one. What
- * a delta refit cannot see: it reads only the words it changes, so runtime
+ * message in a delta refit is compared with runtime storage byte by byte and
+ * checked the same way. Any failure is REFIT_ERR_INTEGRITY naming version,
+ * bucket, trainer and generator rank, chunk and tensor; that chunk is not
+ * written, and the refit is discarded like any other failed one. What a
+ * delta refit cannot see: it reads only the words it changes, so runtime
  * bytes damaged since the last commit fail a chunk's digest only where they
  * share an 8-byte word with a change; elsewhere they go undetected until a
  * full refit, which rewrites and checks every byte, or refit_verify
@@ -95,16 +94,15 @@
  * Costs: a trainer quantizes and packs every chunk as a full refit does,
  * then compares it with its baseline (one pass reading both) and writes the
  * changed bytes into the baseline; a generator reads and writes, per chunk,
- * only the delta, the bytes it changes and the rest of their 8-byte words
- * (a chunk that went whole: every byte, compared run by run), and does no
- * layout transform (the
- * places already are the layout's). In sync mode with restore: full a
- * generator logs each byte it writes (address, old value) instead of saving
- * whole stores, and rollback undoes the log; past a sixteenth of the stores'
- * bytes of log, a chunk's stores are saved whole as in a full refit. Memory:
- * a trainer's baseline as large as the bytes it packs, and one frame buffer
- * per exchange in flight; a generator 16 bytes per
- * chunk it lands (committed and candidate digests) and the undo log (9
+ * only the delta, the bytes it changes and the rest of their 8-byte words (a
+ * chunk that went whole: every byte, compared run by run), and does no
+ * layout transform (the places already are the layout's). In sync mode with
+ * restore: full a generator logs each byte it writes (address, old value)
+ * instead of saving whole stores, and rollback undoes the log; past a
+ * sixteenth of the stores' bytes of log, a chunk's stores are saved whole as
+ * in a full refit. Memory: a trainer's baseline as large as the bytes it
+ * packs, and one frame buffer per exchange in flight; a generator 16 bytes
+ * per chunk it lands (committed and candidate digests) and the undo log (9
  * bytes per changed byte, at most 9/16 of the stores), in host memory on a
  * host session; on a GPU the undo log is in GPU memory (grown as a refit
  * needs it) and the host holds a copy of one bucket's frames. The sizes are
