@@ -1,25 +1,47 @@
-"""refit from Python: a thin ctypes binding over runtime/include/refit/refit.h
-(librefit.so). Every decision stays in the C library; this package turns
-torch tensors and numpy arrays into refit_tensor_t, C status codes into
-exceptions, and refit's memory into zero-copy views.
+"""refit from Python.
 
-    import refit
-    with refit.Session("job.yaml") as s:          # MPI through mpi4py
-        s.register_all(model.named_parameters())  # or the engine's tensors
-        for version in range(1, steps + 1):
-            train_step()
-            times = s.refit(version)              # begin, progress, commit
+Two ways in:
 
-See docs/python.md.
+- refit.attach(side, rank): a framework process (torchrun, vLLM's workers,
+  Ray actors) attaches to the refit agent of its rank, launched beside it as
+  an MPI job (docs/agent.md). Pure Python: importing refit for this loads
+  neither MPI, mpi4py nor librefit.
+
+      import refit
+      c = refit.attach("trainer", rank)
+      c.register_all(model.named_parameters(), strip_prefix="module.")
+      c.refit(version)
+
+- refit.Session(config): the process is itself an MPI rank of the refit
+  job, a thin ctypes binding over runtime/include/refit/refit.h
+  (librefit.so, mpi4py), loaded on first use of Session, join, Error and the
+  error classes.
+
+      with refit.Session("job.yaml") as s:          # MPI through mpi4py
+          s.register_all(model.named_parameters())  # or the engine's tensors
+          for version in range(1, steps + 1):
+              train_step()
+              times = s.refit(version)              # begin, progress, commit
+
+See docs/python.md and docs/agent.md.
 """
 
-from . import _lib
-from .errors import Error, BY_STATUS, CODE
-from .errors import *  # noqa: F401,F403  one class per refit_status_t
-from .session import Session, join
+from .agent import AgentError, Client, attach, empty
 
 __version__ = "0.1.0"
-library_path = _lib.path
 
-__all__ = ["Session", "join", "Error", "library_path"] + [
-    c.__name__ for c in BY_STATUS.values()]
+
+def __getattr__(name):
+    # The MPI binding loads librefit and mpi4py: only when asked for.
+    if name == "library_path":
+        from . import _lib
+        return _lib.path
+    from . import errors, session
+    for module in (session, errors):
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise AttributeError("module 'refit' has no attribute %r" % name)
+
+
+def __dir__():
+    return sorted(list(globals()) + ["Session", "join", "Error", "library_path"])

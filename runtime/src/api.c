@@ -125,6 +125,11 @@ refit_status_t refit_tensor_register(refit_session_h s, const refit_tensor_t *t)
   return refit_session_register(s, t);
 }
 
+refit_status_t refit_tensor_forget_all(refit_session_h s) {
+  REFIT_API_HANDLE(s);
+  return refit_session_forget(s);
+}
+
 refit_status_t refit_begin(refit_session_h s, uint64_t version, void *stream) {
   REFIT_API_HANDLE(s);
   return refit_session_begin(s, version, stream);

@@ -158,6 +158,8 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
     st = refit_session_bind(s);
   else
     st = refit_session_acquire_staging(s);
+  if (st == REFIT_OK && s->forgotten)
+    st = refit_session_rebind(s);
   const int moved = s->is_trainer && s->moved;
   if (st == REFIT_OK && s->moved)
     st = refit_trainer_repoint(s);

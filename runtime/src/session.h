@@ -95,6 +95,10 @@ typedef struct refit_session {
   int64_t *msg_wire;
   int64_t *pack_src, *pack_elem; /* per descriptor: shard and element offset */
   int moved;                     /* a shard was registered at a new address */
+  /* refit_tensor_forget_all: the caller's memory is gone; every tensor must
+   * be registered again (generators too, this once) before the next begin,
+   * which binds the new addresses. */
+  int forgotten;
   int64_t shared_msgs, shared_bytes; /* messages and bytes not packed again */
 
   /* Send buffers (trainer) or staging areas (generator), one per exchange
@@ -169,6 +173,13 @@ void refit_session_destroy(refit_session_t *s);
  * trainers may register a tensor again at a new address between refits).
  * Checks name, shape, dtype, size and memory, every problem in one message. */
 refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *t);
+
+/* Drop every caller registration of this rank (refit_tensor_forget_all). */
+refit_status_t refit_session_forget(refit_session_t *s);
+
+/* Begin, after refit_session_forget: every tensor registered again, the
+ * generator's land tables rebuilt over the new addresses. */
+refit_status_t refit_session_rebind(refit_session_t *s);
 
 /* Does `name`, as an engine registers it, name runtime store `store`? Equal
  * names, or vLLM's nested spelling of the expert stacks

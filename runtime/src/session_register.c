@@ -114,7 +114,7 @@ refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *
   size_t used = 0;
   int n = 0;
 
-  if (s->bound && !s->is_trainer)
+  if (s->bound && !s->is_trainer && !s->forgotten)
     return REFIT_ERR(REFIT_ERR_STATE,
                      "register %s: generator runtime storage never moves (CUDA "
                      "graphs captured its addresses); register it before the "
@@ -207,7 +207,7 @@ refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *
                      side, s->role_rank, name, problems);
   if (!s->is_trainer) {
     refit_store_t *st = &s->stores[index];
-    if (!s->replaying)
+    if (!s->replaying && !s->bound)
       REFIT_CHECK(refit_session_keep_registration(s, t, REFIT_FORM_PLANNED, st->gen));
     if (strcmp(st->name, name) != 0)
       snprintf(st->name, sizeof(st->name), "%s", name);
@@ -308,36 +308,45 @@ refit_status_t refit_session_settle_precision(refit_session_t *s) {
 /* First refit: every tensor either registered by the caller or, when the
  * caller registered none, allocated here. A partial registration is an
  * error listing what is missing. */
-refit_status_t refit_session_bind(refit_session_t *s) {
+/* Every tensor of the rank registered, or none (allowed only where refit
+ * may allocate them): otherwise an error listing what is missing. */
+static refit_status_t refit_session_check_registered(refit_session_t *s) {
   char missing[1024] = "";
   size_t used = 0;
   int64_t nmissing = 0;
   /* Caller-owned weights must be the caller's: refit allocating them would
    * send zeros. */
   const int caller = s->is_trainer && s->cfg.source.kind == REFIT_SOURCE_CALLER;
-  if (s->nregistered > 0 || caller) {
-    if (s->is_trainer) {
-      for (int64_t i = 0; i < s->cat->nsrc; i++)
-        if (s->shard_part[i] >= 0 && s->shards[i] == NULL && nmissing++ < 8 &&
-            used < sizeof(missing))
-          used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s",
-                                   used ? ", " : "", s->cat->src[i].name);
-    } else {
-      for (int64_t i = 0; i < s->nstores; i++)
-        if (s->stores[i].data == NULL && nmissing++ < 8 && used < sizeof(missing))
-          used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s",
-                                   used ? ", " : "", s->stores[i].name);
-    }
-    if (nmissing > 0)
-      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "%s rank %d: %lld tensor%s not registered%s: %s%s",
-                       s->is_trainer ? "trainer" : "generator", s->role_rank,
-                       (long long)nmissing, nmissing == 1 ? "" : "s",
-                       caller ? " (source.kind caller: the trainer registers "
-                                "every tensor it holds)"
-                              : "",
-                       missing, nmissing > 8 ? ", ..." : "");
+  if (s->nregistered == 0 && !caller && !s->forgotten)
+    return REFIT_OK;
+  if (s->is_trainer) {
+    for (int64_t i = 0; i < s->cat->nsrc; i++)
+      if (s->shard_part[i] >= 0 && s->shards[i] == NULL && nmissing++ < 8 &&
+          used < sizeof(missing))
+        used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s",
+                                 used ? ", " : "", s->cat->src[i].name);
+  } else {
+    for (int64_t i = 0; i < s->nstores; i++)
+      if (s->stores[i].data == NULL && nmissing++ < 8 && used < sizeof(missing))
+        used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s",
+                                 used ? ", " : "", s->stores[i].name);
   }
+  if (nmissing > 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s rank %d: %lld tensor%s not registered%s: %s%s",
+                     s->is_trainer ? "trainer" : "generator", s->role_rank,
+                     (long long)nmissing, nmissing == 1 ? "" : "s",
+                     s->forgotten ? " (their owner went away: register every "
+                                    "tensor again before the next refit)"
+                     : caller     ? " (source.kind caller: the trainer registers "
+                                    "every tensor it holds)"
+                                  : "",
+                     missing, nmissing > 8 ? ", ..." : "");
+  return REFIT_OK;
+}
+
+refit_status_t refit_session_bind(refit_session_t *s) {
+  REFIT_CHECK(refit_session_check_registered(s));
   if (s->is_trainer) {
     /* The shards nobody registered, in one allocation (one IPC mapping for
      * a zero-copy generator instead of one per tensor). */
@@ -368,5 +377,47 @@ refit_status_t refit_session_bind(refit_session_t *s) {
     REFIT_CHECK(refit_loader_allocate(s->loader));
   }
   s->bound = 1;
+  return REFIT_OK;
+}
+
+refit_status_t refit_session_forget(refit_session_t *s) {
+  if (s->state != REFIT_STATE_IDLE && s->state != REFIT_STATE_POISONED)
+    return REFIT_ERR(REFIT_ERR_STATE,
+                     "forget: %s rank %d is in a refit (%s); abort or commit it first",
+                     s->is_trainer ? "trainer" : "generator", s->role_rank,
+                     refit_state_str(s->state));
+  if (s->nregistered == 0)
+    return REFIT_OK; /* refit owns every tensor: nothing of the caller's */
+  if (s->is_trainer) {
+    for (int64_t i = 0; i < s->cat->nsrc; i++)
+      if (!s->shard_owned[i])
+        s->shards[i] = NULL;
+  } else {
+    for (int64_t i = 0; i < s->nstores; i++)
+      s->stores[i].data = NULL;
+    /* Runtime storage is whatever its next owner loaded: no version is
+     * served until a full refit (a POISONED rank makes the next one full). */
+    s->state = REFIT_STATE_POISONED;
+  }
+  s->forgotten = 1;
+  return REFIT_OK;
+}
+
+refit_status_t refit_session_rebind(refit_session_t *s) {
+  REFIT_CHECK(refit_session_check_registered(s));
+  if (!s->is_trainer) {
+    const int async = s->cfg.refit.mode == REFIT_MODE_ASYNC;
+    for (int64_t i = 0; i < s->nstores; i++)
+      if (!async)
+        s->stores[i].target = s->stores[i].data;
+    /* The land tables hold the targets: built again over the new ones (zero
+     * copy's direct tables at the next exchange). */
+    if (!s->staging_released && !s->loader->direct) {
+      refit_loader_release(s->loader);
+      REFIT_CHECK(refit_loader_acquire(s->loader));
+    }
+    s->zc_ready = 0;
+  }
+  s->forgotten = 0;
   return REFIT_OK;
 }

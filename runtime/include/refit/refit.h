@@ -299,6 +299,21 @@ int refit_session_broken(refit_session_h s);
  * hands out); other memory is refused. */
 refit_status_t refit_tensor_register(refit_session_h s, const refit_tensor_t *t);
 
+/*
+ * Forget every tensor the caller registered on this rank because the memory
+ * is gone: its owner, a framework process attached to a refit agent
+ * (docs/agent.md), exited. refit reads and writes none of it again. Allowed
+ * between refits (IDLE or POISONED; REFIT_ERR_STATE otherwise); not
+ * collective; a rank on which the session allocated every tensor is left as
+ * it is. Afterwards every tensor of the rank is registered again, at new
+ * addresses (generators too, this once), before the next refit_begin, which
+ * names any that are missing. A generator becomes POISONED: its runtime
+ * storage holds whatever the new owner loaded, so it serves no version until
+ * a full refit, and the next refit is a full one on every rank (as after a
+ * trainer's tensor moved).
+ */
+refit_status_t refit_tensor_forget_all(refit_session_h s);
+
 /* One paragraph about the job and its plan (ranks, bytes, buckets, balance,
  * plan hash, transport), for logs. Not collective. */
 void refit_session_describe(refit_session_h s, char *buf, size_t len);
