@@ -143,6 +143,7 @@ class Client:
 
     def __init__(self, path, side=None, timeout_s=60.0):
         self.path = path
+        torch = _torch()  # before connecting: its import may take seconds
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout_s)
         try:
@@ -166,7 +167,6 @@ class Client:
         hello = {"op": "hello", "proto": PROTO, "pid": os.getpid()}
         if side is not None:
             hello["side"] = side
-        torch = _torch()
         self._cuda = False
         # A GPU rank needs the begin event in the hello: made lazily only when
         # torch has CUDA (a host rank never touches it).

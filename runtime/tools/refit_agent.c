@@ -1,5 +1,5 @@
 /*
- * refit-agent [--socket-dir DIR] CONFIG: the refit job that framework
+ * refit-agent [--socket-dir DIR] [--attach-grace S] CONFIG: the refit job that framework
  * processes attach to (docs/agent.md). Launched like refit-run, one rank per
  * GPU (or per host-memory rank), beside the training and serving jobs:
  *
@@ -69,8 +69,9 @@ enum {
 enum { TAG_REPORT = 1, TAG_ORDER = 2, TAG_NOTICE = 3 };
 
 /* How long a refit's start waits for a rank with no framework process
- * attached before it is refused, naming the rank. */
-#define AGENT_ATTACH_GRACE_S 5.0
+ * attached before it is refused, naming the rank (--attach-grace). */
+static double agent_attach_grace_s = 5.0;
+#define AGENT_ATTACH_GRACE_S agent_attach_grace_s
 
 typedef struct {
   int32_t kind, rank, pid, pad;
@@ -795,7 +796,7 @@ static json_t *agent_hello(agent_t *a, refit_agent_msg_t *msg) {
 /* One message of the attached client. */
 static void agent_serve(agent_t *a) {
   refit_agent_msg_t msg;
-  refit_status_t st = refit_agent_recv(a->client, &msg, 10.0);
+  refit_status_t st = refit_agent_recv(a->client, &msg, 2.0);
   if (st != REFIT_OK) {
     agent_detach(a, refit_last_error());
     return;
@@ -916,7 +917,7 @@ static void agent_accept(agent_t *a) {
     return;
   }
   refit_agent_msg_t msg;
-  if (refit_agent_recv(fd, &msg, 10.0) != REFIT_OK) {
+  if (refit_agent_recv(fd, &msg, 5.0) != REFIT_OK) {
     agent_log(a, "a connection from pid %d sent no valid hello: %s", (int)cred.pid,
               refit_last_error());
     close(fd);
@@ -1026,6 +1027,8 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--socket-dir") == 0 && i + 1 < argc)
       dir = argv[++i];
+    else if (strcmp(argv[i], "--attach-grace") == 0 && i + 1 < argc)
+      agent_attach_grace_s = atof(argv[++i]);
     else if (argv[i][0] != '-' && config == NULL)
       config = argv[i];
     else {
@@ -1034,7 +1037,7 @@ int main(int argc, char **argv) {
     }
   }
   if (config == NULL) {
-    fprintf(stderr, "usage: refit-agent [--socket-dir DIR] CONFIG.yaml (under mpirun or "
+    fprintf(stderr, "usage: refit-agent [--socket-dir DIR] [--attach-grace S] CONFIG.yaml (under mpirun or "
                     "srun: launch/refit-launch CONFIG.yaml -- refit-agent CONFIG.yaml)\n");
     return 2;
   }
