@@ -239,7 +239,7 @@ class Client:
                                 want)
             shape = list(t.shape)
             nbytes = t.numel() * t.element_size()
-            storage = t.storage()
+            storage = _storage(t)
             if t.is_cuda:
                 if not self._cuda:
                     raise AgentError("REFIT_ERR_INVALID_ARGUMENT",
@@ -257,7 +257,7 @@ class Client:
                                  % (name, self.device))
             if not t.is_shared():
                 t.share_memory_()
-                storage = t.storage()
+                storage = _storage(t)
             fd, _ = storage._share_fd_cpu_()
             return {"name": name, "dtype": dtype, "shape": shape, "bytes": nbytes,
                     "offset": t.storage_offset() * t.element_size()}, fd
@@ -377,6 +377,11 @@ class Client:
         """Stop every agent of the job (after the last refit)."""
         self._call({"op": "shutdown"})
         self.close()
+
+
+def _storage(t):
+    """The tensor's untyped storage (torch 2), or its storage (torch 1.13)."""
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
 
 
 def _is_param(t):

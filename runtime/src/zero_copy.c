@@ -273,6 +273,52 @@ struct refit_zc_map {
   int used; /* named by the last exchange */
 };
 
+/* Mappings this process opened from another process's CUDA IPC handle
+ * (refit_ipc_note): CUDA exports no handle for them, so zero copy hands the
+ * original one on. A short list: a refit agent notes one per allocation of
+ * its client. */
+typedef struct {
+  void *base;
+  size_t bytes;
+  cudaIpcMemHandle_t handle;
+} refit_zc_noted_t;
+static refit_zc_noted_t *refit_zc_noted;
+static int refit_zc_nnoted, refit_zc_cap_noted;
+
+refit_status_t refit_ipc_note(void *base, size_t bytes, const void *handle) {
+  if (base == NULL || handle == NULL || bytes == 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit_ipc_note: NULL base or handle, or 0 bytes");
+  refit_ipc_forget(base);
+  if (refit_zc_nnoted == refit_zc_cap_noted) {
+    const int cap = refit_zc_cap_noted ? 2 * refit_zc_cap_noted : 16;
+    refit_zc_noted_t *n = realloc(refit_zc_noted, (size_t)cap * sizeof(*n));
+    if (n == NULL)
+      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "refit_ipc_note: %d mappings", cap);
+    refit_zc_noted = n;
+    refit_zc_cap_noted = cap;
+  }
+  refit_zc_noted_t *e = &refit_zc_noted[refit_zc_nnoted++];
+  e->base = base;
+  e->bytes = bytes;
+  memcpy(&e->handle, handle, sizeof(e->handle));
+  return REFIT_OK;
+}
+
+void refit_ipc_forget(void *base) {
+  for (int i = 0; i < refit_zc_nnoted; i++)
+    if (refit_zc_noted[i].base == base) {
+      refit_zc_noted[i] = refit_zc_noted[--refit_zc_nnoted];
+      return;
+    }
+}
+
+static const cudaIpcMemHandle_t *refit_zc_noted_handle(const void *base) {
+  for (int i = 0; i < refit_zc_nnoted; i++)
+    if (refit_zc_noted[i].base == base)
+      return &refit_zc_noted[i].handle;
+  return NULL;
+}
+
 static void refit_zc_map_close(const struct refit_zc_map *m) {
   if (m->fd >= 0)
     refit_share_unmap(m->mapped, (size_t)m->size);
@@ -303,7 +349,11 @@ static refit_status_t refit_zc_entries(refit_session_t *s, refit_zc_entry_t **ou
       continue;
     }
     refit_status_t st = refit_device_alloc_range(s->shards[i], &base, &size);
-    if (st == REFIT_OK && base != last_base) {
+    const cudaIpcMemHandle_t *noted = st == REFIT_OK ? refit_zc_noted_handle(base) : NULL;
+    if (noted != NULL && base != last_base) {
+      last = *noted;
+      last_base = base;
+    } else if (st == REFIT_OK && base != last_base) {
       cudaError_t err = cudaIpcGetMemHandle(&last, base);
       if (err != cudaSuccess)
         st = REFIT_ERR(REFIT_ERR_CUDA,
@@ -510,6 +560,15 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
 }
 
 static void refit_zc_unmap(refit_session_t *s) { (void)s; }
+
+refit_status_t refit_ipc_note(void *base, size_t bytes, const void *handle) {
+  (void)base;
+  (void)bytes;
+  (void)handle;
+  return REFIT_ERR(REFIT_ERR_NOT_AVAILABLE, "refit_ipc_note: refit was built without CUDA");
+}
+
+void refit_ipc_forget(void *base) { (void)base; }
 #endif
 
 void refit_zc_close(refit_session_t *s) {

@@ -353,6 +353,7 @@ static void agent_unmap_all(agent_t *a) {
   for (int i = 0; i < a->nmaps; i++) {
     if (a->maps[i].device) {
 #ifdef REFIT_HAVE_CUDA
+      refit_ipc_forget(a->maps[i].base);
       cudaIpcCloseMemHandle(a->maps[i].base);
 #endif
     } else {
@@ -441,6 +442,8 @@ static int agent_map_ipc(agent_t *a, const char *hex, size_t bytes, agent_map_t 
   m->base = p;
   m->bytes = bytes;
   a->nmaps++;
+  /* Zero copy shares this memory with the engine's agent: with this handle. */
+  refit_ipc_note(p, bytes, h);
   *out = m;
   return 0;
 #else

@@ -52,15 +52,18 @@ assert "mpi4py" not in sys.modules
 c = refit.attach(args.side, args.rank, socket_dir=args.socket_dir)
 assert "mpi4py" not in sys.modules and "refit._lib" not in sys.modules
 print("attached %s %d pid %d" % (c.side, c.rank, os.getpid()), flush=True)
+# A GPU rank's agent takes CUDA tensors of its GPU (the one machine's GPU 0
+# here); a host rank's, CPU tensors.
+device = torch.device("cuda", 0) if c.memory == "cuda" else torch.device("cpu")
 
 if args.side == "trainer":
     rng = np.random.default_rng([SEED, args.rank])
     tensors = megatron_rules.trainer_tensors(cfg, full_weights(cfg, SEED, 1), args.rank, rng)
-    model = {n: from_bits(a) for n, a in tensors.items()}
+    model = {n: from_bits(a).to(device) for n, a in tensors.items()}
     assert sorted(model) == sorted(n for n, _, _ in c.expected())
     c.register_all(model)
 else:
-    held = {n: torch_like(shape, dt) for n, shape, dt in c.expected()}
+    held = {n: torch_like(shape, dt).to(device) for n, shape, dt in c.expected()}
     c.register_all(held)
 
 for version in versions:
@@ -69,6 +72,8 @@ for version in versions:
                                              rng)
         for n, t in model.items():
             t.copy_(from_bits(new[n]).reshape(t.shape))  # in place: the agent reads it
+        if device.type == "cuda":
+            torch.cuda.synchronize()
     if version == args.die_in_refit:
         # Die while the refit is in flight: begin, one bucket, then SIGKILL.
         if args.side == "trainer":

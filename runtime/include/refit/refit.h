@@ -314,6 +314,20 @@ refit_status_t refit_tensor_register(refit_session_h s, const refit_tensor_t *t)
  */
 refit_status_t refit_tensor_forget_all(refit_session_h s);
 
+/*
+ * Device memory this process mapped from another process's CUDA IPC handle
+ * (cudaIpcOpenMemHandle), as a refit agent maps its clients' tensors: CUDA
+ * exports no handle of such a mapping again, so where refit shares the
+ * memory with a rank of another process (zero copy) it hands on `handle`
+ * (the 64-byte cudaIpcMemHandle_t it was opened from). `base` is what
+ * cudaIpcOpenMemHandle returned, `bytes` the allocation's size. Process-wide,
+ * not thread-safe; note it before the refit_begin that shares it and forget
+ * it (refit_ipc_forget) before closing the mapping. REFIT_ERR_NOT_AVAILABLE
+ * in a build without CUDA.
+ */
+refit_status_t refit_ipc_note(void *base, size_t bytes, const void *handle);
+void refit_ipc_forget(void *base);
+
 /* One paragraph about the job and its plan (ranks, bytes, buckets, balance,
  * plan hash, transport), for logs. Not collective. */
 void refit_session_describe(refit_session_h s, char *buf, size_t len);
