@@ -290,7 +290,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
     s->moved = 0;
   s->attempt++;
   s->vote_pending = 1;
-  s->vote_settled = 0;
+  s->vote_settled = REFIT_OK;
   s->peer_lost = 0;
   s->failure[0] = '\0';
   s->poisoned_before = s->state == REFIT_STATE_POISONED;
@@ -558,19 +558,23 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
   /* The vote's buffers live in the session (see begin's headers). */
   int *const votes = s->vote_buf + 1;
   int ok = s->state == REFIT_STATE_READY;
-  if (s->broken)
-    return REFIT_ERR(REFIT_ERR_PEER, "commit: the session cannot continue after "
-                                     "an earlier timeout (restart the job)");
-  if (!s->vote_pending && s->vote_settled) {
+  if (!s->vote_pending && s->vote_settled != REFIT_OK) {
     /* refit_abort (or a failed progress or begin) voted no already: the
-     * commit the API asks for after a failure names that failure, once. */
-    s->vote_settled = 0;
+     * commit the API asks for after a failure names that failure, or the
+     * vote's own, once. */
+    const refit_status_t settled = (refit_status_t)s->vote_settled;
+    s->vote_settled = REFIT_OK;
+    if (settled != REFIT_ERR_STATE)
+      return REFIT_ERR(settled, "%s", s->failure);
     return REFIT_ERR(REFIT_ERR_STATE,
                      "commit of version %llu refused: this rank failed: %s; version "
                      "%llu stays",
                      (unsigned long long)s->pending, s->failure,
                      (unsigned long long)s->committed);
   }
+  if (s->broken)
+    return REFIT_ERR(REFIT_ERR_PEER, "commit: the session cannot continue after "
+                                     "an earlier timeout (restart the job)");
   if (!s->vote_pending)
     return REFIT_ERR(REFIT_ERR_STATE, "commit: no refit to commit (none begun, "
                                       "or its vote already happened)");
@@ -723,10 +727,13 @@ refit_status_t refit_session_abort(refit_session_t *s) {
    * begin meets their next begin, not their vote. Voting no is safe even if
    * the vote misses its deadline: nobody can have committed. */
   if (s->vote_pending) {
-    if (!s->broken)
-      (void)refit_session_vote(s, 0);
+    refit_status_t vst = s->broken ? REFIT_OK : refit_session_vote(s, 0);
     s->vote_pending = 0;
-    s->vote_settled = 1;
+    s->vote_settled = REFIT_ERR_STATE;
+    if (vst != REFIT_OK) { /* the commit that follows reports the vote's end */
+      s->vote_settled = vst;
+      snprintf(s->failure, sizeof(s->failure), "%s", refit_last_error());
+    }
   }
   if (!s->is_trainer && !refit_loader_rollback(s->loader)) {
     REFIT_WARN("generator rank %d: refit of version %llu failed after runtime "

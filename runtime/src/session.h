@@ -116,7 +116,9 @@ typedef struct refit_session {
   int64_t nregistered;
   int poisoned_before;
   int staging_released; /* keep_staging: false, between refits */
-  int vote_settled;     /* refit_abort voted no: the next commit reports it */
+  int vote_settled;     /* refit_abort voted no: the status the next commit
+                           reports (REFIT_ERR_STATE, or the vote's failure);
+                           REFIT_OK: nothing to report */
   int exposed;          /* an exchange was abandoned: released requests may still
                            target the buffers (kept at close, outlive.h) */
   int vote_pending;   /* begun: this attempt still owes the commit vote */
