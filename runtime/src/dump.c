@@ -6,6 +6,8 @@
  */
 #include "dump.h"
 
+#include "outlive.h"
+
 #include "core/log.h"
 
 #include <stdarg.h>
@@ -335,11 +337,13 @@ out:
 
 /* Every wait of the dump is bounded: a predecessor has refit.timeout_s to
  * write its part, so generator rank g waits up to (g + 1) timeouts for the
- * token, everyone else the whole ring. The token and the agreement live on
- * the heap: after a missed deadline MPI may still write them (leaked then). */
-static refit_status_t refit_dump_wait(MPI_Request *req, double deadline,
-                                      const char *path, const char *what) {
-  refit_status_t st = refit_mpi_request_wait(req, deadline, what);
+ * token, everyone else the whole ring. The communicator, the token and the
+ * agreement live in one heap block: after a missed deadline MPI may still
+ * write them, so it goes with the request to outlive.h. */
+static refit_status_t refit_dump_wait(MPI_Request *req, double deadline, const char *path,
+                                      const char *what, void *block) {
+  void *blocks[] = {block};
+  refit_status_t st = refit_outlive_wait(req, deadline, what, blocks, 1);
   if (st == REFIT_ERR_TIMEOUT)
     return REFIT_ERR(REFIT_ERR_TIMEOUT,
                      "dump %s: %s: not done by the deadline (a generator rank is "
@@ -350,24 +354,31 @@ static refit_status_t refit_dump_wait(MPI_Request *req, double deadline,
 
 refit_status_t refit_dump_write(const refit_session_t *s, const char *path) {
   refit_status_t st = REFIT_OK;
-  MPI_Comm comm;
   MPI_Request req;
-  int *buf = calloc(4, sizeof(int)); /* token in, token out, mine, any */
+  struct {
+    MPI_Comm comm;
+    int buf[4]; /* token in, token out, mine, any */
+  } *b = calloc(1, sizeof(*b));
   const double t0 = MPI_Wtime(), timeout = s->cfg.refit.timeout_s;
-  if (buf == NULL)
+  if (b == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "dump %s: token", path);
+  int *const buf = b->buf;
 
   /* A private communicator keeps the token away from the caller's tags. */
-  if (MPI_Comm_idup(s->world, &comm, &req) != MPI_SUCCESS)
+  if (MPI_Comm_idup(s->world, &b->comm, &req) != MPI_SUCCESS) {
+    free(b);
     return REFIT_ERR(REFIT_ERR_MPI, "dump %s: MPI_Comm_idup failed", path);
-  REFIT_CHECK(refit_dump_wait(&req, t0 + timeout, path, "duplicating the communicator"));
+  }
+  REFIT_CHECK(
+      refit_dump_wait(&req, t0 + timeout, path, "duplicating the communicator", b));
+  MPI_Comm comm = b->comm;
   if (!s->is_trainer) {
     const int g = s->role_rank;
     int failed_before = 0;
     if (g > 0) {
       MPI_Irecv(&buf[0], 1, MPI_INT, s->ntrainer + g - 1, 0, comm, &req);
       REFIT_CHECK(refit_dump_wait(&req, t0 + (g + 1) * timeout, path,
-                                  "waiting for the previous generator rank's token"));
+                                  "waiting for the previous generator rank's token", b));
       failed_before = buf[0];
     }
     if (failed_before)
@@ -381,7 +392,7 @@ refit_status_t refit_dump_write(const refit_session_t *s, const char *path) {
     if (g + 1 < s->ngenerator) {
       MPI_Isend(&buf[1], 1, MPI_INT, s->ntrainer + g + 1, 0, comm, &req);
       REFIT_CHECK(refit_dump_wait(&req, MPI_Wtime() + timeout, path,
-                                  "passing the token to the next generator rank"));
+                                  "passing the token to the next generator rank", b));
     }
     if (st == REFIT_OK)
       REFIT_INFO("dump %s: generator rank %d wrote %lld stores", path, g,
@@ -390,9 +401,9 @@ refit_status_t refit_dump_write(const refit_session_t *s, const char *path) {
   buf[2] = st != REFIT_OK;
   MPI_Iallreduce(&buf[2], &buf[3], 1, MPI_INT, MPI_MAX, comm, &req);
   REFIT_CHECK(refit_dump_wait(&req, t0 + (s->ngenerator + 1) * timeout, path,
-                              "agreeing on the outcome"));
+                              "agreeing on the outcome", b));
   const int any = buf[3];
-  free(buf);
+  free(b);
   MPI_Comm_free(&comm);
   if (st == REFIT_OK && any)
     st = REFIT_ERR(REFIT_ERR_PEER, "dump %s failed on another rank", path);

@@ -39,6 +39,18 @@ static void refit_generator_recvs(refit_session_t *s, int32_t b, unsigned char *
   refit_dw_generator_recvs(s, (int)(b % REFIT_EXCHANGES_IN_FLIGHT), xfers, *nxfers);
 }
 
+/* Start an exchange; one that failed part way may leave requests posted
+ * that nothing can complete any more (the buffers are then exposed). */
+static refit_status_t refit_session_start(refit_session_t *s, const refit_xfer_t *sends,
+                                          int nsends, const refit_xfer_t *recvs,
+                                          int nrecvs, int tag, refit_exchange_t **ex) {
+  refit_status_t st =
+      s->transport.ops->start(s->transport.ctx, sends, nsends, recvs, nrecvs, tag, ex);
+  if (st != REFIT_OK)
+    s->exposed = 1;
+  return st;
+}
+
 /* Wait for a request on the control communicator until the deadline. */
 static refit_status_t refit_session_ctrl_wait(refit_session_t *s, MPI_Request *req,
                                               double deadline, const char *phase) {
@@ -114,10 +126,22 @@ refit_session_recover_transport(refit_session_t *s, int unhealthy_rank, double d
              "failed in the last refit)",
              ops->name, unhealthy_rank);
   st = ops->recover(s->transport.ctx, deadline);
-  int ok = st == REFIT_OK, all_ok = 0;
+  /* ok, then everyone's: on the heap, as a late peer may still write it. */
+  int *ok = malloc(2 * sizeof(int));
+  if (ok == NULL) {
+    s->broken = 1; /* this rank cannot join the agreement */
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "begin: transport repair");
+  }
+  ok[0] = st == REFIT_OK;
+  ok[1] = 0;
   MPI_Request req;
-  MPI_Iallreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, s->ctrl, &req);
-  REFIT_CHECK(refit_session_ctrl_wait(s, &req, deadline, "begin: transport repair"));
+  void *blocks[] = {ok};
+  MPI_Iallreduce(&ok[0], &ok[1], 1, MPI_INT, MPI_MIN, s->ctrl, &req);
+  REFIT_CHECK(refit_session_join_wait_blocks(s, &req, blocks, 1, deadline,
+                                             "begin: transport repair", "refit.timeout_s",
+                                             s->cfg.refit.timeout_s));
+  const int all_ok = ok[1];
+  free(ok);
   if (st != REFIT_OK || !all_ok) {
     s->broken = 1;
     return st != REFIT_OK ? st
@@ -261,8 +285,14 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
     delta &= all[r].delta_ready != 0;
   refit_dw_begin(s->dw, delta);
 
+  /* The refit begins for real: every rank has seen a moved tensor (the
+   * pack table and zero copy's mapping follow it, the delta decision was
+   * full), so the flag is spent. A begin that failed before here keeps it. */
+  if (moved)
+    s->moved = 0;
   s->attempt++;
   s->vote_pending = 1;
+  s->vote_settled = REFIT_OK;
   s->peer_lost = 0;
   s->failure[0] = '\0';
   s->poisoned_before = s->state == REFIT_STATE_POISONED;
@@ -288,7 +318,9 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
     refit_loader_begin(s->loader);
   }
   if (st != REFIT_OK) {
-    refit_session_abort(s);
+    snprintf(s->failure, sizeof(s->failure), "%s", refit_last_error());
+    refit_session_abort(s); /* votes no: peers learn at their commit */
+    refit_error_set(st, "%s", s->failure);
     return st;
   }
   return REFIT_OK;
@@ -315,6 +347,8 @@ static refit_status_t refit_session_wait_slot(refit_session_t *s, int slot,
       s->transport.ops->wait(s->transport.ctx, s->inflight[slot], s->deadline, phase);
   s->inflight[slot] = NULL;
   s->times.transfer += MPI_Wtime() - t;
+  if (st != REFIT_OK) /* the transport abandoned what was left */
+    s->exposed = 1;
   if (st == REFIT_ERR_TIMEOUT)
     s->peer_lost = 1;
   if (st == REFIT_OK) /* a deadline of progress: timeout_s from the last bucket */
@@ -338,6 +372,8 @@ static refit_status_t refit_session_poll_slot(refit_session_t *s, int slot,
   s->times.transfer += MPI_Wtime() - t;
   if (st != REFIT_OK || *arrived)
     s->inflight[slot] = NULL; /* freed by test */
+  if (st != REFIT_OK)
+    s->exposed = 1;
   if (st == REFIT_OK && *arrived)
     s->deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
   return st;
@@ -401,8 +437,8 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
                  (unsigned long long)(s->pending - 1));
     }
   }
-  REFIT_CHECK(s->transport.ops->start(s->transport.ctx, s->xfers, nx, NULL, 0,
-                                      s->tag_base | (b & 0xfff), &s->inflight[slot]));
+  REFIT_CHECK(refit_session_start(s, s->xfers, nx, NULL, 0, s->tag_base | (b & 0xfff),
+                                  &s->inflight[slot]));
   s->next_posted = b + 1;
   s->next_bucket++;
   *done = 0;
@@ -416,8 +452,8 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
   int nx = 0;
   if (b == 0 && p->nbuckets > 0 && s->next_posted == 0) {
     refit_generator_recvs(s, 0, s->buffer[0], s->xfers, &nx);
-    REFIT_CHECK(s->transport.ops->start(s->transport.ctx, NULL, 0, s->xfers, nx,
-                                        s->tag_base, &s->inflight[0]));
+    REFIT_CHECK(
+        refit_session_start(s, NULL, 0, s->xfers, nx, s->tag_base, &s->inflight[0]));
     s->next_posted = 1;
   }
   if (b >= p->nbuckets) {
@@ -431,9 +467,8 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
   if (b + 1 < p->nbuckets && s->next_posted <= b + 1) {
     const int next = (b + 1) % REFIT_EXCHANGES_IN_FLIGHT;
     refit_generator_recvs(s, b + 1, s->buffer[next], s->xfers, &nx);
-    REFIT_CHECK(s->transport.ops->start(s->transport.ctx, NULL, 0, s->xfers, nx,
-                                        s->tag_base | ((b + 1) & 0xfff),
-                                        &s->inflight[next]));
+    REFIT_CHECK(refit_session_start(s, NULL, 0, s->xfers, nx,
+                                    s->tag_base | ((b + 1) & 0xfff), &s->inflight[next]));
     s->next_posted = b + 2;
   }
   const int slot = b % REFIT_EXCHANGES_IN_FLIGHT;
@@ -501,11 +536,44 @@ refit_status_t refit_session_progress(refit_session_t *s, int *done) {
   return REFIT_OK;
 }
 
+/* This rank's vote on the attempt begun (ok: yes), everyone's into
+ * s->vote_buf + 1; the vote is no longer owed, whatever the outcome. A live
+ * peer may still be waiting out this refit's deadline (a message that never
+ * came) before it votes: a rank that got here early waits for that deadline
+ * plus the timeout, so only a dead or stalled peer misses the vote. */
+static refit_status_t refit_session_vote(refit_session_t *s, int ok) {
+  MPI_Request req;
+  s->vote_buf[0] = ok;
+  s->vote_pending = 0;
+  if (MPI_Iallgather(s->vote_buf, 1, MPI_INT, s->vote_buf + 1, 1, MPI_INT, s->ctrl,
+                     &req) != MPI_SUCCESS) {
+    s->broken = 1;
+    return REFIT_ERR(REFIT_ERR_MPI, "commit: vote: MPI_Iallgather failed");
+  }
+  const double vote_deadline =
+      (MPI_Wtime() > s->deadline ? MPI_Wtime() : s->deadline) + s->cfg.refit.timeout_s;
+  return refit_session_ctrl_wait(s, &req, vote_deadline, "commit: vote");
+}
+
 refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
   refit_status_t st = REFIT_OK;
   /* The vote's buffers live in the session (see begin's headers). */
-  int *const vote = s->vote_buf, *const votes = s->vote_buf + 1;
+  int *const votes = s->vote_buf + 1;
   int ok = s->state == REFIT_STATE_READY;
+  if (!s->vote_pending && s->vote_settled != REFIT_OK) {
+    /* refit_abort (or a failed progress or begin) voted no already: the
+     * commit the API asks for after a failure names that failure, or the
+     * vote's own, once. */
+    const refit_status_t settled = (refit_status_t)s->vote_settled;
+    s->vote_settled = REFIT_OK;
+    if (settled != REFIT_ERR_STATE)
+      return REFIT_ERR(settled, "%s", s->failure);
+    return REFIT_ERR(REFIT_ERR_STATE,
+                     "commit of version %llu refused: this rank failed: %s; version "
+                     "%llu stays",
+                     (unsigned long long)s->pending, s->failure,
+                     (unsigned long long)s->committed);
+  }
   if (s->broken)
     return REFIT_ERR(REFIT_ERR_PEER, "commit: the session cannot continue after "
                                      "an earlier timeout (restart the job)");
@@ -520,7 +588,6 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
    * it and nobody commits. */
   if (ok)
     s->state = REFIT_STATE_COMMITTING;
-  MPI_Request req;
   const double t = MPI_Wtime();
   if (refit_session_fault_here(s, REFIT_FAULT_PHASE_VOTE) &&
       s->fault.action == REFIT_FAULT_STALL) {
@@ -530,16 +597,7 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
     struct timespec ts = {(time_t)(2 * s->cfg.refit.timeout_s) + 1, 0};
     nanosleep(&ts, NULL);
   }
-  *vote = ok;
-  MPI_Iallgather(vote, 1, MPI_INT, votes, 1, MPI_INT, s->ctrl, &req);
-  /* A live peer may still be waiting out this refit's deadline (a message
-   * that never came) before it votes: a rank that got here early waits for
-   * that deadline plus the timeout, so only a dead or stalled peer misses
-   * the vote. */
-  const double vote_deadline =
-      (MPI_Wtime() > s->deadline ? MPI_Wtime() : s->deadline) + s->cfg.refit.timeout_s;
-  refit_status_t wst = refit_session_ctrl_wait(s, &req, vote_deadline, "commit: vote");
-  s->vote_pending = 0;
+  refit_status_t wst = refit_session_vote(s, ok);
   if (wst != REFIT_OK && !ok) {
     /* This rank voted no: nobody can have committed, whatever became of
      * the vote elsewhere. Keep or restore version V (below). */
@@ -634,13 +692,13 @@ static void refit_session_drain(refit_session_t *s) {
     if (s->is_trainer) {
       if (refit_trainer_pack(s, b, s->buffer[0], s->xfers, &nx, 1) != REFIT_OK)
         return;
-      if (s->transport.ops->start(s->transport.ctx, s->xfers, nx, NULL, 0,
-                                  s->tag_base | (b & 0xfff), &ex) != REFIT_OK)
+      if (refit_session_start(s, s->xfers, nx, NULL, 0, s->tag_base | (b & 0xfff), &ex) !=
+          REFIT_OK)
         return;
     } else {
       refit_generator_recvs(s, b, s->buffer[0], s->xfers, &nx);
-      if (s->transport.ops->start(s->transport.ctx, NULL, 0, s->xfers, nx,
-                                  s->tag_base | (b & 0xfff), &ex) != REFIT_OK)
+      if (refit_session_start(s, NULL, 0, s->xfers, nx, s->tag_base | (b & 0xfff), &ex) !=
+          REFIT_OK)
         return;
     }
     s->inflight[0] = ex;
@@ -652,6 +710,8 @@ static void refit_session_drain(refit_session_t *s) {
 refit_status_t refit_session_abort(refit_session_t *s) {
   if (s->state == REFIT_STATE_IDLE || s->state == REFIT_STATE_POISONED)
     return REFIT_OK;
+  if (s->failure[0] == '\0')
+    snprintf(s->failure, sizeof(s->failure), "the refit was aborted (refit_abort)");
   if (s->state == REFIT_STATE_RECEIVING && !s->peer_lost && !s->broken)
     refit_session_drain(s);
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
@@ -662,7 +722,21 @@ refit_status_t refit_session_abort(refit_session_t *s) {
         (void)s->transport.ops->wait(s->transport.ctx, s->inflight[i], MPI_Wtime(),
                                      "abort");
       s->inflight[i] = NULL;
+      s->exposed = 1;
     }
+  /* The aborted attempt's vote is settled here (no), so that peers still
+   * finishing it learn the outcome at their commit, and this rank's next
+   * begin meets their next begin, not their vote. Voting no is safe even if
+   * the vote misses its deadline: nobody can have committed. */
+  if (s->vote_pending) {
+    refit_status_t vst = s->broken ? REFIT_OK : refit_session_vote(s, 0);
+    s->vote_pending = 0;
+    s->vote_settled = REFIT_ERR_STATE;
+    if (vst != REFIT_OK) { /* the commit that follows reports the vote's end */
+      s->vote_settled = vst;
+      snprintf(s->failure, sizeof(s->failure), "%s", refit_last_error());
+    }
+  }
   if (!s->is_trainer && !refit_loader_rollback(s->loader)) {
     REFIT_WARN("generator rank %d: refit of version %llu failed after runtime "
                "storage was written and refit.restore is none: POISONED until "

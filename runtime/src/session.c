@@ -8,6 +8,7 @@
  */
 #include "session.h"
 #include "delta_wire.h"
+#include "outlive.h"
 #include "zero_copy.h"
 
 #include "fault.h"
@@ -28,14 +29,15 @@
 
 /* Wait for a collective on the session's communicators until `deadline`.
  * A rank that did not join (or an MPI failure) breaks the session: the
- * request can be neither completed nor freed safely (its buffers stay
- * with MPI: they are the session's, kept by refit_session_destroy, or
- * leaked), and no later collective can succeed. `limit` names the bound
- * for the message. */
-refit_status_t refit_session_join_wait(refit_session_t *s, MPI_Request *req,
-                                       double deadline, const char *what,
-                                       const char *limit, double limit_s) {
-  refit_status_t st = refit_mpi_request_wait(req, deadline, what);
+ * request can be neither completed nor freed safely, so it goes to
+ * outlive.h with the heap blocks blocks[0..n) it uses (the session's own
+ * buffers are kept by refit_session_destroy of a broken session), and no
+ * later collective can succeed. `limit` names the bound for the message. */
+refit_status_t refit_session_join_wait_blocks(refit_session_t *s, MPI_Request *req,
+                                              void *const *blocks, int n, double deadline,
+                                              const char *what, const char *limit,
+                                              double limit_s) {
+  refit_status_t st = refit_outlive_wait(req, deadline, what, blocks, n);
   if (st == REFIT_OK)
     return REFIT_OK;
   s->broken = 1;
@@ -45,6 +47,12 @@ refit_status_t refit_session_join_wait(refit_session_t *s, MPI_Request *req,
                    "%s: not every rank joined within %s = %.1f s (a peer is dead, "
                    "stalled or not started); this session cannot continue",
                    what, limit, limit_s);
+}
+
+refit_status_t refit_session_join_wait(refit_session_t *s, MPI_Request *req,
+                                       double deadline, const char *what,
+                                       const char *limit, double limit_s) {
+  return refit_session_join_wait_blocks(s, req, NULL, 0, deadline, what, limit, limit_s);
 }
 
 /* Start-up collectives are non-blocking and waited on against a deadline,
@@ -217,7 +225,9 @@ static refit_status_t refit_session_plan(refit_session_t *s) {
 /* refit.keep_staging: false gives the staging memory back between refits
  * (colocated jobs need it for training) and takes it again at begin. */
 void refit_session_release_staging(refit_session_t *s) {
-  if (s->cfg.refit.keep_staging || s->staging_released)
+  /* Exposed staging (an abandoned exchange's released requests may still
+   * write it) stays where it is. */
+  if (s->cfg.refit.keep_staging || s->staging_released || s->exposed)
     return;
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
     refit_mem_free(s->mem, s->buffer[i]);
@@ -368,9 +378,16 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
     MPI_Request req;
     st = refit_session_startup_wait(s, &req, MPI_Comm_idup(world, &s->world, &req),
                                     "duplicating the communicator");
-    if (st != REFIT_OK)
-      return st; /* s stays with the pending duplicate */
+    if (st != REFIT_OK) {
+      void *kept[] = {s}; /* the pending duplicate writes s->world */
+      refit_outlive_keep(kept, 1);
+      return st;
+    }
   }
+  /* Errors on the session's communicators are returned, never fatal to the
+   * job (MPI_Test reports a collective's errors on MPI_COMM_WORLD's handler
+   * otherwise). */
+  MPI_Comm_set_errhandler(s->world, MPI_ERRORS_RETURN);
   refit_log_set_rank(s->rank);
 
   REFIT_CHECK_GOTO(refit_session_config(s, config_path), st, err);
@@ -500,6 +517,35 @@ err:
 void refit_session_destroy(refit_session_t *s) {
   if (s == NULL)
     return;
+  /* Close is not collective and waits for nothing: a refit in flight is
+   * abandoned, and what a late peer may still write or read (staging and
+   * send buffers, delta frames, the memory they belong to) is kept, as
+   * after any abandoned exchange (outlive.h). */
+  for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
+    if (s->inflight[i] == NULL)
+      continue;
+    if (s->transport.ops != NULL && s->transport.ops->abandon != NULL) {
+      s->transport.ops->abandon(s->transport.ctx, s->inflight[i]);
+    } else {
+      void *kept[] = {s->inflight[i]}; /* no way to cancel it */
+      refit_outlive_keep(kept, 1);
+    }
+    s->inflight[i] = NULL;
+    s->exposed = 1;
+  }
+  const int keep = s->exposed;
+  if (keep) {
+    void *kept[REFIT_EXCHANGES_IN_FLIGHT + 2];
+    int nkept = 0;
+    for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
+      kept[nkept++] = s->buffer[i];
+      s->buffer[i] = NULL;
+    }
+    kept[nkept++] = s->dw;
+    kept[nkept++] = s->mem;
+    s->dw = NULL;
+    refit_outlive_keep(kept, nkept);
+  }
   refit_transport_close(&s->transport);
   refit_source_close(&s->source);
   refit_zc_close(s);
@@ -522,7 +568,8 @@ void refit_session_destroy(refit_session_t *s) {
   free(s->msg_wire);
   free(s->pack_src);
   free(s->pack_elem);
-  refit_mem_destroy(s->mem);
+  if (!keep)
+    refit_mem_destroy(s->mem);
   free(s->xfers);
   free(s->my_msgs);
   free(s->my_begin);
@@ -535,8 +582,11 @@ void refit_session_destroy(refit_session_t *s) {
     MPI_Comm_free(&s->world);
   /* After a collective missed its deadline MPI may still write the
    * session's buffers (headers, votes, start-up values): kept. */
-  if (s->broken)
+  if (s->broken) {
+    void *kept[] = {s->header_buf, s->vote_buf, s->form_votes, s};
+    refit_outlive_keep(kept, 4);
     return;
+  }
   free(s->header_buf);
   free(s->vote_buf);
   free(s->form_votes);

@@ -120,6 +120,11 @@ typedef struct refit_session {
   int64_t nregistered;
   int poisoned_before;
   int staging_released; /* keep_staging: false, between refits */
+  int vote_settled;     /* refit_abort voted no: the status the next commit
+                           reports (REFIT_ERR_STATE, or the vote's failure);
+                           REFIT_OK: nothing to report */
+  int exposed;          /* an exchange was abandoned: released requests may still
+                           target the buffers (kept at close, outlive.h) */
   int vote_pending;   /* begun: this attempt still owes the commit vote */
   int peer_lost;      /* a wait of this attempt timed out */
   char failure[512];  /* this attempt's first failure (the vote names it) */
@@ -228,6 +233,14 @@ refit_status_t refit_session_read_config(const char *path, int world_size,
 refit_status_t refit_session_join_wait(refit_session_t *s, MPI_Request *req,
                                        double deadline, const char *what,
                                        const char *limit, double limit_s);
+
+/* refit_session_join_wait of an operation whose buffers are the heap blocks
+ * blocks[0..n): on any failure they go with the request to outlive.h (the
+ * caller must not free them); on success the caller keeps them. */
+refit_status_t refit_session_join_wait_blocks(refit_session_t *s, MPI_Request *req,
+                                              void *const *blocks, int n, double deadline,
+                                              const char *what, const char *limit,
+                                              double limit_s);
 
 /* A start-up collective started by the MPI call that returned `rc`, waited
  * on against the start-up deadline. */

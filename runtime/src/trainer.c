@@ -177,14 +177,11 @@ refit_status_t refit_trainer_tables(refit_session_t *s) {
  * addresses in the descriptor table change, and the table is copied to the
  * device again. */
 refit_status_t refit_trainer_repoint(refit_session_t *s) {
-  if (s->zero_copy) {
-    s->moved = 0;
+  if (s->zero_copy)
     return refit_zc_trainer_tables(s);
-  }
   refit_pack_desc_t *d = s->pack.host;
   for (int64_t j = 0; j < s->pack.count; j++)
     d[j].src = s->shards[s->pack_src[j]] + s->pack_elem[j];
-  s->moved = 0;
   REFIT_CHECK(refit_pack_descs_check(d, s->pack.count));
   return refit_mem_table_refresh(s->mem, &s->pack, sizeof(refit_pack_desc_t));
 }

@@ -13,6 +13,8 @@
  */
 #include "transport.h"
 
+#include "outlive.h"
+
 #include "core/log.h"
 
 #include <stdio.h>
@@ -302,15 +304,23 @@ static int refit_mpi_healthy(void *ctx) { return !((refit_mpi_ctx_t *)ctx)->dirt
  * (MPI frees it once what is still pending on it is done). */
 static refit_status_t refit_mpi_recover(void *ctx, double deadline) {
   refit_mpi_ctx_t *c = ctx;
-  MPI_Comm fresh = MPI_COMM_NULL;
+  /* On the heap: a duplicate that misses its deadline is written later. */
+  MPI_Comm *fresh = malloc(sizeof(*fresh));
   MPI_Request req;
-  int rc = MPI_Comm_idup(c->comm, &fresh, &req);
-  if (rc != MPI_SUCCESS)
+  if (fresh == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "mpi transport repair");
+  *fresh = MPI_COMM_NULL;
+  int rc = MPI_Comm_idup(c->comm, fresh, &req);
+  if (rc != MPI_SUCCESS) {
+    free(fresh);
     return refit_mpi_check(rc, "mpi transport repair: MPI_Comm_idup", -1);
-  REFIT_CHECK(refit_mpi_request_wait(&req, deadline, "mpi transport repair"));
-  MPI_Comm_set_errhandler(fresh, MPI_ERRORS_RETURN);
+  }
+  void *blocks[] = {fresh};
+  REFIT_CHECK(refit_outlive_wait(&req, deadline, "mpi transport repair", blocks, 1));
+  MPI_Comm_set_errhandler(*fresh, MPI_ERRORS_RETURN);
   MPI_Comm_free(&c->comm);
-  c->comm = fresh;
+  c->comm = *fresh;
+  free(fresh);
   c->dirty = 0;
   return REFIT_OK;
 }

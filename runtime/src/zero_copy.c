@@ -476,18 +476,26 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
      * not wait for entries that will not come. */
     s->zc_count = st == REFIT_OK ? s->nshards : -1;
     refit_status_t wst = REFIT_OK;
+    int handed = 0; /* e went to outlive.h with a send that missed its deadline */
     for (int i = 0; i < npeers && wst == REFIT_OK; i++) {
-      MPI_Request req[2];
-      const int nreq = s->zc_count >= 0 ? 2 : 1;
-      MPI_Isend(&s->zc_count, 1, MPI_INT64_T, peers[i], REFIT_ZC_TAG, s->ctrl, &req[0]);
-      if (nreq == 2)
-        MPI_Isend(e, (int)(s->nshards * (int64_t)sizeof(*e)), MPI_BYTE, peers[i],
-                  REFIT_ZC_TAG, s->ctrl, &req[1]);
-      for (int r = 0; r < nreq && wst == REFIT_OK; r++)
-        wst = refit_session_join_wait(s, &req[r], deadline, "zero-copy: sending the tensors",
-                                      "refit.timeout_s", s->cfg.refit.timeout_s);
+      /* The count lives in the session (kept when the session breaks), the
+       * entries on the heap: a send that misses its deadline keeps them. */
+      MPI_Request req;
+      void *blocks[] = {e};
+      MPI_Isend(&s->zc_count, 1, MPI_INT64_T, peers[i], REFIT_ZC_TAG, s->ctrl, &req);
+      wst = refit_session_join_wait(s, &req, deadline, "zero-copy: sending the tensors",
+                                    "refit.timeout_s", s->cfg.refit.timeout_s);
+      if (wst != REFIT_OK || s->zc_count < 0)
+        continue;
+      MPI_Isend(e, (int)(s->nshards * (int64_t)sizeof(*e)), MPI_BYTE, peers[i],
+                REFIT_ZC_TAG, s->ctrl, &req);
+      wst = refit_session_join_wait_blocks(s, &req, blocks, 1, deadline,
+                                           "zero-copy: sending the tensors",
+                                           "refit.timeout_s", s->cfg.refit.timeout_s);
+      handed = wst != REFIT_OK;
     }
-    free(e);
+    if (!handed)
+      free(e);
     free(peers);
     return st != REFIT_OK ? st : wst;
   }
@@ -501,12 +509,24 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
   for (int64_t i = 0; i < s->zc_nmaps; i++)
     s->zc_maps[i].used = 0;
   for (int i = 0; i < npeers && st == REFIT_OK; i++) {
+    /* The count and the entries on the heap: a receive that misses its
+     * deadline keeps them (outlive.h). */
     MPI_Request req;
-    int64_t count = 0;
-    MPI_Irecv(&count, 1, MPI_INT64_T, peers[i], REFIT_ZC_TAG, s->ctrl, &req);
-    st = refit_session_join_wait(s, &req, deadline, "zero-copy: receiving the tensors",
-                                 "refit.timeout_s", s->cfg.refit.timeout_s);
-    if (st == REFIT_OK && count < 0)
+    int64_t *got = malloc(sizeof(*got));
+    if (got == NULL) {
+      st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "zero-copy: count");
+      break;
+    }
+    void *count_block[] = {got};
+    MPI_Irecv(got, 1, MPI_INT64_T, peers[i], REFIT_ZC_TAG, s->ctrl, &req);
+    st = refit_session_join_wait_blocks(s, &req, count_block, 1, deadline,
+                                        "zero-copy: receiving the tensors",
+                                        "refit.timeout_s", s->cfg.refit.timeout_s);
+    if (st != REFIT_OK)
+      break; /* got is parked */
+    const int64_t count = *got;
+    free(got);
+    if (count < 0)
       st = REFIT_ERR(REFIT_ERR_PEER,
                      "zero-copy: trainer rank %d cannot share its tensors (its error is in "
                      "its log)",
@@ -518,10 +538,14 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
       st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "zero-copy: %lld tensors", (long long)count);
       break;
     }
+    void *blocks[] = {e};
     MPI_Irecv(e, (int)(count * (int64_t)sizeof(*e)), MPI_BYTE, peers[i], REFIT_ZC_TAG, s->ctrl,
               &req);
-    st = refit_session_join_wait(s, &req, deadline, "zero-copy: receiving the tensors",
-                                 "refit.timeout_s", s->cfg.refit.timeout_s);
+    st = refit_session_join_wait_blocks(s, &req, blocks, 1, deadline,
+                                        "zero-copy: receiving the tensors",
+                                        "refit.timeout_s", s->cfg.refit.timeout_s);
+    if (st != REFIT_OK)
+      break; /* e is parked */
     for (int64_t k = 0; k < count && st == REFIT_OK; k++) {
       void *base = NULL;
       if (e[k].src < 0 || e[k].src >= nsrc) {

@@ -20,11 +20,24 @@
  *                                 committed anywhere, generators that wrote in
  *                                 place are POISONED, and a later full refit
  *                                 clears it
+ *   test-lifecycle CONFIG close-mid  generator rank 1 closes its session
+ *                                 mid-refit with a receive posted, and the
+ *                                 trainer sends into it afterwards: nothing
+ *                                 writes freed memory (ASan), nobody commits
+ *   test-lifecycle CONFIG begin-again  the trainer aborts refit 2 and begins
+ *                                 refit 3 at once while the generators still
+ *                                 vote on 2: one outcome everywhere (2
+ *                                 refused, 3 committed and verified), no job
+ *                                 abort; then abort and commit, as before
+ *   test-lifecycle CONFIG moved-delta  (delta: on, caller source) a trainer
+ *                                 tensor registered anew, then a begin every
+ *                                 rank refuses: the next refit is still full
  * Each check prints both sides on failure; any failure aborts the job.
  */
 #include "refit/refit.h"
 
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,12 +293,163 @@ static void scenario_poison(refit_session_h s, int world_rank) {
   refit_session_close(s);
 }
 
+/* Sleep `s` seconds. */
+static void nap_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* Wait for every rank of the job, driving MPI's progress meanwhile (what a
+ * process that closed its session goes on doing: late messages land now). */
+static void progress_barrier(void) {
+  MPI_Request r;
+  int flag = 0;
+  MPI_Ibarrier(MPI_COMM_WORLD, &r);
+  while (!flag) {
+    MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+    if (!flag)
+      nap_s(0.001);
+  }
+}
+
+/* Python's with-exit on an exception, __del__ or atexit close a session
+ * mid-refit: generator rank 1 closes with bucket 1's receive posted, and the
+ * trainer sends bucket 1 only afterwards. Close must not free what that
+ * receive targets (ASan: heap-use-after-free as it lands), and nobody may
+ * commit version 2. */
+static void scenario_close_mid(refit_session_h s, int world_rank) {
+  int done = 0;
+  run_refit(s, 1);
+  expect_holds(s, 1);
+  EXPECT_OK(refit_begin(s, 2, NULL));
+  if (world_rank == 1) {
+    EXPECT_OK(refit_progress(s, &done)); /* bucket 0 landed, bucket 1 posted */
+    EXPECT(!done, "the refit has one bucket: the test proves nothing");
+    refit_session_close(s);
+    progress_barrier();
+    return;
+  }
+  refit_status_t st = refit_progress(s, &done);
+  if (world_rank == 0)
+    nap_s(0.5); /* rank 1 closes meanwhile */
+  while (st == REFIT_OK && !done)
+    st = refit_progress(s, &done);
+  refit_status_t cst = refit_commit(s, NULL);
+  EXPECT(cst != REFIT_OK, "version 2 committed without generator rank 1");
+  EXPECT(refit_committed_version(s) == 1, "committed %llu",
+         (unsigned long long)refit_committed_version(s));
+  if (refit_session_side(s) == REFIT_SIDE_GENERATOR) {
+    /* Voted no: restored version 1; voted yes without learning the
+     * outcome: POISONED. Never version 2. */
+    if (refit_state(s) == REFIT_STATE_POISONED)
+      printf("test-lifecycle close-mid: rank %d: POISONED (voted yes)\n", world_rank);
+    else
+      expect_holds(s, 1);
+  }
+  refit_session_close(s);
+  progress_barrier();
+}
+
+/* refit_abort on one rank, then its next begin, while its peers finish the
+ * aborted refit and vote on it: the aborting rank settles its vote in
+ * refit_abort, so the next begin's header exchange meets the peers' next
+ * begin, not their vote (before: MPI_ERR_TRUNCATE, the whole job aborted). */
+static void scenario_begin_again(refit_session_h s, int world_rank) {
+  int done = 0;
+  run_refit(s, 1);
+  expect_holds(s, 1);
+  EXPECT_OK(refit_begin(s, 2, NULL));
+  if (world_rank == 0) {
+    /* As Session.refit() does after an error in begin: no commit. */
+    EXPECT_OK(refit_abort(s));
+    EXPECT(refit_state(s) == REFIT_STATE_IDLE, "state %s",
+           refit_state_str(refit_state(s)));
+  } else {
+    while (!done)
+      EXPECT_OK(refit_progress(s, &done));
+    EXPECT_STATUS(refit_commit(s, NULL), REFIT_ERR_PEER, "did not complete");
+    expect_holds(s, 1);
+  }
+  EXPECT(refit_committed_version(s) == 1, "committed %llu",
+         (unsigned long long)refit_committed_version(s));
+  run_refit(s, 3);
+  expect_holds(s, 3);
+  /* A begin that fails everywhere (a version nobody accepts) owes no vote;
+   * after an abort mid-refit a commit names this rank's failure once. */
+  EXPECT_STATUS(refit_begin(s, 3, NULL), REFIT_ERR_STATE, "versions must increase");
+  EXPECT_OK(refit_begin(s, 4, NULL));
+  if (world_rank == 0) {
+    EXPECT_OK(refit_abort(s));
+    EXPECT_STATUS(refit_commit(s, NULL), REFIT_ERR_STATE, "this rank failed");
+    EXPECT_STATUS(refit_commit(s, NULL), REFIT_ERR_STATE, "no refit to commit");
+  } else {
+    done = 0;
+    while (!done)
+      EXPECT_OK(refit_progress(s, &done));
+    EXPECT_STATUS(refit_commit(s, NULL), REFIT_ERR_PEER, "did not complete");
+  }
+  run_refit(s, 5);
+  expect_holds(s, 5);
+  EXPECT(refit_committed_version(s) == 5, "committed %llu",
+         (unsigned long long)refit_committed_version(s));
+  refit_session_close(s);
+}
+
+static int last_refit_delta(refit_session_h s) {
+  refit_wire_stats_t w;
+  EXPECT_OK(refit_last_wire_stats(s, &w));
+  return w.delta;
+}
+
+/* delta: on with the trainer's own tensors. A tensor registered at a new
+ * address makes the next refit a full one; a begin that fails on every rank
+ * (a version the generators refuse) must not lose that. */
+static void scenario_moved_delta(refit_session_h s) {
+  const int trainer = refit_session_side(s) == REFIT_SIDE_TRAINER;
+  const int64_t n = refit_tensor_count(s);
+  void **mem = calloc((size_t)n, sizeof(void *));
+  refit_tensor_t t;
+  for (int64_t i = 0; trainer && i < n; i++) {
+    EXPECT_OK(refit_tensor_get(s, i, &t));
+    t.data = mem[i] = calloc(1, t.bytes);
+    for (size_t k = 0; k < t.bytes / 2; k++) /* BF16 of small integers */
+      ((uint16_t *)t.data)[k] = (uint16_t)(0x3f80 + (k + (size_t)i) % 64);
+    EXPECT_OK(refit_tensor_register(s, &t));
+  }
+  run_refit(s, 1);
+  EXPECT(!last_refit_delta(s), "refit 1 was a delta refit");
+  if (trainer)
+    ((uint16_t *)mem[0])[0] ^= 1; /* a training step changes one weight */
+  run_refit(s, 2);
+  EXPECT(last_refit_delta(s), "refit 2 was full: the test proves nothing");
+  if (trainer) {
+    /* The optimizer re-grows tensor 0 elsewhere (same values). */
+    EXPECT_OK(refit_tensor_get(s, 0, &t));
+    void *moved = malloc(t.bytes);
+    memcpy(moved, mem[0], t.bytes);
+    free(mem[0]);
+    mem[0] = t.data = moved;
+    EXPECT_OK(refit_tensor_register(s, &t));
+  }
+  EXPECT_STATUS(refit_begin(s, 2, NULL), REFIT_ERR_STATE, "versions must increase");
+  run_refit(s, 3);
+  EXPECT(!last_refit_delta(s),
+         "refit 3 after a tensor moved was a delta refit (the failed begin lost it)");
+  EXPECT(refit_committed_version(s) == 3, "committed %llu",
+         (unsigned long long)refit_committed_version(s));
+  refit_session_close(s);
+  for (int64_t i = 0; i < n; i++)
+    free(mem[i]);
+  free(mem);
+}
+
 int main(int argc, char **argv) {
   refit_session_h s;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   if (argc != 3 && argc != 4) {
-    fprintf(stderr, "usage: test-lifecycle CONFIG basic|async|poison|cycles "
+    fprintf(stderr, "usage: test-lifecycle CONFIG basic|async|poison|cycles|close-mid|"
+                    "begin-again|moved-delta "
                     "[TIMEOUT_S]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
@@ -312,6 +476,12 @@ int main(int argc, char **argv) {
     scenario_poison(s, rank_);
   else if (strcmp(argv[2], "slow-async") == 0)
     scenario_slow_async(s, argc > 3 ? atof(argv[3]) : 1.0);
+  else if (strcmp(argv[2], "close-mid") == 0)
+    scenario_close_mid(s, rank_);
+  else if (strcmp(argv[2], "begin-again") == 0)
+    scenario_begin_again(s, rank_);
+  else if (strcmp(argv[2], "moved-delta") == 0)
+    scenario_moved_delta(s);
   else if (strncmp(argv[2], "cycles", 6) == 0)
     scenario_cycles(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
   else

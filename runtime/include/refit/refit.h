@@ -109,7 +109,10 @@ typedef struct {
 refit_status_t refit_session_open(MPI_Comm comm, const char *config_path,
                                   refit_session_h *out);
 
-/* Release everything; not collective; NULL is ignored. */
+/* Release everything; not collective, waits for nothing; NULL is ignored.
+ * During a refit, what is in flight is abandoned (peers fail it at their
+ * deadline), and the buffers a late peer may still write or read are kept
+ * until the process exits. */
 void refit_session_close(refit_session_h s);
 
 refit_side_t refit_session_side(refit_session_h s);
@@ -157,8 +160,8 @@ refit_status_t refit_begin(refit_session_h s, uint64_t version, void *stream);
  * its next bucket is still in flight (call it between serving steps); in
  * sync mode, and on trainers, it waits for that bucket (within
  * refit.timeout_s). On failure the refit is aborted on this rank (see
- * refit_abort) and the error returned; call refit_commit anyway so this rank
- * votes no and no peer waits for it.
+ * refit_abort: it votes no) and the error returned; refit_commit then
+ * returns this rank's failure, and refit_begin may follow at once.
  */
 refit_status_t refit_progress(refit_session_h s, int *done);
 
@@ -182,10 +185,13 @@ refit_status_t refit_commit(refit_session_h s, void *stream);
  * Abandon the refit in progress: generators keep or restore version V (sync
  * with restore: none cannot restore: the generator becomes POISONED and
  * refuses to serve until a full successful refit). Idempotent: a second call,
- * or a call in IDLE or POISONED, does nothing and returns REFIT_OK. Not
- * collective; in RECEIVING it first completes this rank's part of the bucket
- * schedule without landing anything (each bucket within refit.timeout_s), so
- * that its peers reach the vote.
+ * or a call in IDLE or POISONED, does nothing and returns REFIT_OK. In
+ * RECEIVING it first completes this rank's part of the bucket schedule
+ * without landing anything (each bucket within refit.timeout_s), so that its
+ * peers reach the vote; then it casts this rank's vote, no (the commit vote's
+ * collective, bounded like it), so peers that finish the refit learn at their
+ * refit_commit that it failed, and this rank may call refit_begin next (a
+ * refit_commit in between returns this rank's failure, once).
  */
 refit_status_t refit_abort(refit_session_h s);
 
