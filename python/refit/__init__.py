@@ -33,11 +33,15 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # The MPI binding loads librefit and mpi4py: only when asked for.
+    # import_module, not "from . import": that form asks this function for
+    # the submodule first.
+    import importlib
+    if name.startswith("__") or name in ("errors", "session", "_lib", "_tensors", "adapters"):
+        raise AttributeError("module 'refit' has no attribute %r" % name)
     if name == "library_path":
-        from . import _lib
-        return _lib.path
-    from . import errors, session
-    for module in (session, errors):
+        return importlib.import_module(__name__ + "._lib").path
+    for sub in ("session", "errors"):
+        module = importlib.import_module(__name__ + "." + sub)
         if hasattr(module, name):
             return getattr(module, name)
     raise AttributeError("module 'refit' has no attribute %r" % name)
