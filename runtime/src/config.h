@@ -148,7 +148,7 @@ typedef struct {
   struct {
     refit_mode_t mode;                /* sync (default) | async */
     refit_transport_kind_t transport; /* auto (default) | mpi | nccl | ipc | ucx */
-    uint64_t bucket_bytes;            /* default 256MiB; >= 1MiB */
+    uint64_t bucket_bytes;            /* default 256MiB; 64KiB to 2GiB - 1 */
     uint64_t arena_bytes;             /* MXFP8 assembly bound; default 4GiB,
                                          0 = none */
     refit_precision_t precision;      /* bf16 (default) | mxfp8 */

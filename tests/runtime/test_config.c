@@ -448,6 +448,11 @@ static const mistake_t mistakes[] = {
          .want = {"demo.yaml:22:17: refit.bucket_bytes: expected a size of at "
                   "least 64KiB",
                   "got '32KiB'"}),
+    /* A bucket's message is counted in an MPI int: 2GiB would pass the
+     * config and fail at the first exchange. */
+    CASE(.base = moe, .append = "refit:\n  bucket_bytes: 2GiB\n", .lines = 1,
+         .want = {"demo.yaml:22:17: refit.bucket_bytes: expected a size of at "
+                  "least 64KiB and at most 2147483647 bytes, got '2GiB'"}),
     /* Sizes with units. */
     CASE(.base = moe, .append = "refit:\n  bucket_bytes: 10XB\n",
          .want = {"demo.yaml:22:17: refit.bucket_bytes: expected a size of at "
