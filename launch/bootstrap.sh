@@ -16,7 +16,7 @@ what=${1:-}
 jobs=$(nproc)
 
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
-          libyaml-dev libjansson-dev libhdf5-dev libucx-dev libcmocka-dev
+          libyaml-dev libjansson-dev libhdf5-dev libucx-dev libcmocka-dev libssl-dev
           python3 python3-numpy python3-mpi4py)  # what `import refit` needs
 # Test-only packages: a one-node Slurm cluster for tests/launch (label slurm),
 # what the Python tests import (label python), and clang for the libFuzzer

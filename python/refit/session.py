@@ -40,7 +40,9 @@ def join(side, port_file, timeout_s=60.0, comm=None):
     `port_file`, the trainer job connects. Returns the merged communicator
     (an mpi4py Intracomm, trainers first; the caller frees it), to pass to
     Session. Collective over `comm` (MPI_COMM_WORLD) and with the other job;
-    raises refit.TimeoutError naming the file when the other never comes."""
+    raises refit.TimeoutError naming the file when the other never comes. The
+    jobs prove to each other that they hold the key file (REFIT_JOIN_KEY_FILE
+    or PORT_FILE.key, 0600, made by the first to start; refit.h)."""
     sides = {v: k for k, v in _lib.SIDES.items()}
     if side not in sides:
         raise ValueError("refit.join: side must be 'trainer' or 'generator', got %r"

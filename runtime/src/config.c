@@ -12,6 +12,7 @@
 #include "config_rules.h"
 #include "config_table.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "hf_config.h"
 
 #include <errno.h>
@@ -19,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define ROW(id) REFIT_CONFIG_ROW_##id
 
@@ -204,42 +207,57 @@ refit_status_t refit_config_load(const char *path, int world_size, refit_config_
     *errors = NULL;
   if (path == NULL || cfg == NULL)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit_config_load: NULL path or cfg");
-  FILE *f = fopen(path, "rb");
-  if (f == NULL)
-    return refit_config_error_out(errors, REFIT_ERR_SYSTEM,
-                                  "%s: cannot open the configuration: %s", path,
-                                  strerror(errno));
-  char *text = NULL;
-  size_t len = 0, cap = 0;
+  /* A FIFO or device as the path is refused here rather than read: opening
+   * a FIFO would block this rank, and every other rank with it. */
+  int fd = -1;
+  struct stat sb;
+  if (refit_file_open_regular(path, "configuration", &fd, &sb) != REFIT_OK) {
+    char why[1024];
+    snprintf(why, sizeof(why), "%s", refit_last_error());
+    return refit_config_error_out(errors, REFIT_ERR_SYSTEM, "%s", why);
+  }
+  if ((uint64_t)sb.st_size > REFIT_CONFIG_MAX_BYTES) {
+    close(fd);
+    return refit_config_error_out(errors, REFIT_ERR_CONFIG,
+                                  "%s: the configuration is %lld bytes, more than "
+                                  "the %d (%d KiB) a refit YAML file may have",
+                                  path, (long long)sb.st_size, REFIT_CONFIG_MAX_BYTES,
+                                  REFIT_CONFIG_MAX_BYTES >> 10);
+  }
+  /* One byte past the cap tells a file that grew after the fstat. */
+  char *text = malloc((size_t)REFIT_CONFIG_MAX_BYTES + 2);
+  size_t len = 0;
   refit_status_t status = REFIT_OK;
-  for (;;) {
-    if (cap - len < 4096 + 1) {
-      size_t ncap = cap ? 2 * cap : 8192;
-      char *p = realloc(text, ncap);
-      if (p == NULL) {
-        status = refit_config_error_out(errors, REFIT_ERR_NO_MEMORY,
-                                        "%s: out of memory reading the "
-                                        "configuration",
-                                        path);
-        goto err_free_text;
-      }
-      text = p;
-      cap = ncap;
+  if (text == NULL) {
+    close(fd);
+    return refit_config_error_out(errors, REFIT_ERR_NO_MEMORY,
+                                  "%s: out of memory reading the configuration", path);
+  }
+  while (len < (size_t)REFIT_CONFIG_MAX_BYTES + 1) {
+    const ssize_t got = read(fd, text + len, (size_t)REFIT_CONFIG_MAX_BYTES + 1 - len);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0) {
+      const int e = errno;
+      close(fd);
+      status = refit_config_error_out(errors, REFIT_ERR_SYSTEM,
+                                      "%s: cannot read the configuration: %s", path,
+                                      strerror(e));
+      goto err_free_text;
     }
-    size_t got = fread(text + len, 1, cap - len - 1, f);
-    len += got;
     if (got == 0)
       break;
+    len += (size_t)got;
   }
-  if (ferror(f)) {
-    status = refit_config_error_out(errors, REFIT_ERR_SYSTEM,
-                                    "%s: cannot read the configuration: %s", path,
-                                    strerror(errno));
+  close(fd);
+  if (len > (size_t)REFIT_CONFIG_MAX_BYTES) {
+    status = refit_config_error_out(errors, REFIT_ERR_CONFIG,
+                                    "%s: the configuration is more than the %d bytes "
+                                    "a refit YAML file may have",
+                                    path, REFIT_CONFIG_MAX_BYTES);
     goto err_free_text;
   }
   text[len] = '\0';
-  fclose(f);
-  f = NULL;
 
   status = refit_config_parse(text, len, path, world_size, cfg, errors);
   if (status != REFIT_OK)
@@ -254,8 +272,6 @@ refit_status_t refit_config_load(const char *path, int world_size, refit_config_
 
 err_free_text:
   free(text);
-  if (f)
-    fclose(f);
   return status;
 }
 

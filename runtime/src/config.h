@@ -148,7 +148,7 @@ typedef struct {
   struct {
     refit_mode_t mode;                /* sync (default) | async */
     refit_transport_kind_t transport; /* auto (default) | mpi | nccl | ipc | ucx */
-    uint64_t bucket_bytes;            /* default 256MiB; >= 1MiB */
+    uint64_t bucket_bytes;            /* default 256MiB; 64KiB to 2GiB - 1 */
     uint64_t arena_bytes;             /* MXFP8 assembly bound; default 4GiB,
                                          0 = none */
     refit_precision_t precision;      /* bf16 (default) | mxfp8 */
@@ -233,8 +233,15 @@ refit_status_t refit_config_parse(const char *text, size_t len,
                                   const char *filename, int world_size,
                                   refit_config_t *cfg, char **errors);
 
+/* The largest configuration file refit reads: presets are a few KiB, and
+ * the text is broadcast to every rank as one MPI message, whose count is an
+ * int. */
+#define REFIT_CONFIG_MAX_BYTES (1 << 20)
+
 /* Read a file and parse it (as above). *text_out (if not NULL) receives the
- * malloc'd file text, which the caller frees. */
+ * malloc'd file text, which the caller frees. A path that is not a regular
+ * file (a FIFO, a device) is refused with REFIT_ERR_SYSTEM without reading
+ * it, a file over REFIT_CONFIG_MAX_BYTES with REFIT_ERR_CONFIG. */
 refit_status_t refit_config_load(const char *path, int world_size,
                                  refit_config_t *cfg, char **errors,
                                  char **text_out, size_t *len_out);

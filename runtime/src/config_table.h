@@ -140,7 +140,8 @@
   X(REFIT_TRANSPORT, "refit", "transport", ENUM, refit.transport, "auto", 0,   \
     0, "auto|mpi|nccl|ipc|ucx", 0, "transport between trainer and generator")  \
   X(REFIT_BUCKET_BYTES, "refit", "bucket_bytes", BYTES, refit.bucket_bytes,    \
-    "256MiB", 65536, INT64_MAX, "", 0, "bytes per transfer bucket")            \
+    "256MiB", 65536, INT32_MAX, "", 0,                                         \
+    "bytes per transfer bucket (below 2GiB: a message's MPI count is an int)") \
   X(REFIT_ARENA_BYTES, "refit", "arena_bytes", BYTES, refit.arena_bytes,       \
     "4GiB", 0, INT64_MAX, "", 0,                                               \
     "bound of the MXFP8 assembly arena per generator rank (0 = none): the "    \

@@ -478,10 +478,14 @@ void refit_config_value_expect(const refit_config_row_t *r, bool too_big, char *
   case REFIT_CONFIG_TYPE_BYTES: {
     char min[32];
     refit_config_bytes_format((uint64_t)r->min, min, sizeof(min));
-    snprintf(buf, n,
-             "a size of at least %s such as 256MiB, 1GiB, 64KiB, 1MB or "
-             "4096",
-             min);
+    if (too_big && r->max < INT64_MAX)
+      snprintf(buf, n, "a size of at least %s and at most %" PRId64 " bytes", min,
+               r->max);
+    else
+      snprintf(buf, n,
+               "a size of at least %s such as 256MiB, 1GiB, 64KiB, 1MB or "
+               "4096",
+               min);
     return;
   }
   case REFIT_CONFIG_TYPE_DOUBLE: {

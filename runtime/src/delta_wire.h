@@ -53,9 +53,12 @@
  * 8-byte sealed digest), so the new trailer comes through the delta too. The
  * receive is posted at the message's full length with a variable length
  * (refit_xfer_t.got), so the received length tells the two forms apart (MPI,
- * UCX and IPC carry such receives). NCCL's cannot, and zero copy moves no
- * weight bytes: delta: on refuses them at the first begin, auto falls back
- * to full refits.
+ * UCX and IPC carry such receives). NCCL's messages have a fixed length: over
+ * nccl each bucket's message lengths go ahead of it over MPI
+ * (transport_lengths.c, the transport then named nccl+lengths) and the
+ * messages follow at their exact lengths. Zero copy moves no weight bytes:
+ * delta: on refuses zero_copy: on at the first begin, and under auto the
+ * refits that run with zero copy are full.
  *
  * On a GPU (device memory, transport ipc). A trainer keeps its baseline in
  * GPU memory, or in pinned host memory under refit.delta_baseline: host, and

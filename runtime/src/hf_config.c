@@ -8,6 +8,7 @@
 #include "hf_config.h"
 
 #include "core/error.h"
+#include "core/file.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define REFIT_HF_KEY_(json, field, yaml, member, is_bool)                                \
   {json, "model." yaml, offsetof(refit_model_t, member), is_bool,                        \
@@ -308,11 +310,18 @@ refit_status_t refit_hf_config_load(const char *path, refit_hf_config_t *out, ch
              path[0] && path[strlen(path) - 1] == '/' ? "" : "/");
   if (file)
     snprintf(file, file_len, "%s", name);
-  FILE *f = fopen(name, "rb");
-  if (f == NULL)
+  int fd = -1;
+  if (refit_file_open_regular(name, "model configuration", &fd, &sb) != REFIT_OK) {
+    char why[1024];
+    snprintf(why, sizeof(why), "%s", refit_last_error());
+    return refit_hf_fail(errors, "%s", why);
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (f == NULL) {
+    close(fd);
     return refit_hf_fail(errors, "%s: cannot open it: %s", name, strerror(errno));
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) ||
-      (uint64_t)sb.st_size > REFIT_HF_CONFIG_MAX_BYTES) {
+  }
+  if ((uint64_t)sb.st_size > REFIT_HF_CONFIG_MAX_BYTES) {
     fclose(f);
     return refit_hf_fail(errors, "%s: not a regular file of at most %u bytes", name,
                          REFIT_HF_CONFIG_MAX_BYTES);

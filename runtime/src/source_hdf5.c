@@ -17,6 +17,7 @@
  * hangs or is killed turns into a refusal that names the file, and only a
  * file the child accepted is opened in the rank itself.
  */
+#include "core/file.h"
 #include "dump.h"
 #include "source.h"
 
@@ -307,6 +308,7 @@ static refit_status_t refit_h5_open_here(const refit_config_t *cfg,
                                          void **ctx) {
   refit_status_t st = REFIT_OK;
   struct stat sb;
+  int fd = -1;
   htri_t is_h5;
   refit_h5_source_t *c = calloc(1, sizeof(*c));
   if (c == NULL)
@@ -318,13 +320,16 @@ static refit_status_t refit_h5_open_here(const refit_config_t *cfg,
   snprintf(c->path, sizeof(c->path), "%s", cfg->source.path);
   refit_h5_quiet();
 
-  if (stat(c->path, &sb) != 0) {
+  /* HDF5 opens the path itself: make sure first that it is a regular file,
+   * so that a FIFO is refused by name instead of blocking the open. */
+  if (refit_file_open_regular(c->path, "checkpoint", &fd, &sb) != REFIT_OK) {
+    char why[1024];
+    snprintf(why, sizeof(why), "%s", refit_last_error());
     st = REFIT_ERR(REFIT_ERR_HDF5,
-                   "checkpoint %s: %s (source.path; write one with refit-ckpt "
-                   "CONFIG FILE)",
-                   c->path, strerror(errno));
+                   "%s (source.path; write one with refit-ckpt CONFIG FILE)", why);
     goto err_free;
   }
+  close(fd);
   REFIT_H5_CHECK_GOTO(is_h5 = H5Fis_hdf5(c->path), st, err_free,
                       "checkpoint %s", c->path);
   if (!is_h5) {

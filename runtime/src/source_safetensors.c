@@ -13,6 +13,7 @@
  * safetensors.h, presence, dtype, shape) and lists every problem at once,
  * each with its file and tensor, before any transfer.
  */
+#include "core/file.h"
 #include "dump.h"
 #include "safetensors.h"
 #include "source.h"
@@ -93,13 +94,10 @@ static void refit_st_open_file(refit_st_file_t *f, refit_st_list_t *l) {
   struct stat sb;
   unsigned char prefix[8];
   uint64_t n = 0;
-  f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-  if (f->fd < 0) {
-    refit_st_add(l, "%s: %s", f->path, strerror(errno));
-    return;
-  }
-  if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    refit_st_add(l, "%s: not a regular file", f->path);
+  /* A FIFO among the shards is refused by name, never opened blocking. */
+  if (refit_file_open_regular(f->path, "safetensors file", &f->fd, &sb) != REFIT_OK) {
+    f->fd = -1;
+    refit_st_add(l, "%s", refit_last_error());
     return;
   }
   const ssize_t got = pread(f->fd, prefix, sizeof(prefix), 0);
@@ -146,7 +144,13 @@ static int refit_st_add_file(refit_st_source_t *c, const char *path) {
 static void refit_st_read_index(refit_st_source_t *c, const char *dir, const char *index,
                                 refit_st_list_t *l) {
   json_error_t jerr;
-  json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
+  int fd = -1;
+  if (refit_file_open_regular(index, "safetensors index", &fd, NULL) != REFIT_OK) {
+    refit_st_add(l, "%s", refit_last_error());
+    return;
+  }
+  json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+  close(fd);
   if (root == NULL) {
     refit_st_add(l, "%s: not a valid index (line %d column %d: %s)", index, jerr.line,
                  jerr.column, jerr.text);

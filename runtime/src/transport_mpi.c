@@ -276,8 +276,11 @@ static void refit_mpi_abandon(void *ctx, refit_exchange_t *ex) {
       /* Receives: cancel, and complete the cancellation when MPI can. A
        * receive already matched to a message of a dead peer can neither
        * finish nor be cancelled: waiting on it would hang, so after a short
-       * grace it is released; the staging it points into lives until the
-       * session is destroyed. */
+       * grace it is released (MPI_Request_free). Nothing keeps its staging
+       * aside: should MPI still complete it, it writes into staging that the
+       * next refit reuses (or that keep_staging: false gave back); the
+       * repair at the next begin replaces the communicator, which stops new
+       * matches, not this one. */
       int done = 0;
       MPI_Cancel(&ex->req[i]);
       for (int k = 0; k < 2000 && !done; k++) {

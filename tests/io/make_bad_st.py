@@ -16,7 +16,7 @@ import sys
 CASES = ["short", "over-bound", "past-end", "malformed", "non-utf8", "duplicate",
          "dtype-unknown", "dtype-int", "shape-offsets", "out-of-range", "overlap",
          "hole", "metadata", "missing-and-shape", "index-missing-file",
-         "index-missing-tensor"]
+         "index-missing-tensor", "fifo", "index-fifo", "index-shard-fifo"]
 
 
 def read(path):
@@ -121,13 +121,30 @@ def main():
         index["weight_map"][a] = "model-00009-of-00002.safetensors"
         json.dump(index, open(os.path.join(out, "model.safetensors.index.json"), "w"))
         want = [os.path.join(out, "model-00009-of-00002.safetensors") +
-                ": No such file or directory"]
+                ": cannot open the safetensors file: No such file or directory"]
     elif case == "index-missing-tensor":
         shutil.copytree(good_dir, out)
         index = json.load(open(os.path.join(out, "model.safetensors.index.json")))
         del index["weight_map"][a]
         json.dump(index, open(os.path.join(out, "model.safetensors.index.json"), "w"))
         want = [f"tensor '{a}' is missing from weight_map"]
+    elif case == "fifo":
+        # A FIFO opened for reading waits for a writer: refused by name, at once.
+        os.mkfifo(out)
+        want = [f"{out}: the safetensors file is a FIFO, not a regular file"]
+    elif case == "index-fifo":
+        os.mkdir(out)
+        os.mkfifo(os.path.join(out, "model.safetensors.index.json"))
+        want = [os.path.join(out, "model.safetensors.index.json") +
+                ": the safetensors index is a FIFO, not a regular file"]
+    elif case == "index-shard-fifo":
+        shutil.copytree(good_dir, out)
+        index = json.load(open(os.path.join(out, "model.safetensors.index.json")))
+        shard = index["weight_map"][a]
+        os.remove(os.path.join(out, shard))
+        os.mkfifo(os.path.join(out, shard))
+        want = [os.path.join(out, shard) +
+                ": the safetensors file is a FIFO, not a regular file"]
     else:
         sys.exit(f"make_bad_st: unknown case {case}")
     print("\n".join(want))

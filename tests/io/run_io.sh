@@ -7,15 +7,17 @@
 #   run_io.sh BUILD dump-ckpt          f16 checkpoint of synthetic version 7,
 #                                      refit, dump: the dump must equal the
 #                                      synthetic values of version 7
-#   run_io.sh BUILD bad                broken checkpoints are rejected before
-#                                      any transfer, with the asserted message
+#   run_io.sh BUILD bad                broken checkpoints (a FIFO among them)
+#                                      are rejected before any transfer, with
+#                                      the asserted message, within a minute
 #   run_io.sh BUILD ucx                refit.transport ucx verifies bit for bit
 #   run_io.sh BUILD st DTYPE SHARDS    a safetensors checkpoint by refit-ckpt
 #                                      (one file, or SHARDS files and an index)
 #                                      refits; its dump equals the dump of the
 #                                      HDF5 checkpoint of the same weights
 #   run_io.sh BUILD bad-st             broken safetensors files and indexes
-#                                      are rejected before any transfer, every
+#                                      (FIFOs among them) are rejected before
+#                                      any transfer, within a minute, every
 #                                      problem listed with file and tensor
 #   run_io.sh BUILD hf-presets         configs/*-hf.yaml (shapes from
 #                                      config.json) plan as their typed twins
@@ -90,9 +92,11 @@ dump: $tmp/dump.h5")
     # expect KIND MESSAGE: refit-run must exit 2 before any refit, saying MESSAGE.
     expect() {
       local out=$tmp/out.$1
-      "$root/launch/refit-launch" --build-dir "$build" "$cfg" >"$out" 2>&1
+      # Refused within a minute: a path that blocks its reader must not hang.
+      timeout -k 5 60 "$root/launch/refit-launch" --build-dir "$build" "$cfg" >"$out" 2>&1
       local rc=$?
       cat "$out"
+      [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "$1: still running after 60 s (hung)"
       [ $rc -eq 2 ] || fail "$1: exit status $rc, expected 2"
       grep -qF -- "$2" "$out" || fail "$1: output lacks '$2'"
       grep -qF "$tmp/bad.h5" "$out" || fail "$1: message does not name the file"
@@ -119,6 +123,19 @@ dump: $tmp/dump.h5")
     expect not-hdf5 "not an HDF5 file"
     rm -f "$tmp/bad.h5"
     expect absent "No such file or directory"
+    # A FIFO blocks whoever opens it for reading until a writer comes.
+    mkfifo "$tmp/bad.h5" || fail mkfifo
+    expect fifo "$tmp/bad.h5: the checkpoint is a FIFO, not a regular file"
+    # The same for the configuration itself, through the launcher.
+    mkfifo "$tmp/fifo.yaml" || fail mkfifo
+    timeout -k 5 60 "$root/launch/refit-launch" --build-dir "$build" "$tmp/fifo.yaml" >"$tmp/out.cfg" 2>&1
+    rc=$?
+    cat "$tmp/out.cfg"
+    [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "config fifo: still running after 60 s (hung)"
+    [ $rc -eq 2 ] || fail "config fifo: exit status $rc, expected 2"
+    grep -qF "$tmp/fifo.yaml: the configuration is a FIFO, not a regular file" "$tmp/out.cfg" ||
+      fail "config fifo: the FIFO is not named"
+    echo "run_io: config fifo rejected: ok"
     ;;
   ucx)
     # Host memory on GPU machines too (the GPU tests cover UCX on devices).
@@ -168,9 +185,10 @@ dump: $tmp/dump-st.h5")
     expect() {
       local what=$1 out=$tmp/out.$1
       shift
-      "$root/launch/refit-launch" --build-dir "$build" "$cfg" >"$out" 2>&1
+      timeout -k 5 60 "$root/launch/refit-launch" --build-dir "$build" "$cfg" >"$out" 2>&1
       local rc=$?
       cat "$out"
+      [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "$what: still running after 60 s (hung)"
       [ $rc -eq 2 ] || fail "$what: exit status $rc, expected 2"
       for m in "$@"; do grep -qF -- "$m" "$out" || fail "$what: output lacks '$m'"; done
       if grep -qE '^ +1 +1 ' "$out"; then fail "$what: a refit ran"; fi

@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #ifndef REFIT_CONFIGS_DIR
 #define REFIT_CONFIGS_DIR "configs"
@@ -446,6 +448,11 @@ static const mistake_t mistakes[] = {
          .want = {"demo.yaml:22:17: refit.bucket_bytes: expected a size of at "
                   "least 64KiB",
                   "got '32KiB'"}),
+    /* A bucket's message is counted in an MPI int: 2GiB would pass the
+     * config and fail at the first exchange. */
+    CASE(.base = moe, .append = "refit:\n  bucket_bytes: 2GiB\n", .lines = 1,
+         .want = {"demo.yaml:22:17: refit.bucket_bytes: expected a size of at "
+                  "least 64KiB and at most 2147483647 bytes, got '2GiB'"}),
     /* Sizes with units. */
     CASE(.base = moe, .append = "refit:\n  bucket_bytes: 10XB\n",
          .want = {"demo.yaml:22:17: refit.bucket_bytes: expected a size of at "
@@ -1551,6 +1558,47 @@ static void test_load_errors(void **state) {
   assert_non_null(strstr(refit_last_error(), want));
 }
 
+/* A FIFO as the configuration is refused by name at once (opening it for
+ * reading would wait for a writer forever: the alarm fails the test instead),
+ * and so is a file over REFIT_CONFIG_MAX_BYTES. */
+static void test_load_refuses_fifo_and_huge_file(void **state) {
+  (void)state;
+  char dir[] = "/tmp/refit_test_config_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[128], want[256];
+  snprintf(path, sizeof(path), "%s/job.yaml", dir);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  refit_config_t cfg;
+  char *errors = NULL;
+  alarm(20);
+  assert_int_equal(refit_config_load(path, 0, &cfg, &errors, NULL, NULL),
+                   REFIT_ERR_SYSTEM);
+  alarm(0);
+  keep(errors);
+  snprintf(want, sizeof(want), "%s: the configuration is a FIFO, not a regular file",
+           path);
+  if (strstr(errors, want) == NULL)
+    fail_msg("expected '%s' in:\n%s", want, errors);
+  assert_int_equal(unlink(path), 0);
+
+  /* A valid file padded with comments past the cap. */
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(moe, f);
+  for (size_t n = strlen(moe); n <= REFIT_CONFIG_MAX_BYTES; n += 64)
+    fprintf(f, "#%62s\n", "padding");
+  fclose(f);
+  assert_int_equal(refit_config_load(path, 0, &cfg, &errors, NULL, NULL),
+                   REFIT_ERR_CONFIG);
+  keep(errors);
+  snprintf(want, sizeof(want), "%s: the configuration is ", path);
+  if (strstr(errors, want) == NULL ||
+      strstr(errors, "bytes, more than the 1048576") == NULL)
+    fail_msg("expected '%s... bytes, more than the 1048576' in:\n%s", want, errors);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(rmdir(dir), 0);
+}
+
 static void test_hash_and_format_round_trip(void **state) {
   (void)state;
   refit_config_t a, b;
@@ -1596,6 +1644,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_every_option_accepted, teardown),
       cmocka_unit_test_teardown(test_presets_parse, teardown),
       cmocka_unit_test_teardown(test_load_errors, teardown),
+      cmocka_unit_test_teardown(test_load_refuses_fifo_and_huge_file, teardown),
       cmocka_unit_test_teardown(test_hash_and_format_round_trip, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[64];
@@ -242,8 +243,25 @@ static void test_missing_file(void **state) {
   char *errors =
       parse("model:\n  hf_config: nowhere/config.json\n", REFIT_ERR_CONFIG, NULL);
   expect(errors, "job.yaml:2:3: model.hf_config: ");
-  expect(errors, "nowhere/config.json: cannot open it: No such file or directory");
+  expect(errors, "nowhere/config.json: cannot open the model configuration: No such file "
+                 "or directory");
   assert_null(strstr(errors, "missing required"));
+  free(errors);
+}
+
+/* A FIFO as config.json is refused by name at once: opening it for reading
+ * would wait for a writer forever (the alarm fails the test instead). */
+static void test_fifo_refused(void **state) {
+  (void)state;
+  char path[128];
+  snprintf(path, sizeof(path), "%s/config.json", dir);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  alarm(20);
+  char *errors = parse("model:\n  hf_config: .\n", REFIT_ERR_CONFIG, NULL);
+  alarm(0);
+  expect(errors, "job.yaml:2:3: model.hf_config: ");
+  expect(errors, "/config.json: the model configuration is a FIFO, not a regular file");
   free(errors);
 }
 
@@ -275,6 +293,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_unsupported_values, setup, teardown),
       cmocka_unit_test_setup_teardown(test_table_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_missing_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fifo_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dense_family, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

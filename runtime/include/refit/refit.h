@@ -474,12 +474,22 @@ refit_status_t refit_checkpoint_write(refit_config_h c, const char *path,
  * see and no earlier job left behind (a file of a dead generator of the same
  * host is detected and refused).
  *
- * Blocking, bounded by `timeout_s` on each side: REFIT_ERR_TIMEOUT names the
- * file when the other job never came. Neither side enters MPI_Comm_accept
- * or MPI_Comm_connect (which MPI cannot cancel) before the claim shows the
- * other is there; should the other process die between the claim and the
- * connection, a watchdog thread aborts this job (MPI_Abort) with a message
- * saying so after another `timeout_s`. MPI must therefore run with
+ * Before anything is trusted the two roots prove to each other, by a
+ * challenge and response with HMAC-SHA256, that they hold the same secret:
+ * the key file REFIT_JOIN_KEY_FILE, or `port_file`.key, which the first side
+ * to start creates (32 random bytes, mode 0600). It must be a regular file
+ * of this user that no one else may read or write, never a symbolic link;
+ * otherwise REFIT_ERR_SYSTEM names it. A side that cannot prove the key is
+ * refused with REFIT_ERR_PEER and is sent nothing. Files are created with
+ * O_EXCL|O_NOFOLLOW.
+ *
+ * Blocking, bounded by `timeout_s` (at most a day) on each side:
+ * REFIT_ERR_TIMEOUT names the file when the other job never came or stalled
+ * in the handshake. Neither side enters MPI_Comm_accept or MPI_Comm_connect
+ * (which MPI cannot cancel) before the claim shows the other is there;
+ * should the other process die between the claim and the connection, or
+ * between the handshake and the merge, a watchdog thread aborts this job
+ * (MPI_Abort) with a message saying so after another `timeout_s`. MPI must therefore run with
  * MPI_THREAD_MULTIPLE (mpi4py's default), else REFIT_ERR_NOT_AVAILABLE.
  * Under Open MPI's mpirun the two launches must share an ompi-server
  * (`ompi-server --report-uri FILE`, then `mpirun --ompi-server file:FILE ...`
