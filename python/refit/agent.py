@@ -369,6 +369,15 @@ class Client:
         self._after_commit(r)
         return self.last_times
 
+    def verify(self, version=None):
+        """Engines: compare runtime storage with the config's reference of
+        `version` (the committed one by default); the count of mismatched
+        elements (0: every byte as it must be)."""
+        req = {"op": "verify"}
+        if version is not None:
+            req["version"] = int(version)
+        return self._call(req)["mismatches"]
+
     def status(self):
         """{'state', 'committed', 'times'} of the agent's session."""
         return self._call({"op": "status"})

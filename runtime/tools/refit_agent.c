@@ -860,6 +860,16 @@ static void agent_serve(agent_t *a) {
   } else if (strcmp(op, "abort") == 0) {
     st = refit_abort(a->s);
     reply = st == REFIT_OK ? agent_ok() : agent_session_err(a, st, "abort");
+  } else if (strcmp(op, "verify") == 0) {
+    /* Runtime storage against the config's reference of a version (source,
+     * or reference: with source.kind caller): generators only. */
+    int64_t bad = -1;
+    const uint64_t v = version > 0 ? (uint64_t)version : refit_committed_version(a->s);
+    st = refit_verify(a->s, v, &bad);
+    reply = st == REFIT_OK
+                ? json_pack("{s:b,s:I,s:I}", "ok", 1, "version", (json_int_t)v, "mismatches",
+                            (json_int_t)bad)
+                : agent_session_err(a, st, "verify");
   } else if (strcmp(op, "status") == 0) {
     reply = agent_status(a);
   } else if (strcmp(op, "shutdown") == 0) {
@@ -871,7 +881,7 @@ static void agent_serve(agent_t *a) {
   } else {
     reply = agent_err(REFIT_ERR_INVALID_ARGUMENT,
                       "unknown op '%s' (hello, register, begin, progress, commit, abort, "
-                      "refit, next, status, shutdown)",
+                      "refit, next, verify, status, shutdown)",
                       op);
   }
   refit_agent_msg_clear(&msg);
