@@ -50,7 +50,8 @@ moe_intermediate_size 4096 4 16 8 128 1024 8 65537
 hidden_size 2147483648 4 16 8 128 1024 8 256
 CASES
 
-# At the bounds: each dimension at its maximum in turn, then the largest
+# At the bounds (bucket_bytes at most 2 GiB - 1, what one MPI message
+# carries): each dimension at its maximum in turn, then the largest
 # rows at once with the smallest bucket. Plans (exit 0) or says why (1).
 i=0
 while read -r args; do
@@ -68,11 +69,11 @@ while read -r args; do
 done <<'CASES'
 131072 2 16 8 128 1024 8 256
 1024 1024 16 8 128 1024 8 256
-1024 2 1024 1024 1024 1024 8 256 1TiB
-1024 2 16 8 128 4194304 8 256 1TiB
+1024 2 1024 1024 1024 1024 8 256 2147483647
+1024 2 16 8 128 4194304 8 256 2147483647
 1024 2 16 8 128 1024 4096 256
 1024 2 16 8 128 1024 8 65536
 131072 2 1024 1024 1024 4194304 8 65536 64KiB
-131072 2 1024 1024 1024 4194304 8 65536 1TiB
+131072 2 1024 1024 1024 4194304 8 65536 2147483647
 CASES
 exit $fail
