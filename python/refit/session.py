@@ -8,6 +8,7 @@ import queue
 import sys
 import tempfile
 import threading
+import time
 import weakref
 
 from mpi4py import MPI
@@ -59,17 +60,30 @@ def _mpi_usable():
     return MPI.Is_initialized() and not MPI.Is_finalized()
 
 
+_NOTICE_TAG = 3737
+
+
 def _excepthook(tp, value, tb):
     """An uncaught exception on a rank of a refit job (a bad registration,
-    a KeyboardInterrupt) aborts the job at once: its peers wait for this rank
-    in collectives, up to refit.timeout_s, and MPI_Finalize would hang."""
+    a KeyboardInterrupt) ends the job at once: its peers wait for this rank
+    in collectives, up to refit.timeout_s, and MPI_Finalize would hang.
+    Each open session's peers get a notice first (a launcher that keeps a
+    job going when a rank dies, as refit-launch's mpirun --enable-recovery
+    does, ends only the aborting rank), which their waits raise as
+    refit.PeerError; then MPI_Abort."""
     _prev_excepthook(tp, value, tb)
-    if abort_on_uncaught and _joined and _mpi_usable() and MPI.COMM_WORLD.Get_size() > 1:
-        sys.stderr.write("refit: rank %d: uncaught %s: aborting the MPI job so that "
-                         "no peer waits for this rank\n"
-                         % (MPI.COMM_WORLD.Get_rank(), tp.__name__))
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)
+    if not (abort_on_uncaught and _joined and _mpi_usable()
+            and MPI.COMM_WORLD.Get_size() > 1):
+        return
+    me = MPI.COMM_WORLD.Get_rank()
+    sys.stderr.write("refit: rank %d: uncaught %s: aborting the MPI job so that "
+                     "no peer waits for this rank\n" % (me, tp.__name__))
+    sys.stderr.flush()
+    if not getattr(value, "_refit_notice", False):
+        text = ("rank %d ended on an uncaught %s: %s" % (me, tp.__name__, value))[:900]
+        for w in list(_Worker.all):
+            w.tell_peers(text.encode(errors="replace"))
+    MPI.COMM_WORLD.Abort(1)
 
 
 _prev_excepthook = None
@@ -102,7 +116,33 @@ class _Worker:
         self._thread = None
         self.busy = None  # the name of the C call in flight, or None
         self.device = -1
+        self.notices = None  # the session's communicator for peers' notices
         _Worker.all.add(self)
+
+    def tell_peers(self, text, grace_s=1.0):
+        """Send every peer of the session `text` (an abort notice), waiting
+        up to grace_s for the sends to leave."""
+        c = self.notices
+        if c is None:
+            return
+        reqs = [c.Isend(text, dest=r, tag=_NOTICE_TAG)
+                for r in range(c.Get_size()) if r != c.Get_rank()]
+        end = time.monotonic() + grace_s
+        while not MPI.Request.Testall(reqs) and time.monotonic() < end:
+            time.sleep(0.01)
+
+    def check_notice(self, what):
+        """Raise refit.PeerError where a peer sent word that it ended."""
+        c = self.notices
+        if c is None or MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            return
+        status = MPI.Status()
+        if c.Iprobe(source=MPI.ANY_SOURCE, tag=_NOTICE_TAG, status=status):
+            buf = bytearray(status.Get_count(MPI.BYTE))
+            c.Recv(buf, source=status.Get_source(), tag=_NOTICE_TAG)
+            e = error("PEER", "%s: abandoned: %s" % (what, buf.decode(errors="replace")))
+            e._refit_notice = True  # this rank does not tell the others again
+            raise e
 
     @staticmethod
     def usable():
@@ -132,6 +172,7 @@ class _Worker:
             raise error("STATE", "%s: the refit call %s was interrupted and still "
                         "runs on this rank; the session cannot be used again "
                         "(let the process exit)" % (what, self.busy))
+        self.check_notice(what)
         if not self.usable():
             return check(fn(*args))
         if self._thread is None:
@@ -142,7 +183,9 @@ class _Worker:
         self.busy = what
         self._q.put((fn, args, box, done))
         while not done.wait(0.2):
-            pass  # a signal handler's exception (KeyboardInterrupt) leaves busy set
+            # A signal handler's exception (KeyboardInterrupt), or a peer's
+            # notice, leaves busy set: the C call runs on.
+            self.check_notice(what)
         self.busy = None
         st, msg = box[0]
         if st is None:
@@ -302,6 +345,9 @@ class Session:
             raise self._open_error(e, config_path) from None
         self._h = h
         self._storage = _Storage(h, self._worker)
+        # Abort notices from peers (_excepthook) travel apart from refit's
+        # messages.
+        self._worker.notices = (MPI.COMM_WORLD if comm is None else comm).Dup()
         _open.add(self)
         # The mpi4py communicator the session runs over (the merged one with
         # join): trainers first, then generators.
@@ -342,6 +388,9 @@ class Session:
         self._registered.clear()
         if self._worker.busy is None:
             self._free_comm()
+            if self._worker.notices is not None:
+                self._worker.notices.Free()
+                self._worker.notices = None
 
     def _free_comm(self):
         if self._merged is not None:
