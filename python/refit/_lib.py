@@ -126,6 +126,10 @@ verify = _proto("refit_verify", _status, _session, ctypes.c_uint64,
 comm_join = _proto("refit_comm_join", _status, Comm, ctypes.c_int, ctypes.c_char_p,
                    ctypes.c_double, ctypes.c_void_p)
 
+config_open = _proto("refit_config_open", _status, ctypes.c_char_p,
+                     ctypes.POINTER(ctypes.c_void_p))
+config_close = _proto("refit_config_close", None, ctypes.c_void_p)
+
 # refit_begin and refit_commit take the caller's CUDA stream as void *
 # (NULL: the legacy default stream; ignored for host memory).
 begin = _proto("refit_begin", _status, _session, ctypes.c_uint64, ctypes.c_void_p)

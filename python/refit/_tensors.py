@@ -68,6 +68,40 @@ def describe(obj):
                     % type(obj).__name__)
 
 
+def fingerprint(obj):
+    """What begin() compares with the registration: pointer, bytes, dtype,
+    layout and device of the caller's object as it is now. A swapped or
+    resized storage (model.float(); model.bfloat16(), module.to(),
+    param.data = ..., resize_) changes it."""
+    d = describe(obj)
+    return (d.ptr, d.nbytes, d.dtype, d.contiguous, d.device)
+
+
+def storage_of(obj):
+    """The object that owns `obj`'s memory: held while refit may touch it,
+    so that a storage the caller swapped away is not freed under refit."""
+    if torch is not None and isinstance(obj, torch.Tensor):
+        get = getattr(obj, "untyped_storage", None) or obj.storage
+        return get()
+    return obj
+
+
+def shape_ok(got, want):
+    """refit_tensor_register's rule: the same shape, or [n] for [1, n]."""
+    got, want = tuple(got), tuple(want)
+    return got == want or (len(want) == 2 and want[0] == 1 and got == (want[1],))
+
+
+def framework_shape(name, shape):
+    """The shape a framework holds for refit's (name, shape): refit keeps a
+    norm weight or a bias as one row, [1, n]; torch modules hold [n]."""
+    shape = tuple(shape)
+    leaf = name.rsplit(".", 1)[-1]
+    if len(shape) == 2 and shape[0] == 1 and ("norm" in name or leaf == "bias"):
+        return (shape[1],)
+    return shape
+
+
 def _dtype_ok(actual, expected):
     if actual in ("bfloat16", "bfloat16(uint16)"):
         return expected == "bfloat16"
@@ -130,12 +164,14 @@ def refit_dtype(d, expected_dtype):
     return codes.get(d.dtype, codes["bfloat16"])
 
 
-def view(ptr, nbytes, shape, dtype, device, framework):
+def view(ptr, nbytes, shape, dtype, device, framework, keep=None):
     """A zero-copy view of refit's memory: numpy (host memory only) or torch.
     bfloat16 is uint16 bits in numpy, torch.bfloat16 in torch; the float8
-    types are uint8 (torch's float8 type where it exists)."""
+    types are uint8 (torch's float8 type where it exists). The view holds
+    `keep` (the session's storage) for as long as it lives."""
     if device < 0:
         raw = (ctypes.c_uint8 * nbytes).from_address(ptr)
+        raw._refit_keep = keep  # numpy and torch views hold raw as their base
         arr = np.frombuffer(raw, dtype=np.uint8)
         if framework == "numpy":
             return arr.view(np.uint16 if dtype == "bfloat16" else np.uint8).reshape(shape)
@@ -157,6 +193,7 @@ def view(ptr, nbytes, shape, dtype, device, framework):
         __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
                                     "data": (ptr, False), "version": 3,
                                     "strides": None}
+        _refit_keep = keep  # torch holds the object for the tensor's life
 
     with torch.cuda.device(device):
         t = torch.as_tensor(_Cuda(), device="cuda:%d" % device)

@@ -71,7 +71,6 @@ class CheckpointEngine:
         self.config_path, self.comm, self.strip_prefix = config_path, comm, strip_prefix
         self.session = None
         self.version = 0
-        self.registered = False
 
     def prepare(self):
         """Open the session (collective)."""
@@ -81,15 +80,16 @@ class CheckpointEngine:
         """Which side this rank is, and what it must hand over."""
         return {"side": self.session.side, "expected": self.session.expected()}
 
-    def _register_once(self, named_tensors):
-        if not self.registered:
-            self.session.register_all(named_tensors, strip_prefix=self.strip_prefix)
-            self.registered = True
+    def _register(self, named_tensors):
+        # Every call, into whatever session is open now (a prepare() after
+        # finalize() opens a new one): tensors registered as they are cost a
+        # comparison; a trainer's that moved are registered again.
+        self.session.register_all(named_tensors, strip_prefix=self.strip_prefix)
 
     def send_weights(self, named_tensors):
-        """Trainer: refit the weights these tensors hold now (registered on
-        the first call; the same tensors every step)."""
-        self._register_once(named_tensors)
+        """Trainer: refit the weights these tensors hold now (registered in
+        this session on the first call, again where they moved)."""
+        self._register(named_tensors)
         self.version += 1
         return _metrics(self.session.refit(self.version), self.version, "refit")
 
@@ -97,7 +97,7 @@ class CheckpointEngine:
         """Engine: receive the next version into its runtime tensors (or,
         given none, into the session's own storage: session.tensors())."""
         if named_tensors is not None:
-            self._register_once(named_tensors)
+            self._register(named_tensors)
         self.version += 1
         return _metrics(self.session.refit(self.version), self.version, "refit")
 

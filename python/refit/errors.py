@@ -18,6 +18,11 @@ class Error(Exception):
         self.message = message
         super().__init__("%s: %s" % (self.status_name, message))
 
+    def __str__(self):
+        # Not OSError's "[Errno n] ..." where a subclass is also one
+        # (file_not_found below).
+        return self.args[0] if self.args else ""
+
 
 def _class_name(c_name):
     words = c_name[len("REFIT_ERR_"):].split("_")
@@ -46,6 +51,27 @@ def error(status, message):
     if isinstance(status, str):
         status = CODE[status]
     return BY_STATUS.get(status, Error)(status, message)
+
+
+_NOT_FOUND = {}  # refit error class -> its FileNotFoundError twin
+
+
+def file_not_found(err, path):
+    """`err` (a refit.Error) as an exception that is also a FileNotFoundError
+    for `path`: `except FileNotFoundError` catches a missing config or
+    checkpoint as it catches open()'s, `except refit.Error` still does."""
+    import errno
+    cls = type(err)
+    if cls not in _NOT_FOUND:
+        _NOT_FOUND[cls] = type(cls.__name__, (cls, FileNotFoundError), {
+            "__doc__": cls.__doc__, "__module__": "refit",
+            "__new__": lambda c, *a: OSError.__new__(c)})
+    out = _NOT_FOUND[cls](err.status, err.message)
+    out.errno, out.strerror, out.filename = errno.ENOENT, "No such file or directory", path
+    for k, v in vars(err).items():
+        setattr(out, k, v)
+    out.args = err.args
+    return out
 
 
 def check(status):

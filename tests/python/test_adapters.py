@@ -88,3 +88,15 @@ def test_weight_synchronizer_then_checkpoint_engine():
             check(cfg, held, version + 10)
         assert metrics["refit/version"] == version
     engine.finalize()
+
+    # The same engine object opens a new session: the tensors are registered
+    # in it again.
+    engine.prepare()
+    if side == "trainer":
+        train_step(cfg, model, rng, 20)
+        metrics = engine.send_weights(model.named_parameters())
+    else:
+        metrics = engine.receive_weights(held)
+        check(cfg, held, 20)
+    assert metrics["refit/version"] == 3
+    engine.finalize()
