@@ -23,6 +23,10 @@
 
 /* Connecting, the hello and every request answered at once. */
 #define CLIENT_TIMEOUT_S 60.0
+/* How long client_call waits for a reply: the client's bound, or none (for
+ * the first byte; the rest of a message is bounded by the framing). */
+#define CLIENT_BOUNDED 0.0
+#define CLIENT_NO_DEADLINE (-1.0)
 
 struct refit_agent_client {
   int sock; /* -1 once closed */
@@ -63,15 +67,19 @@ static void client_disconnect(refit_agent_client_h c) {
 
 /*
  * One request and its reply. `req` is consumed. `timeout_s` bounds the
- * wait for the reply (< 0: none for its first byte). On success *reply (if
- * not NULL) owns the reply object. A transport failure closes the
- * connection: the protocol has no way to find the next reply again.
+ * wait for the reply: CLIENT_BOUNDED, CLIENT_NO_DEADLINE or seconds. On success *reply
+ * (if not NULL) owns the reply object. A transport failure closes the connection: the
+ * protocol has no way to find the next reply again.
  */
 static refit_status_t client_call(refit_agent_client_h c, const char *op, json_t *req,
                                   const int *fds, int nfds, double timeout_s,
                                   json_t **reply) {
   refit_agent_msg_t msg = {0};
   refit_status_t st = REFIT_OK;
+  if (c == NULL) {
+    st = REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s: NULL client", op);
+    goto out;
+  }
   c->cause[0] = '\0';
   if (req == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "%s: building the request", op);
@@ -85,7 +93,8 @@ static refit_status_t client_call(refit_agent_client_h c, const char *op, json_t
   }
   st = refit_agent_send(c->sock, req, fds, nfds, c->timeout_s);
   if (st == REFIT_OK)
-    st = refit_agent_recv(c->sock, &msg, timeout_s);
+    st = refit_agent_recv(c->sock, &msg,
+                          timeout_s == CLIENT_BOUNDED ? c->timeout_s : timeout_s);
   if (st != REFIT_OK) {
     char why[1024];
     snprintf(why, sizeof(why), "%s", refit_last_error());
@@ -120,6 +129,21 @@ static refit_status_t client_int(const json_t *reply, const char *op, const char
                      key);
   *out = json_integer_value(v);
   return REFIT_OK;
+}
+
+/* A request whose reply carries the integer `key`: into *out, and the
+ * reply itself into *reply when that is not NULL. */
+static refit_status_t client_call_int(refit_agent_client_h c, const char *op, json_t *req,
+                                      double timeout_s, const char *key, json_int_t *out,
+                                      json_t **reply) {
+  json_t *r = NULL;
+  REFIT_CHECK(client_call(c, op, req, NULL, 0, timeout_s, &r));
+  const refit_status_t st = client_int(r, op, key, out);
+  if (st == REFIT_OK && reply != NULL)
+    *reply = r;
+  else
+    json_decref(r);
+  return st;
 }
 
 /* A version a request may carry: the protocol's integers are signed. */
@@ -263,7 +287,7 @@ static refit_status_t client_attach(const char *path, const char *side,
     refit_agent_hex(begin_event, REFIT_AGENT_IPC_HANDLE_BYTES, hex);
     json_object_set_new(hello, "begin_event", json_string(hex));
   }
-  st = client_call(c, "hello", hello, NULL, 0, c->timeout_s, &c->hello);
+  st = client_call(c, "hello", hello, NULL, 0, CLIENT_BOUNDED, &c->hello);
   if (st != REFIT_OK)
     goto err_close;
   st = client_parse_hello(c);
@@ -291,18 +315,10 @@ refit_status_t refit_agent_client_attach(refit_agent_side_t side, int rank,
                      "attach: side %d rank %d (REFIT_AGENT_TRAINER or "
                      "REFIT_AGENT_GENERATOR, a rank >= 0)",
                      (int)side, rank);
-  /* The directory refit-agent chose: --socket-dir, $REFIT_AGENT_DIR, the
-   * user's default. */
-  char def[64];
-  const char *dir = socket_dir;
-  if (dir == NULL || dir[0] == '\0')
-    dir = getenv("REFIT_AGENT_DIR");
-  if (dir == NULL || dir[0] == '\0') {
-    snprintf(def, sizeof(def), "/tmp/refit-agent-%u", (unsigned)geteuid());
-    dir = def;
-  }
+  char dir[4096];
+  refit_agent_socket_dir(socket_dir, dir, sizeof(dir));
   const char *name = side == REFIT_AGENT_TRAINER ? "trainer" : "generator";
-  char path[4096];
+  char path[4200];
   refit_agent_socket_path(dir, name, rank, path, sizeof(path));
   return client_attach(path, name, begin_event, out);
 }
@@ -391,7 +407,7 @@ static refit_status_t client_entry(const refit_agent_tensor_t *t, size_t i, size
 static refit_status_t client_register_batch(refit_agent_client_h c, json_t *entries,
                                             const int *fds, int nfds) {
   json_t *req = json_pack("{s:s,s:o}", "op", "register", "tensors", entries);
-  return client_call(c, "register", req, fds, nfds, c->timeout_s, NULL);
+  return client_call(c, "register", req, fds, nfds, CLIENT_BOUNDED, NULL);
 }
 
 refit_status_t refit_agent_client_register_host(refit_agent_client_h c,
@@ -533,19 +549,30 @@ static void client_take_times(refit_agent_client_h c, const json_t *reply) {
 /* A request of `op` without fields, answered at once. */
 static refit_status_t client_simple(refit_agent_client_h c, const char *op,
                                     json_t **reply) {
-  if (c == NULL)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s: NULL client", op);
-  return client_call(c, op, json_pack("{s:s}", "op", op), NULL, 0, c->timeout_s, reply);
+  return client_call(c, op, json_pack("{s:s}", "op", op), NULL, 0, CLIENT_BOUNDED, reply);
+}
+
+/* commit and refit: the version the reply says committed, and its times. */
+static refit_status_t client_call_commit(refit_agent_client_h c, const char *op,
+                                         json_t *req, double timeout_s,
+                                         uint64_t *version) {
+  json_t *r = NULL;
+  json_int_t v = 0;
+  REFIT_CHECK(client_call_int(c, op, req, timeout_s, "version", &v, &r));
+  c->info.committed = (uint64_t)v;
+  client_take_times(c, r);
+  json_decref(r);
+  if (version != NULL)
+    *version = (uint64_t)v;
+  return REFIT_OK;
 }
 
 refit_status_t refit_agent_client_begin(refit_agent_client_h c, uint64_t version) {
-  if (c == NULL)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "begin: NULL client");
   REFIT_CHECK(client_version_check("begin", version));
   /* No deadline: the agents decide when the round starts or is refused. */
   return client_call(
       c, "begin", json_pack("{s:s,s:I}", "op", "begin", "version", (json_int_t)version),
-      NULL, 0, -1.0, NULL);
+      NULL, 0, CLIENT_NO_DEADLINE, NULL);
 }
 
 refit_status_t refit_agent_client_progress(refit_agent_client_h c, int *done) {
@@ -559,18 +586,8 @@ refit_status_t refit_agent_client_progress(refit_agent_client_h c, int *done) {
 }
 
 refit_status_t refit_agent_client_commit(refit_agent_client_h c, uint64_t *version) {
-  json_t *r = NULL;
-  json_int_t v = 0;
-  REFIT_CHECK(client_simple(c, "commit", &r));
-  const refit_status_t st = client_int(r, "commit", "version", &v);
-  if (st == REFIT_OK) {
-    c->info.committed = (uint64_t)v;
-    client_take_times(c, r);
-    if (version != NULL)
-      *version = (uint64_t)v;
-  }
-  json_decref(r);
-  return st;
+  return client_call_commit(c, "commit", json_pack("{s:s}", "op", "commit"),
+                            CLIENT_BOUNDED, version);
 }
 
 refit_status_t refit_agent_client_abort(refit_agent_client_h c) {
@@ -578,17 +595,12 @@ refit_status_t refit_agent_client_abort(refit_agent_client_h c) {
 }
 
 refit_status_t refit_agent_client_refit(refit_agent_client_h c, uint64_t version) {
-  if (c == NULL)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "refit: NULL client");
   REFIT_CHECK(client_version_check("refit", version));
-  json_t *r = NULL;
-  REFIT_CHECK(client_call(
+  /* No deadline for the round to start: the agents decide when it starts or
+   * is refused; then the session's own deadlines hold. */
+  return client_call_commit(
       c, "refit", json_pack("{s:s,s:I}", "op", "refit", "version", (json_int_t)version),
-      NULL, 0, -1.0, &r));
-  c->info.committed = version;
-  client_take_times(c, r);
-  json_decref(r);
-  return REFIT_OK;
+      CLIENT_NO_DEADLINE, NULL);
 }
 
 refit_status_t refit_agent_client_next_version(refit_agent_client_h c, double timeout_s,
@@ -601,15 +613,12 @@ refit_status_t refit_agent_client_next_version(refit_agent_client_h c, double ti
                         timeout_s < 0 ? json_null() : json_real(timeout_s));
   /* The agent answers at its own deadline (0: none came): allow it the
    * client's bound on top. */
-  json_t *r = NULL;
   json_int_t v = 0;
-  REFIT_CHECK(client_call(c, "next", req, NULL, 0,
-                          timeout_s < 0 ? -1.0 : timeout_s + c->timeout_s, &r));
-  const refit_status_t st = client_int(r, "next", "version", &v);
-  json_decref(r);
-  if (st == REFIT_OK)
-    *version = (uint64_t)v;
-  return st;
+  REFIT_CHECK(client_call_int(
+      c, "next", req, timeout_s < 0 ? CLIENT_NO_DEADLINE : timeout_s + c->timeout_s,
+      "version", &v, NULL));
+  *version = (uint64_t)v;
+  return REFIT_OK;
 }
 
 refit_status_t refit_agent_client_verify(refit_agent_client_h c, uint64_t version,
@@ -622,31 +631,26 @@ refit_status_t refit_agent_client_verify(refit_agent_client_h c, uint64_t versio
     if (req != NULL)
       json_object_set_new(req, "version", json_integer((json_int_t)version));
   }
-  json_t *r = NULL;
   json_int_t bad = 0;
-  REFIT_CHECK(client_call(c, "verify", req, NULL, 0, c->timeout_s, &r));
-  const refit_status_t st = client_int(r, "verify", "mismatches", &bad);
-  json_decref(r);
-  if (st == REFIT_OK)
-    *mismatches = (int64_t)bad;
-  return st;
+  REFIT_CHECK(
+      client_call_int(c, "verify", req, CLIENT_BOUNDED, "mismatches", &bad, NULL));
+  *mismatches = (int64_t)bad;
+  return REFIT_OK;
 }
 
 refit_status_t refit_agent_client_status(refit_agent_client_h c, char *state, size_t len,
                                          uint64_t *committed) {
   json_t *r = NULL;
   json_int_t v = 0;
-  REFIT_CHECK(client_simple(c, "status", &r));
-  const refit_status_t st = client_int(r, "status", "committed", &v);
-  if (st == REFIT_OK) {
-    const char *s = json_string_value(json_object_get(r, "state"));
-    if (state != NULL && len > 0)
-      snprintf(state, len, "%s", s != NULL ? s : "");
-    if (committed != NULL)
-      *committed = (uint64_t)v;
-  }
+  REFIT_CHECK(client_call_int(c, "status", json_pack("{s:s}", "op", "status"),
+                              CLIENT_BOUNDED, "committed", &v, &r));
+  const char *s = json_string_value(json_object_get(r, "state"));
+  if (state != NULL && len > 0)
+    snprintf(state, len, "%s", s != NULL ? s : "");
+  if (committed != NULL)
+    *committed = (uint64_t)v;
   json_decref(r);
-  return st;
+  return REFIT_OK;
 }
 
 refit_status_t refit_agent_client_last_times(refit_agent_client_h c,

@@ -16,7 +16,8 @@
  * tensor name, a tensor past the end of its file, a second process on its
  * rank, device memory on a host rank. A trainer refits versions 1 to
  * VERSIONS (the config's source is synthetic: its agent makes the weights).
- * `shutdown` attaches to trainer 0 once the others left and stops the job.
+ * `shutdown` attaches to trainer 0 once the others left and stops the job
+ * (SOCKET_DIR "": the default, $REFIT_AGENT_DIR).
  * Exits 0 only when every step did what it should.
  */
 #include "refit/agent.h"
@@ -109,14 +110,23 @@ static void misuse(refit_agent_client_h c, int rank, const char *dir,
   EQ(committed, 0);
 }
 
-static int engine(int rank, const char *dir, int versions) {
+/* Attach to the agent of side rank `rank`, which must say it is that one,
+ * on host memory, with nothing committed yet. */
+static refit_agent_client_h attach(refit_agent_side_t side, int rank, const char *dir,
+                                   refit_agent_info_t *info) {
   refit_agent_client_h c;
-  OK(refit_agent_client_attach(REFIT_AGENT_GENERATOR, rank, dir, NULL, &c));
+  OK(refit_agent_client_attach(side, rank, dir, NULL, &c));
+  OK(refit_agent_client_info(c, info));
+  EQ(info->side, side);
+  EQ(info->rank, rank);
+  EQ(info->device, -1);
+  EQ(info->committed, 0);
+  return c;
+}
+
+static int engine(int rank, const char *dir, int versions) {
   refit_agent_info_t info;
-  OK(refit_agent_client_info(c, &info));
-  EQ(info.side, REFIT_AGENT_GENERATOR);
-  EQ(info.rank, rank);
-  EQ(info.device, -1);
+  refit_agent_client_h c = attach(REFIT_AGENT_GENERATOR, rank, dir, &info);
   const int64_t n = refit_agent_client_expected_count(c);
   printf("attached generator %d (world rank %d, engine %d, tp rank %d): %lld tensors\n",
          info.rank, info.world_rank, info.engine, info.tp_rank, (long long)n);
@@ -180,12 +190,8 @@ static int engine(int rank, const char *dir, int versions) {
 }
 
 static int trainer(int rank, const char *dir, int versions) {
-  refit_agent_client_h c;
-  OK(refit_agent_client_attach(REFIT_AGENT_TRAINER, rank, dir, NULL, &c));
   refit_agent_info_t info;
-  OK(refit_agent_client_info(c, &info));
-  EQ(info.side, REFIT_AGENT_TRAINER);
-  EQ(info.rank, rank);
+  refit_agent_client_h c = attach(REFIT_AGENT_TRAINER, rank, dir, &info);
   printf("attached trainer %d: %lld tensors (the synthetic source fills them)\n",
          info.rank, (long long)refit_agent_client_expected_count(c));
   uint64_t v = 0;

@@ -86,7 +86,8 @@ for g in generator0 generator1; do
 done
 [ "$bad" -eq 0 ] || { show; fail "a client failed"; }
 
-timeout 60 "$client" shutdown 0 "$dir" 0 >"$tmp/shutdown.log" 2>&1 || { show; fail "shutdown failed"; }
+# The default directory: $REFIT_AGENT_DIR when no socket_dir is given.
+REFIT_AGENT_DIR=$dir timeout 60 "$client" shutdown 0 "" 0 >"$tmp/shutdown.log" 2>&1 || { show; fail "shutdown failed"; }
 for _ in $(seq 300); do
   kill -0 "$agents" 2>/dev/null || break
   sleep 0.1
