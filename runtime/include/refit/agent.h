@@ -125,7 +125,7 @@ typedef struct {
   refit_agent_side_t side;
   int rank;           /* within the side: trainer RANK, engine * tp + tp_rank */
   int world_rank;     /* in the agents' MPI job (trainers first) */
-  int engine;         /* generators: the engine replica; trainers: -1 or 0 */
+  int engine;         /* generators: the engine replica; trainers: 0 */
   int tp_rank;        /* generators: rank within the engine */
   int async;          /* 1: refit.mode async (the engine serves while it fills) */
   int device;         /* the agent's CUDA device, or -1: host memory */
@@ -301,9 +301,9 @@ refit_status_t refit_agent_client_next_version(refit_agent_client_h c, double ti
  * Engines: compare the runtime storage of this rank with the config's
  * reference of `version` (0: the committed one); *mismatches counts the
  * elements that differ (0: every byte as it must be; the first mismatch is
- * in the agent's log). Trainers: 0. Bounded by the client's timeout.
- * REFIT_ERR_CONFIG or REFIT_ERR_NOT_AVAILABLE (the agent's) when the config
- * has no reference to compare with.
+ * in the agent's log). Trainers: 0. Bounded by the client's timeout. A
+ * config with no reference to compare with (source.kind caller without
+ * reference:) is the agent's error.
  */
 refit_status_t refit_agent_client_verify(refit_agent_client_h c, uint64_t version,
                                          int64_t *mismatches);
