@@ -284,6 +284,16 @@ refit_status_t refit_agent_dir_check(const char *dir) {
   return REFIT_OK;
 }
 
+void refit_agent_socket_dir(const char *explicit_dir, char *out, size_t len) {
+  const char *dir = explicit_dir;
+  if (dir == NULL || dir[0] == '\0')
+    dir = getenv("REFIT_AGENT_DIR");
+  if (dir != NULL && dir[0] != '\0')
+    snprintf(out, len, "%s", dir);
+  else
+    snprintf(out, len, "/tmp/refit-agent-%u", (unsigned)geteuid());
+}
+
 void refit_agent_socket_path(const char *dir, const char *side, int role_rank, char *out,
                              size_t len) {
   snprintf(out, len, "%s/%s.%d.sock", dir, side, role_rank);

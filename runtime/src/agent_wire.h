@@ -72,6 +72,11 @@ int refit_agent_unhex(const char *in, unsigned char *out, size_t n);
  * its socket. */
 refit_status_t refit_agent_dir_check(const char *dir);
 
+/* Where the agents' sockets are (docs/agent.md): `explicit_dir` when given
+ * and not empty, else $REFIT_AGENT_DIR when set and not empty, else
+ * /tmp/refit-agent-<uid>; the agent and the C client choose alike. */
+void refit_agent_socket_dir(const char *explicit_dir, char *out, size_t len);
+
 /* The socket of side ("trainer" or "generator") rank `role_rank` in `dir`. */
 void refit_agent_socket_path(const char *dir, const char *side, int role_rank, char *out,
                              size_t len);

@@ -1036,7 +1036,7 @@ static int agent_listen(agent_t *a) {
 
 int main(int argc, char **argv) {
   agent_t a = {0};
-  const char *config = NULL, *dir = getenv("REFIT_AGENT_DIR");
+  const char *config = NULL, *dir = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--socket-dir") == 0 && i + 1 < argc)
       dir = argv[++i];
@@ -1053,11 +1053,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: refit-agent [--socket-dir DIR] [--attach-grace S] CONFIG.yaml (under mpirun or "
                     "srun: launch/refit-launch CONFIG.yaml -- refit-agent CONFIG.yaml)\n");
     return 2;
-  }
-  if (dir == NULL || dir[0] == '\0') {
-    static char def[64];
-    snprintf(def, sizeof(def), "/tmp/refit-agent-%u", (unsigned)geteuid());
-    dir = def;
   }
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SINGLE, &provided);
@@ -1083,7 +1078,7 @@ int main(int argc, char **argv) {
   a.role_rank = a.trainer ? a.rank : a.rank - a.ntrainer;
   MPI_Comm_dup(MPI_COMM_WORLD, &a.ctl);
   MPI_Comm_set_errhandler(a.ctl, MPI_ERRORS_RETURN);
-  snprintf(a.dir, sizeof(a.dir), "%s", dir);
+  refit_agent_socket_dir(dir, a.dir, sizeof(a.dir));
   refit_agent_socket_path(a.dir, a.side, a.role_rank, a.path, sizeof(a.path));
   int ok = refit_agent_dir_check(a.dir) == REFIT_OK;
   if (!ok)
