@@ -368,10 +368,14 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   s->ctrl = MPI_COMM_NULL;
   MPI_Comm_rank(world, &s->rank);
   MPI_Comm_size(world, &s->size);
+  /* REFIT_STARTUP_TIMEOUT_S: bounded (a day at most, never inf); a bad
+   * value is refused below, on every rank together, after the one wait
+   * that needs a deadline before anything is agreed (the default's). */
   s->startup_timeout_s = 300;
   const char *startup = getenv("REFIT_STARTUP_TIMEOUT_S");
-  if (startup != NULL && atof(startup) > 0)
-    s->startup_timeout_s = atof(startup);
+  const refit_status_t startup_st =
+      startup != NULL ? refit_startup_timeout_parse(startup, &s->startup_timeout_s)
+                      : REFIT_OK;
   /* A library keeps its traffic off the application's communicator: every
    * collective of the session runs on a duplicate of it. */
   {
@@ -389,6 +393,26 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
    * otherwise). */
   MPI_Comm_set_errhandler(s->world, MPI_ERRORS_RETURN);
   refit_log_set_rank(s->rank);
+
+  /* One start-up deadline for the job: a bad value on any rank fails every
+   * rank's open, and every rank waits what rank 0's REFIT_STARTUP_TIMEOUT_S
+   * says until the config is read (a rank with a shorter one would give up
+   * on collectives its peers still wait in). */
+  REFIT_CHECK_GOTO(refit_session_agree(s, startup_st, "checking REFIT_STARTUP_TIMEOUT_S"),
+                   st, err);
+  {
+    const double mine = s->startup_timeout_s;
+    memcpy(&s->startup_u64[0], &mine, sizeof(mine));
+    REFIT_CHECK_GOTO(refit_session_bcast(s, s->startup_u64, 1, MPI_UINT64_T,
+                                         "rank 0's REFIT_STARTUP_TIMEOUT_S"),
+                     st, err);
+    double root = 0;
+    memcpy(&root, &s->startup_u64[0], sizeof(root));
+    if (root != mine)
+      REFIT_WARN("REFIT_STARTUP_TIMEOUT_S: %g s here, %g s on rank 0: using rank 0's",
+                 mine, root);
+    s->startup_timeout_s = root;
+  }
 
   REFIT_CHECK_GOTO(refit_session_config(s, config_path), st, err);
   s->ntrainer = refit_trainer_world(&s->cfg.trainer);
@@ -475,7 +499,8 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   /* Zero copy where every pair of the plan shares a GPU (zero_copy.c), with
    * the plan it takes, before the transport opens for that plan's pairs. */
   REFIT_CHECK_GOTO(refit_zc_locate(s), st, err);
-  REFIT_CHECK_GOTO(refit_session_agree(s, refit_zc_decide(s), "refit.zero_copy"), st, err);
+  REFIT_CHECK_GOTO(refit_session_agree(s, refit_zc_decide(s), "refit.zero_copy"), st,
+                   err);
   REFIT_CHECK_GOTO(refit_zc_merge(s), st, err);
   /* Fault seam: a rank that dies (or stalls) just as the transports start
    * up; its peers' start-up collectives must end at their deadline. */

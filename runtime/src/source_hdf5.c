@@ -368,7 +368,11 @@ err_free:
 
 /* Run refit_h5_open_here's checks in a child: REFIT_OK when it accepted the
  * file, its message when it refused it, and a refusal naming the file when
- * libhdf5 crashed or hung on it. */
+ * libhdf5 crashed or hung on it. The child's verdict travels on the pipe
+ * (a status byte, REFIT_OK included, then a refusal's message), and the
+ * parent decides from it: its exit status only says how a child without a
+ * verdict died, and an application that reaps its children (SIGCHLD set to
+ * SIG_IGN, or a handler calling waitpid) takes that from us (ECHILD). */
 static refit_status_t refit_h5_probe(const refit_config_t *cfg,
                                      const refit_catalog_t *cat) {
   const char *path = cfg->source.path;
@@ -390,7 +394,8 @@ static refit_status_t refit_h5_probe(const refit_config_t *cfg,
     const refit_status_t cst = refit_h5_open_here(cfg, cat, 1, &ctx);
     if (cst == REFIT_OK) {
       refit_h5_source_close(ctx);
-      _exit(0);
+      const unsigned char ok = REFIT_OK; /* the verdict: accepted */
+      _exit(write(fds[1], &ok, 1) == 1 ? 0 : REFIT_H5_PROBE_REFUSED);
     }
     const unsigned char code = (unsigned char)cst; /* first byte: the status */
     if (write(fds[1], &code, 1) != 1)
@@ -439,8 +444,14 @@ static refit_status_t refit_h5_probe(const refit_config_t *cfg,
   close(fds[0]);
   if (timed_out)
     kill(pid, SIGKILL);
-  int wst = 0;
+  /* The child is reaped here, or by the application (ECHILD): either way
+   * the verdict on the pipe decides. */
+  int wst = 0, reaped = 1;
   while (waitpid(pid, &wst, 0) < 0) {
+    if (errno == ECHILD) {
+      reaped = 0;
+      break;
+    }
     if (errno != EINTR)
       return REFIT_ERR(REFIT_ERR_SYSTEM, "checkpoint %s: waitpid: %s", path,
                        strerror(errno));
@@ -450,13 +461,18 @@ static refit_status_t refit_h5_probe(const refit_config_t *cfg,
                      "checkpoint %s: the HDF5 library did not finish reading its "
                      "metadata in %d s; the file is damaged (rewrite the checkpoint)",
                      path, REFIT_H5_PROBE_SECONDS);
-  if (WIFEXITED(wst) && WEXITSTATUS(wst) == 0)
+  const int exited_clean = !reaped || WIFEXITED(wst);
+  if (exited_clean && got == 1 && msg[0] == REFIT_OK)
     return REFIT_OK;
-  if (WIFEXITED(wst) && WEXITSTATUS(wst) == REFIT_H5_PROBE_REFUSED && got > 1 &&
-      (unsigned char)msg[0] < REFIT_STATUS_COUNT && msg[0] != REFIT_OK)
+  if (exited_clean && got > 1 && (unsigned char)msg[0] < REFIT_STATUS_COUNT &&
+      msg[0] != REFIT_OK)
     return REFIT_ERR((refit_status_t)(unsigned char)msg[0], "%s", msg + 1);
-  char how[64];
-  if (WIFSIGNALED(wst))
+  char how[96];
+  if (!reaped)
+    snprintf(how, sizeof(how),
+             "ended without a verdict (crashed; the application "
+             "reaped it, so how is unknown) while");
+  else if (WIFSIGNALED(wst))
     snprintf(how, sizeof(how), "died of signal %d (%s)", WTERMSIG(wst),
              strsignal(WTERMSIG(wst)));
   else

@@ -9,15 +9,29 @@
  * cuda_ipc on one node, GPUDirect RDMA or pipelined staging across nodes).
  *
  * One UCP context and one worker per rank; the worker addresses are
- * exchanged once over MPI (allgather) and endpoints are created on first use,
+ * exchanged over MPI (allgather, again after a repair) and endpoints are
+ * created on first use,
  * in peer error-handling mode so that a lost peer fails its operations
  * instead of hanging them. Every message is one tagged send/receive: the
  * 64-bit tag holds the bucket tag (high half) and the sender's world rank
  * (low half), matched exactly. wait() progresses the worker until every
  * request of the exchange completes or the deadline passes; then the
  * remaining requests are cancelled and REFIT_ERR_TIMEOUT names their peers.
+ *
+ * After a failed exchange UCX may still hold a receive it could not cancel
+ * (matched to a message whose data has not all arrived), which would write
+ * into staging that the next refit reuses, and messages of the failed refit
+ * may wait in the worker's queues. So a failed or abandoned exchange marks
+ * the transport unhealthy, and the next begin repairs it on every rank
+ * (recover): each closes its endpoints and destroys its worker (nothing of
+ * the old worker writes any buffer after that), creates a new one and
+ * exchanges its address again. A rank learns the new addresses only once
+ * every rank has destroyed its old worker, so nothing of the failed refit
+ * can reach a new one.
  */
 #include "transport.h"
+
+#include "outlive.h"
 
 #include "core/log.h"
 
@@ -56,12 +70,17 @@ typedef struct {
 
 struct refit_ucx_ctx {
   int rank, size;
+  MPI_Comm world;             /* the session's: recover() exchanges addresses on it */
   ucs_memory_type_t mem_type; /* of every buffer of start() */
   ucp_context_h context;
   ucp_worker_h worker;
-  unsigned char *addrs; /* every rank's worker address, concatenated */
-  int *addr_off, *addr_len;
-  int my_addr_len; /* the allgather's send buffer (outlives a missed deadline) */
+  /* Every rank's worker address, concatenated at addr_off[r], addr_len[r]
+   * bytes; lens: the allgather's buffers, [0..size) every rank's length,
+   * [size] this rank's (on the heap: they outlive a missed deadline). */
+  unsigned char *addrs;
+  int *addr_off, *addr_len, *lens;
+  int dirty;   /* an exchange failed or was abandoned since the last repair */
+  int closing; /* endpoints closed on purpose: their errors are not losses */
   refit_ucx_peer_t *peers;
   /* Requests of exchanges that ended with them still pending (a send to a
    * peer that gave up, a receive UCX could not cancel yet): never freed
@@ -91,6 +110,8 @@ static uint64_t refit_ucx_tag(int tag, int sender) {
 static void refit_ucx_peer_failed(void *arg, ucp_ep_h ep, ucs_status_t status) {
   refit_ucx_peer_t *p = arg;
   (void)ep;
+  if (p->ctx->closing)
+    return;
   p->failed = status;
   REFIT_WARN("ucx transport: lost peer rank %d: %s", p->rank,
              ucs_status_string(status));
@@ -164,86 +185,131 @@ static int refit_ucx_can_connect(const refit_pair_facts_t *pair) {
 
 static void refit_ucx_destroy(void *vctx);
 
-static refit_status_t refit_ucx_create(const refit_transport_args_t *args,
-                                       void **out) {
+/* A new worker for this rank and every rank's address, collectively over
+ * c->world by `deadline`. The allgathers' buffers are heap blocks that stay
+ * with MPI when a peer misses the deadline (outlive.h); the addresses in
+ * use are replaced only on success. */
+static refit_status_t refit_ucx_worker_open(refit_ucx_ctx_t *c, double deadline) {
+  refit_status_t st = REFIT_OK;
+  ucp_address_t *uaddr = NULL;
+  size_t uaddr_len = 0;
+  unsigned char *mine = NULL, *addrs = NULL;
+  /* [0, size): every rank's length; [size]: this rank's; then the offsets. */
+  int *lens = malloc((size_t)(2 * c->size + 1) * sizeof(int));
+  if (lens == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: %d peers", c->size);
+  ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                                 .thread_mode = UCS_THREAD_MODE_SINGLE};
+  REFIT_UCX_CHECK_GOTO(ucp_worker_create(c->context, &wparams, &c->worker), -1, st, out);
+  REFIT_UCX_CHECK_GOTO(ucp_worker_get_address(c->worker, &uaddr, &uaddr_len), -1, st,
+                       out);
+  /* A copy of our own: MPI may read it after a missed deadline. */
+  mine = malloc(uaddr_len ? uaddr_len : 1);
+  if (mine == NULL || uaddr_len > (size_t)INT32_MAX) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: worker address of %zu bytes",
+                   uaddr_len);
+    goto out;
+  }
+  memcpy(mine, uaddr, uaddr_len);
+  ucp_worker_release_address(c->worker, uaddr);
+  uaddr = NULL;
+
+  /* Every rank's address: lengths, then the bytes. */
+  int *off = lens + c->size + 1;
+  MPI_Request req;
+  lens[c->size] = (int)uaddr_len;
+  if (MPI_Iallgather(&lens[c->size], 1, MPI_INT, lens, 1, MPI_INT, c->world, &req) !=
+      MPI_SUCCESS) {
+    st = REFIT_ERR(REFIT_ERR_MPI, "ucx transport: allgather of address lengths");
+    goto out;
+  }
+  {
+    void *blocks[] = {lens, mine};
+    st = refit_outlive_wait(&req, deadline, "ucx transport: allgather of address lengths",
+                            blocks, 2);
+  }
+  if (st != REFIT_OK) {
+    lens = NULL, mine = NULL; /* MPI's now */
+    goto out;
+  }
+  int total = 0;
+  for (int r = 0; r < c->size; r++) {
+    off[r] = total;
+    total += lens[r];
+  }
+  addrs = malloc((size_t)(total ? total : 1));
+  if (addrs == NULL) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: %d address bytes", total);
+    goto out;
+  }
+  if (MPI_Iallgatherv(mine, lens[c->size], MPI_BYTE, addrs, lens, off, MPI_BYTE, c->world,
+                      &req) != MPI_SUCCESS) {
+    st = REFIT_ERR(REFIT_ERR_MPI, "ucx transport: allgather of worker addresses");
+    goto out;
+  }
+  {
+    void *blocks[] = {lens, mine, addrs};
+    st = refit_outlive_wait(&req, deadline,
+                            "ucx transport: allgather of worker addresses", blocks, 3);
+  }
+  if (st != REFIT_OK) {
+    lens = NULL, mine = NULL, addrs = NULL; /* MPI's now */
+    goto out;
+  }
+  free(c->addrs);
+  free(c->lens);
+  c->addrs = addrs;
+  c->lens = lens;
+  c->addr_len = lens;
+  c->addr_off = off;
+  addrs = NULL;
+  lens = NULL;
+out:
+  if (uaddr != NULL)
+    ucp_worker_release_address(c->worker, uaddr);
+  free(mine);
+  free(addrs);
+  free(lens);
+  return st;
+}
+
+static refit_status_t refit_ucx_create(const refit_transport_args_t *args, void **out) {
   refit_status_t st = REFIT_OK;
   ucp_config_t *config = NULL;
-  ucp_address_t *addr = NULL;
-  size_t addr_len = 0;
   refit_ucx_ctx_t *c = calloc(1, sizeof(*c));
   if (c == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: context");
   c->rank = args->world_rank;
   c->size = args->world_size;
-  c->mem_type = args->memory == REFIT_MEMORY_DEVICE ? UCS_MEMORY_TYPE_CUDA
-                                                     : UCS_MEMORY_TYPE_HOST;
-
-  ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
-                         .features = UCP_FEATURE_TAG};
-  REFIT_UCX_CHECK_GOTO(ucp_config_read(NULL, NULL, &config), -1, st, err_free);
-  REFIT_UCX_CHECK_GOTO(ucp_init(&params, config, &c->context), -1, st,
-                       err_config);
-  ucp_config_release(config);
-  config = NULL;
-  ucp_worker_params_t wparams = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                                 .thread_mode = UCS_THREAD_MODE_SINGLE};
-  REFIT_UCX_CHECK_GOTO(ucp_worker_create(c->context, &wparams, &c->worker), -1, st,
-                       err_free);
-  REFIT_UCX_CHECK_GOTO(ucp_worker_get_address(c->worker, &addr, &addr_len), -1, st,
-                       err_free);
-
-  /* Every rank's address, once: lengths, then the bytes. */
-  c->addr_len = malloc((size_t)c->size * sizeof(int));
-  c->addr_off = malloc((size_t)c->size * sizeof(int));
+  c->world = args->world;
+  c->mem_type =
+      args->memory == REFIT_MEMORY_DEVICE ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
   c->peers = calloc((size_t)c->size, sizeof(*c->peers));
-  if (c->addr_len == NULL || c->addr_off == NULL || c->peers == NULL) {
+  if (c->peers == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: %d peers", c->size);
     goto err_free;
   }
-  /* Bounded by refit.timeout_s: a peer that died in start-up is an error,
-   * not a hang. On a timeout MPI may still write the context's buffers, so
-   * the context is kept (leaked): the session cannot go on anyway. */
-  const double deadline = MPI_Wtime() + args->timeout_s;
-  MPI_Request req;
-  int total = 0;
-  c->my_addr_len = (int)addr_len;
-  st = refit_mpi_startup(MPI_Iallgather(&c->my_addr_len, 1, MPI_INT, c->addr_len, 1,
-                                        MPI_INT, args->world, &req),
-                         &req, deadline, "ucx transport: allgather of address lengths");
-  if (st == REFIT_ERR_TIMEOUT)
-    return st;
-  if (st != REFIT_OK)
-    goto err_free;
   for (int r = 0; r < c->size; r++) {
-    c->addr_off[r] = total;
-    total += c->addr_len[r];
     c->peers[r].ctx = c;
     c->peers[r].rank = r;
     c->peers[r].failed = UCS_OK;
   }
-  c->addrs = malloc((size_t)(total ? total : 1));
-  if (c->addrs == NULL) {
-    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "ucx transport: %d address bytes", total);
-    goto err_free;
-  }
-  st = refit_mpi_startup(MPI_Iallgatherv(addr, c->my_addr_len, MPI_BYTE, c->addrs,
-                                         c->addr_len, c->addr_off, MPI_BYTE, args->world,
-                                         &req),
-                         &req, deadline, "ucx transport: allgather of worker addresses");
-  if (st == REFIT_ERR_TIMEOUT)
-    return st; /* addr stays with MPI too */
-  if (st != REFIT_OK)
-    goto err_free;
-  ucp_worker_release_address(c->worker, addr);
-  addr = NULL;
+
+  ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                         .features = UCP_FEATURE_TAG};
+  REFIT_UCX_CHECK_GOTO(ucp_config_read(NULL, NULL, &config), -1, st, err_free);
+  REFIT_UCX_CHECK_GOTO(ucp_init(&params, config, &c->context), -1, st, err_config);
+  ucp_config_release(config);
+  config = NULL;
+  /* Bounded by refit.timeout_s: a peer that died in start-up is an error,
+   * not a hang. */
+  REFIT_CHECK_GOTO(refit_ucx_worker_open(c, MPI_Wtime() + args->timeout_s), st, err_free);
   *out = c;
   return REFIT_OK;
 
 err_config:
   ucp_config_release(config);
 err_free:
-  if (addr != NULL)
-    ucp_worker_release_address(c->worker, addr);
   refit_ucx_destroy(c);
   return st;
 }
@@ -288,10 +354,13 @@ static void refit_ucx_reap(refit_ucx_ctx_t *c) {
 static void refit_ucx_exchange_free(refit_ucx_ctx_t *c, refit_exchange_t *ex) {
   if (ex == NULL)
     return;
-  /* Cancel what is still pending and let UCX finish it before freeing. */
+  /* Cancel what is still pending and let UCX finish it before freeing;
+   * what it cannot finish makes the transport need a repair. */
   for (int i = 0; i < ex->n; i++)
-    if (ex->ops[i].req != NULL)
+    if (ex->ops[i].req != NULL) {
+      c->dirty = 1;
       ucp_request_cancel(c->worker, ex->ops[i].req);
+    }
   for (int spins = 0; spins < 100000; spins++) {
     int pending = 0;
     ucp_worker_progress(c->worker);
@@ -392,6 +461,7 @@ static refit_status_t refit_ucx_start(void *vctx, const refit_xfer_t *sends,
   return REFIT_OK;
 
 err:
+  c->dirty = 1;
   refit_ucx_exchange_free(c, ex);
   return st;
 }
@@ -463,6 +533,8 @@ static refit_status_t refit_ucx_wait(void *vctx, refit_exchange_t *ex,
       idle = 0;
     }
   }
+  if (st != REFIT_OK)
+    c->dirty = 1;
   refit_ucx_exchange_free(c, ex);
   return st;
 }
@@ -478,6 +550,8 @@ static refit_status_t refit_ucx_test(void *vctx, refit_exchange_t *ex, int *done
   for (int i = 0; i < ex->n && st == REFIT_OK; i++)
     if (ex->ops[i].req != NULL)
       st = refit_ucx_poll(c, ex, &ex->ops[i], "ucx transport: test");
+  if (st != REFIT_OK)
+    c->dirty = 1;
   if (st != REFIT_OK || ex->left == 0) {
     refit_ucx_exchange_free(c, ex);
     *done = 1;
@@ -487,24 +561,27 @@ static refit_status_t refit_ucx_test(void *vctx, refit_exchange_t *ex, int *done
 
 /* Give up an exchange: receives cancelled, what UCX still holds kept. */
 static void refit_ucx_abandon(void *vctx, refit_exchange_t *ex) {
+  ((refit_ucx_ctx_t *)vctx)->dirty = 1;
   refit_ucx_exchange_free(vctx, ex);
 }
 
-static void refit_ucx_destroy(void *vctx) {
-  refit_ucx_ctx_t *c = vctx;
-  if (c == NULL)
+/* Close every endpoint, bounded (forced when `force` or when operations are
+ * still pending: a flush would wait for peers that may never answer), and
+ * destroy the worker: UCX touches no buffer of this rank for it after, and
+ * whatever it still held (zombies, queued messages) goes with it. */
+static void refit_ucx_worker_close(refit_ucx_ctx_t *c, int force) {
+  if (c->worker == NULL)
     return;
-  if (c->peers != NULL && c->worker != NULL) {
-    /* Flush-close every endpoint together, bounded: a peer that is gone
-     * must not hold up the exit. */
+  c->closing = 1;
+  if (c->peers != NULL) {
+    /* Close every endpoint together, bounded: a peer that is gone must not
+     * hold up the exit. */
     void **reqs = calloc((size_t)c->size, sizeof(void *));
-    /* With operations still pending (zombies), a flush would wait for
-     * peers that will never answer: force the close, which completes them
-     * as cancelled. */
     refit_ucx_reap(c);
+    force |= c->nzombies > 0;
     ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE |
-                                              (c->nzombies ? UCP_OP_ATTR_FIELD_FLAGS : 0),
-                              .flags = c->nzombies ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+                                              (force ? UCP_OP_ATTR_FIELD_FLAGS : 0),
+                              .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
                               .memory_type = c->mem_type};
     for (int r = 0; r < c->size; r++) {
       if (c->peers[r].ep == NULL)
@@ -535,14 +612,39 @@ static void refit_ucx_destroy(void *vctx) {
       refit_ucx_reap(c);
     }
   }
+  /* Requests still pending belong to the worker and end with it. */
+  c->nzombies = 0;
+  ucp_worker_destroy(c->worker);
+  c->worker = NULL;
+  c->closing = 0;
+}
+
+static int refit_ucx_healthy(void *vctx) { return !((refit_ucx_ctx_t *)vctx)->dirty; }
+
+/* Collective over every rank: each destroys its worker (what the failed
+ * refit left in it with it), then a new worker and its address for
+ * everyone. No rank learns the new addresses before every rank destroyed
+ * its old worker, so nothing of the old refit can reach the new one. */
+static refit_status_t refit_ucx_recover(void *vctx, double deadline) {
+  refit_ucx_ctx_t *c = vctx;
+  refit_ucx_worker_close(c, 1);
+  for (int r = 0; r < c->size; r++)
+    c->peers[r].failed = UCS_OK;
+  REFIT_CHECK(refit_ucx_worker_open(c, deadline));
+  c->dirty = 0;
+  return REFIT_OK;
+}
+
+static void refit_ucx_destroy(void *vctx) {
+  refit_ucx_ctx_t *c = vctx;
+  if (c == NULL)
+    return;
+  refit_ucx_worker_close(c, 0);
   free(c->zombies);
-  if (c->worker != NULL)
-    ucp_worker_destroy(c->worker);
   if (c->context != NULL)
     ucp_cleanup(c->context);
   free(c->addrs);
-  free(c->addr_off);
-  free(c->addr_len);
+  free(c->lens);
   free(c->peers);
   free(c);
 }
@@ -559,5 +661,7 @@ const refit_transport_ops_t refit_transport_ucx = {
     .wait = refit_ucx_wait,
     .test = refit_ucx_test,
     .abandon = refit_ucx_abandon,
+    .healthy = refit_ucx_healthy,
+    .recover = refit_ucx_recover,
     .destroy = refit_ucx_destroy,
 };

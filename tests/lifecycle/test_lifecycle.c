@@ -32,6 +32,11 @@
  *   test-lifecycle CONFIG moved-delta  (delta: on, caller source) a trainer
  *                                 tensor registered anew, then a begin every
  *                                 rank refuses: the next refit is still full
+ *   test-lifecycle CONFIG startup-env  REFIT_STARTUP_TIMEOUT_S=inf on rank
+ *                                 1 alone: every rank's open fails, rank 1's
+ *                                 naming the variable, the others' naming the
+ *                                 check; then a different value on each rank:
+ *                                 open succeeds and rank 0's is used
  * Each check prints both sides on failure; any failure aborts the job.
  */
 #include "refit/refit.h"
@@ -449,7 +454,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   if (argc != 3 && argc != 4) {
     fprintf(stderr, "usage: test-lifecycle CONFIG basic|async|poison|cycles|close-mid|"
-                    "begin-again|moved-delta "
+                    "begin-again|moved-delta|startup-env "
                     "[TIMEOUT_S]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
@@ -467,8 +472,33 @@ int main(int argc, char **argv) {
     fflush(stdout);
     _exit(0); /* MPI_Finalize would wait for the dead rank */
   }
-  EXPECT_OK(refit_session_open(MPI_COMM_WORLD, argv[1], &s));
-  if (strcmp(argv[2], "basic") == 0)
+  if (strcmp(argv[2], "startup-env") == 0) {
+    if (rank_ == 1)
+      setenv("REFIT_STARTUP_TIMEOUT_S", "inf", 1);
+    else
+      unsetenv("REFIT_STARTUP_TIMEOUT_S");
+    s = NULL;
+    const refit_status_t st = refit_session_open(MPI_COMM_WORLD, argv[1], &s);
+    if (rank_ == 1)
+      EXPECT(st == REFIT_ERR_CONFIG &&
+                 strstr(refit_last_error(), "REFIT_STARTUP_TIMEOUT_S='inf'") != NULL,
+             "open with REFIT_STARTUP_TIMEOUT_S=inf gave %s: %s", refit_status_name(st),
+             refit_last_error());
+    else
+      EXPECT(st == REFIT_ERR_PEER &&
+                 strstr(refit_last_error(), "REFIT_STARTUP_TIMEOUT_S") != NULL,
+             "open beside rank 1's REFIT_STARTUP_TIMEOUT_S=inf gave %s: %s",
+             refit_status_name(st), refit_last_error());
+    char mine[32];
+    snprintf(mine, sizeof(mine), "%d", 30 + rank_);
+    setenv("REFIT_STARTUP_TIMEOUT_S", mine, 1);
+    EXPECT_OK(refit_session_open(MPI_COMM_WORLD, argv[1], &s));
+  } else {
+    EXPECT_OK(refit_session_open(MPI_COMM_WORLD, argv[1], &s));
+  }
+  if (strcmp(argv[2], "startup-env") == 0)
+    refit_session_close(s);
+  else if (strcmp(argv[2], "basic") == 0)
     scenario_basic(s);
   else if (strcmp(argv[2], "async") == 0)
     scenario_async(s);

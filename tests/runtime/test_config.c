@@ -960,6 +960,35 @@ static void test_parse_bytes_units(void **state) {
   }
 }
 
+/* REFIT_STARTUP_TIMEOUT_S: finite seconds in (0, one day]; everything else
+ * refused naming the variable (issue 37, defect 10: inf was accepted). */
+static void test_startup_timeout_parsed(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    double seconds;
+  } good[] = {{"300", 300}, {"4", 4}, {"0.5", 0.5}, {"86400", 86400}, {"1e2", 100}};
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+    double v = 0;
+    assert_int_equal(refit_startup_timeout_parse(good[i].text, &v), REFIT_OK);
+    assert_true(v == good[i].seconds);
+  }
+  static const char *const bad[] = {"inf",   "INF", "infinity", "nan", "1e999",
+                                    "0",     "-5",  "",         "10s", "5 ",
+                                    "86401", "abc", "0x0p0"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    double v = 77;
+    assert_int_equal(refit_startup_timeout_parse(bad[i], &v), REFIT_ERR_CONFIG);
+    assert_true(v == 77); /* untouched on failure */
+    if (strstr(refit_last_error(), "REFIT_STARTUP_TIMEOUT_S") == NULL ||
+        strstr(refit_last_error(), bad[i]) == NULL)
+      fail_msg("'%s': want the variable and the value in '%s'", bad[i],
+               refit_last_error());
+  }
+  assert_int_equal(refit_startup_timeout_parse(NULL, &(double){0}),
+                   REFIT_ERR_INVALID_ARGUMENT);
+}
+
 static void test_defaults_applied(void **state) {
   (void)state;
   refit_config_t d;
@@ -1626,6 +1655,7 @@ static void test_hash_and_format_round_trip(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_parse_bytes_units, teardown),
+      cmocka_unit_test_teardown(test_startup_timeout_parsed, teardown),
       cmocka_unit_test_teardown(test_defaults_applied, teardown),
       cmocka_unit_test_teardown(test_values_parsed, teardown),
       cmocka_unit_test_teardown(test_refit_keys_parsed, teardown),
