@@ -31,20 +31,30 @@ from .agent import AgentError, Client, attach, empty
 __version__ = "0.1.0"
 
 
+# What the MPI binding adds to the package, loaded on first use. Only these
+# names: a tool that probes attributes (pytest's collection asks every module
+# global for its markers) must not start MPI in this process.
+_BINDING = {"Session": "session", "join": "session", "Error": "errors",
+            "BY_STATUS": "errors", "CODE": "errors", "error": "errors", "check": "errors"}
+
+
 def __getattr__(name):
-    # The MPI binding loads librefit and mpi4py: only when asked for.
     # import_module, not "from . import": that form asks this function for
     # the submodule first.
     import importlib
-    if name.startswith("__") or name in ("errors", "session", "_lib", "_tensors", "adapters"):
-        raise AttributeError("module 'refit' has no attribute %r" % name)
     if name == "library_path":
         return importlib.import_module(__name__ + "._lib").path
-    for sub in ("session", "errors"):
-        module = importlib.import_module(__name__ + "." + sub)
-        if hasattr(module, name):
-            return getattr(module, name)
-    raise AttributeError("module 'refit' has no attribute %r" % name)
+    if name in ("session", "errors", "adapters", "_lib", "_tensors"):
+        return importlib.import_module(__name__ + "." + name)
+    sub = _BINDING.get(name)
+    if sub is None and name.endswith("Error") and name[:1].isupper():
+        sub = "errors"  # one class per refit_status_t: TimeoutError, PeerError, ...
+    if sub is None:
+        raise AttributeError("module 'refit' has no attribute %r" % name)
+    module = importlib.import_module(__name__ + "." + sub)
+    if not hasattr(module, name):
+        raise AttributeError("module 'refit' has no attribute %r" % name)
+    return getattr(module, name)
 
 
 def __dir__():

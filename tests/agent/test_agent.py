@@ -29,6 +29,13 @@ BUILD = os.environ.get("REFIT_BUILD_DIR", os.path.join(ROOT, "build"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import refit  # noqa: E402
 
+def test_import_loads_no_mpi():
+    """`import refit`, and pytest's probing of the module while collecting
+    this file, start no MPI and load no librefit in the framework process."""
+    assert "mpi4py" not in sys.modules and "refit._lib" not in sys.modules
+    assert not [k for k in os.environ if k.startswith("OMPI_COMM_WORLD")]
+
+
 GRACE = 12  # refit-agent --attach-grace: room for a process to start torch
 
 
