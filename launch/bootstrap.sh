@@ -24,7 +24,7 @@ packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
 # only; nothing at build or run time needs them.
 test_packages=(slurmctld slurmd slurm-client munge clang libclang-rt-14-dev gdb
                python3-numpy python3-h5py python3-yaml python3-pytest python3-mpi4py
-               python3-torch)
+               python3-torch python3-venv)
 
 install_missing() { # install_missing [PACKAGE...] (default: packages)
   local missing=() want=("${@:-}")

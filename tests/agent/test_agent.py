@@ -351,3 +351,52 @@ def test_ctrl_c_while_waiting_then_reattach(tmp):
     for p in trainers + [engines[0], again]:
         ok(job, p, versions=(2,))
     job.close()
+
+
+VENV_CLIENT = """
+import sys, refit
+side, rank, sock = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+c = refit.attach(side, rank, socket_dir=sock)
+for v in (1, 2):
+    if side == "trainer":
+        c.refit(v)
+    else:
+        c.refit()
+        assert c.committed_version == v and c.verify() == 0, (v, c.committed_version)
+    print("committed %d " % v, flush=True)
+assert "mpi4py" not in sys.modules and "refit._lib" not in sys.modules
+if side == "trainer" and rank == 0:
+    c.shutdown()
+"""
+
+
+def test_pip_installed_client_in_a_fresh_venv(tmp):
+    """`pip install .` in a fresh venv (offline, nothing else in it: no
+    numpy, torch or mpi4py) gives a client that refits through the agents:
+    the agents make the weights (synthetic source) and hold the engines'
+    storage, and the engine processes ask their agents to verify it."""
+    venv = os.path.join(tmp, "venv")
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=120)
+    py = os.path.join(venv, "bin", "python")
+    out = subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", ROOT],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    env = _env()
+    del env["PYTHONPATH"]  # the venv's installed package, not the tree's
+    probe = subprocess.run([py, "-c", "import refit, sys; print(refit.__file__); "
+                            "import mpi4py"], capture_output=True, text=True, cwd=tmp,
+                           env=env, timeout=60)
+    assert venv in probe.stdout and "No module named 'mpi4py'" in probe.stderr, probe
+    job = Job("moe_synthetic_c.yaml", tmp)
+    procs = []
+    for side, n in (("generator", 2), ("trainer", 2)):
+        for r in range(n):
+            log = open(os.path.join(tmp, "venv-%s%d.log" % (side, r)), "w+")
+            p = subprocess.Popen([py, "-c", VENV_CLIENT, side, str(r), job.dir], cwd=tmp,
+                                 stdout=log, stderr=subprocess.STDOUT, env=env)
+            p.out = log
+            job.clients.append(p)
+            procs.append(p)
+    for p in procs:
+        ok(job, p, versions=(1, 2))
+    job.close()
