@@ -159,6 +159,7 @@ class Client:
             raise ConnectionError("refit.attach: connecting to %s: %s" % (path, e)) from None
         self._sock.settimeout(None)
         self._keep = {}      # name -> the tensor registered (kept alive)
+        self._where = {}     # name -> (address, bytes) when it was registered
         self._fds = {}       # id(storage) -> fd shared for it
         self._begin_ev = None
         self._commit_ev = None
@@ -306,6 +307,25 @@ class Client:
     def _register_batch(self, entries, fds, keep):
         self._call({"op": "register", "tensors": entries}, fds)
         self._keep.update(keep)
+        for name, t in keep.items():
+            self._where[name] = _where(t)
+
+    def _check_moved(self):
+        """Before each begin: a torch tensor whose storage was swapped since it
+        was registered (param.data = ..., model.float(); model.bfloat16(),
+        resize_) is registered again on a trainer (the agent maps the new
+        memory) and refused by name on an engine (runtime storage never
+        moves while its process lives)."""
+        moved = [n for n, t in self._keep.items() if _where(t) != self._where.get(n)]
+        if not moved:
+            return
+        if self.side != "trainer":
+            raise AgentError("REFIT_ERR_STATE",
+                             "engine rank %d: %d registered tensor%s moved since registration "
+                             "(%s): runtime storage must stay in place"
+                             % (self.rank, len(moved), "" if len(moved) == 1 else "s",
+                                ", ".join(moved[:8])))
+        self.register_all([(n, self._keep[n]) for n in moved])
 
     def register(self, name, tensor):
         """Register one tensor (see register_all)."""
@@ -313,6 +333,7 @@ class Client:
 
     # -- the lifecycle ----------------------------------------------------------
     def _before_begin(self):
+        self._check_moved()
         if self._cuda:
             import torch
             self._begin_ev.record(torch.cuda.current_stream())
@@ -386,6 +407,14 @@ class Client:
         """Stop every agent of the job (after the last refit)."""
         self._call({"op": "shutdown"})
         self.close()
+
+
+def _where(t):
+    """(address, bytes) of a tensor's memory as registered, for _check_moved."""
+    torch = _torch()
+    if torch is not None and isinstance(t, torch.Tensor):
+        return (t.data_ptr(), t.numel() * t.element_size())
+    return (t.__array_interface__["data"][0], t.nbytes)
 
 
 def _storage(t):

@@ -41,6 +41,9 @@ ap.add_argument("--versions", default="1,2,3")
 ap.add_argument("--die-in-refit", type=int, default=0,
                 help="SIGKILL this process in the middle of refitting this version")
 ap.add_argument("--shutdown", action="store_true", help="stop the agents at the end")
+ap.add_argument("--swap-at", type=int, default=0,
+                help="trainer: give every tensor new storage before this version (as "
+                     "model.float(); model.bfloat16() does)")
 ap.add_argument("--expect-fail", default="",
                 help="versions whose refit must fail (comma-separated)")
 args = ap.parse_args()
@@ -67,6 +70,9 @@ else:
     c.register_all(held)
 
 for version in versions:
+    if args.side == "trainer" and version == args.swap_at:
+        for t in model.values():
+            t.set_(t.clone())  # new storage: the client registers it again at begin
     if args.side == "trainer":
         new = megatron_rules.trainer_tensors(cfg, full_weights(cfg, SEED, version), args.rank,
                                              rng)

@@ -149,7 +149,9 @@ def test_refit_three_versions(tmp, config):
     job = Job(config, tmp)
     ntrainer, ngen = ranks(config)
     engines = [job.client("generator", g) for g in range(ngen)]
-    trainers = [job.client("trainer", t, *(["--shutdown"] if t == 0 else []))
+    # The trainers' tensors get new storage before version 2: the client
+    # registers them again and the agents map the new memory.
+    trainers = [job.client("trainer", t, "--swap-at", "2", *(["--shutdown"] if t == 0 else []))
                 for t in range(ntrainer)]
     for p in trainers + engines:
         ok(job, p)
