@@ -1011,7 +1011,7 @@ static int agent_listen(agent_t *a) {
               a->path, sizeof(addr.sun_path) - 1);
     return -1;
   }
-  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", a->path);
+  memcpy(addr.sun_path, a->path, strlen(a->path) + 1); /* length checked above */
   /* A socket left by an earlier agent of this user is replaced; anything
    * else at the path is refused (never followed). */
   struct stat st;
