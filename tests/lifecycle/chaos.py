@@ -381,9 +381,11 @@ def main():
     print("chaos: %d trials over %s, aims %s, timeout_s %g, pause %g s, exit bound %.1f s" %
           (args.trials, ", ".join("%s/%s" % c[:2] for c in combos), ",".join(phases),
            timeout_s, args.pause, args.exit_bound), flush=True)
-    # Every combination meets every phase: phases cycle fastest, and the
-    # combination moves on after a full cycle of them.
-    plan = itertools.cycle([(c, p) for c in combos for p in phases])
+    # Phases cycle fastest; each round of them starts one combination on, so
+    # a few trials already reach every combination and, over rounds, every
+    # combination meets every phase.
+    plan = ((combos[(r + j) % len(combos)], p)
+            for r in itertools.count() for j, p in enumerate(phases))
     results = []
     try:
         for run in range(1, args.trials + 1):
