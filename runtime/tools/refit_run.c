@@ -1,9 +1,8 @@
 /*
- * refit-run [--status-dir DIR] [--pause SECONDS] CONFIG: run refits as the config says, under
- * mpirun or srun.
- * The first trainer.tp*pp*dp ranks are trainers, the next generator.tp*engines
- * generators. It drives the public API (refit/refit.h) the way a trainer and
- * an inference engine would, simulating the serving side: generators keep
+ * refit-run [--status-dir DIR] [--pause SECONDS] CONFIG: run refits as the config says,
+ * under mpirun or srun. The first trainer.tp*pp*dp ranks are trainers, the next
+ * generator.tp*engines generators. It drives the public API (refit/refit.h) the way a
+ * trainer and an inference engine would, simulating the serving side: generators keep
  * reading their runtime weights between progress calls in async mode, and the
  * longest pause between two serving steps is reported as the stall.
  *
@@ -108,6 +107,13 @@ static refit_run_outcome_t refit_run_one(refit_session_h s, uint64_t version, in
   return o;
 }
 
+/* A rank as refit_run_probe knows it: process id, side and host. */
+typedef struct {
+  int pid;
+  int generator;
+  char host[64];
+} refit_run_peer_t;
+
 /* Where and how this rank's run ended, for the status file. */
 typedef struct {
   const char *dir; /* --status-dir, or NULL */
@@ -120,11 +126,7 @@ typedef struct {
    * open; alive is MPI_COMM_NULL before that. */
   MPI_Comm alive;
   int size;
-  struct refit_run_peer {
-    int pid;
-    int generator;
-    char host[64];
-  } *peers;
+  refit_run_peer_t *peers;
   double timeout_s;
   char lost_ranks[256]; /* "3" or "1,3": the ranks named lost, for judges */
   char lost[1024];      /* the same with how each was found lost */
@@ -320,10 +322,11 @@ static void refit_run_lost(refit_run_status_t *rs, refit_session_h s) {
   refit_run_probe(rs);
   if (rs->lost[0] != '\0') {
     const size_t len = strlen(rs->error);
-    snprintf(rs->error + len, sizeof(rs->error) - len, "%slost: %s",
-             len ? "; " : "", rs->lost);
+    snprintf(rs->error + len, sizeof(rs->error) - len, "%slost: %s", len ? "; " : "",
+             rs->lost);
   }
-  fprintf(stderr, "refit-run: rank %d: a peer is lost%s%s; exiting without MPI_Finalize\n",
+  fprintf(stderr,
+          "refit-run: rank %d: a peer is lost%s%s; exiting without MPI_Finalize\n",
           rs->rank, rs->lost[0] ? ": " : "", rs->lost);
   refit_run_status_write(rs, s, "peer_lost");
   fflush(stderr);
@@ -404,8 +407,9 @@ int main(int argc, char **argv) {
       usage = 1;
   }
   if (usage || config == NULL) {
-    fprintf(stderr, "usage: refit-run [--status-dir DIR] [--pause SECONDS] CONFIG.yaml   (under "
-                    "mpirun/srun, or launch/refit-launch CONFIG.yaml)\n");
+    fprintf(stderr,
+            "usage: refit-run [--status-dir DIR] [--pause SECONDS] CONFIG.yaml   (under "
+            "mpirun/srun, or launch/refit-launch CONFIG.yaml)\n");
     return help ? 0 : 2;
   }
   MPI_Init(&argc, &argv);
@@ -442,7 +446,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "refit-run: rank %d: out of memory\n", rank);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  struct refit_run_peer *mine = &rs.peers[rank];
+  refit_run_peer_t *mine = &rs.peers[rank];
   mine->pid = (int)getpid();
   mine->generator = refit_session_side(s) == REFIT_SIDE_GENERATOR;
   gethostname(mine->host, sizeof(mine->host) - 1);
