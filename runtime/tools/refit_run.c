@@ -1,9 +1,8 @@
 /*
- * refit-run [--status-dir DIR] CONFIG: run refits as the config says, under
- * mpirun or srun.
- * The first trainer.tp*pp*dp ranks are trainers, the next generator.tp*engines
- * generators. It drives the public API (refit/refit.h) the way a trainer and
- * an inference engine would, simulating the serving side: generators keep
+ * refit-run [--status-dir DIR] [--pause SECONDS] CONFIG: run refits as the config says,
+ * under mpirun or srun. The first trainer.tp*pp*dp ranks are trainers, the next
+ * generator.tp*engines generators. It drives the public API (refit/refit.h) the way a
+ * trainer and an inference engine would, simulating the serving side: generators keep
  * reading their runtime weights between progress calls in async mode, and the
  * longest pause between two serving steps is reported as the stall.
  *
@@ -17,11 +16,18 @@
  * error, the committed version, the state, and on generators the result of
  * verifying runtime storage against the committed version and a digest of
  * that storage. Both are written to a temporary name and renamed, so a
- * reader never sees half a file.
+ * reader never sees half a file. A rank that leaves because a peer is lost
+ * names it: the status file's `lost=` line holds the ranks, and the error
+ * and the message on stderr say how each was found lost (refit_run_probe).
+ *
+ * --pause SECONDS: sleep between a refit's commit (and report) and the next
+ * begin, as a training step would; a chaos test kills ranks in that gap.
  */
 #include "refit/refit.h"
 
+#include <errno.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +107,13 @@ static refit_run_outcome_t refit_run_one(refit_session_h s, uint64_t version, in
   return o;
 }
 
+/* A rank as refit_run_probe knows it: process id, side and host. */
+typedef struct {
+  int pid;
+  int generator;
+  char host[64];
+} refit_run_peer_t;
+
 /* Where and how this rank's run ended, for the status file. */
 typedef struct {
   const char *dir; /* --status-dir, or NULL */
@@ -108,6 +121,15 @@ typedef struct {
   const char *phase; /* open, begin, transfer, commit, verify, report, dump,
                         summary, or "" when nothing failed */
   char error[768];
+  /* Naming a lost peer (refit_run_probe): a communicator of its own, and
+   * every rank's process id, side and host, gathered once the session is
+   * open; alive is MPI_COMM_NULL before that. */
+  MPI_Comm alive;
+  int size;
+  refit_run_peer_t *peers;
+  double timeout_s;
+  char lost_ranks[256]; /* "3" or "1,3": the ranks named lost, for judges */
+  char lost[1024];      /* the same with how each was found lost */
 } refit_run_status_t;
 
 /* Write `text` to DIR/NAME through a temporary file and a rename. */
@@ -149,6 +171,8 @@ static void refit_run_status_write(const refit_run_status_t *rs, refit_session_h
   for (const char *c = rs->error; *c; c++)
     PUT("%c", *c == '\n' ? ' ' : *c);
   PUT("\n");
+  if (rs->lost_ranks[0] != '\0')
+    PUT("lost=%s\n", rs->lost_ranks);
   if (s != NULL) {
     const int gen = refit_session_side(s) == REFIT_SIDE_GENERATOR;
 #define REFIT_RUN_STATE_NAME_(name, text) #name,
@@ -198,43 +222,128 @@ static void refit_run_fail(refit_run_status_t *rs, const char *phase, const char
   va_end(ap);
 }
 
+/* Whether the process `pid` of this host is gone: none with that id, or
+ * one that has exited and waits to be reaped (a zombie). */
+static int refit_run_pid_gone(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH)
+    return 1;
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 0; /* no /proc: the answer, or its absence, decides */
+  const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *c = strrchr(buf, ')'); /* the command name may hold spaces */
+  return c != NULL && c[1] == ' ' && (c[2] == 'Z' || c[2] == 'X');
+}
+
+/*
+ * Name the peers that are lost, once, before a rank leaves through
+ * refit_run_lost. The session's collectives say only that not every rank
+ * joined; this asks each peer directly. The rank sends every peer a
+ * synchronous hello (MPI_Issend) and listens for theirs on a communicator
+ * of its own. A peer is accounted for when its hello arrived and it took
+ * ours; it is lost when its process is gone (a peer on this host, checked
+ * by process id), when talking to it fails, or when it does neither within
+ * refit.timeout_s. Because a rank's probe ends only once every live peer
+ * took its hello, a survivor that leaves first is not mistaken for a dead
+ * one by a survivor that probes later (within the bound). Requests to lost
+ * peers are left pending and their buffers kept: the process exits next.
+ */
+static void refit_run_probe(refit_run_status_t *rs) {
+  if (rs->alive == MPI_COMM_NULL || rs->lost[0] != '\0')
+    return;
+  enum { PENDING, ANSWERED, GONE, FAILED, SILENT };
+  static const char *const how[] = {"", "", "process gone", "MPI error",
+                                    "no answer within refit.timeout_s"};
+  const int n = rs->size, tag = 0x5fe;
+  static int me;
+  me = rs->rank;
+  int *hello = calloc((size_t)n, sizeof(int)), *state = calloc((size_t)n, sizeof(int));
+  MPI_Request *req = malloc(2 * (size_t)n * sizeof(MPI_Request));
+  if (hello == NULL || state == NULL || req == NULL)
+    return;
+  for (int p = 0; p < n; p++) {
+    req[2 * p] = req[2 * p + 1] = MPI_REQUEST_NULL;
+    if (p == rs->rank) {
+      state[p] = ANSWERED;
+      continue;
+    }
+    if (MPI_Irecv(&hello[p], 1, MPI_INT, p, tag, rs->alive, &req[2 * p]) != MPI_SUCCESS ||
+        MPI_Issend(&me, 1, MPI_INT, p, tag, rs->alive, &req[2 * p + 1]) != MPI_SUCCESS)
+      state[p] = FAILED;
+  }
+  const double deadline = MPI_Wtime() + rs->timeout_s;
+  for (int pending = 1; pending && MPI_Wtime() < deadline;) {
+    pending = 0;
+    for (int p = 0; p < n; p++) {
+      if (state[p] != PENDING)
+        continue;
+      int done[2] = {0, 0};
+      for (int k = 0; k < 2; k++)
+        if (MPI_Test(&req[2 * p + k], &done[k], MPI_STATUS_IGNORE) != MPI_SUCCESS)
+          state[p] = FAILED;
+      if (state[p] == PENDING && done[0] && done[1])
+        state[p] = ANSWERED;
+      else if (state[p] == PENDING &&
+               strcmp(rs->peers[p].host, rs->peers[rs->rank].host) == 0 &&
+               refit_run_pid_gone(rs->peers[p].pid))
+        state[p] = GONE;
+      pending += state[p] == PENDING;
+    }
+    if (pending)
+      usleep(1000);
+  }
+  int m = 0, k = 0;
+  for (int p = 0; p < n; p++) {
+    if (state[p] == PENDING)
+      state[p] = SILENT;
+    if (state[p] == ANSWERED)
+      continue;
+    if (m < (int)sizeof(rs->lost_ranks))
+      m += snprintf(rs->lost_ranks + m, sizeof(rs->lost_ranks) - (size_t)m, "%s%d",
+                    m ? "," : "", p);
+    if (k < (int)sizeof(rs->lost))
+      k += snprintf(rs->lost + k, sizeof(rs->lost) - (size_t)k,
+                    "%srank %d (%s, pid %d on %s): %s", k ? "; " : "", p,
+                    rs->peers[p].generator ? "generator" : "trainer", rs->peers[p].pid,
+                    rs->peers[p].host, how[state[p]]);
+  }
+  if (k == 0)
+    snprintf(rs->lost, sizeof(rs->lost), "every rank answered (a peer stalled)");
+}
+
 /* A peer is dead or stalled: no collective can complete, MPI_Finalize
- * included. Write the status file and leave without it. */
-static void refit_run_lost(const refit_run_status_t *rs, refit_session_h s) {
+ * included. Name it (refit_run_probe), write the status file and leave
+ * without MPI_Finalize. */
+static void refit_run_lost(refit_run_status_t *rs, refit_session_h s) {
+  refit_run_probe(rs);
+  if (rs->lost[0] != '\0') {
+    const size_t len = strlen(rs->error);
+    snprintf(rs->error + len, sizeof(rs->error) - len, "%slost: %s", len ? "; " : "",
+             rs->lost);
+  }
   fprintf(stderr,
-          "refit-run: rank %d: a peer is lost; exiting without "
-          "MPI_Finalize\n",
-          rs->rank);
+          "refit-run: rank %d: a peer is lost%s%s; exiting without MPI_Finalize\n",
+          rs->rank, rs->lost[0] ? ": " : "", rs->lost);
   refit_run_status_write(rs, s, "peer_lost");
   fflush(stderr);
   fflush(stdout);
   _exit(3);
 }
 
-/*
- * refit-run's own reductions (the timing table, mismatch counts, the
- * verdict) over `comm` (errors returned): non-blocking and polled against
- * refit.timeout_s, so a peer that dies after the last refit's vote (while
- * its neighbours verify, say) is an error naming the phase, not a hang in a
- * blocking MPI_Reduce. root < 0: every rank gets the result. On a deadline
- * or an MPI error the rank leaves through refit_run_lost: a collective that
- * never completed cannot be abandoned.
- */
-static void refit_run_reduce(refit_run_status_t *rs, refit_session_h s, MPI_Comm comm,
-                             const char *phase, const void *in, void *out, int count,
-                             MPI_Datatype type, MPI_Op op, int root) {
-  MPI_Request req;
-  refit_settings_t set;
-  refit_session_settings(s, &set);
-  const double timeout = set.timeout_s;
-  const double deadline = MPI_Wtime() + timeout;
-  int done = 0, rc;
-  if (root < 0)
-    rc = MPI_Iallreduce(in, out, count, type, op, comm, &req);
-  else
-    rc = MPI_Ireduce(in, out, count, type, op, root, comm, &req);
+/* Wait for the request of a collective that `rc` started until refit.timeout_s
+ * has passed; on a deadline or an MPI error, record the failure in `phase`
+ * and leave through refit_run_lost: a collective that never completed
+ * cannot be abandoned. */
+static void refit_run_wait(refit_run_status_t *rs, refit_session_h s, const char *phase,
+                           int rc, MPI_Request *req) {
+  const double deadline = MPI_Wtime() + rs->timeout_s;
+  int done = 0;
   while (rc == MPI_SUCCESS && !done && MPI_Wtime() < deadline) {
-    rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (rc == MPI_SUCCESS && !done)
       usleep(100); /* leave the core to the ranks being waited for */
   }
@@ -248,10 +357,30 @@ static void refit_run_reduce(refit_run_status_t *rs, refit_session_h s, MPI_Comm
           rc != MPI_SUCCESS ? why : "not every rank took part within refit.timeout_s");
   refit_run_fail(rs, phase, "%s: %s (timeout_s %g)", phase,
                  rc != MPI_SUCCESS ? why
-                                   : "not every rank took part in the reduction "
+                                   : "not every rank took part in the collective "
                                      "within refit.timeout_s: a peer is lost",
-                 timeout);
+                 rs->timeout_s);
   refit_run_lost(rs, s);
+}
+
+/*
+ * refit-run's own reductions (the timing table, mismatch counts, the
+ * verdict) over `comm` (errors returned): non-blocking and polled against
+ * refit.timeout_s (refit_run_wait), so a peer that dies after the last
+ * refit's vote (while its neighbours verify, say) is an error naming the
+ * phase, not a hang in a blocking MPI_Reduce. root < 0: every rank gets the
+ * result.
+ */
+static void refit_run_reduce(refit_run_status_t *rs, refit_session_h s, MPI_Comm comm,
+                             const char *phase, const void *in, void *out, int count,
+                             MPI_Datatype type, MPI_Op op, int root) {
+  MPI_Request req;
+  int rc;
+  if (root < 0)
+    rc = MPI_Iallreduce(in, out, count, type, op, comm, &req);
+  else
+    rc = MPI_Ireduce(in, out, count, type, op, root, comm, &req);
+  refit_run_wait(rs, s, phase, rc, &req);
 }
 
 int main(int argc, char **argv) {
@@ -260,13 +389,16 @@ int main(int argc, char **argv) {
   int64_t total_bad = 0;
   uint64_t sink = 0;
   char desc[2048];
-  refit_run_status_t rs = {NULL, 0, "", ""};
+  refit_run_status_t rs = {.dir = NULL, .phase = "", .alive = MPI_COMM_NULL};
+  double pause_s = 0;
   const char *config = NULL;
 
   int usage = 0, help = 0;
   for (int a = 1; a < argc && !usage; a++) {
     if (strcmp(argv[a], "--status-dir") == 0 && a + 1 < argc)
       rs.dir = argv[++a];
+    else if (strcmp(argv[a], "--pause") == 0 && a + 1 < argc)
+      usage = (pause_s = atof(argv[++a])) < 0;
     else if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0)
       help = usage = 1;
     else if (config == NULL && argv[a][0] != '-')
@@ -275,8 +407,9 @@ int main(int argc, char **argv) {
       usage = 1;
   }
   if (usage || config == NULL) {
-    fprintf(stderr, "usage: refit-run [--status-dir DIR] CONFIG.yaml   (under "
-                    "mpirun/srun, or launch/refit-launch CONFIG.yaml)\n");
+    fprintf(stderr,
+            "usage: refit-run [--status-dir DIR] [--pause SECONDS] CONFIG.yaml   (under "
+            "mpirun/srun, or launch/refit-launch CONFIG.yaml)\n");
     return help ? 0 : 2;
   }
   MPI_Init(&argc, &argv);
@@ -294,20 +427,43 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 2;
   }
+  refit_settings_t cfg;
+  refit_session_settings(s, &cfg);
+  rs.timeout_s = cfg.timeout_s;
+  /* refit-run's reports travel on a communicator of their own, and the
+   * probe that names a lost peer on another, both with errors returned: a
+   * lost peer is then a failed reduction, not an abort. Duplicated and
+   * gathered under the deadline: a peer may die here too. */
+  MPI_Comm report, alive;
+  MPI_Request req;
+  refit_run_wait(&rs, s, "start-up", MPI_Comm_idup(MPI_COMM_WORLD, &report, &req), &req);
+  refit_run_wait(&rs, s, "start-up", MPI_Comm_idup(MPI_COMM_WORLD, &alive, &req), &req);
+  MPI_Comm_set_errhandler(report, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(alive, MPI_ERRORS_RETURN);
+  MPI_Comm_size(MPI_COMM_WORLD, &rs.size);
+  rs.peers = calloc((size_t)rs.size, sizeof(*rs.peers));
+  if (rs.peers == NULL) {
+    fprintf(stderr, "refit-run: rank %d: out of memory\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  refit_run_peer_t *mine = &rs.peers[rank];
+  mine->pid = (int)getpid();
+  mine->generator = refit_session_side(s) == REFIT_SIDE_GENERATOR;
+  gethostname(mine->host, sizeof(mine->host) - 1);
+  refit_run_wait(&rs, s, "start-up",
+                 MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rs.peers,
+                                (int)sizeof(*rs.peers), MPI_BYTE, alive, &req),
+                 &req);
+  rs.alive = alive;
+  /* The pid file says the rank is ready to be judged: its session is open
+   * and a lost peer can be named. */
   if (rs.dir != NULL) {
     char pid[64], name[64];
     snprintf(pid, sizeof(pid), "%d %s\n", (int)getpid(),
-             refit_session_side(s) == REFIT_SIDE_GENERATOR ? "generator" : "trainer");
+             mine->generator ? "generator" : "trainer");
     snprintf(name, sizeof(name), "rank.%d.pid", rank);
     refit_run_status_put(rs.dir, name, pid);
   }
-  /* refit-run's reports travel on a communicator of their own, with errors
-   * returned: a lost peer is then a failed reduction, not an abort. */
-  MPI_Comm report;
-  MPI_Comm_dup(MPI_COMM_WORLD, &report);
-  MPI_Comm_set_errhandler(report, MPI_ERRORS_RETURN);
-  refit_settings_t cfg;
-  refit_session_settings(s, &cfg);
   const int async = cfg.async;
   if (rank == 0) {
     refit_session_describe(s, desc, sizeof(desc));
@@ -336,6 +492,8 @@ int main(int argc, char **argv) {
 
   for (int step = 1; step <= cfg.steps; step++) {
     const uint64_t version = (uint64_t)step;
+    if (step > 1 && pause_s > 0) /* a training step between commit and begin */
+      usleep((useconds_t)(pause_s * 1e6));
     refit_run_outcome_t o = refit_run_one(s, version, async, &sink);
     if (o.st != REFIT_OK) {
       failed = 1;
@@ -491,6 +649,8 @@ int main(int argc, char **argv) {
   refit_run_status_write(&rs, s, (any_failed || total_bad != 0) ? "failed" : "ok");
   refit_session_close(s);
   MPI_Comm_free(&report);
+  MPI_Comm_free(&alive);
+  free(rs.peers);
   MPI_Finalize();
   return (any_failed || total_bad != 0) ? 1 : 0;
 }
