@@ -97,7 +97,8 @@ refit_status_t refit_agent_send(int sock, const json_t *json, const int *fds, in
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       st = refit_agent_wait(sock, POLLOUT, deadline, "sending a message");
     } else if (n < 0 && errno != EINTR) {
-      st = REFIT_ERR(REFIT_ERR_PEER, "attach protocol: the peer closed the connection (%s)",
+      st = REFIT_ERR(REFIT_ERR_PEER,
+                     "attach protocol: the peer closed the connection (%s)",
                      strerror(errno));
     }
   }
@@ -152,7 +153,8 @@ static refit_status_t refit_agent_read(int sock, void *buf, size_t len,
                        REFIT_AGENT_FDS_MAX);
     if (n == 0)
       return first && got == 0
-                 ? REFIT_ERR(REFIT_ERR_PEER, "attach protocol: the peer closed the connection")
+                 ? REFIT_ERR(REFIT_ERR_PEER,
+                             "attach protocol: the peer closed the connection")
                  : REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                              "attach protocol: the peer closed the connection in the "
                              "middle of a message (%zu of %zu bytes)",
@@ -174,9 +176,10 @@ refit_status_t refit_agent_recv(int sock, refit_agent_msg_t *msg, double timeout
   if (st != REFIT_OK)
     goto err;
   if (h.magic != REFIT_AGENT_MAGIC) {
-    st = REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                   "attach protocol: not a refit agent message (magic %08x, expected %08x)",
-                   h.magic, REFIT_AGENT_MAGIC);
+    st = REFIT_ERR(
+        REFIT_ERR_INVALID_ARGUMENT,
+        "attach protocol: not a refit agent message (magic %08x, expected %08x)", h.magic,
+        REFIT_AGENT_MAGIC);
     goto err;
   }
   if (h.proto != REFIT_AGENT_PROTO || h.flags != 0) {
@@ -276,11 +279,11 @@ refit_status_t refit_agent_dir_check(const char *dir) {
                      "planted link would put the sockets where another user chose)",
                      dir, S_ISLNK(st.st_mode) ? "a symbolic link" : "not a directory");
   if (st.st_uid != geteuid() || (st.st_mode & 022) != 0)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "agent socket directory %s belongs to uid %u with mode %03o; it must "
-                     "be this user's (uid %u) and writable by nobody else",
-                     dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777),
-                     (unsigned)geteuid());
+    return REFIT_ERR(
+        REFIT_ERR_INVALID_ARGUMENT,
+        "agent socket directory %s belongs to uid %u with mode %03o; it must "
+        "be this user's (uid %u) and writable by nobody else",
+        dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
   return REFIT_OK;
 }
 

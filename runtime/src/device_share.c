@@ -7,11 +7,14 @@
 #include "device_share.h"
 
 #include "core/error.h"
+#include "core/log.h"
+#include "fd_share.h"
 
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -35,8 +38,8 @@ typedef struct {
                   unsigned long long);
   CUresult (*unmap)(CUdeviceptr, size_t);
   CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-  CUresult (*export_handle)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
-                            unsigned long long);
+  CUresult (*export_handle)(void *, CUmemGenericAllocationHandle,
+                            CUmemAllocationHandleType, unsigned long long);
   CUresult (*import_handle)(CUmemGenericAllocationHandle *, void *,
                             CUmemAllocationHandleType);
 } refit_share_api_t;
@@ -55,7 +58,8 @@ static struct {
 
 static int refit_share_sym(const char *name, void **fn) {
   enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &q) !=
+          cudaSuccess ||
       q != cudaDriverEntryPointSuccess || *fn == NULL) {
     (void)cudaGetLastError();
     return 0;
@@ -84,7 +88,8 @@ static refit_status_t refit_share_api(void) {
   const int state = api_state;
   pthread_mutex_unlock(&lock);
   if (state < 0)
-    return REFIT_ERR(REFIT_ERR_CUDA, "the driver has no virtual memory management entry points");
+    return REFIT_ERR(REFIT_ERR_CUDA,
+                     "the driver has no virtual memory management entry points");
   return REFIT_OK;
 }
 
@@ -100,8 +105,8 @@ static CUmemAllocationProp refit_share_prop(int device) {
 
 /* Reserve an address range for `h` (size bytes), map it and allow this
  * device to read and write it. */
-static CUresult refit_share_place(CUmemGenericAllocationHandle h, size_t size, size_t align,
-                                  int device, CUdeviceptr *out) {
+static CUresult refit_share_place(CUmemGenericAllocationHandle h, size_t size,
+                                  size_t align, int device, CUdeviceptr *out) {
   CUdeviceptr va = 0;
   CUresult r = api.reserve(&va, size, align, 0, 0);
   if (r != CUDA_SUCCESS)
@@ -126,6 +131,17 @@ static CUresult refit_share_place(CUmemGenericAllocationHandle h, size_t size, s
   return CUDA_SUCCESS;
 }
 
+/* fd_share's question: is `fd` the exported descriptor of an allocation of
+ * this process (and nothing else it holds)? */
+static int refit_share_fd_allowed(int fd) {
+  int found = 0;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < kMaxShared && !found; i++)
+    found = shared[i].ptr != NULL && shared[i].fd == fd;
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
 refit_status_t refit_share_alloc(void **ptr, size_t bytes) {
   REFIT_CHECK(refit_share_api());
   int device = 0;
@@ -137,15 +153,15 @@ refit_status_t refit_share_alloc(void **ptr, size_t bytes) {
   size_t gran = 0;
   CUresult r = api.granularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
   if (r != CUDA_SUCCESS || gran == 0)
-    return REFIT_ERR(REFIT_ERR_CUDA, "shareable memory: no allocation granularity (CUresult %d)",
-                     (int)r);
+    return REFIT_ERR(REFIT_ERR_CUDA,
+                     "shareable memory: no allocation granularity (CUresult %d)", (int)r);
   const size_t size = (bytes + gran - 1) / gran * gran;
   CUmemGenericAllocationHandle h = 0;
   r = api.create(&h, size, &p, 0);
   if (r != CUDA_SUCCESS)
     return REFIT_ERR(r == CUDA_ERROR_OUT_OF_MEMORY ? REFIT_ERR_NO_MEMORY : REFIT_ERR_CUDA,
-                     "shareable memory: cuMemCreate of %zu bytes failed (CUresult %d)", size,
-                     (int)r);
+                     "shareable memory: cuMemCreate of %zu bytes failed (CUresult %d)",
+                     size, (int)r);
   CUdeviceptr va = 0;
   int fd = -1;
   r = refit_share_place(h, size, gran, device, &va);
@@ -171,13 +187,17 @@ refit_status_t refit_share_alloc(void **ptr, size_t bytes) {
     }
     api.release(h);
     if (r != CUDA_SUCCESS)
-      return REFIT_ERR(REFIT_ERR_CUDA,
-                       "shareable memory: mapping or exporting %zu bytes failed (CUresult %d)",
-                       size, (int)r);
+      return REFIT_ERR(
+          REFIT_ERR_CUDA,
+          "shareable memory: mapping or exporting %zu bytes failed (CUresult %d)", size,
+          (int)r);
     return REFIT_ERR(REFIT_ERR_CUDA,
                      "shareable memory: more than the %d allocations this process keeps",
                      (int)kMaxShared);
   }
+  /* Peers take the descriptor over a Unix socket (SCM_RIGHTS). */
+  if (refit_fd_serve(refit_share_fd_allowed) != REFIT_OK)
+    REFIT_WARN("%s; peers will try pidfd_getfd instead", refit_last_error());
   *ptr = (void *)(uintptr_t)va;
   return REFIT_OK;
 }
@@ -230,35 +250,45 @@ refit_status_t refit_share_map(int pid, int fd, size_t size, void **ptr) {
     (void)cudaGetLastError();
     return REFIT_ERR(REFIT_ERR_CUDA, "shareable memory: no current device");
   }
-  const int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-  const int local = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
-  const int err = errno;
-  if (pidfd >= 0)
-    close(pidfd);
-  if (local < 0)
-    return REFIT_ERR(REFIT_ERR_PEER,
-                     "cannot take the memory descriptor of process %d (%s): pidfd_getfd "
-                     "needs Linux 5.6 and leave to ptrace that process (the same user, "
-                     "kernel.yama.ptrace_scope 0, or root); else refit.zero_copy: off",
-                     pid, strerror(err));
+  /* The owner hands the descriptor over its socket (fd_share.h); a process
+   * that does not serve one (an older refit) is asked through pidfd_getfd,
+   * which needs leave to ptrace it. */
+  int local = -1;
+  char why[256] = "";
+  if (refit_fd_fetch(pid, fd, 10.0, &local) != REFIT_OK) {
+    snprintf(why, sizeof(why), "%s", refit_last_error());
+    const int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    local = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+    const int err = errno;
+    if (pidfd >= 0)
+      close(pidfd);
+    if (local < 0)
+      return REFIT_ERR(REFIT_ERR_PEER,
+                       "cannot take the memory descriptor of process %d: %s; and "
+                       "pidfd_getfd failed too (%s: it needs Linux 5.6 and leave to "
+                       "ptrace that process); else refit.zero_copy: off",
+                       pid, why, strerror(err));
+  }
   const CUmemAllocationProp p = refit_share_prop(device);
   size_t gran = 0;
   CUmemGenericAllocationHandle h = 0;
   CUresult r = api.granularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
   if (r == CUDA_SUCCESS)
-    r = api.import_handle(&h, (void *)(uintptr_t)local, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    r = api.import_handle(&h, (void *)(uintptr_t)local,
+                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   close(local);
   if (r != CUDA_SUCCESS)
-    return REFIT_ERR(REFIT_ERR_CUDA,
-                     "cannot import the memory of process %d (CUresult %d): is it on this "
-                     "GPU?",
-                     pid, (int)r);
+    return REFIT_ERR(
+        REFIT_ERR_CUDA,
+        "cannot import the memory of process %d (CUresult %d): is it on this "
+        "GPU?",
+        pid, (int)r);
   CUdeviceptr va = 0;
   r = refit_share_place(h, size, gran, device, &va);
   api.release(h); /* the mapping keeps the memory */
   if (r != CUDA_SUCCESS)
-    return REFIT_ERR(REFIT_ERR_CUDA, "cannot map %zu bytes of process %d (CUresult %d)", size,
-                     pid, (int)r);
+    return REFIT_ERR(REFIT_ERR_CUDA, "cannot map %zu bytes of process %d (CUresult %d)",
+                     size, pid, (int)r);
   *ptr = (void *)(uintptr_t)va;
   return REFIT_OK;
 }

@@ -12,10 +12,11 @@
  * created that way; tensors a caller registers from its own allocator keep
  * the IPC path.
  *
- * Sharing. The owner exports its allocation's descriptor once; a peer takes
- * a duplicate of it with pidfd_getfd(2) (Linux 5.6; allowed where the peer
- * may ptrace the owner: the same user without a Yama restriction, or root),
- * imports it and maps it. A peer that may not is told so and what to do.
+ * Sharing. The owner exports its allocation's descriptor once and serves it
+ * to processes of its own user over an abstract Unix socket (fd_share.h,
+ * SCM_RIGHTS, as NCCL passes cuMem descriptors): no ptrace rights needed,
+ * so Yama's ptrace_scope 1 and containers do not stop it. A peer imports
+ * and maps it; only where the owner serves none does it try pidfd_getfd(2).
  */
 #ifndef REFIT_DEVICE_SHARE_H
 #define REFIT_DEVICE_SHARE_H

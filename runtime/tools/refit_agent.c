@@ -228,8 +228,8 @@ static void agent_coord_fail(agent_t *a, const char *why) {
 }
 
 /* Names every rank in `list` that lacks what `bad` says. */
-static int agent_coord_list(agent_t *a, int want_generators_only, int (*bad)(agent_t *, int),
-                            char *buf, size_t len) {
+static int agent_coord_list(agent_t *a, int want_generators_only,
+                            int (*bad)(agent_t *, int), char *buf, size_t len) {
   size_t used = 0;
   int n = 0;
   buf[0] = '\0';
@@ -385,8 +385,8 @@ static int agent_map_fd(agent_t *a, int fd, agent_map_t **out, char *err, size_t
     return -1;
   }
   for (int i = 0; i < a->nmaps; i++)
-    if (!a->maps[i].device && a->maps[i].dev == st.st_dev && a->maps[i].ino == st.st_ino &&
-        a->maps[i].bytes == (size_t)st.st_size) {
+    if (!a->maps[i].device && a->maps[i].dev == st.st_dev &&
+        a->maps[i].ino == st.st_ino && a->maps[i].bytes == (size_t)st.st_size) {
       *out = &a->maps[i];
       return 0;
     }
@@ -478,7 +478,8 @@ static json_t *agent_err(refit_status_t st, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
-  return json_pack("{s:b,s:s,s:s}", "ok", 0, "status", refit_status_name(st), "error", text);
+  return json_pack("{s:b,s:s,s:s}", "ok", 0, "status", refit_status_name(st), "error",
+                   text);
 }
 
 /* The session's last error, with what other ranks said of their failures
@@ -496,7 +497,8 @@ static json_t *agent_session_err(agent_t *a, refit_status_t st, const char *op) 
   }
   while (agent_ctl_poll(a, TAG_NOTICE, &m)) {
     const size_t used = strlen(a->notices);
-    snprintf(a->notices + used, sizeof(a->notices) - used, "%s%s", used ? "; " : "", m.text);
+    snprintf(a->notices + used, sizeof(a->notices) - used, "%s%s", used ? "; " : "",
+             m.text);
   }
   json_t *j = agent_err(st, "%s on %s rank %d: %s%s%s", op, a->side, a->role_rank, mine,
                         a->notices[0] ? " (" : "", a->notices[0] ? a->notices : "");
@@ -511,18 +513,18 @@ static json_t *agent_times(agent_t *a) {
   refit_wire_stats_t w = {0};
   refit_last_times(a->s, &t);
   refit_last_wire_stats(a->s, &w);
-  return json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:{s:b,s:I,s:I,s:I,s:I}}", "source", t.source,
-                   "pack", t.pack, "transfer", t.transfer, "land", t.land, "commit",
-                   t.commit, "total", t.total, "wire", "delta", w.delta, "wire_bytes",
-                   (json_int_t)w.wire_bytes, "full_bytes", (json_int_t)w.full_bytes,
-                   "changed_bytes", (json_int_t)w.changed_bytes, "written_bytes",
-                   (json_int_t)w.written_bytes);
+  return json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:{s:b,s:I,s:I,s:I,s:I}}", "source",
+                   t.source, "pack", t.pack, "transfer", t.transfer, "land", t.land,
+                   "commit", t.commit, "total", t.total, "wire", "delta", w.delta,
+                   "wire_bytes", (json_int_t)w.wire_bytes, "full_bytes",
+                   (json_int_t)w.full_bytes, "changed_bytes", (json_int_t)w.changed_bytes,
+                   "written_bytes", (json_int_t)w.written_bytes);
 }
 
 static json_t *agent_status(agent_t *a) {
-  return json_pack("{s:b,s:s,s:I,s:o}", "ok", 1, "state", refit_state_str(refit_state(a->s)),
-                   "committed", (json_int_t)refit_committed_version(a->s), "times",
-                   agent_times(a));
+  return json_pack("{s:b,s:s,s:I,s:o}", "ok", 1, "state",
+                   refit_state_str(refit_state(a->s)), "committed",
+                   (json_int_t)refit_committed_version(a->s), "times", agent_times(a));
 }
 
 /* Tell every other rank why this rank fails the refit in flight. */
@@ -667,11 +669,11 @@ static json_t *agent_register(agent_t *a, refit_agent_msg_t *msg) {
   int bad = 0;
 #define AGENT_PROBLEM(...)                                                               \
   do {                                                                                   \
-    if (bad++ < 8 && used < sizeof(problems))                                           \
-      used += (size_t)snprintf(problems + used, sizeof(problems) - used, "%s",          \
-                               used ? "; " : "");                                       \
-    if (bad <= 8 && used < sizeof(problems))                                            \
-      used += (size_t)snprintf(problems + used, sizeof(problems) - used, __VA_ARGS__);  \
+    if (bad++ < 8 && used < sizeof(problems))                                            \
+      used += (size_t)snprintf(problems + used, sizeof(problems) - used, "%s",           \
+                               used ? "; " : "");                                        \
+    if (bad <= 8 && used < sizeof(problems))                                             \
+      used += (size_t)snprintf(problems + used, sizeof(problems) - used, __VA_ARGS__);   \
   } while (0)
   for (size_t i = 0; i < n; i++) {
     json_t *e = json_array_get(list, i);
@@ -706,7 +708,8 @@ static json_t *agent_register(agent_t *a, refit_agent_msg_t *msg) {
     if (handle != NULL) {
       const json_int_t alloc = json_integer_value(json_object_get(e, "alloc_bytes"));
       if (alloc < offset + bytes)
-        snprintf(err, sizeof(err), "alloc_bytes %lld does not hold offset %lld + %lld bytes",
+        snprintf(err, sizeof(err),
+                 "alloc_bytes %lld does not hold offset %lld + %lld bytes",
                  (long long)alloc, (long long)offset, (long long)bytes);
       else
         agent_map_ipc(a, handle, (size_t)alloc, &m, err, sizeof(err));
@@ -714,14 +717,17 @@ static json_t *agent_register(agent_t *a, refit_agent_msg_t *msg) {
                fd_index < msg->nfds) {
       agent_map_fd(a, msg->fds[fd_index], &m, err, sizeof(err));
     } else {
-      snprintf(err, sizeof(err),
-               "names neither a descriptor of this message ('fd', 0 to %d) nor a CUDA IPC "
-               "'handle'",
-               msg->nfds - 1);
+      snprintf(
+          err, sizeof(err),
+          "names neither a descriptor of this message ('fd', 0 to %d) nor a CUDA IPC "
+          "'handle'",
+          msg->nfds - 1);
     }
     if (m != NULL && (size_t)(offset + bytes) > m->bytes)
-      snprintf(err, sizeof(err), "offset %lld + %lld bytes passes the end of its %zu-byte "
-               "allocation", (long long)offset, (long long)bytes, m->bytes);
+      snprintf(err, sizeof(err),
+               "offset %lld + %lld bytes passes the end of its %zu-byte "
+               "allocation",
+               (long long)offset, (long long)bytes, m->bytes);
     if (err[0] != '\0') {
       AGENT_PROBLEM("tensor '%s': %s", name, err);
       continue;
@@ -730,10 +736,11 @@ static json_t *agent_register(agent_t *a, refit_agent_msg_t *msg) {
   }
   json_t *reply;
   if (bad > 0) {
-    reply = agent_err(REFIT_ERR_INVALID_ARGUMENT,
-                      "register on %s rank %d: %d of %zu tensors refused, none registered: "
-                      "%s%s",
-                      a->side, a->role_rank, bad, n, problems, bad > 8 ? "; ..." : "");
+    reply =
+        agent_err(REFIT_ERR_INVALID_ARGUMENT,
+                  "register on %s rank %d: %d of %zu tensors refused, none registered: "
+                  "%s%s",
+                  a->side, a->role_rank, bad, n, problems, bad > 8 ? "; ..." : "");
   } else {
     refit_status_t st = REFIT_OK;
     for (size_t i = 0; i < n && st == REFIT_OK; i++)
@@ -761,8 +768,8 @@ static json_t *agent_hello(agent_t *a, refit_agent_msg_t *msg) {
   json_t *j = json_pack(
       "{s:b,s:i,s:s,s:i,s:i,s:i,s:i,s:s,s:s,s:I,s:s,s:o}", "ok", 1, "proto",
       REFIT_AGENT_PROTO, "side", a->side, "rank", a->role_rank, "world_rank", a->rank,
-      "engine", refit_session_engine(a->s), "tp_rank", refit_session_tp_rank(a->s), "mode",
-      a->set.async ? "async" : "sync", "memory", a->device >= 0 ? "cuda" : "host",
+      "engine", refit_session_engine(a->s), "tp_rank", refit_session_tp_rank(a->s),
+      "mode", a->set.async ? "async" : "sync", "memory", a->device >= 0 ? "cuda" : "host",
       "committed", (json_int_t)refit_committed_version(a->s), "state",
       refit_state_str(refit_state(a->s)), "expected", agent_expected(a));
   json_object_set_new(j, "device", json_integer(a->device));
@@ -789,7 +796,8 @@ static json_t *agent_hello(agent_t *a, refit_agent_msg_t *msg) {
     json_object_set_new(j, "commit_event", json_string(hex));
     if (!a->have_begin_ev) {
       json_decref(j);
-      return agent_err(REFIT_ERR_CUDA, "hello: cudaIpcOpenEventHandle failed on 'begin_event'");
+      return agent_err(REFIT_ERR_CUDA,
+                       "hello: cudaIpcOpenEventHandle failed on 'begin_event'");
     }
   }
 #endif
@@ -811,17 +819,20 @@ static void agent_serve(agent_t *a) {
   json_t *reply = NULL;
   const refit_state_t state = refit_state(a->s);
   if (a->begin_wait != 0 || a->next_wait) {
-    reply = agent_err(REFIT_ERR_STATE, "%s: the previous request is still waiting (one "
-                      "request at a time)", op);
+    reply = agent_err(REFIT_ERR_STATE,
+                      "%s: the previous request is still waiting (one "
+                      "request at a time)",
+                      op);
   } else if (strcmp(op, "register") == 0) {
     reply = agent_register(a, &msg);
   } else if (strcmp(op, "begin") == 0 || strcmp(op, "refit") == 0) {
     if (version <= 0) {
-      reply = agent_err(REFIT_ERR_INVALID_ARGUMENT,
-                        "%s %lld: versions start at 1 and increase", op, (long long)version);
+      reply =
+          agent_err(REFIT_ERR_INVALID_ARGUMENT,
+                    "%s %lld: versions start at 1 and increase", op, (long long)version);
     } else if (state != REFIT_STATE_IDLE && state != REFIT_STATE_POISONED) {
-      reply = agent_err(REFIT_ERR_STATE, "%s %lld: a refit is already in progress (%s)", op,
-                        (long long)version, refit_state_str(state));
+      reply = agent_err(REFIT_ERR_STATE, "%s %lld: a refit is already in progress (%s)",
+                        op, (long long)version, refit_state_str(state));
     } else {
       a->begin_wait = (uint64_t)version;
       a->begin_all = strcmp(op, "refit") == 0;
@@ -832,8 +843,9 @@ static void agent_serve(agent_t *a) {
     const int forever = json_is_null(json_object_get(msg.json, "timeout_s")) ||
                         json_object_get(msg.json, "timeout_s") == NULL;
     if (a->trainer)
-      reply = agent_err(REFIT_ERR_STATE,
-                        "next: trainers decide the versions; a trainer calls begin or refit");
+      reply =
+          agent_err(REFIT_ERR_STATE,
+                    "next: trainers decide the versions; a trainer calls begin or refit");
     else if (a->pending != 0)
       reply = json_pack("{s:b,s:I}", "ok", 1, "version", (json_int_t)a->pending);
     else if (!forever && t <= 0)
@@ -866,10 +878,9 @@ static void agent_serve(agent_t *a) {
     int64_t bad = -1;
     const uint64_t v = version > 0 ? (uint64_t)version : refit_committed_version(a->s);
     st = refit_verify(a->s, v, &bad);
-    reply = st == REFIT_OK
-                ? json_pack("{s:b,s:I,s:I}", "ok", 1, "version", (json_int_t)v, "mismatches",
-                            (json_int_t)bad)
-                : agent_session_err(a, st, "verify");
+    reply = st == REFIT_OK ? json_pack("{s:b,s:I,s:I}", "ok", 1, "version", (json_int_t)v,
+                                       "mismatches", (json_int_t)bad)
+                           : agent_session_err(a, st, "verify");
   } else if (strcmp(op, "status") == 0) {
     reply = agent_status(a);
   } else if (strcmp(op, "shutdown") == 0) {
@@ -923,7 +934,8 @@ static void agent_accept(agent_t *a) {
   struct ucred cred;
   socklen_t len = sizeof(cred);
   json_t *refuse = NULL;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != geteuid()) {
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+      cred.uid != geteuid()) {
     agent_log(a, "refused a connection from uid %d (pid %d): only uid %d may attach",
               (int)cred.uid, (int)cred.pid, (int)geteuid());
     close(fd);
@@ -938,13 +950,15 @@ static void agent_accept(agent_t *a) {
   }
   const char *op = json_string_value(json_object_get(msg.json, "op"));
   if (op == NULL || strcmp(op, "hello") != 0)
-    refuse = agent_err(REFIT_ERR_INVALID_ARGUMENT, "the first message must be hello, not %s",
-                       op ? op : "a message without 'op'");
+    refuse =
+        agent_err(REFIT_ERR_INVALID_ARGUMENT, "the first message must be hello, not %s",
+                  op ? op : "a message without 'op'");
   else if (a->client >= 0)
-    refuse = agent_err(REFIT_ERR_STATE,
-                       "the agent of %s rank %d already serves pid %d; one framework process "
-                       "attaches to a rank at a time",
-                       a->side, a->role_rank, a->client_pid);
+    refuse =
+        agent_err(REFIT_ERR_STATE,
+                  "the agent of %s rank %d already serves pid %d; one framework process "
+                  "attaches to a rank at a time",
+                  a->side, a->role_rank, a->client_pid);
   if (refuse != NULL) {
     agent_log(a, "refused pid %d: %s", (int)cred.pid,
               json_string_value(json_object_get(refuse, "error")));
@@ -1050,8 +1064,10 @@ int main(int argc, char **argv) {
     }
   }
   if (config == NULL) {
-    fprintf(stderr, "usage: refit-agent [--socket-dir DIR] [--attach-grace S] CONFIG.yaml (under mpirun or "
-                    "srun: launch/refit-launch CONFIG.yaml -- refit-agent CONFIG.yaml)\n");
+    fprintf(stderr,
+            "usage: refit-agent [--socket-dir DIR] [--attach-grace S] CONFIG.yaml (under "
+            "mpirun or "
+            "srun: launch/refit-launch CONFIG.yaml -- refit-agent CONFIG.yaml)\n");
     return 2;
   }
   int provided;
