@@ -148,9 +148,9 @@ static void test_unsupported_values(void **state) {
   static const struct {
     const char *from, *to, *message;
   } cases[] = {
-      {"\"Qwen3MoeForCausalLM\"", "\"LlamaForCausalLM\"",
-       "architectures: [\"LlamaForCausalLM\"] is not supported; refit reads "
-       "Qwen3ForCausalLM and Qwen3MoeForCausalLM"},
+      {"\"Qwen3MoeForCausalLM\"", "\"MixtralForCausalLM\"",
+       "architectures: [\"MixtralForCausalLM\"] is not supported; refit reads "
+       "Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM or Qwen2ForCausalLM"},
       {"\"model_type\": \"qwen3_moe\"", "\"model_type\": \"qwen3\"",
        "model_type: \"qwen3\" disagrees with architectures Qwen3MoeForCausalLM"},
       {"\"attention_bias\": false", "\"attention_bias\": true",
