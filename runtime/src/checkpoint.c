@@ -79,9 +79,9 @@ static refit_status_t refit_ckpt_st_file(const char *path,
   for (int64_t k = 0; k < n; k++) {
     const refit_src_tensor_t *t = &cat->hf[order[k]];
     const uint64_t bytes = (uint64_t)(t->rows * t->cols) * esize;
-    json_t *shape = refit_src_is_1d(t) ? json_pack("[I]", (json_int_t)(t->rows * t->cols))
-                                 : json_pack("[II]", (json_int_t)t->rows,
-                                             (json_int_t)t->cols);
+    json_t *shape = refit_src_is_1d(t)
+                        ? json_pack("[I]", (json_int_t)(t->rows * t->cols))
+                        : json_pack("[II]", (json_int_t)t->rows, (json_int_t)t->cols);
     json_t *e = json_pack("{s:s, s:o, s:[II]}", "dtype", refit_ckpt_st_dtypes[dtype],
                           "shape", shape, "data_offsets", (json_int_t)at,
                           (json_int_t)(at + bytes));

@@ -210,10 +210,9 @@ static refit_status_t refit_h5_check_tensor(refit_h5_source_t *c, int64_t i,
   }
   H5Sget_simple_extent_dims(space, dims, NULL);
   /* [n] is the schema for 1-D tensors; [1, n] is the same bytes. */
-  const int ok = (rank == 2 && dims[0] == (hsize_t)t->rows &&
-                  dims[1] == (hsize_t)t->cols) ||
-                 (rank == 1 && refit_src_is_1d(t) &&
-                  dims[0] == (hsize_t)(t->rows * t->cols));
+  const int ok =
+      (rank == 2 && dims[0] == (hsize_t)t->rows && dims[1] == (hsize_t)t->cols) ||
+      (rank == 1 && refit_src_is_1d(t) && dims[0] == (hsize_t)(t->rows * t->cols));
   if (!ok) {
     refit_h5_shape_str(rank, dims, got, sizeof(got));
     st = REFIT_ERR(REFIT_ERR_HDF5,
