@@ -376,7 +376,8 @@ static void test_llama_config(void **state) {
                  "mlp_bias: true is not supported (it adds MLP biases");
   expect_refused(llama31_8b_json, "\"mlp_bias\": false", "\"mlp_bias\": 0",
                  "mlp_bias: expected true or false, got 0");
-  expect_refused(llama31_8b_json, "\"model_type\": \"llama\"", "\"model_type\": \"qwen2\"",
+  expect_refused(llama31_8b_json, "\"model_type\": \"llama\"",
+                 "\"model_type\": \"qwen2\"",
                  "model_type: \"qwen2\" disagrees with architectures LlamaForCausalLM "
                  "(expected \"llama\")");
   expect_refused(llama31_8b_json, "\"intermediate_size\": 14336,", "",
@@ -413,8 +414,8 @@ static void test_qwen2_config(void **state) {
   write_file("config.json", qwen25_7b_json);
   layout = "trainer:\n  tp: 4\ngenerator:\n  tp: 2\n  engines: 2\n";
   refit_config_t cfg;
-  char *errors = parse("model:\n  hf_config: .\n  family: qwen2\n  head_dim: 128\n",
-                       REFIT_OK, &cfg);
+  char *errors =
+      parse("model:\n  hf_config: .\n  family: qwen2\n  head_dim: 128\n", REFIT_OK, &cfg);
   assert_null(errors);
   assert_int_equal(cfg.model.family, REFIT_FAMILY_QWEN2);
   assert_int_equal(cfg.model.head_dim, 128);
