@@ -157,6 +157,15 @@ refit_status_t refit_add_gen(refit_catalog_builder_t *b, refit_gen_tensor_t **ou
   return REFIT_OK;
 }
 
+refit_status_t refit_add_gen_bias(refit_catalog_builder_t *b, refit_gen_tensor_t **out,
+                                  int32_t layer, int64_t n, const char *name) {
+  REFIT_CHECK(
+      refit_add_gen(b, out, layer, REFIT_ROLE_BIAS, REFIT_GEN_PLAIN, 1, n, 0, 0, name));
+  (*out)->rows = n;
+  (*out)->cols = 1;
+  return REFIT_OK;
+}
+
 /* Rows [src_row, +rows) of trainer tensor `src` are rows [hf_row, +rows)
  * of Hugging Face tensor `hf`. */
 refit_status_t refit_add_run(refit_catalog_builder_t *b, int32_t src, int32_t hf,

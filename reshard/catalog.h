@@ -21,7 +21,9 @@
  * experts * rows.
  *
  * Every tensor is viewed as a row-major 2-D matrix [rows, cols]; a 1-D tensor
- * [n] is [1, n]. Pure C: no MPI, no CUDA, no I/O.
+ * [n] is [1, n], but a bias, which frameworks split and fuse by rows exactly
+ * as its weight (Megatron's linear_qkv.bias, vLLM's qkv_proj.bias), is the
+ * column [n, 1] (refit_src_is_1d). Pure C: no MPI, no CUDA, no I/O.
  */
 #ifndef REFIT_RESHARD_CATALOG_H
 #define REFIT_RESHARD_CATALOG_H
@@ -46,7 +48,8 @@ typedef enum {
   REFIT_ROLE_LINEAR, /* attention and dense MLP projections */
   REFIT_ROLE_ROUTER,
   REFIT_ROLE_EXPERT,
-  REFIT_ROLE_LM_HEAD
+  REFIT_ROLE_LM_HEAD,
+  REFIT_ROLE_BIAS /* a 1-D bias [n], the column [n, 1]; never quantized */
 } refit_role_t;
 
 /*
@@ -160,6 +163,12 @@ refit_status_t refit_catalog_create(const refit_model_t *model,
                                     const refit_generator_layout_t *generator,
                                     refit_catalog_t **out);
 void refit_catalog_destroy(refit_catalog_t *cat);
+
+/* Is trainer (or Hugging Face) tensor t 1-D in its framework: a norm
+ * weight [1, n] or a bias [n, 1]? Its length is then rows * cols. */
+static inline int refit_src_is_1d(const refit_src_tensor_t *t) {
+  return t->rows == 1 || t->role == REFIT_ROLE_BIAS;
+}
 
 /* Holder of part p, replica r of trainer tensor t. */
 static inline int32_t refit_src_holder(const refit_catalog_t *cat,

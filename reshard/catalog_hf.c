@@ -2,9 +2,11 @@
  * The Hugging Face tensors of a layer (catalog_internal.h) as the trainer
  * holds them under those names: one per projection, norm and expert, with
  * Megatron-Core's sharding of each. Attention, norms and the dense MLP come
- * from tables; the experts from their count.
+ * from tables whose rows say which family's layers hold them
+ * (reshard/family.h); the experts from their count.
  */
 #include "reshard/catalog_internal.h"
+#include "reshard/family.h"
 
 #include <stddef.h>
 
@@ -19,6 +21,14 @@ typedef enum {
   REFIT_NDIMS
 } refit_layer_dim_t;
 
+/* Which layers hold a tensor: every family's, or only those of families
+ * whose row of reshard/family.h sets the flag. */
+typedef enum {
+  REFIT_IN_ALL = 0,
+  REFIT_IN_QK_NORM, /* refit_family_desc_t.qk_norm */
+  REFIT_IN_QKV_BIAS /* refit_family_desc_t.qkv_bias */
+} refit_layer_in_t;
+
 /* One trainer tensor of a layer under its Hugging Face name
  * model.layers.<l>.<suffix>; `field` is its index in refit_layer_src_t. */
 typedef struct {
@@ -26,45 +36,59 @@ typedef struct {
   refit_role_t role;
   refit_split_t split;
   refit_layer_dim_t rows, cols;
+  refit_layer_in_t in;
   const char *suffix;
 } refit_layer_tensor_t;
 
 /* A row of the tables below: field of refit_layer_src_t, role, split, rows,
- * cols, name suffix. */
-#define REFIT_LAYER_TENSOR(field, role, split, rows, cols, suffix)                       \
+ * cols, the families that hold it, name suffix. A bias [n] is the column
+ * [n, 1], split by rows as its weight (catalog.h). */
+#define REFIT_LAYER_TENSOR(field, role, split, rows, cols, in, suffix)                   \
   {                                                                                      \
     offsetof(refit_layer_src_t, field), REFIT_ROLE_##role, REFIT_SPLIT_##split,          \
-        REFIT_DIM_##rows, REFIT_DIM_##cols, suffix                                       \
+        REFIT_DIM_##rows, REFIT_DIM_##cols, REFIT_IN_##in, suffix                        \
   }
 
 /* Attention and norms, in the order of every layer. */
 static const refit_layer_tensor_t refit_layer_attention[] = {
-    REFIT_LAYER_TENSOR(in_norm, NORM, NONE, ONE, H, "input_layernorm.weight"),
-    REFIT_LAYER_TENSOR(q, LINEAR, ROWS, QD, H, "self_attn.q_proj.weight"),
-    REFIT_LAYER_TENSOR(k, LINEAR, ROWS, KVD, H, "self_attn.k_proj.weight"),
-    REFIT_LAYER_TENSOR(v, LINEAR, ROWS, KVD, H, "self_attn.v_proj.weight"),
-    REFIT_LAYER_TENSOR(o, LINEAR, COLS, H, QD, "self_attn.o_proj.weight"),
-    REFIT_LAYER_TENSOR(q_norm, NORM, NONE, ONE, D, "self_attn.q_norm.weight"),
-    REFIT_LAYER_TENSOR(k_norm, NORM, NONE, ONE, D, "self_attn.k_norm.weight"),
-    REFIT_LAYER_TENSOR(post_norm, NORM, NONE, ONE, H, "post_attention_layernorm.weight"),
+    REFIT_LAYER_TENSOR(in_norm, NORM, NONE, ONE, H, ALL, "input_layernorm.weight"),
+    REFIT_LAYER_TENSOR(q, LINEAR, ROWS, QD, H, ALL, "self_attn.q_proj.weight"),
+    REFIT_LAYER_TENSOR(k, LINEAR, ROWS, KVD, H, ALL, "self_attn.k_proj.weight"),
+    REFIT_LAYER_TENSOR(v, LINEAR, ROWS, KVD, H, ALL, "self_attn.v_proj.weight"),
+    REFIT_LAYER_TENSOR(q_bias, BIAS, ROWS, QD, ONE, QKV_BIAS, "self_attn.q_proj.bias"),
+    REFIT_LAYER_TENSOR(k_bias, BIAS, ROWS, KVD, ONE, QKV_BIAS, "self_attn.k_proj.bias"),
+    REFIT_LAYER_TENSOR(v_bias, BIAS, ROWS, KVD, ONE, QKV_BIAS, "self_attn.v_proj.bias"),
+    REFIT_LAYER_TENSOR(o, LINEAR, COLS, H, QD, ALL, "self_attn.o_proj.weight"),
+    REFIT_LAYER_TENSOR(q_norm, NORM, NONE, ONE, D, QK_NORM, "self_attn.q_norm.weight"),
+    REFIT_LAYER_TENSOR(k_norm, NORM, NONE, ONE, D, QK_NORM, "self_attn.k_norm.weight"),
+    REFIT_LAYER_TENSOR(post_norm, NORM, NONE, ONE, H, ALL,
+                       "post_attention_layernorm.weight"),
 };
 
-/* The dense MLP (qwen3). */
+/* The dense MLP (every family without experts). */
 static const refit_layer_tensor_t refit_layer_dense_mlp[] = {
-    REFIT_LAYER_TENSOR(gate, LINEAR, ROWS, F, H, "mlp.gate_proj.weight"),
-    REFIT_LAYER_TENSOR(up, LINEAR, ROWS, F, H, "mlp.up_proj.weight"),
-    REFIT_LAYER_TENSOR(down, LINEAR, COLS, H, F, "mlp.down_proj.weight"),
+    REFIT_LAYER_TENSOR(gate, LINEAR, ROWS, F, H, ALL, "mlp.gate_proj.weight"),
+    REFIT_LAYER_TENSOR(up, LINEAR, ROWS, F, H, ALL, "mlp.up_proj.weight"),
+    REFIT_LAYER_TENSOR(down, LINEAR, COLS, H, F, ALL, "mlp.down_proj.weight"),
 };
 #undef REFIT_LAYER_TENSOR
 
-/* Append the tensors of `table` for layer l, their indices into `ls`. */
+/* Append the tensors of `table` that the family's layers hold for layer l,
+ * their indices into `ls` (-1 for those it does not hold). */
 static refit_status_t refit_add_layer_tensors(refit_catalog_builder_t *b, int l,
                                               int stage, const int64_t *dims,
                                               const refit_layer_tensor_t *table, size_t n,
                                               refit_layer_src_t *ls) {
+  const refit_family_desc_t *fam = refit_family_desc(b->cat->model.family);
   for (size_t i = 0; i < n; i++) {
     const refit_layer_tensor_t *t = &table[i];
     int32_t *index = (int32_t *)(void *)((char *)ls + t->field);
+    const int held = t->in == REFIT_IN_ALL ||
+                     (t->in == REFIT_IN_QK_NORM && fam->qk_norm) ||
+                     (t->in == REFIT_IN_QKV_BIAS && fam->qkv_bias);
+    *index = -1;
+    if (!held)
+      continue;
     REFIT_CHECK(refit_add_src(b, index, stage, l, t->role, t->split, dims[t->rows],
                               dims[t->cols], "model.layers.%d.%s", l, t->suffix));
   }
@@ -89,7 +113,7 @@ refit_status_t refit_build_src_layer(refit_catalog_builder_t *b, int l, int stag
 
   REFIT_CHECK(refit_add_layer_tensors(b, l, stage, dims,
                                       REFIT_LAYER_TABLE(refit_layer_attention), ls));
-  if (m->family == REFIT_FAMILY_QWEN3)
+  if (!refit_family_desc(m->family)->moe)
     return refit_add_layer_tensors(b, l, stage, dims,
                                    REFIT_LAYER_TABLE(refit_layer_dense_mlp), ls);
   const int64_t X = m->num_experts, I = m->moe_intermediate_size;

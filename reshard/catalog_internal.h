@@ -20,6 +20,7 @@ typedef struct {
 /* Trainer tensor indices of one layer, filled by refit_build_src_layer. */
 typedef struct {
   int32_t in_norm, post_norm, q, k, v, o, q_norm, k_norm;
+  int32_t q_bias, k_bias, v_bias; /* families with qkv_bias */
   int32_t gate, up, down, router;
   int32_t expert0; /* first of 3 * X expert tensors: gate, up, down per e */
 } refit_layer_src_t;
@@ -38,6 +39,10 @@ void refit_src_set_expert(const refit_catalog_t *cat, refit_src_tensor_t *t,
                           int64_t expert);
 
 /* Append a runtime tensor of the tp rank being built, *out pointing at it. */
+/* A 1-D runtime tensor of n elements is [1, n] (a norm); refit_add_gen_bias
+ * appends a bias [n] as the column [n, 1] (catalog.h). */
+refit_status_t refit_add_gen_bias(refit_catalog_builder_t *b, refit_gen_tensor_t **out,
+                                  int32_t layer, int64_t n, const char *name);
 refit_status_t refit_add_gen(refit_catalog_builder_t *b, refit_gen_tensor_t **out,
                              int32_t layer, refit_role_t role, refit_gen_kind_t kind,
                              int ndim, int64_t d0, int64_t d1, int64_t d2,

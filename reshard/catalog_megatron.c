@@ -5,6 +5,7 @@
  * stage), each as runs of Hugging Face rows.
  */
 #include "reshard/catalog_internal.h"
+#include "reshard/family.h"
 
 /* Append trainer tensor `name` holding Hugging Face tensor `hf` row for row
  * (same shape), split as `split` over the stage's tp ranks. */
@@ -31,6 +32,26 @@ static refit_status_t refit_add_fc1_runs(refit_catalog_builder_t *b, int32_t src
   return REFIT_OK;
 }
 
+/* linear_qkv's rows (its weight's, and its bias's element for element),
+ * globally [q..q k v] per query group: per_group query heads, then the
+ * group's K head, then its V head (attention.py
+ * get_query_key_value_tensors; Bridge QKVMapping, and for the bias
+ * qwen2_bridge.py's second QKVMapping on linear_qkv.bias). A tp rank holds
+ * a contiguous 1/tp of these rows. */
+static refit_status_t refit_add_qkv_runs(refit_catalog_builder_t *b, int32_t src,
+                                         int32_t q, int32_t k, int32_t v) {
+  const refit_model_t *m = &b->cat->model;
+  const int64_t D = m->head_dim, groups = m->num_kv_heads;
+  const int64_t per_group = m->num_attention_heads / groups; /* q heads */
+  for (int64_t g = 0; g < groups; g++) {
+    const int64_t row0 = g * (per_group + 2) * D;
+    REFIT_CHECK(refit_add_run(b, src, q, row0, g * per_group * D, per_group * D));
+    REFIT_CHECK(refit_add_run(b, src, k, row0 + per_group * D, g * D, D));
+    REFIT_CHECK(refit_add_run(b, src, v, row0 + (per_group + 1) * D, g * D, D));
+  }
+  return REFIT_OK;
+}
+
 /*
  * The trainer tensors of one layer as Megatron-Core's GPTModel holds them
  * (named_parameters(), Megatron-LM d98e8a64; ../shared/reference/
@@ -44,12 +65,12 @@ static refit_status_t refit_build_megatron_layer(refit_catalog_builder_t *b, int
   const refit_model_t *m = &cat->model;
   const refit_trainer_layout_t *tr = &cat->trainer;
   const int te = tr->spec == REFIT_SPEC_TE;
-  const int moe = m->family == REFIT_FAMILY_QWEN3_MOE;
+  const refit_family_desc_t *fam = refit_family_desc(m->family);
+  const int moe = fam->moe;
   const int grouped =
       tr->experts == REFIT_EXPERTS_GROUPED || (tr->experts == REFIT_EXPERTS_AUTO && te);
   const int64_t D = m->head_dim, H = m->hidden_size;
   const int64_t groups = m->num_kv_heads;
-  const int64_t per_group = m->num_attention_heads / groups; /* q heads */
   char p[REFIT_NAME_MAX], name[REFIT_NAME_MAX];
   int32_t idx;
 
@@ -61,23 +82,24 @@ static refit_status_t refit_build_megatron_layer(refit_catalog_builder_t *b, int
                     : "input_layernorm.weight");
   REFIT_CHECK(refit_add_alias(b, &idx, ls->in_norm, stage, REFIT_SPLIT_NONE, name));
 
-  /* linear_qkv, globally [q..q k v] per query group: per_group query heads,
-   * then the group's K head, then its V head (attention.py
-   * get_query_key_value_tensors; Bridge QKVMapping). A tp rank holds a
-   * contiguous 1/tp of these rows. */
   REFIT_MEG_NAME("self_attention.linear_qkv.weight");
   REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_LINEAR, REFIT_SPLIT_ROWS,
                             (m->num_attention_heads + 2 * groups) * D, H, "%s", name));
-  for (int64_t g = 0; g < groups; g++) {
-    const int64_t row0 = g * (per_group + 2) * D;
-    REFIT_CHECK(refit_add_run(b, idx, ls->q, row0, g * per_group * D, per_group * D));
-    REFIT_CHECK(refit_add_run(b, idx, ls->k, row0 + per_group * D, g * D, D));
-    REFIT_CHECK(refit_add_run(b, idx, ls->v, row0 + (per_group + 1) * D, g * D, D));
+  REFIT_CHECK(refit_add_qkv_runs(b, idx, ls->q, ls->k, ls->v));
+  if (fam->qkv_bias) {
+    /* The same name under both specs: TE's LayerNormLinear and the local
+     * ColumnParallelLinear call it bias. */
+    REFIT_MEG_NAME("self_attention.linear_qkv.bias");
+    REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_BIAS, REFIT_SPLIT_ROWS,
+                              (m->num_attention_heads + 2 * groups) * D, 1, "%s", name));
+    REFIT_CHECK(refit_add_qkv_runs(b, idx, ls->q_bias, ls->k_bias, ls->v_bias));
   }
-  REFIT_MEG_NAME("self_attention.q_layernorm.weight");
-  REFIT_CHECK(refit_add_alias(b, &idx, ls->q_norm, stage, REFIT_SPLIT_NONE, name));
-  REFIT_MEG_NAME("self_attention.k_layernorm.weight");
-  REFIT_CHECK(refit_add_alias(b, &idx, ls->k_norm, stage, REFIT_SPLIT_NONE, name));
+  if (fam->qk_norm) {
+    REFIT_MEG_NAME("self_attention.q_layernorm.weight");
+    REFIT_CHECK(refit_add_alias(b, &idx, ls->q_norm, stage, REFIT_SPLIT_NONE, name));
+    REFIT_MEG_NAME("self_attention.k_layernorm.weight");
+    REFIT_CHECK(refit_add_alias(b, &idx, ls->k_norm, stage, REFIT_SPLIT_NONE, name));
+  }
   REFIT_MEG_NAME("self_attention.linear_proj.weight");
   REFIT_CHECK(refit_add_alias(b, &idx, ls->o, stage, REFIT_SPLIT_COLS, name));
 

@@ -4,6 +4,7 @@
  * Hugging Face tensors.
  */
 #include "reshard/catalog_internal.h"
+#include "reshard/family.h"
 
 /*
  * Generator tensors of one layer for tp rank t (vLLM):
@@ -15,6 +16,7 @@
 refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l, int t,
                                      const refit_layer_src_t *ls) {
   const refit_model_t *m = &b->cat->model;
+  const refit_family_desc_t *fam = refit_family_desc(m->family);
   const int gtp = b->cat->generator.tp;
   const int64_t H = m->hidden_size, D = m->head_dim;
   const int64_t q_rows = m->num_attention_heads / gtp * D;
@@ -46,22 +48,36 @@ refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l, int t,
   REFIT_CHECK(refit_add_seg(b, g, ls->q, t * q_rows, 0, q_rows, H, 0, 0));
   REFIT_CHECK(refit_add_seg(b, g, ls->k, kv_row0, 0, kv_rows, H, q_rows, 0));
   REFIT_CHECK(refit_add_seg(b, g, ls->v, kv_row0, 0, kv_rows, H, q_rows + kv_rows, 0));
+  if (fam->qkv_bias) {
+    /* QKVParallelLinear's bias (vllm qwen2.py Qwen2Attention, bias=True):
+     * the weight's weight_loader with output_dim 0, so [q_t; k_t; v_t] of
+     * the three biases, sharded and replicated as the weight's rows. BF16
+     * under every quantization (a bias is no quantized weight). */
+    refit_name_fmt(name, "model.layers.%d.self_attn.qkv_proj.bias", l);
+    REFIT_CHECK(refit_add_gen_bias(b, &g, l, q_rows + 2 * kv_rows, name));
+    REFIT_CHECK(refit_add_seg(b, g, ls->q_bias, t * q_rows, 0, q_rows, 1, 0, 0));
+    REFIT_CHECK(refit_add_seg(b, g, ls->k_bias, kv_row0, 0, kv_rows, 1, q_rows, 0));
+    REFIT_CHECK(
+        refit_add_seg(b, g, ls->v_bias, kv_row0, 0, kv_rows, 1, q_rows + kv_rows, 0));
+  }
 
   REFIT_GEN("self_attn.o_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, H, q_rows,
             0);
   g->k_field = REFIT_FIELD_MODEL_HEAD_DIM;
   REFIT_CHECK(refit_add_seg(b, g, ls->o, 0, t * q_rows, H, q_rows, 0, 0));
 
-  REFIT_GEN("self_attn.q_norm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, D, 0, 0);
-  REFIT_CHECK(refit_add_seg(b, g, ls->q_norm, 0, 0, 1, D, 0, 0));
-  REFIT_GEN("self_attn.k_norm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, D, 0, 0);
-  REFIT_CHECK(refit_add_seg(b, g, ls->k_norm, 0, 0, 1, D, 0, 0));
+  if (fam->qk_norm) {
+    REFIT_GEN("self_attn.q_norm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, D, 0, 0);
+    REFIT_CHECK(refit_add_seg(b, g, ls->q_norm, 0, 0, 1, D, 0, 0));
+    REFIT_GEN("self_attn.k_norm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, D, 0, 0);
+    REFIT_CHECK(refit_add_seg(b, g, ls->k_norm, 0, 0, 1, D, 0, 0));
+  }
 
   REFIT_GEN("post_attention_layernorm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, H, 0,
             0);
   REFIT_CHECK(refit_add_seg(b, g, ls->post_norm, 0, 0, 1, H, 0, 0));
 
-  if (m->family == REFIT_FAMILY_QWEN3) {
+  if (!fam->moe) {
     const int64_t f = m->intermediate_size / gtp;
     REFIT_GEN("mlp.gate_up_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, 2 * f, H,
               0);

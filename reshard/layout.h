@@ -16,9 +16,14 @@
 
 #include <stdint.h>
 
+/* The families; what each holds is its row of reshard/family.h. The values
+ * are the order of model.family's choices and stay fixed (configs hash
+ * them). */
 typedef enum {
-  REFIT_FAMILY_QWEN3 = 0,    /* dense MLP */
-  REFIT_FAMILY_QWEN3_MOE = 1 /* routed experts, no shared expert */
+  REFIT_FAMILY_QWEN3 = 0,     /* dense MLP, q/k norms */
+  REFIT_FAMILY_QWEN3_MOE = 1, /* routed experts, no shared expert, q/k norms */
+  REFIT_FAMILY_LLAMA = 2,     /* dense MLP, no q/k norms, no biases */
+  REFIT_FAMILY_QWEN2 = 3      /* dense MLP, q/k/v biases, no q/k norms */
 } refit_family_t;
 
 typedef struct {
@@ -29,7 +34,7 @@ typedef struct {
   int64_t num_kv_heads;          /* KV */
   int64_t head_dim;              /* D */
   int64_t vocab_size;            /* V */
-  int64_t intermediate_size;     /* F, dense MLP (qwen3) */
+  int64_t intermediate_size;     /* F, dense MLP (dense families) */
   int64_t num_experts;           /* X (qwen3_moe) */
   int64_t moe_intermediate_size; /* I (qwen3_moe) */
   int tie_word_embeddings;       /* no lm_head.weight when set */
@@ -123,22 +128,6 @@ typedef enum {
 #undef REFIT_FIELD_ENUM_
       REFIT_FIELD_COUNT
 } refit_field_t;
-
-/* The family whose models alone have dimension f (the dense MLP width:
- * qwen3; the experts and their width: qwen3_moe), or -1 for a field of
- * every family. The layout rules require the family's own; the config
- * refuses the other family's; a config.json gives only the family's own. */
-static inline int refit_field_family(refit_field_t f) {
-  switch (f) {
-  case REFIT_FIELD_MODEL_INTERMEDIATE_SIZE:
-    return REFIT_FAMILY_QWEN3;
-  case REFIT_FIELD_MODEL_NUM_EXPERTS:
-  case REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE:
-    return REFIT_FAMILY_QWEN3_MOE;
-  default:
-    return -1;
-  }
-}
 
 /* Ranks of each side, in 64 bits: the config bounds each size, not their
  * product, to what an int holds. */

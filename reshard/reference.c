@@ -54,19 +54,24 @@ refit_status_t refit_reference_source_row(const refit_model_t *m,
     *src_row = 0;
     return REFIT_OK;
   }
-  if (refit_ref_is(rest, "self_attn.qkv_proj.weight")) {
-    /* [q_t; k_t; v_t]; with tp > KV each KV head is shared by tp/KV ranks. */
+  if (refit_ref_is(rest, "self_attn.qkv_proj.weight") ||
+      refit_ref_is(rest, "self_attn.qkv_proj.bias")) {
+    /* [q_t; k_t; v_t]; with tp > KV each KV head is shared by tp/KV ranks.
+     * The bias (Qwen2) is loaded by the same weight_loader along the same
+     * output dimension (vllm linear.py QKVParallelLinear), a row of the
+     * matrix view being one element of it. */
+    const char *kind = refit_ref_is(rest, "self_attn.qkv_proj.bias") ? "bias" : "weight";
     const int64_t KV = m->num_kv_heads;
     const int64_t kv_rows = tp <= KV ? KV / tp * D : D;
     const int64_t kv_first = tp <= KV ? t * kv_rows : (t / (tp / KV)) * D;
     if (row < q_rows) {
-      REFIT_SRC("%s", "self_attn.q_proj.weight");
+      REFIT_SRC("self_attn.q_proj.%s", kind);
       *src_row = t * q_rows + row;
     } else if (row < q_rows + kv_rows) {
-      REFIT_SRC("%s", "self_attn.k_proj.weight");
+      REFIT_SRC("self_attn.k_proj.%s", kind);
       *src_row = kv_first + row - q_rows;
     } else {
-      REFIT_SRC("%s", "self_attn.v_proj.weight");
+      REFIT_SRC("self_attn.v_proj.%s", kind);
       *src_row = kv_first + row - q_rows - kv_rows;
     }
     return REFIT_OK;

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "reshard/catalog.h"
+#include "reshard/family.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -123,10 +124,10 @@ static void refit_rules_positive(refit_rules_t *r) {
     }
   }
   const int family = r->model->family;
-  if (refit_rules_known(r, BIT(MODEL_FAMILY)) && family != REFIT_FAMILY_QWEN3 &&
-      family != REFIT_FAMILY_QWEN3_MOE) {
+  if (refit_rules_known(r, BIT(MODEL_FAMILY)) && refit_family_desc(family) == NULL) {
     refit_rules_break(r, REFIT_FIELD_MODEL_FAMILY, REFIT_FIELD_NONE,
-                      "model.family: %d is neither qwen3 nor qwen3_moe", family);
+                      "model.family: %d is no family (qwen3, qwen3_moe, llama or qwen2)",
+                      family);
     r->unknown |= BIT(MODEL_FAMILY);
   }
 }
@@ -135,7 +136,7 @@ static void refit_rules_positive(refit_rules_t *r) {
  * rules), the other family's are not read. */
 static void refit_rules_family(refit_rules_t *r) {
   static const struct {
-    refit_field_t field; /* a dimension of one family (refit_field_family) */
+    refit_field_t field; /* a dimension of some families (refit_field_in_family) */
     const char *what;
   } dims[] = {
       {REFIT_FIELD_MODEL_INTERMEDIATE_SIZE, "the dense MLP width F"},
@@ -146,15 +147,14 @@ static void refit_rules_family(refit_rules_t *r) {
     return;
   for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) {
     const refit_field_t f = dims[i].field;
-    const int family = refit_field_family(f);
-    if ((int)r->model->family != family || !refit_rules_known(r, REFIT_FIELD_BIT(f)) ||
+    const int family = (int)r->model->family;
+    if (!refit_field_in_family(f, family) || !refit_rules_known(r, REFIT_FIELD_BIT(f)) ||
         refit_rules_value(r, f) > 0)
       continue;
     refit_rules_break(r, f, REFIT_FIELD_MODEL_FAMILY,
                       "%s: a positive value is required when model.family is %s "
                       "(%s)",
-                      refit_field_name(f),
-                      family == REFIT_FAMILY_QWEN3 ? "qwen3" : "qwen3_moe", dims[i].what);
+                      refit_field_name(f), refit_family_desc(family)->name, dims[i].what);
     r->unknown |= REFIT_FIELD_BIT(f);
   }
 }
@@ -162,11 +162,12 @@ static void refit_rules_family(refit_rules_t *r) {
 /* Expert parallelism on a dense model has nothing to split. */
 static void refit_rules_no_experts(refit_rules_t *r, refit_field_t f) {
   if (refit_rules_known(r, BIT(MODEL_FAMILY) | REFIT_FIELD_BIT(f)) &&
-      r->model->family == REFIT_FAMILY_QWEN3 && refit_rules_value(r, f) > 1)
+      !refit_family_desc(r->model->family)->moe && refit_rules_value(r, f) > 1)
     refit_rules_break(r, f, REFIT_FIELD_NONE,
-                      "%s: %" PRId64 " needs experts, but model.family is qwen3 "
+                      "%s: %" PRId64 " needs experts, but model.family is %s "
                       "(dense); use 1",
-                      refit_field_name(f), refit_rules_value(r, f));
+                      refit_field_name(f), refit_rules_value(r, f),
+                      refit_family_desc(r->model->family)->name);
 }
 
 /*
@@ -196,7 +197,7 @@ static void refit_rules_tp(refit_rules_t *r, refit_field_t tp_field, int generat
                       " (vLLM's vocab-parallel embedding and lm_head)",
                       refit_field_name(tp_field), tp, m->vocab_size,
                       refit_catalog_vocab_rows(m, 1));
-  if (refit_rules_known(r, BIT(MODEL_FAMILY)) && m->family == REFIT_FAMILY_QWEN3)
+  if (refit_rules_known(r, BIT(MODEL_FAMILY)) && !refit_family_desc(m->family)->moe)
     refit_rules_divides(r, tp_field, REFIT_FIELD_MODEL_INTERMEDIATE_SIZE,
                         "the dense MLP is split over tp");
   if (!refit_rules_known(r, REFIT_FIELD_BIT(tp_field) | BIT(MODEL_NUM_KV_HEADS)))
@@ -327,7 +328,7 @@ static void refit_rules_trainer(refit_rules_t *r) {
   refit_rules_no_experts(r, REFIT_FIELD_TRAINER_EP);
   refit_rules_no_experts(r, REFIT_FIELD_TRAINER_ETP);
   if (refit_rules_known(r, BIT(MODEL_FAMILY)) &&
-      r->model->family == REFIT_FAMILY_QWEN3_MOE) {
+      refit_family_desc(r->model->family)->moe) {
     refit_rules_divides(r, REFIT_FIELD_TRAINER_EP, REFIT_FIELD_MODEL_NUM_EXPERTS,
                         "experts are split contiguously over ep");
     refit_rules_divides(r, REFIT_FIELD_TRAINER_ETP,
@@ -367,7 +368,7 @@ static void refit_rules_generator(refit_rules_t *r) {
   refit_rules_tp(r, REFIT_FIELD_GENERATOR_TP, 1);
   refit_rules_no_experts(r, REFIT_FIELD_GENERATOR_EP);
   if (!refit_rules_known(r, BIT(MODEL_FAMILY) | BIT(GENERATOR_TP) | BIT(GENERATOR_EP)) ||
-      r->model->family != REFIT_FAMILY_QWEN3_MOE)
+      !refit_family_desc(r->model->family)->moe)
     return;
   if (g->ep != 1 && g->ep != g->tp)
     refit_rules_break(r, REFIT_FIELD_GENERATOR_EP, REFIT_FIELD_NONE,

@@ -87,18 +87,23 @@ def storage_of(obj):
 
 
 def shape_ok(got, want):
-    """refit_tensor_register's rule: the same shape, or [n] for [1, n]."""
+    """refit_tensor_register's rule: the same shape, or [n] for [1, n] (a
+    norm) or for [n, 1] (a bias, which refit keeps as one column)."""
     got, want = tuple(got), tuple(want)
-    return got == want or (len(want) == 2 and want[0] == 1 and got == (want[1],))
+    return got == want or (len(want) == 2 and want[0] == 1 and got == (want[1],)) or (
+        len(want) == 2 and want[1] == 1 and got == (want[0],))
 
 
 def framework_shape(name, shape):
     """The shape a framework holds for refit's (name, shape): refit keeps a
-    norm weight or a bias as one row, [1, n]; torch modules hold [n]."""
+    norm weight as one row, [1, n], and a bias as one column, [n, 1] (split
+    and fused by rows as its weight); torch modules hold [n]."""
     shape = tuple(shape)
     leaf = name.rsplit(".", 1)[-1]
     if len(shape) == 2 and shape[0] == 1 and ("norm" in name or leaf == "bias"):
         return (shape[1],)
+    if len(shape) == 2 and shape[1] == 1 and leaf == "bias":
+        return (shape[0],)
     return shape
 
 

@@ -9,6 +9,7 @@
 #include "core/hash.h"
 #include "delta_wire.h"
 #include "dump.h"
+#include "reshard/family.h"
 #include "session.h"
 
 #include <stdio.h>
@@ -312,10 +313,10 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
            "plan: %lld trainer tensors -> %lld runtime tensors per tp rank, %d "
            "buckets, %lld messages, %.2f MiB per refit, egress max/mean %.3f, "
            "staging max %.2f MiB, hash %016llx, transport %s%s",
-           c->model.family == REFIT_FAMILY_QWEN3_MOE ? "qwen3_moe" : "qwen3", s->size,
-           s->ntrainer, c->trainer.tp, c->trainer.pp, c->trainer.dp, c->trainer.ep,
-           c->trainer.etp, s->ngenerator, c->generator.engines,
-           c->generator.engines == 1 ? "" : "s", c->generator.tp, c->generator.ep,
+           refit_family_desc(c->model.family)->name, s->size, s->ntrainer, c->trainer.tp,
+           c->trainer.pp, c->trainer.dp, c->trainer.ep, c->trainer.etp, s->ngenerator,
+           c->generator.engines, c->generator.engines == 1 ? "" : "s", c->generator.tp,
+           c->generator.ep,
            c->refit.precision == REFIT_PRECISION_MXFP8 ? "mxfp8" : "bf16", quantized,
            c->refit.mode == REFIT_MODE_ASYNC ? "async" : "sync",
            c->refit.restore == REFIT_RESTORE_FULL ? "full" : "none",

@@ -79,9 +79,9 @@ static refit_status_t refit_ckpt_st_file(const char *path,
   for (int64_t k = 0; k < n; k++) {
     const refit_src_tensor_t *t = &cat->hf[order[k]];
     const uint64_t bytes = (uint64_t)(t->rows * t->cols) * esize;
-    json_t *shape = t->rows == 1 ? json_pack("[I]", (json_int_t)t->cols)
-                                 : json_pack("[II]", (json_int_t)t->rows,
-                                             (json_int_t)t->cols);
+    json_t *shape = refit_src_is_1d(t)
+                        ? json_pack("[I]", (json_int_t)(t->rows * t->cols))
+                        : json_pack("[II]", (json_int_t)t->rows, (json_int_t)t->cols);
     json_t *e = json_pack("{s:s, s:o, s:[II]}", "dtype", refit_ckpt_st_dtypes[dtype],
                           "shape", shape, "data_offsets", (json_int_t)at,
                           (json_int_t)(at + bytes));
@@ -222,10 +222,10 @@ static refit_status_t refit_ckpt_write_tensor(hid_t file, const char *path,
                                               int64_t block) {
   refit_status_t st = REFIT_OK;
   hid_t fspace = -1, mspace = -1, dset = -1;
-  const int rank = t->rows == 1 ? 1 : 2;
+  const int rank = refit_src_is_1d(t) ? 1 : 2;
   hsize_t dims[2] = {(hsize_t)t->rows, (hsize_t)t->cols};
   if (rank == 1)
-    dims[0] = (hsize_t)t->cols;
+    dims[0] = (hsize_t)(t->rows * t->cols);
   const hid_t ftype = dtype == REFIT_CHECKPOINT_BF16  ? H5T_STD_U16LE
                       : dtype == REFIT_CHECKPOINT_F32 ? H5T_IEEE_F32LE
                                                 : f16;
@@ -241,9 +241,9 @@ static refit_status_t refit_ckpt_write_tensor(hid_t file, const char *path,
     const int64_t n = t->rows - r < block ? t->rows - r : block;
     hsize_t start[2] = {(hsize_t)r, 0}, count[2] = {(hsize_t)n, (hsize_t)t->cols};
     hsize_t elems = (hsize_t)(n * t->cols);
-    if (rank == 1) {
-      start[0] = 0;
-      count[0] = (hsize_t)t->cols;
+    if (rank == 1) { /* one row [1, n] or one column [n, 1] */
+      start[0] = (hsize_t)(r * t->cols);
+      count[0] = elems;
     }
     const void *buf;
     REFIT_CHECK_GOTO(refit_ckpt_rows(synth, t, dtype, version, r, n, bf, conv, &buf),

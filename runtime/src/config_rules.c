@@ -3,7 +3,7 @@
  * struct after the walk (config_parse.c), in this order:
  *   - names and families: trainer.layout auto resolved from source.kind, the
  *     Megatron keys under Hugging Face names, and the other family's
- *     dimensions (the family of each is reshard's refit_field_family);
+ *     dimensions (the families of each are reshard's refit_field_in_family);
  *   - the layout rules: reshard/rules.c's, the ones the catalog enforces,
  *     each reported at the key of the field it blames;
  *   - the world size, the source (its path, and source.update_rate for the
@@ -22,6 +22,7 @@
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
 #include "reshard/catalog.h"
+#include "reshard/family.h"
 #include "reshard/rules.h"
 
 #include <ctype.h>
@@ -114,25 +115,37 @@ static bool refit_config_check_layout_rules(refit_config_ctx_t *c) {
   return unknown == 0 && v.count == 0;
 }
 
-/* Keys of the other family (reshard's refit_field_family) are errors, not
+/* Keys of other families (reshard's refit_field_in_family) are errors, not
  * silently ignored (the family's own dimensions are a layout rule). */
 static void refit_config_check_model(refit_config_ctx_t *c) {
   if (!ROWS_OK(ROW(MODEL_FAMILY)))
     return;
   for (int f = REFIT_FIELD_NONE + 1; f < REFIT_FIELD_COUNT; f++) {
-    const int only = refit_field_family((refit_field_t)f);
     const int id = refit_config_field_row((refit_field_t)f);
-    if (only < 0 || id < 0 || !ROWS_OK(id) || (int)c->cfg.model.family == only ||
+    if (!refit_field_family_specific((refit_field_t)f) || id < 0 || !ROWS_OK(id) ||
+        refit_field_in_family((refit_field_t)f, (int)c->cfg.model.family) ||
         refit_config_int(c, id) == 0)
       continue;
-    char family[32];
-    refit_config_choice_name(refit_config_rows[ROW(MODEL_FAMILY)].choices, only, family,
-                             sizeof(family));
+    /* The families it does apply to, as "a, b or c". */
+    char families[128] = "";
+    size_t used = 0;
+    int n = 0, total = 0;
+    for (int k = 0; k < refit_nfamilies; k++)
+      total += refit_field_in_family((refit_field_t)f, k);
+    for (int k = 0; k < refit_nfamilies && used < sizeof(families); k++)
+      if (refit_field_in_family((refit_field_t)f, k)) {
+        n++;
+        used += (size_t)snprintf(families + used, sizeof(families) - used, "%s%s",
+                                 n == 1       ? ""
+                                 : n == total ? " or "
+                                              : ", ",
+                                 refit_families[k].name);
+      }
     refit_config_rule(c, id,
                       "%s: %" PRId64 " is given but applies only to "
                       "model.family %s; remove it or change model.family",
                       refit_config_row_path(&refit_config_rows[id]),
-                      refit_config_int(c, id), family);
+                      refit_config_int(c, id), families);
   }
 }
 
@@ -261,10 +274,11 @@ static void refit_config_check_names(refit_config_ctx_t *c) {
             "trainer.layout: megatron",
             refit_config_row_path(&refit_config_rows[megatron_only[i].row]));
   if (ROWS_OK(ROW(TRAINER_EXPERTS), ROW(MODEL_FAMILY)) &&
-      c->cfg.model.family == REFIT_FAMILY_QWEN3 && t->experts != d->experts)
+      !refit_family_desc(c->cfg.model.family)->moe && t->experts != d->experts)
     refit_config_rule(c, ROW(TRAINER_EXPERTS),
-                      "trainer.experts: given but model.family is qwen3 "
-                      "(dense); remove it");
+                      "trainer.experts: given but model.family is %s "
+                      "(dense); remove it",
+                      refit_family_desc(c->cfg.model.family)->name);
 }
 
 /* ---- MXFP8 shape rules --------------------------------------------------- */

@@ -62,8 +62,9 @@
 
 #define REFIT_CONFIG_TABLE(X)                                                  \
   X(MODEL_FAMILY, "model", "family", ENUM, model.family, NULL, 0, 0,           \
-    "qwen3|qwen3_moe", REFIT_CONFIG_REQUIRED,                                  \
-    "model family: qwen3 (dense MLP) or qwen3_moe (routed experts)")           \
+    "qwen3|qwen3_moe|llama|qwen2", REFIT_CONFIG_REQUIRED,                      \
+    "model family: qwen3 (dense MLP), qwen3_moe (routed experts), llama "      \
+    "(LlamaForCausalLM) or qwen2 (Qwen2ForCausalLM, q/k/v biases)")            \
   X(MODEL_HIDDEN_SIZE, "model", "hidden_size", INT, model.hidden_size, NULL,   \
     1, REFIT_CONFIG_MAX_HIDDEN, "", REFIT_CONFIG_REQUIRED, "hidden size H")                  \
   X(MODEL_NUM_LAYERS, "model", "num_layers", INT, model.num_layers, NULL, 1,   \
@@ -82,7 +83,7 @@
     REFIT_CONFIG_MAX_VOCAB, "", REFIT_CONFIG_REQUIRED, "vocabulary size V")                 \
   X(MODEL_INTERMEDIATE_SIZE, "model", "intermediate_size", INT,                \
     model.intermediate_size, "0", 0, REFIT_CONFIG_MAX_INTERMEDIATE, "", 0,     \
-    "dense MLP width F (qwen3 only)")                                          \
+    "dense MLP width F (qwen3, llama, qwen2)")                                          \
   X(MODEL_NUM_EXPERTS, "model", "num_experts", INT, model.num_experts, "0", 0, \
     REFIT_CONFIG_MAX_EXPERTS, "", 0, "routed experts X (qwen3_moe only)")                     \
   X(MODEL_MOE_INTERMEDIATE_SIZE, "model", "moe_intermediate_size", INT,        \

@@ -1,11 +1,18 @@
 /*
  * config.json -> refit_model_t (hf_config.h). Keys and their meaning from
- * transformers' Qwen3Config and Qwen3MoeConfig (configuration_qwen3.py,
- * configuration_qwen3_moe.py) and the published Qwen3 configs; the MoE layer
+ * transformers' Qwen3Config, Qwen3MoeConfig, LlamaConfig and Qwen2Config
+ * (configuration_*.py, 4.x and 5) and the published configs; the MoE layer
  * rule from modeling_qwen3_moe.py: layer i has routed experts iff i is not
- * in mlp_only_layers and (i + 1) % decoder_sparse_step == 0.
+ * in mlp_only_layers and (i + 1) % decoder_sparse_step == 0. LlamaConfig and
+ * Qwen2Config default num_key_value_heads to num_attention_heads and
+ * head_dim to hidden_size / num_attention_heads (Qwen2's 4.x configs have
+ * no head_dim key); transformers 5 writes `dtype` and `rope_parameters`
+ * for 4.x's `torch_dtype`, `rope_theta` and `rope_scaling`, none of which
+ * makes a tensor, so neither spelling is read.
  */
 #include "hf_config.h"
+
+#include "reshard/family.h"
 
 #include "core/error.h"
 #include "core/file.h"
@@ -46,27 +53,26 @@ const refit_hf_key_t refit_hf_config_keys[] = {
 const int refit_hf_config_nkeys =
     (int)(sizeof(refit_hf_config_keys) / sizeof(refit_hf_config_keys[0]));
 
-static const struct {
-  const char *architecture;
-  const char *model_type;
-  refit_family_t family;
-} refit_hf_architectures[] = {
-    {"Qwen3ForCausalLM", "qwen3", REFIT_FAMILY_QWEN3},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", REFIT_FAMILY_QWEN3_MOE},
-};
-#define REFIT_HF_NARCH                                                                   \
-  (sizeof(refit_hf_architectures) / sizeof(refit_hf_architectures[0]))
-
-/* Is key i needed by `family`? The dimensions of the family
- * (refit_field_family; intermediate_size of a MoE model sizes only dense
+/* Is key i read for `family`? The dimensions of the family
+ * (refit_field_in_family; intermediate_size of a MoE model sizes only dense
  * layers, which refit refuses, so it is not read there) and those of every
- * family, but tie_word_embeddings, which defaults to false (both configs'
- * own default). */
+ * family, but tie_word_embeddings, which defaults to false (every config
+ * class's own default). */
 static bool refit_hf_required(int i, refit_family_t family) {
   const refit_field_t field = refit_hf_config_keys[i].field;
   if (field == REFIT_FIELD_MODEL_TIE_WORD_EMBEDDINGS)
     return false;
-  return refit_field_family(field) < 0 || refit_field_family(field) == (int)family;
+  return refit_field_in_family(field, (int)family);
+}
+
+/* May key i be absent for `family`, its value then following from others
+ * (refit_hf_defaults)? Llama's and Qwen2's num_key_value_heads and
+ * head_dim; Qwen3's configs always write both, and refit reads them
+ * explicitly (Qwen3-30B-A3B's head_dim is not H / heads). */
+static bool refit_hf_may_default(int i, refit_family_t family) {
+  const refit_field_t field = refit_hf_config_keys[i].field;
+  return (family == REFIT_FAMILY_LLAMA || family == REFIT_FAMILY_QWEN2) &&
+         (field == REFIT_FIELD_MODEL_NUM_KV_HEADS || field == REFIT_FIELD_MODEL_HEAD_DIM);
 }
 
 typedef struct {
@@ -104,9 +110,16 @@ static bool refit_hf_family(refit_hf_problems_t *p, const json_t *root,
                             refit_family_t *family) {
   const json_t *arch = json_object_get(root, "architectures");
   char shown[96];
+  char names[256] = "";
+  size_t used = 0;
+  for (int f = 0; f < refit_nfamilies && used < sizeof(names); f++)
+    used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
+                             f == 0                     ? ""
+                             : f == refit_nfamilies - 1 ? " or "
+                                                        : ", ",
+                             refit_families[f].architecture);
   if (arch == NULL) {
-    refit_hf_problem(p, "key 'architectures' is missing (expected "
-                        "[\"Qwen3ForCausalLM\"] or [\"Qwen3MoeForCausalLM\"])");
+    refit_hf_problem(p, "key 'architectures' is missing (expected one of %s)", names);
     return false;
   }
   refit_hf_shown(arch, shown, sizeof(shown));
@@ -116,29 +129,26 @@ static bool refit_hf_family(refit_hf_problems_t *p, const json_t *root,
     return false;
   }
   const char *name = json_string_value(json_array_get(arch, 0));
-  size_t a;
-  for (a = 0; a < REFIT_HF_NARCH; a++)
-    if (strcmp(name, refit_hf_architectures[a].architecture) == 0)
+  int a;
+  for (a = 0; a < refit_nfamilies; a++)
+    if (strcmp(name, refit_families[a].architecture) == 0)
       break;
-  if (a == REFIT_HF_NARCH) {
-    refit_hf_problem(p,
-                     "architectures: %s is not supported; refit reads "
-                     "Qwen3ForCausalLM and Qwen3MoeForCausalLM",
-                     shown);
+  if (a == refit_nfamilies) {
+    refit_hf_problem(p, "architectures: %s is not supported; refit reads %s", shown,
+                     names);
     return false;
   }
   const json_t *type = json_object_get(root, "model_type");
-  if (type != NULL &&
-      (!json_is_string(type) ||
-       strcmp(json_string_value(type), refit_hf_architectures[a].model_type))) {
+  if (type != NULL && (!json_is_string(type) ||
+                       strcmp(json_string_value(type), refit_families[a].model_type))) {
     refit_hf_shown(type, shown, sizeof(shown));
     refit_hf_problem(p,
                      "model_type: %s disagrees with architectures %s "
                      "(expected \"%s\")",
-                     shown, name, refit_hf_architectures[a].model_type);
+                     shown, name, refit_families[a].model_type);
     return false;
   }
-  *family = refit_hf_architectures[a].family;
+  *family = (refit_family_t)a;
   return true;
 }
 
@@ -156,17 +166,47 @@ static bool refit_hf_int(refit_hf_problems_t *p, const char *key, const json_t *
   return true;
 }
 
+/* A boolean key that must not be `refused` (true or false) for this family:
+ * the tensors it would add (or take away) are not the family's. */
+static void refit_hf_flag(refit_hf_problems_t *p, const json_t *root, const char *key,
+                          bool refused, const char *why) {
+  char shown[96];
+  const json_t *v = json_object_get(root, key);
+  if (v == NULL)
+    return;
+  if (!json_is_boolean(v)) {
+    refit_hf_shown(v, shown, sizeof(shown));
+    refit_hf_problem(p, "%s: expected true or false, got %s", key, shown);
+  } else if (json_is_true(v) == refused) {
+    refit_hf_problem(p, "%s: %s is not supported (%s)", key, refused ? "true" : "false",
+                     why);
+  }
+}
+
 /* Keys whose values refit cannot represent are refused, not ignored. */
 static void refit_hf_unsupported(refit_hf_problems_t *p, const json_t *root,
                                  refit_family_t family) {
   char shown[96];
-  const json_t *bias = json_object_get(root, "attention_bias");
-  if (bias != NULL && !json_is_boolean(bias)) {
-    refit_hf_shown(bias, shown, sizeof(shown));
-    refit_hf_problem(p, "attention_bias: expected true or false, got %s", shown);
-  } else if (json_is_true(bias)) {
-    refit_hf_problem(p, "attention_bias: true is not supported (Qwen3 has no "
-                        "q/k/v/o biases and refit moves none)");
+  switch (family) {
+  case REFIT_FAMILY_QWEN2:
+    /* Qwen2Config has no such key: vLLM's Qwen2Attention always builds the
+     * q/k/v biases and never an o_proj one, so a config that says there
+     * are none describes another model. */
+    refit_hf_flag(p, root, "attention_bias", false,
+                  "Qwen2ForCausalLM always has q/k/v biases, and refit moves them");
+    break;
+  case REFIT_FAMILY_LLAMA:
+    refit_hf_flag(p, root, "attention_bias", true,
+                  "it adds q/k/v/o biases to LlamaForCausalLM, which refit "
+                  "does not move");
+    refit_hf_flag(p, root, "mlp_bias", true,
+                  "it adds MLP biases to LlamaForCausalLM, which refit does not move");
+    break;
+  case REFIT_FAMILY_QWEN3:
+  case REFIT_FAMILY_QWEN3_MOE:
+    refit_hf_flag(p, root, "attention_bias", true,
+                  "Qwen3 has no q/k/v/o biases and refit moves none");
+    break;
   }
   if (family != REFIT_FAMILY_QWEN3_MOE)
     return;
@@ -197,6 +237,46 @@ static void refit_hf_unsupported(refit_hf_problems_t *p, const json_t *root,
                      shown);
 }
 
+/* The index of the key of `field` in refit_hf_config_keys. */
+static int refit_hf_key_of(refit_field_t field) {
+  for (int i = 0; i < refit_hf_config_nkeys; i++)
+    if (refit_hf_config_keys[i].field == field)
+      return i;
+  return -1;
+}
+
+/* Llama's and Qwen2's defaults for keys their configs may leave out
+ * (LlamaConfig / Qwen2Config __init__): num_key_value_heads =
+ * num_attention_heads, head_dim = hidden_size / num_attention_heads. A
+ * value that follows is as given (YAML must agree with it). */
+static void refit_hf_defaults(refit_hf_problems_t *p, refit_hf_config_t *hf,
+                              refit_family_t family) {
+  refit_model_t *m = &hf->model;
+  const int heads = refit_hf_key_of(REFIT_FIELD_MODEL_NUM_ATTENTION_HEADS);
+  const int hidden = refit_hf_key_of(REFIT_FIELD_MODEL_HIDDEN_SIZE);
+  const int kv = refit_hf_key_of(REFIT_FIELD_MODEL_NUM_KV_HEADS);
+  const int head_dim = refit_hf_key_of(REFIT_FIELD_MODEL_HEAD_DIM);
+  if (!(hf->present >> heads & 1))
+    return; /* already reported */
+  if (refit_hf_may_default(kv, family) && !(hf->present >> kv & 1)) {
+    m->num_kv_heads = m->num_attention_heads;
+    hf->present |= UINT64_C(1) << kv;
+  }
+  if (refit_hf_may_default(head_dim, family) && !(hf->present >> head_dim & 1) &&
+      (hf->present >> hidden & 1)) {
+    if (m->hidden_size % m->num_attention_heads != 0) {
+      refit_hf_problem(p,
+                       "key 'head_dim' is missing and hidden_size %" PRId64
+                       " is not a multiple of num_attention_heads %" PRId64
+                       " (give head_dim)",
+                       m->hidden_size, m->num_attention_heads);
+      return;
+    }
+    m->head_dim = m->hidden_size / m->num_attention_heads;
+    hf->present |= UINT64_C(1) << head_dim;
+  }
+}
+
 static void refit_hf_read(refit_hf_problems_t *p, const json_t *root,
                           refit_hf_config_t *hf) {
   if (!json_is_object(root)) {
@@ -225,6 +305,8 @@ static void refit_hf_read(refit_hf_problems_t *p, const json_t *root,
       continue;
     }
     int64_t value = 0;
+    if ((v == NULL || json_is_null(v)) && refit_hf_may_default(i, family))
+      continue; /* refit_hf_defaults */
     if (v == NULL) {
       refit_hf_problem(p, "key '%s' is missing (%s reads it explicitly)", k->json_key,
                        k->yaml_key);
@@ -235,6 +317,8 @@ static void refit_hf_read(refit_hf_problems_t *p, const json_t *root,
     memcpy(field, &value, sizeof(value));
     hf->present |= UINT64_C(1) << i;
   }
+  if (known)
+    refit_hf_defaults(p, hf, family);
 }
 
 refit_status_t refit_hf_config_parse(const char *text, size_t len, const char *filename,

@@ -45,13 +45,15 @@ static void refit_shape_str(int ndim, const int64_t *shape, char *buf, size_t le
 }
 
 /* Does a registration's shape match? ndim 0 gives none (bytes decide); a
- * tensor of one row may come as [n] or [1, n]. */
+ * tensor of one row may come as [n] or [1, n], and one of one column (a
+ * bias, reshard/catalog.h) as [n] or [n, 1]. */
 static int refit_shape_matches(const refit_tensor_t *t, int ndim, const int64_t *shape) {
   if (t->ndim == 0)
     return 1;
   if (t->ndim == ndim && memcmp(t->shape, shape, (size_t)ndim * sizeof(int64_t)) == 0)
     return 1;
-  return ndim == 2 && shape[0] == 1 && t->ndim == 1 && t->shape[0] == shape[1];
+  return (ndim == 2 && shape[0] == 1 && t->ndim == 1 && t->shape[0] == shape[1]) ||
+         (ndim == 2 && shape[1] == 1 && t->ndim == 1 && t->shape[0] == shape[0]);
 }
 
 /* vLLM spells the expert stacks "mlp.experts.w13_weight" or, in newer

@@ -73,8 +73,8 @@ static void refit_h5_shape_str(int rank, const hsize_t *d, char *buf, size_t len
 
 static void refit_h5_expected_str(const refit_src_tensor_t *t, char *buf,
                                   size_t len) {
-  if (t->rows == 1)
-    snprintf(buf, len, "[%lld]", (long long)t->cols);
+  if (refit_src_is_1d(t))
+    snprintf(buf, len, "[%lld]", (long long)(t->rows * t->cols));
   else
     snprintf(buf, len, "[%lld, %lld]", (long long)t->rows, (long long)t->cols);
 }
@@ -210,9 +210,9 @@ static refit_status_t refit_h5_check_tensor(refit_h5_source_t *c, int64_t i,
   }
   H5Sget_simple_extent_dims(space, dims, NULL);
   /* [n] is the schema for 1-D tensors; [1, n] is the same bytes. */
-  const int ok = (rank == 2 && dims[0] == (hsize_t)t->rows &&
-                  dims[1] == (hsize_t)t->cols) ||
-                 (rank == 1 && t->rows == 1 && dims[0] == (hsize_t)t->cols);
+  const int ok =
+      (rank == 2 && dims[0] == (hsize_t)t->rows && dims[1] == (hsize_t)t->cols) ||
+      (rank == 1 && refit_src_is_1d(t) && dims[0] == (hsize_t)(t->rows * t->cols));
   if (!ok) {
     refit_h5_shape_str(rank, dims, got, sizeof(got));
     st = REFIT_ERR(REFIT_ERR_HDF5,
@@ -537,8 +537,10 @@ static refit_status_t refit_h5_source_read(void *ctx, const refit_src_tensor_t *
     hsize_t start[2], count[2], elems = (hsize_t)(n * cols);
     uint16_t *out16 = dst + r * cols;
     if (c->rank[i] == 1) {
-      start[0] = (hsize_t)col0;
-      count[0] = (hsize_t)cols;
+      /* A 1-D tensor is one row [1, n] (a norm) or one column [n, 1] (a
+       * bias): the rows and columns asked for are contiguous elements. */
+      start[0] = (hsize_t)((row0 + r) * t->cols + col0);
+      count[0] = (hsize_t)(n * cols);
     } else {
       start[0] = (hsize_t)(row0 + r);
       start[1] = (hsize_t)col0;

@@ -209,8 +209,8 @@ static void refit_st_check_tensor(refit_st_source_t *c, int64_t i, refit_st_list
   const refit_src_tensor_t *t = &c->cat->hf[i];
   const refit_st_file_t *f = &c->files[c->file_of[i]];
   char want[64], got[160];
-  if (t->rows == 1)
-    snprintf(want, sizeof(want), "[%lld]", (long long)t->cols);
+  if (refit_src_is_1d(t))
+    snprintf(want, sizeof(want), "[%lld]", (long long)(t->rows * t->cols));
   else
     snprintf(want, sizeof(want), "[%lld, %lld]", (long long)t->rows, (long long)t->cols);
   const refit_st_tensor_t *e = refit_st_header_find(&f->header, t->name);
@@ -222,7 +222,7 @@ static void refit_st_check_tensor(refit_st_source_t *c, int64_t i, refit_st_list
     return;
   }
   const int ok = (e->rank == 2 && e->shape[0] == t->rows && e->shape[1] == t->cols) ||
-                 (e->rank == 1 && t->rows == 1 && e->shape[0] == t->cols);
+                 (e->rank == 1 && refit_src_is_1d(t) && e->shape[0] == t->rows * t->cols);
   if (!ok) {
     refit_st_shape_str(e, got, sizeof(got));
     refit_st_add(l, "%s: tensor '%s' has shape %s, expected %s", f->path, t->name, got,

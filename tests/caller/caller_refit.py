@@ -341,9 +341,10 @@ def main():
     expect_error("wrong dtype", lambda: s.register(first, mem.bad_dtype(held[first])), first,
                  "dtype")
     s.register(first, held[first])
-    # Another tensor under a name already registered (the same tensor again
-    # is a no-op: a retry of register_all after a refusal).
-    expect_error("duplicate", lambda: s.register(first, mem.fresh(mem.numpy(held[first]))), first, "twice")
+    # A second tensor under a registered name (the same tensor again is a
+    # no-op in the binding: Session.register).
+    other = mem.fresh(mem.numpy(held[first]))
+    expect_error("duplicate", lambda: s.register(first, other), first, "twice")
     names = list(held)
     last = names[-1]
     for name in names[1:-1]:

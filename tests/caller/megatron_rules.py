@@ -2,7 +2,7 @@
 
 An independent statement for tests: it shares no code and no tables with
 refit's catalog (reshard/catalog_megatron.c). Given the full Hugging Face weights of a
-Qwen3 or Qwen3-MoE model (numpy uint16 arrays of bfloat16 bits) and a refit
+Qwen3, Qwen3-MoE, Llama or Qwen2 model (numpy uint16 arrays of bfloat16 bits) and a refit
 config, it returns the tensors one trainer rank holds, under the names
 Megatron-Core's GPTModel.named_parameters() gives them and with the values
 Megatron's own layout puts in them (Megatron-LM d98e8a64; the rules are in
@@ -16,7 +16,12 @@ the project's shared reference, framework-layouts.md):
   stage_first + i.
 - linear_qkv: rows grouped by query group, [q heads of the group, its K head,
   its V head] (attention.py get_query_key_value_tensors); a tp rank holds a
-  contiguous 1/tp of the rows.
+  contiguous 1/tp of the rows. Qwen2's linear_qkv.bias is interleaved and
+  split the same way, element for element (Megatron-Bridge qwen2_bridge.py:
+  add_qkv_bias, a QKVMapping on the bias as on the weight), under the same
+  name in both specs.
+- q_layernorm / k_layernorm exist only where the model has q/k norms
+  (Qwen3: qk_layernorm=True); Llama and Qwen2 have none.
 - linear_fc1: tp rank r holds [gate rows of r; up rows of r] (mlp.py, and
   the same per expert over etp).
 - Experts: global id = ep_rank * (E / ep) + k; grouped GEMM names them
@@ -73,7 +78,8 @@ def _fc1(gate, up, parts, index):
 
 
 def _qkv(m, q, k, v):
-    """The global linear_qkv: per query group, its q heads, K head, V head."""
+    """The global linear_qkv (weight rows, or bias elements): per query
+    group, its q heads, K head, V head."""
     d, groups = m["head_dim"], m["num_kv_heads"]
     per = m["num_attention_heads"] // groups
     rows = []
@@ -94,6 +100,8 @@ def trainer_tensors(cfg, full, rank, rng):
     holds for the Hugging Face weights `full`."""
     m, t = cfg["model"], cfg.get("trainer", {})
     moe = m["family"] == "qwen3_moe"
+    qk_norm = m["family"] in ("qwen3", "qwen3_moe")
+    qkv_bias = m["family"] == "qwen2"
     tp, ep, etp = t.get("tp", 1), t.get("ep", 1), t.get("etp", 1)
     te = t.get("spec", "te") == "te"
     experts = t.get("experts", "auto")
@@ -122,8 +130,13 @@ def trainer_tensors(cfg, full, rank, rng):
         qkv = _qkv(m, hf("self_attn.q_proj.weight"), hf("self_attn.k_proj.weight"),
                    hf("self_attn.v_proj.weight"))
         put(p + "self_attention.linear_qkv.weight", _split(qkv, tp, tpr, 0))
-        put(p + "self_attention.q_layernorm.weight", hf("self_attn.q_norm.weight"))
-        put(p + "self_attention.k_layernorm.weight", hf("self_attn.k_norm.weight"))
+        if qkv_bias:
+            bias = _qkv(m, hf("self_attn.q_proj.bias"), hf("self_attn.k_proj.bias"),
+                        hf("self_attn.v_proj.bias"))
+            put(p + "self_attention.linear_qkv.bias", _split(bias, tp, tpr, 0))
+        if qk_norm:
+            put(p + "self_attention.q_layernorm.weight", hf("self_attn.q_norm.weight"))
+            put(p + "self_attention.k_layernorm.weight", hf("self_attn.k_norm.weight"))
         put(p + "self_attention.linear_proj.weight", _split(hf("self_attn.o_proj.weight"), tp, tpr, 1))
         norm = hf("post_attention_layernorm.weight")
         if not moe:

@@ -1,7 +1,7 @@
 """What a vLLM generator rank holds after a refit: an independent statement.
 
-This module computes, from the full Hugging Face-named weights of a Qwen3 or
-Qwen3-MoE model and a refit job config, the runtime tensors of one generator
+This module computes, from the full Hugging Face-named weights of a Qwen3,
+Qwen3-MoE, Llama or Qwen2 model and a refit job config, the runtime tensors of one generator
 tensor-parallel rank exactly as vLLM holds them after
 process_weights_after_loading: names, shapes, element types and bytes. It is
 written from the rules in ../shared/reference/*.md and from the public
@@ -11,7 +11,10 @@ the two is evidence and not an echo.
 
 Sources (read with the project's search tools, 2026-08 snapshots):
   vLLM    vllm/model_executor/models/qwen3_moe.py (Qwen3MoeSparseMoeBlock,
-          Qwen3MoeForCausalLM), vllm/model_executor/layers/linear.py
+          Qwen3MoeForCausalLM), qwen2.py (Qwen2Attention: QKVParallelLinear
+          with bias=True, o_proj and the MLP without; no q/k norm;
+          Qwen2ForCausalLM ties lm_head to embed_tokens), llama.py
+          (LlamaAttention: no q/k norm, no bias for Llama 3.x), vllm/model_executor/layers/linear.py
           (QKVParallelLinear / MergedColumnParallelLinear / RowParallelLinear
           weight_loader), vllm/model_executor/layers/vocab_parallel_embedding.py
           (pad_vocab_size, VocabParallelEmbedding._get_indices, weight_loader),
@@ -75,6 +78,15 @@ _DEFAULTS = {
 
 _LINEAR_BACKENDS = ("flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm")
 
+# Which tensors each family's attention has beyond q/k/v/o (vLLM qwen3.py,
+# qwen3_moe.py, llama.py, qwen2.py).
+_FAMILIES = {
+    "qwen3": {"qk_norm": True, "qkv_bias": False},
+    "qwen3_moe": {"qk_norm": True, "qkv_bias": False},
+    "llama": {"qk_norm": False, "qkv_bias": False},
+    "qwen2": {"qk_norm": False, "qkv_bias": True},
+}
+
 
 class Job:
     """The parts of a refit config that decide what a generator rank holds."""
@@ -87,8 +99,8 @@ class Job:
 
         model, gen, refit = section("model"), section("generator"), section("refit")
         self.family = model["family"]
-        if self.family not in ("qwen3", "qwen3_moe"):
-            raise ValueError(f"model.family {self.family!r}: expected qwen3 or qwen3_moe")
+        if self.family not in _FAMILIES:
+            raise ValueError(f"model.family {self.family!r}: expected one of {sorted(_FAMILIES)}")
         self.hidden = int(model["hidden_size"])
         self.layers = int(model["num_layers"])
         self.heads = int(model["num_attention_heads"])
@@ -110,6 +122,17 @@ class Job:
     @property
     def moe(self):
         return self.family == "qwen3_moe"
+
+    @property
+    def qk_norm(self):
+        """Qwen3's per-head RMSNorms of q and k (Qwen3Attention q_norm,
+        k_norm); Llama and Qwen2 have none."""
+        return _FAMILIES[self.family]["qk_norm"]
+
+    @property
+    def qkv_bias(self):
+        """Qwen2's biases of q_proj, k_proj and v_proj."""
+        return _FAMILIES[self.family]["qkv_bias"]
 
     @property
     def mxfp8(self):
@@ -168,10 +191,16 @@ def hf_tensor_shapes(cfg):
     shapes["model.embed_tokens.weight"] = (job.vocab, h)
     for i in range(job.layers):
         attn = {"q_proj": (job.heads * d, h), "k_proj": (job.kv_heads * d, h),
-                "v_proj": (job.kv_heads * d, h), "o_proj": (h, job.heads * d),
-                "q_norm": (d,), "k_norm": (d,)}
+                "v_proj": (job.kv_heads * d, h), "o_proj": (h, job.heads * d)}
+        if job.qk_norm:
+            attn.update({"q_norm": (d,), "k_norm": (d,)})
         for name, shape in attn.items():
             shapes[_layer(i, f"self_attn.{name}.weight")] = shape
+        if job.qkv_bias:
+            # Qwen2: q_proj.bias [nq d], k_proj.bias and v_proj.bias [nkv d].
+            for name, n in (("q_proj", job.heads), ("k_proj", job.kv_heads),
+                            ("v_proj", job.kv_heads)):
+                shapes[_layer(i, f"self_attn.{name}.bias")] = (n * d,)
         shapes[_layer(i, "input_layernorm.weight")] = (h,)
         shapes[_layer(i, "post_attention_layernorm.weight")] = (h,)
         if job.moe:
@@ -244,17 +273,20 @@ def _cols(w, start, count):
     return w[:, start:start + count]
 
 
-def _qkv(job, w, i, t):
+def _qkv(job, w, i, t, kind="weight"):
     """QKVParallelLinear.weight_loader (linear.py): q shard t; k and v shard
-    t // num_kv_head_replicas, where replicas = tp / KV when tp > KV."""
+    t // num_kv_head_replicas, where replicas = tp / KV when tp > KV. The
+    bias (kind "bias", Qwen2) goes through the same loader along the same
+    output dimension (output_dim 0), element for element as the weight's
+    rows."""
     d = job.head_dim
     q_loc = job.heads // job.tp
     kv_loc = max(1, job.kv_heads // job.tp)
     replicas = max(1, job.tp // job.kv_heads)
     kv_shard = t // replicas
-    q = _rows(w[_layer(i, "self_attn.q_proj.weight")], t * q_loc * d, q_loc * d)
-    k = _rows(w[_layer(i, "self_attn.k_proj.weight")], kv_shard * kv_loc * d, kv_loc * d)
-    v = _rows(w[_layer(i, "self_attn.v_proj.weight")], kv_shard * kv_loc * d, kv_loc * d)
+    q = _rows(w[_layer(i, f"self_attn.q_proj.{kind}")], t * q_loc * d, q_loc * d)
+    k = _rows(w[_layer(i, f"self_attn.k_proj.{kind}")], kv_shard * kv_loc * d, kv_loc * d)
+    v = _rows(w[_layer(i, f"self_attn.v_proj.{kind}")], kv_shard * kv_loc * d, kv_loc * d)
     return np.concatenate([q, k, v])
 
 
@@ -492,11 +524,15 @@ def runtime_tensors(cfg, full_weights, tp_rank):
     out["model.embed_tokens.weight"] = _vocab_shard(job, w["model.embed_tokens.weight"], t)
     for i in range(job.layers):
         _linear(job, out, _layer(i, "self_attn.qkv_proj"), _qkv(job, w, i, t))
+        if job.qkv_bias:
+            # Not a weight: MXFP8 (Mxfp8OnlineLinearMethod) quantizes only
+            # the weight and keeps the layer's bias as it was created, BF16.
+            out[_layer(i, "self_attn.qkv_proj.bias")] = _qkv(job, w, i, t, "bias")
         o = w[_layer(i, "self_attn.o_proj.weight")]
         o_loc = o.shape[1] // job.tp
         _linear(job, out, _layer(i, "self_attn.o_proj"), _cols(o, t * o_loc, o_loc))
-        for norm in ("self_attn.q_norm", "self_attn.k_norm", "input_layernorm",
-                     "post_attention_layernorm"):
+        norms = ("self_attn.q_norm", "self_attn.k_norm") if job.qk_norm else ()
+        for norm in norms + ("input_layernorm", "post_attention_layernorm"):
             out[_layer(i, norm + ".weight")] = w[_layer(i, norm + ".weight")]
         if job.moe:
             _moe(job, out, w, i, t)
@@ -509,7 +545,8 @@ def runtime_tensors(cfg, full_weights, tp_rank):
             _linear(job, out, _layer(i, "mlp.down_proj"), _cols(down, t * f_loc, f_loc))
     out["model.norm.weight"] = w["model.norm.weight"]
     if not job.tied:
-        # Qwen3MoeForCausalLM: with tied embeddings lm_head *is* embed_tokens,
+        # Qwen3MoeForCausalLM (and Qwen2ForCausalLM, LlamaForCausalLM): with
+        # tied embeddings lm_head *is* embed_tokens,
         # one tensor; otherwise ParallelLMHead pads and shards like the
         # embedding and is not a LinearBase, so it stays BF16.
         out["lm_head.weight"] = _vocab_shard(job, w["lm_head.weight"], t)

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "reshard/catalog.h"
+#include "reshard/family.h"
 #include "reshard/rules.h"
 
 #include <string.h>
@@ -76,14 +77,18 @@ static void test_field_names(void **state) {
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_MODEL_NUM_EXPERTS), 8);
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_TRAINER_EP), 2);
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_GENERATOR_ENGINES), 1);
-  /* Only the MLP's dimensions belong to one family. */
+  /* Only the MLP's dimensions belong to some families: the dense MLP's
+   * width to qwen3, llama and qwen2, the experts to qwen3_moe. */
   for (int f = REFIT_FIELD_NONE + 1; f < REFIT_FIELD_COUNT; f++) {
-    const int want = f == REFIT_FIELD_MODEL_INTERMEDIATE_SIZE ? REFIT_FAMILY_QWEN3
-                     : f == REFIT_FIELD_MODEL_NUM_EXPERTS ||
-                             f == REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE
-                         ? REFIT_FAMILY_QWEN3_MOE
-                         : -1;
-    assert_int_equal(refit_field_family((refit_field_t)f), want);
+    const int dense = f == REFIT_FIELD_MODEL_INTERMEDIATE_SIZE;
+    const int moe = f == REFIT_FIELD_MODEL_NUM_EXPERTS ||
+                    f == REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE;
+    assert_int_equal(refit_field_family_specific((refit_field_t)f), dense || moe);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN3), !moe);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_LLAMA), !moe);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN2), !moe);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN3_MOE),
+                     !dense);
   }
 }
 

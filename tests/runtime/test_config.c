@@ -384,9 +384,9 @@ static const mistake_t mistakes[] = {
     CASE(.base = moe, .edit = {{"  head_dim: 32\n", "  head_dim: 32.0\n"}},
          .want = {"demo.yaml:7:13: model.head_dim: expected a positive integer, "
                   "got '32.0'"}),
-    CASE(.base = moe, .edit = {{"qwen3_moe", "llama"}},
+    CASE(.base = moe, .edit = {{"qwen3_moe", "gemma3"}},
          .want = {"demo.yaml:2:11: model.family: expected one of qwen3, "
-                  "qwen3_moe, got 'llama'"}),
+                  "qwen3_moe, llama, qwen2, got 'gemma3'"}),
     CASE(.base = moe, .append = "verify: maybe\n",
          .want = {"demo.yaml:21:9: verify: expected true or false, got 'maybe'"}),
     CASE(.base = moe, .append = "refit:\n  timeout_s: soon\n",

@@ -148,9 +148,9 @@ static void test_unsupported_values(void **state) {
   static const struct {
     const char *from, *to, *message;
   } cases[] = {
-      {"\"Qwen3MoeForCausalLM\"", "\"LlamaForCausalLM\"",
-       "architectures: [\"LlamaForCausalLM\"] is not supported; refit reads "
-       "Qwen3ForCausalLM and Qwen3MoeForCausalLM"},
+      {"\"Qwen3MoeForCausalLM\"", "\"MixtralForCausalLM\"",
+       "architectures: [\"MixtralForCausalLM\"] is not supported; refit reads "
+       "Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM or Qwen2ForCausalLM"},
       {"\"model_type\": \"qwen3_moe\"", "\"model_type\": \"qwen3\"",
        "model_type: \"qwen3\" disagrees with architectures Qwen3MoeForCausalLM"},
       {"\"attention_bias\": false", "\"attention_bias\": true",
@@ -285,6 +285,146 @@ static void test_dense_family(void **state) {
   layout = "trainer:\n  tp: 2\n  ep: 2\ngenerator:\n  tp: 2\n  ep: 2\n";
 }
 
+/* Published-style config.json of the two families from transformers 4.x
+ * (torch_dtype, rope_theta / rope_scaling) and 5 (dtype, rope_parameters):
+ * the spellings of keys that make no tensor are not read. */
+static const char *llama31_8b_json =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\",\n"
+    " \"attention_bias\": false, \"mlp_bias\": false, \"hidden_size\": 4096,\n"
+    " \"num_hidden_layers\": 32, \"num_attention_heads\": 32,\n"
+    " \"num_key_value_heads\": 8, \"head_dim\": 128, \"intermediate_size\": 14336,\n"
+    " \"vocab_size\": 128256, \"tie_word_embeddings\": false, \"torch_dtype\": "
+    "\"bfloat16\",\n"
+    " \"rope_theta\": 500000.0, \"rope_scaling\": {\"factor\": 8.0, \"rope_type\": "
+    "\"llama3\"}}\n";
+
+static const char *llama_tied_v5_json =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\",\n"
+    " \"hidden_size\": 2048, \"num_hidden_layers\": 16, \"num_attention_heads\": 32,\n"
+    " \"num_key_value_heads\": 8, \"head_dim\": 64, \"intermediate_size\": 8192,\n"
+    " \"vocab_size\": 128256, \"tie_word_embeddings\": true, \"dtype\": \"bfloat16\",\n"
+    " \"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": \"llama3\",\n"
+    "   \"factor\": 32.0}}\n";
+
+static const char *qwen25_7b_json =
+    "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\",\n"
+    " \"hidden_size\": 3584, \"num_hidden_layers\": 28, \"num_attention_heads\": 28,\n"
+    " \"num_key_value_heads\": 4, \"intermediate_size\": 18944, \"vocab_size\": 152064,\n"
+    " \"tie_word_embeddings\": false, \"use_sliding_window\": false,\n"
+    " \"max_window_layers\": 28, \"rope_theta\": 1000000.0, \"torch_dtype\": "
+    "\"bfloat16\"}\n";
+
+static refit_model_t parse_json(const char *text) {
+  refit_hf_config_t hf;
+  char *errors = NULL;
+  if (refit_hf_config_parse(text, strlen(text), "config.json", &hf, &errors) != REFIT_OK)
+    fail_msg("refused:\n%s", errors ? errors : "");
+  free(errors);
+  return hf.model;
+}
+
+/* config.json with `from` replaced by `to` is refused with `message`. */
+static void expect_refused(const char *base, const char *from, const char *to,
+                           const char *message) {
+  char text[4096];
+  const char *at = strstr(base, from);
+  assert_non_null(at);
+  snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - base), base, to, at + strlen(from));
+  refit_hf_config_t hf;
+  char *errors = NULL;
+  assert_int_equal(refit_hf_config_parse(text, strlen(text), "config.json", &hf, &errors),
+                   REFIT_ERR_CONFIG);
+  expect(errors, message);
+  free(errors);
+}
+
+static void test_llama_config(void **state) {
+  (void)state;
+  refit_model_t m = parse_json(llama31_8b_json);
+  assert_int_equal(m.family, REFIT_FAMILY_LLAMA);
+  assert_int_equal(m.hidden_size, 4096);
+  assert_int_equal(m.num_layers, 32);
+  assert_int_equal(m.num_attention_heads, 32);
+  assert_int_equal(m.num_kv_heads, 8);
+  assert_int_equal(m.head_dim, 128);
+  assert_int_equal(m.intermediate_size, 14336);
+  assert_int_equal(m.vocab_size, 128256);
+  assert_int_equal(m.tie_word_embeddings, 0);
+  assert_int_equal(m.num_experts, 0);
+
+  /* transformers 5 spellings, tied embeddings, head_dim != H / heads. */
+  m = parse_json(llama_tied_v5_json);
+  assert_int_equal(m.family, REFIT_FAMILY_LLAMA);
+  assert_int_equal(m.head_dim, 64);
+  assert_int_equal(m.tie_word_embeddings, 1);
+
+  /* LlamaConfig's defaults: KV heads = heads, head_dim = H / heads. */
+  static const char *bare =
+      "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 256,"
+      " \"num_hidden_layers\": 2, \"num_attention_heads\": 8,"
+      " \"intermediate_size\": 512, \"vocab_size\": 1000}";
+  m = parse_json(bare);
+  assert_int_equal(m.num_kv_heads, 8);
+  assert_int_equal(m.head_dim, 32);
+  expect_refused(bare, "\"hidden_size\": 256", "\"hidden_size\": 250",
+                 "key 'head_dim' is missing and hidden_size 250 is not a multiple of "
+                 "num_attention_heads 8 (give head_dim)");
+
+  expect_refused(llama31_8b_json, "\"attention_bias\": false", "\"attention_bias\": true",
+                 "attention_bias: true is not supported (it adds q/k/v/o biases");
+  expect_refused(llama31_8b_json, "\"mlp_bias\": false", "\"mlp_bias\": true",
+                 "mlp_bias: true is not supported (it adds MLP biases");
+  expect_refused(llama31_8b_json, "\"mlp_bias\": false", "\"mlp_bias\": 0",
+                 "mlp_bias: expected true or false, got 0");
+  expect_refused(llama31_8b_json, "\"model_type\": \"llama\"",
+                 "\"model_type\": \"qwen2\"",
+                 "model_type: \"qwen2\" disagrees with architectures LlamaForCausalLM "
+                 "(expected \"llama\")");
+  expect_refused(llama31_8b_json, "\"intermediate_size\": 14336,", "",
+                 "key 'intermediate_size' is missing");
+}
+
+static void test_qwen2_config(void **state) {
+  (void)state;
+  refit_model_t m = parse_json(qwen25_7b_json);
+  assert_int_equal(m.family, REFIT_FAMILY_QWEN2);
+  assert_int_equal(m.hidden_size, 3584);
+  assert_int_equal(m.num_layers, 28);
+  assert_int_equal(m.num_attention_heads, 28);
+  assert_int_equal(m.num_kv_heads, 4);
+  assert_int_equal(m.head_dim, 128); /* no head_dim key: 3584 / 28 */
+  assert_int_equal(m.intermediate_size, 18944);
+  assert_int_equal(m.vocab_size, 152064);
+  assert_int_equal(m.tie_word_embeddings, 0);
+  /* Qwen2's biases always exist: a config that denies them is refused, one
+   * that states them is read. */
+  expect_refused(qwen25_7b_json, "\"use_sliding_window\"",
+                 "\"attention_bias\": false, \"use_sliding_window\"",
+                 "attention_bias: false is not supported (Qwen2ForCausalLM always has "
+                 "q/k/v biases");
+  char text[4096];
+  snprintf(text, sizeof(text), "%s", qwen25_7b_json);
+  char *at = strstr(text, "\"use_sliding_window\"");
+  memmove(at + 24, at, strlen(at) + 1);
+  memcpy(at, "\"attention_bias\": true, ", 24);
+  m = parse_json(text);
+  assert_int_equal(m.family, REFIT_FAMILY_QWEN2);
+  /* The experts of another family are not read, and a YAML model section
+   * through hf_config plans with the layout. */
+  write_file("config.json", qwen25_7b_json);
+  layout = "trainer:\n  tp: 4\ngenerator:\n  tp: 2\n  engines: 2\n";
+  refit_config_t cfg;
+  char *errors =
+      parse("model:\n  hf_config: .\n  family: qwen2\n  head_dim: 128\n", REFIT_OK, &cfg);
+  assert_null(errors);
+  assert_int_equal(cfg.model.family, REFIT_FAMILY_QWEN2);
+  assert_int_equal(cfg.model.head_dim, 128);
+  errors = parse("model:\n  hf_config: .\n  family: llama\n", REFIT_ERR_CONFIG, NULL);
+  expect(errors, "model.family");
+  free(errors);
+  layout = "trainer:\n  tp: 2\n  ep: 2\ngenerator:\n  tp: 2\n  ep: 2\n";
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_shape_from_config_json, setup, teardown),
@@ -295,6 +435,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_missing_file, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fifo_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dense_family, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_llama_config, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_qwen2_config, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
