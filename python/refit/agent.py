@@ -248,7 +248,7 @@ class Client:
                                      "runs on host memory" % name)
                 (_, handle, size, offset) = storage._share_cuda_()[:4]
                 return {"name": name, "dtype": dtype, "shape": shape, "bytes": nbytes,
-                        "handle": bytes(handle).hex(),
+                        "handle": _ipc_handle(name, bytes(handle)).hex(),
                         "offset": offset + t.storage_offset() * t.element_size(),
                         "alloc_bytes": offset + size}, None
             if self._cuda:
@@ -407,6 +407,24 @@ class Client:
         """Stop every agent of the job (after the last refit)."""
         self._call({"op": "shutdown"})
         self.close()
+
+
+def _ipc_handle(name, h):
+    """The 64-byte cudaIpcMemHandle_t of PyTorch's handle: torch 1.x gives it
+    bare; torch 2 puts a type byte before it ('c': a cudaMalloc block, 'e': an
+    expandable segment, which CUDA IPC handles cannot map)."""
+    if len(h) == 64:
+        return h
+    if len(h) == 65 and h[:1] == b"c":
+        return h[1:]
+    if h[:1] == b"e":
+        raise AgentError("REFIT_ERR_INVALID_ARGUMENT",
+                         "register %s: the tensor lives in an expandable segment of PyTorch's "
+                         "allocator, which has no CUDA IPC handle; set "
+                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False" % name)
+    raise AgentError("REFIT_ERR_INVALID_ARGUMENT",
+                     "register %s: PyTorch gave a %d-byte IPC handle of an unknown kind" %
+                     (name, len(h)))
 
 
 def _where(t):
