@@ -411,13 +411,15 @@ class Client:
 
 def _ipc_handle(name, h):
     """The 64-byte cudaIpcMemHandle_t of PyTorch's handle: torch 1.x gives it
-    bare; torch 2 puts a type byte before it ('c': a cudaMalloc block, 'e': an
-    expandable segment, which CUDA IPC handles cannot map)."""
+    bare; torch 2 puts a version byte and a type byte before it ('c': a
+    cudaMalloc block, 'e': an expandable segment, which CUDA IPC handles
+    cannot map)."""
     if len(h) == 64:
         return h
-    if len(h) == 65 and h[:1] == b"c":
-        return h[1:]
-    if h[:1] == b"e":
+    kind = h[1:2] if len(h) == 66 else h[:1] if len(h) == 65 else b"?"
+    if kind == b"c":
+        return h[-64:]
+    if kind == b"e":
         raise AgentError("REFIT_ERR_INVALID_ARGUMENT",
                          "register %s: the tensor lives in an expandable segment of PyTorch's "
                          "allocator, which has no CUDA IPC handle; set "
