@@ -419,6 +419,14 @@ static int agent_map_ipc(agent_t *a, const char *hex, size_t bytes, agent_map_t 
   }
   for (int i = 0; i < a->nmaps; i++)
     if (a->maps[i].device && memcmp(a->maps[i].handle, h, sizeof(h)) == 0) {
+      /* Another tensor of the same allocation (PyTorch's caching allocator
+       * cuts many from one block): each tells how far it reaches. */
+      if (bytes > a->maps[i].bytes) {
+        a->maps[i].bytes = bytes;
+#ifdef REFIT_HAVE_CUDA
+        refit_ipc_note(a->maps[i].base, bytes, h);
+#endif
+      }
       *out = &a->maps[i];
       return 0;
     }
