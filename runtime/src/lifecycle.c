@@ -184,7 +184,10 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
     st = refit_session_acquire_staging(s);
   if (st == REFIT_OK && s->forgotten)
     st = refit_session_rebind(s);
-  const int moved = s->is_trainer && s->moved;
+  /* A trainer tensor at a new address, or a generator's storage bound anew
+   * (refit_tensor_forget_all): every rank maps again under zero copy, and
+   * the refit is a full one. */
+  const int moved = (s->is_trainer && s->moved) || s->rebound;
   if (st == REFIT_OK && s->moved)
     st = refit_trainer_repoint(s);
   if (st == REFIT_OK && !s->dw_made) {
@@ -288,8 +291,10 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
   /* The refit begins for real: every rank has seen a moved tensor (the
    * pack table and zero copy's mapping follow it, the delta decision was
    * full), so the flag is spent. A begin that failed before here keeps it. */
-  if (moved)
+  if (moved) {
     s->moved = 0;
+    s->rebound = 0;
+  }
   s->attempt++;
   s->vote_pending = 1;
   s->vote_settled = REFIT_OK;

@@ -99,6 +99,7 @@ typedef struct refit_session {
    * be registered again (generators too, this once) before the next begin,
    * which binds the new addresses. */
   int forgotten;
+  int rebound; /* generator: bound anew at this begin, until it starts */
   int64_t shared_msgs, shared_bytes; /* messages and bytes not packed again */
 
   /* Send buffers (trainer) or staging areas (generator), one per exchange

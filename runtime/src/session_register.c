@@ -419,6 +419,7 @@ refit_status_t refit_session_rebind(refit_session_t *s) {
       REFIT_CHECK(refit_loader_acquire(s->loader));
     }
     s->zc_ready = 0;
+    s->rebound = 1; /* tells every rank at the header exchange */
   }
   s->forgotten = 0;
   return REFIT_OK;
