@@ -402,3 +402,32 @@ def test_pip_installed_client_in_a_fresh_venv(tmp):
     for p in procs:
         ok(job, p, versions=(1, 2))
     job.close()
+
+
+MATRIX = sorted(f for f in os.listdir(os.path.join(ROOT, "tests", "mpi")) if f.endswith(".yaml"))
+
+
+@pytest.mark.skipif(os.environ.get("REFIT_AGENT_MATRIX") != "1",
+                    reason="the whole matrix takes minutes on 2 cores: REFIT_AGENT_MATRIX=1 runs it")
+@pytest.mark.parametrize("config", MATRIX)
+def test_mpi_matrix_through_agents(tmp, config):
+    """Every layout of the MPI test matrix (tests/mpi: tp, pp with uneven
+    stages, ep, dp replicas, engines, BF16 and MXFP8 in each backend,
+    prequantized, async) refits two versions through agents: the agents make
+    the weights (synthetic source) and hold the engines' storage; each engine
+    process asks its agent to verify every byte against the reference."""
+    config = os.path.join("..", "mpi", config)
+    job = Job(config, tmp)
+    ntrainer, ngen = ranks(config)
+    procs = []
+    for side, n in (("generator", ngen), ("trainer", ntrainer)):
+        for r in range(n):
+            log = open(os.path.join(tmp, "m-%s%d.log" % (side, r)), "w+")
+            p = subprocess.Popen([sys.executable, "-c", VENV_CLIENT, side, str(r), job.dir],
+                                 stdout=log, stderr=subprocess.STDOUT, env=_env())
+            p.out = log
+            job.clients.append(p)
+            procs.append(p)
+    for p in procs:
+        ok(job, p, versions=(1, 2))
+    job.close()
