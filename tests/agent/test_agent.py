@@ -367,9 +367,13 @@ for v in (1, 2):
         assert c.committed_version == v and c.verify() == 0, (v, c.committed_version)
     print("committed %d " % v, flush=True)
 assert "mpi4py" not in sys.modules and "refit._lib" not in sys.modules
-if side == "trainer" and rank == 0:
-    c.shutdown()
 """
+
+
+def shutdown(job):
+    """Stop the agents once every client is done (a trainer that stopped them
+    itself could cut an engine's last verify short)."""
+    refit.attach("trainer", 0, socket_dir=job.dir).shutdown()
 
 
 def test_pip_installed_client_in_a_fresh_venv(tmp):
@@ -401,6 +405,7 @@ def test_pip_installed_client_in_a_fresh_venv(tmp):
             procs.append(p)
     for p in procs:
         ok(job, p, versions=(1, 2))
+    shutdown(job)
     job.close()
 
 
@@ -430,4 +435,5 @@ def test_mpi_matrix_through_agents(tmp, config):
             procs.append(p)
     for p in procs:
         ok(job, p, versions=(1, 2))
+    shutdown(job)
     job.close()
