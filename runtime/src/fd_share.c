@@ -33,6 +33,25 @@ static socklen_t refit_fd_addr(int pid, struct sockaddr_un *a) {
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
+/* The answer's shape, both ways: one status byte, room for one descriptor. */
+typedef struct {
+  struct iovec iov;
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+} refit_fd_msg_t;
+
+static void refit_fd_msg(refit_fd_msg_t *fm, struct msghdr *m, char *status) {
+  memset(fm, 0, sizeof(*fm));
+  memset(m, 0, sizeof(*m));
+  fm->iov = (struct iovec){status, 1};
+  m->msg_iov = &fm->iov;
+  m->msg_iovlen = 1;
+  m->msg_control = fm->ctl.buf;
+  m->msg_controllen = sizeof(fm->ctl.buf);
+}
+
 static void refit_fd_answer(int conn) {
   struct ucred cred;
   socklen_t len = sizeof(cred);
@@ -48,24 +67,19 @@ static void refit_fd_answer(int conn) {
   int (*allowed)(int) = refit_fd_allowed;
   pthread_mutex_unlock(&refit_fd_lock);
   char ok = want >= 0 && allowed != NULL && allowed(want) ? 1 : 0;
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } ctl;
-  struct iovec iov = {&ok, 1};
-  struct msghdr m = {0};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
+  refit_fd_msg_t fm;
+  struct msghdr m;
+  refit_fd_msg(&fm, &m, &ok);
   if (ok) {
-    memset(&ctl, 0, sizeof(ctl));
-    m.msg_control = ctl.buf;
-    m.msg_controllen = sizeof(ctl.buf);
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     const int fd = want;
     memcpy(CMSG_DATA(c), &fd, sizeof(fd));
+  } else {
+    m.msg_control = NULL;
+    m.msg_controllen = 0;
   }
   (void)sendmsg(conn, &m, MSG_NOSIGNAL);
 }
@@ -141,16 +155,9 @@ refit_status_t refit_fd_fetch(int pid, int fd, double timeout_s, int *out) {
     goto out;
   }
   char ok = 0;
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } ctl;
-  struct iovec iov = {&ok, 1};
-  struct msghdr m = {0};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = ctl.buf;
-  m.msg_controllen = sizeof(ctl.buf);
+  refit_fd_msg_t fm;
+  struct msghdr m;
+  refit_fd_msg(&fm, &m, &ok);
   const ssize_t n = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
   int got = -1;
   for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&m) : NULL; c != NULL;

@@ -923,8 +923,7 @@ static void agent_detach(agent_t *a, const char *why) {
     agent_notice(a, why);
     agent_abandon(a);
   }
-  if (a->begin_wait != 0)
-    a->begin_wait = 0;
+  a->begin_wait = 0;
   a->next_wait = 0;
   agent_ctl_send(a, 0, TAG_REPORT, CTL_DETACHED, 0, "%s", why);
   refit_status_t st = refit_tensor_forget_all(a->s);

@@ -376,6 +376,26 @@ def shutdown(job):
     refit.attach("trainer", 0, socket_dir=job.dir).shutdown()
 
 
+def synthetic_round(job, python, env):
+    """One process per rank of `job` (a synthetic-source config) runs
+    VENV_CLIENT under `python`: two versions, engines verified by their
+    agents; then the agents are stopped."""
+    ntrainer, ngen = ranks(job.config)
+    procs = []
+    for side, n in (("generator", ngen), ("trainer", ntrainer)):
+        for r in range(n):
+            log = open(os.path.join(job.tmp, "%s%d.synthetic.log" % (side, r)), "w+")
+            p = subprocess.Popen([python, "-c", VENV_CLIENT, side, str(r), job.dir],
+                                 cwd=job.tmp, stdout=log, stderr=subprocess.STDOUT, env=env)
+            p.out = log
+            job.clients.append(p)
+            procs.append(p)
+    for p in procs:
+        ok(job, p, versions=(1, 2))
+    shutdown(job)
+    job.close()
+
+
 def test_pip_installed_client_in_a_fresh_venv(tmp):
     """`pip install .` in a fresh venv (offline, nothing else in it: no
     numpy, torch or mpi4py) gives a client that refits through the agents:
@@ -393,20 +413,7 @@ def test_pip_installed_client_in_a_fresh_venv(tmp):
                             "import mpi4py"], capture_output=True, text=True, cwd=tmp,
                            env=env, timeout=60)
     assert venv in probe.stdout and "No module named 'mpi4py'" in probe.stderr, probe
-    job = Job("moe_synthetic_c.yaml", tmp)
-    procs = []
-    for side, n in (("generator", 2), ("trainer", 2)):
-        for r in range(n):
-            log = open(os.path.join(tmp, "venv-%s%d.log" % (side, r)), "w+")
-            p = subprocess.Popen([py, "-c", VENV_CLIENT, side, str(r), job.dir], cwd=tmp,
-                                 stdout=log, stderr=subprocess.STDOUT, env=env)
-            p.out = log
-            job.clients.append(p)
-            procs.append(p)
-    for p in procs:
-        ok(job, p, versions=(1, 2))
-    shutdown(job)
-    job.close()
+    synthetic_round(Job("moe_synthetic_c.yaml", tmp), py, env)
 
 
 MATRIX = sorted(f for f in os.listdir(os.path.join(ROOT, "tests", "mpi")) if f.endswith(".yaml"))
@@ -421,19 +428,4 @@ def test_mpi_matrix_through_agents(tmp, config):
     prequantized, async) refits two versions through agents: the agents make
     the weights (synthetic source) and hold the engines' storage; each engine
     process asks its agent to verify every byte against the reference."""
-    config = os.path.join("..", "mpi", config)
-    job = Job(config, tmp)
-    ntrainer, ngen = ranks(config)
-    procs = []
-    for side, n in (("generator", ngen), ("trainer", ntrainer)):
-        for r in range(n):
-            log = open(os.path.join(tmp, "m-%s%d.log" % (side, r)), "w+")
-            p = subprocess.Popen([sys.executable, "-c", VENV_CLIENT, side, str(r), job.dir],
-                                 stdout=log, stderr=subprocess.STDOUT, env=_env())
-            p.out = log
-            job.clients.append(p)
-            procs.append(p)
-    for p in procs:
-        ok(job, p, versions=(1, 2))
-    shutdown(job)
-    job.close()
+    synthetic_round(Job(os.path.join("..", "mpi", config), tmp), sys.executable, _env())
