@@ -3,7 +3,7 @@ rank or a vLLM worker is: plain Python, no MPI (tests/agent/test_agent.py
 starts it with subprocess).
 
     client.py trainer|generator RANK CONFIG SOCKET_DIR [--versions 1,2,3]
-              [--die-in-refit V] [--shutdown] [--wait-only]
+              [--die-in-refit V] [--shutdown] [--gate V FILE] [--expect-fail V,..]
 
 A trainer registers its Megatron-Core tensors (tests/caller/megatron_rules.py
 applied to torch-made weights of each version) and refits each version; an
@@ -17,6 +17,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -44,6 +45,9 @@ ap.add_argument("--shutdown", action="store_true", help="stop the agents at the 
 ap.add_argument("--swap-at", type=int, default=0,
                 help="trainer: give every tensor new storage before this version (as "
                      "model.float(); model.bfloat16() does)")
+ap.add_argument("--gate", nargs=2, metavar=("V", "FILE"), default=None,
+                help="before version V, wait until FILE exists (the test creates it once "
+                     "a restarted process has attached)")
 ap.add_argument("--expect-fail", default="",
                 help="versions whose refit must fail (comma-separated)")
 args = ap.parse_args()
@@ -70,6 +74,11 @@ else:
     c.register_all(held)
 
 for version in versions:
+    if args.gate and version == int(args.gate[0]):
+        deadline = time.time() + 300
+        while not os.path.exists(args.gate[1]):
+            assert time.time() < deadline, "gate %s never opened" % args.gate[1]
+            time.sleep(0.05)
     if args.side == "trainer" and version == args.swap_at:
         for t in model.values():
             t.set_(t.clone())  # new storage: the client registers it again at begin

@@ -91,6 +91,29 @@ class Job:
                         % (p.args[2:4], output(p), self.agent_log()))
         return output(p)
 
+    def gate(self, version):
+        """Client arguments that hold a process before `version` until
+        open_gate: a restarted process can take longer than the attach grace
+        to start torch on a loaded machine, and a refit begun before it is
+        attached is refused (test_engine_never_attached tests that)."""
+        return ("--gate", str(version), os.path.join(self.tmp, "gate.%d" % version))
+
+    def open_gate(self, version, *procs, timeout=120):
+        """Once every process of `procs` has attached, let the processes held
+        by gate(version) go."""
+        deadline = time.time() + timeout
+        for p in procs:
+            while "attached " not in output(p):
+                if p.poll() is not None or time.time() > deadline:
+                    pytest.fail("client %s never attached:\n%s\nagents:\n%s"
+                                % (p.args[2:4], output(p), self.agent_log()))
+                time.sleep(0.05)
+        open(self.gate(version)[2], "w").close()
+
+    def others(self, p):
+        return "".join("\n--- %s (pid %d):\n%s" % (" ".join(q.args[2:4]), q.pid, output(q))
+                       for q in self.clients if q is not p)
+
     def close(self, expect_clean=True):
         for p in self.clients:
             if p.poll() is None:
@@ -134,8 +157,8 @@ def ranks(config):
 
 def ok(job, p, versions=(1, 2, 3)):
     out = job.wait(p)
-    assert p.returncode == 0, "%s exited %s:\n%s\nagents:\n%s" % (
-        p.args[2:4], p.returncode, out, job.agent_log())
+    assert p.returncode == 0, "%s exited %s:\n%s\nagents:\n%s\nother clients:%s" % (
+        p.args[2:4], p.returncode, out, job.agent_log(), job.others(p))
     for v in versions:
         assert "committed %d " % v in out, out
     return out
@@ -151,8 +174,9 @@ def test_refit_three_versions(tmp, config):
     engines = [job.client("generator", g) for g in range(ngen)]
     # The trainers' tensors get new storage before version 2: the client
     # registers them again and the agents map the new memory.
-    trainers = [job.client("trainer", t, "--swap-at", "2", *(["--shutdown"] if t == 0 else []))
-                for t in range(ntrainer)]
+    trainers = [job.client("trainer", t, "--swap-at", "2", *job.gate(1),
+                           *(["--shutdown"] if t == 0 else [])) for t in range(ntrainer)]
+    job.open_gate(1, *engines)
     for p in trainers + engines:
         ok(job, p)
     job.close()
@@ -164,12 +188,12 @@ def test_trainer_killed_mid_refit_then_reattached(tmp):
     restarted process re-attaches and refit 3 (a full one) is exact."""
     job = Job("moe_mxfp8.yaml", tmp)
     engines = [job.client("generator", g, "--expect-fail", "2") for g in range(2)]
-    t0 = job.client("trainer", 0, "--expect-fail", "2", "--shutdown")
+    t0 = job.client("trainer", 0, "--expect-fail", "2", "--shutdown", *job.gate(3))
     t1 = job.client("trainer", 1, "--versions", "1,2", "--die-in-refit", "2")
     out = job.wait(t1)
     assert t1.returncode == -signal.SIGKILL, out
     pid = t1.pid
-    job.client("trainer", 1, "--versions", "3")
+    job.open_gate(3, job.client("trainer", 1, "--versions", "3"))
     for p in [t0] + engines:
         text = ok(job, p, versions=(1, 3))
         assert "failed 2 as expected" in text, text
@@ -185,13 +209,14 @@ def test_engine_killed_mid_refit_then_reattached(tmp):
     refit fails everywhere naming it; a new engine process registers new
     memory, and refit 3 lands in it in full, every byte exact."""
     job = Job("moe_mxfp8.yaml", tmp)
-    trainers = [job.client("trainer", t, "--expect-fail", "2",
+    trainers = [job.client("trainer", t, "--expect-fail", "2", *job.gate(3),
                            *(["--shutdown"] if t == 0 else [])) for t in range(2)]
     g0 = job.client("generator", 0, "--expect-fail", "2")
     g1 = job.client("generator", 1, "--versions", "1,2", "--die-in-refit", "2")
     job.wait(g1)
     assert g1.returncode == -signal.SIGKILL
     g1b = job.client("generator", 1, "--versions", "3")
+    job.open_gate(3, g1b)
     for p in trainers + [g0]:
         text = ok(job, p, versions=(1, 3))
         line = [x for x in text.splitlines() if x.startswith("failed 2")][0]
@@ -215,8 +240,9 @@ def test_engine_never_attached(tmp):
     assert time.time() - start < GRACE + 40
     # The job is still usable: engines come, the next refit works.
     engines = [job.client("generator", g, "--versions", "2") for g in range(2)]
-    t = [job.client("trainer", r, "--versions", "2", *(["--shutdown"] if r == 0 else []))
-         for r in range(2)]
+    t = [job.client("trainer", r, "--versions", "2", *job.gate(2),
+                    *(["--shutdown"] if r == 0 else [])) for r in range(2)]
+    job.open_gate(2, *engines)
     for p in engines + t:
         ok(job, p, versions=(2,))
     job.close()
@@ -348,8 +374,9 @@ def test_ctrl_c_while_waiting_then_reattach(tmp):
         assert time.time() < deadline, job.agent_log()
         time.sleep(0.1)
     again = job.client("generator", 1, "--versions", "2")
-    trainers = [job.client("trainer", t, "--versions", "2", *(["--shutdown"] if t == 0 else []))
-                for t in range(2)]
+    trainers = [job.client("trainer", t, "--versions", "2", *job.gate(2),
+                           *(["--shutdown"] if t == 0 else [])) for t in range(2)]
+    job.open_gate(2, again)
     for p in trainers + [engines[0], again]:
         ok(job, p, versions=(2,))
     job.close()
