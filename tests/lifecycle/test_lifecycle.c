@@ -43,6 +43,10 @@
  *                                 up on it: what it completes late lands in
  *                                 memory still allocated (ASan), and the
  *                                 peers' error names it
+ *   test-lifecycle CONFIG dump-late  generator rank 1 calls refit_dump after
+ *                                 its peers gave up duplicating the dump's
+ *                                 communicator, and completes it late: every
+ *                                 rank's dump fails by name, none hangs
  *   test-lifecycle CONFIG header-late  generator rank 1 begins after its
  *                                 peers' deadline: their error names it
  *   test-lifecycle CONFIG startup-env  REFIT_STARTUP_TIMEOUT_S=inf on rank
@@ -478,6 +482,26 @@ static void scenario_repair_late(refit_session_h s, int world_rank, double timeo
   refit_session_close(s);
 }
 
+/* Defect 4 at the dump: generator rank 1 (world rank 2) calls refit_dump
+ * after every peer gave up duplicating the dump's communicator; it
+ * completes the duplicate late while they drive MPI on. Every rank's dump
+ * fails by name, none hangs. (MPI stores the new handle itself, where ASan
+ * does not look: with the handle put back on the stack this still passed,
+ * so the memory rule is proven at the repair, repair-late.) */
+static void scenario_dump_late(refit_session_h s, int world_rank, double timeout_s) {
+  run_refit(s, 1);
+  expect_holds(s, 1);
+  if (world_rank == 2) {
+    nap_s(timeout_s + 1.0);
+    EXPECT(refit_dump(s, "dump-late.h5") != REFIT_OK, "the late rank's dump succeeded");
+  } else
+    EXPECT_STATUS(refit_dump(s, "dump-late.h5"), REFIT_ERR_TIMEOUT,
+                  "duplicating the communicator");
+  progress_barrier();
+  progress_for(1.0);
+  refit_session_close(s);
+}
+
 /* Defect 9: a rank that begins after its peers' deadline is named by the
  * header exchange's error on each of them; the late rank itself fails the
  * refit it began alone. */
@@ -554,7 +578,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   if (argc != 3 && argc != 4) {
     fprintf(stderr, "usage: test-lifecycle CONFIG basic|async|poison|cycles|close-mid|"
-                    "begin-again|moved-delta|repair-late|header-late|ucx-repair|"
+                    "begin-again|moved-delta|repair-late|dump-late|header-late|ucx-repair|"
                     "startup-env "
                     "[TIMEOUT_S]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
@@ -617,6 +641,8 @@ int main(int argc, char **argv) {
     scenario_cycles(s, rank_, argc > 3 ? atof(argv[3]) : 1.0, 3, 1);
   else if (strcmp(argv[2], "repair-late") == 0)
     scenario_repair_late(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
+  else if (strcmp(argv[2], "dump-late") == 0)
+    scenario_dump_late(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
   else if (strcmp(argv[2], "header-late") == 0)
     scenario_header_late(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
   else if (strncmp(argv[2], "cycles", 6) == 0)
