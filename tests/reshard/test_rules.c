@@ -77,18 +77,27 @@ static void test_field_names(void **state) {
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_MODEL_NUM_EXPERTS), 8);
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_TRAINER_EP), 2);
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_GENERATOR_ENGINES), 1);
-  /* Only the MLP's dimensions belong to some families: the dense MLP's
-   * width to qwen3, llama and qwen2, the experts to qwen3_moe. */
+  /* Only the MLP's and MLA's dimensions belong to some families: the dense
+   * MLP's width to qwen3, llama, qwen2 and deepseek_v3 (its dense first
+   * layers), the experts to qwen3_moe and deepseek_v3, MLA and DeepSeek's
+   * MoE layout to deepseek_v3 alone. */
   for (int f = REFIT_FIELD_NONE + 1; f < REFIT_FIELD_COUNT; f++) {
     const int dense = f == REFIT_FIELD_MODEL_INTERMEDIATE_SIZE;
     const int moe = f == REFIT_FIELD_MODEL_NUM_EXPERTS ||
                     f == REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE;
-    assert_int_equal(refit_field_family_specific((refit_field_t)f), dense || moe);
-    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN3), !moe);
-    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_LLAMA), !moe);
-    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN2), !moe);
+    const int deepseek =
+        f == REFIT_FIELD_MODEL_Q_LORA_RANK || f == REFIT_FIELD_MODEL_KV_LORA_RANK ||
+        f == REFIT_FIELD_MODEL_QK_NOPE_HEAD_DIM || f == REFIT_FIELD_MODEL_V_HEAD_DIM ||
+        f == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS ||
+        f == REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE || f == REFIT_FIELD_MODEL_MOE_LAYER_FREQ;
+    const int only = moe || deepseek;
+    assert_int_equal(refit_field_family_specific((refit_field_t)f), dense || only);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN3), !only);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_LLAMA), !only);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN2), !only);
     assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN3_MOE),
-                     !dense);
+                     !dense && !deepseek);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_DEEPSEEK_V3), 1);
   }
 }
 

@@ -150,7 +150,8 @@ static void test_unsupported_values(void **state) {
   } cases[] = {
       {"\"Qwen3MoeForCausalLM\"", "\"MixtralForCausalLM\"",
        "architectures: [\"MixtralForCausalLM\"] is not supported; refit reads "
-       "Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM or Qwen2ForCausalLM"},
+       "Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM or "
+       "DeepseekV3ForCausalLM"},
       {"\"model_type\": \"qwen3_moe\"", "\"model_type\": \"qwen3\"",
        "model_type: \"qwen3\" disagrees with architectures Qwen3MoeForCausalLM"},
       {"\"attention_bias\": false", "\"attention_bias\": true",
