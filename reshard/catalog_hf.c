@@ -178,6 +178,7 @@ refit_status_t refit_build_src_layer(refit_catalog_builder_t *b, int l, int stag
                                       REFIT_LAYER_TABLE(refit_layer_attention), ls));
   ls->moe = refit_layer_is_moe(m, l);
   ls->router = ls->expert0 = ls->shared_gate = ls->shared_up = ls->shared_down = -1;
+  ls->expert_bias = -1;
   if (!ls->moe)
     return refit_add_layer_tensors(b, l, stage, dims,
                                    REFIT_LAYER_TABLE(refit_layer_dense_mlp), ls);
@@ -185,6 +186,12 @@ refit_status_t refit_build_src_layer(refit_catalog_builder_t *b, int l, int stag
   const int64_t X = m->num_experts, I = m->moe_intermediate_size;
   REFIT_CHECK(refit_add_src(b, &ls->router, stage, l, REFIT_ROLE_ROUTER, REFIT_SPLIT_NONE,
                             X, H, "%s.%d.mlp.gate.weight", p, l));
+  ls->expert_bias = -1;
+  if (m->expert_bias && refit_family_desc(m->family)->deepseek_moe)
+    /* FP32 [X] in 2-byte units (catalog.h REFIT_ROLE_F32). */
+    REFIT_CHECK(refit_add_src(b, &ls->expert_bias, stage, l, REFIT_ROLE_F32,
+                              REFIT_SPLIT_NONE, 1, 2 * X,
+                              "%s.%d.mlp.gate.e_score_correction_bias", p, l));
   ls->expert0 = (int32_t)b->cat->nsrc;
   for (int64_t e = 0; e < X; e++) {
     static const char *const names[3] = {"gate_proj", "up_proj", "down_proj"};

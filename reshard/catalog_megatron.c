@@ -183,6 +183,12 @@ static refit_status_t refit_build_megatron_layer(refit_catalog_builder_t *b, int
 
   REFIT_MEG_NAME("mlp.router.weight");
   REFIT_CHECK(refit_add_alias(b, &idx, ls->router, stage, REFIT_SPLIT_NONE, name));
+  if (ls->expert_bias >= 0) {
+    /* TopKRouter's expert_bias: a persistent FP32 buffer (register_buffer),
+     * not a parameter: the caller registers it from named_buffers(). */
+    REFIT_MEG_NAME("mlp.router.expert_bias");
+    REFIT_CHECK(refit_add_alias(b, &idx, ls->expert_bias, stage, REFIT_SPLIT_NONE, name));
+  }
   const int64_t X = m->num_experts, I = m->moe_intermediate_size;
   const int64_t local = X / tr->ep;
   for (int64_t e = 0; e < X; e++) {

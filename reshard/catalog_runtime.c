@@ -197,6 +197,15 @@ refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l, int t,
    * GateLinear): BF16 under every quantization. */
   REFIT_GEN("mlp.gate.weight", REFIT_ROLE_ROUTER, REFIT_GEN_PLAIN, 2, X, H, 0);
   REFIT_CHECK(refit_add_seg(b, g, ls->router, 0, 0, X, H, 0, 0));
+  if (ls->expert_bias >= 0) {
+    /* DeepseekV2MoE: nn.Parameter(torch.empty(X, dtype=float32)), loaded by
+     * a copy, replicated; FP32 [X] as [1, 2X] in 2-byte units. */
+    REFIT_GEN("mlp.gate.e_score_correction_bias", REFIT_ROLE_F32, REFIT_GEN_PLAIN, 1, X, 0,
+              0);
+    g->rows = 1;
+    g->cols = 2 * X;
+    REFIT_CHECK(refit_add_seg(b, g, ls->expert_bias, 0, 0, 1, 2 * X, 0, 0));
+  }
   REFIT_GEN("mlp.experts.w13_weight", REFIT_ROLE_EXPERT, REFIT_GEN_MOE_W13, 3, E, 2 * i,
             H);
   g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;

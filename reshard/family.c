@@ -42,7 +42,8 @@ static int refit_field_mla(refit_field_t f) {
 
 static int refit_field_deepseek_moe(refit_field_t f) {
   return f == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS ||
-         f == REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE || f == REFIT_FIELD_MODEL_MOE_LAYER_FREQ;
+         f == REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE ||
+         f == REFIT_FIELD_MODEL_MOE_LAYER_FREQ || f == REFIT_FIELD_MODEL_EXPERT_BIAS;
 }
 
 int refit_field_family_specific(refit_field_t f) {
@@ -53,7 +54,8 @@ int refit_field_family_specific(refit_field_t f) {
 
 int refit_field_may_be_zero(refit_field_t f) {
   return f == REFIT_FIELD_MODEL_Q_LORA_RANK || f == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS ||
-         f == REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE || f == REFIT_FIELD_MODEL_MOE_LAYER_FREQ;
+         f == REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE ||
+         f == REFIT_FIELD_MODEL_MOE_LAYER_FREQ || f == REFIT_FIELD_MODEL_EXPERT_BIAS;
 }
 
 int refit_field_in_family(refit_field_t f, int family) {

@@ -64,7 +64,8 @@ int refit_field_in_family(refit_field_t f, int family);
 int refit_field_family_specific(refit_field_t f);
 
 /* May a family-specific field f be 0 (q_lora_rank: no q LoRA;
- * num_shared_experts, first_k_dense_replace: none; moe_layer_freq: 1)? The
+ * num_shared_experts, first_k_dense_replace: none; moe_layer_freq: 1;
+ * expert_bias: a flag)? The
  * others must be positive in the families that have them. */
 int refit_field_may_be_zero(refit_field_t f);
 

@@ -54,6 +54,10 @@ typedef struct {
   int64_t num_shared_experts;
   int64_t first_k_dense_replace;
   int64_t moe_layer_freq;
+  /* Every MoE layer's router has e_score_correction_bias, FP32 [X]
+   * (topk_method noaux_tc: DeepSeek-V3, R1, Kimi-K2; Megatron's
+   * mlp.router.expert_bias buffer) (deepseek_v3). */
+  int expert_bias;
 } refit_model_t;
 
 /* How the trainer names and fuses its tensors. */
@@ -128,6 +132,7 @@ typedef struct {
   X(MODEL_FIRST_K_DENSE_REPLACE, "model.first_k_dense_replace", model,                   \
     first_k_dense_replace)                                                               \
   X(MODEL_MOE_LAYER_FREQ, "model.moe_layer_freq", model, moe_layer_freq)                 \
+  X(MODEL_EXPERT_BIAS, "model.expert_bias", model, expert_bias)                          \
   X(TRAINER_TP, "trainer.tp", trainer, tp)                                               \
   X(TRAINER_PP, "trainer.pp", trainer, pp)                                               \
   X(TRAINER_EP, "trainer.ep", trainer, ep)                                               \

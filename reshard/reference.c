@@ -135,6 +135,12 @@ refit_status_t refit_reference_source_row(const refit_model_t *m,
     *col_offset = t * (width / tp);
     return REFIT_OK;
   }
+  if (refit_ref_is(rest, "mlp.gate.e_score_correction_bias")) {
+    /* DeepseekV2MoE: FP32 [X], replicated, copied as loaded. */
+    REFIT_SRC("%s", rest);
+    *src_row = 0;
+    return REFIT_OK;
+  }
   if (refit_ref_is(rest, "mlp.gate.weight")) {
     REFIT_SRC("%s", "mlp.gate.weight");
     *src_row = row;

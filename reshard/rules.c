@@ -157,6 +157,7 @@ static void refit_rules_family(refit_rules_t *r) {
       {REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE, "the dense layers before the first MoE "
                                                 "layer"},
       {REFIT_FIELD_MODEL_MOE_LAYER_FREQ, "every how many layers one is MoE, 0 for 1"},
+      {REFIT_FIELD_MODEL_EXPERT_BIAS, "the routers' FP32 e_score_correction_bias"},
   };
   if (!refit_rules_known(r, BIT(MODEL_FAMILY)))
     return;

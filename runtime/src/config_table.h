@@ -115,6 +115,10 @@
     "0", 0, REFIT_CONFIG_MAX_LAYERS, "", 0,                                    \
     "layer l >= first_k_dense_replace is MoE iff moe_layer_freq divides l; 0 "\
     "reads as 1 (deepseek_v3)")                                                \
+  X(MODEL_EXPERT_BIAS, "model", "expert_bias", BOOL, model.expert_bias,        \
+    "false", 0, 0, "", 0,                                                      \
+    "routers with the FP32 e_score_correction_bias (topk_method noaux_tc; "    \
+    "deepseek_v3)")                                                            \
   X(MODEL_HF_CONFIG, "model", "hf_config", STRING, hf_config, "", 0, 0, "", 0, \
     "Hugging Face config.json (or its directory) giving the model keys")      \
   X(TRAINER_TP, "trainer", "tp", INT, trainer.tp, "1", 1,                      \

@@ -70,6 +70,9 @@ const refit_hf_key_t refit_hf_config_keys[] = {
     REFIT_HF_KEY_("first_k_dense_replace", FIRST_K_DENSE_REPLACE, "first_k_dense_replace",
                   first_k_dense_replace, 0),
     REFIT_HF_KEY_("moe_layer_freq", MOE_LAYER_FREQ, "moe_layer_freq", moe_layer_freq, 0),
+    /* A string: noaux_tc gives the routers e_score_correction_bias
+     * (refit_hf_expert_bias). */
+    REFIT_HF_KEY_("topk_method", EXPERT_BIAS, "expert_bias", expert_bias, 0),
 };
 const int refit_hf_config_nkeys =
     (int)(sizeof(refit_hf_config_keys) / sizeof(refit_hf_config_keys[0]));
@@ -261,18 +264,6 @@ static void refit_hf_unsupported(refit_hf_problems_t *p, const json_t *root,
     /* DeepseekV2ForCausalLM always builds its own ParallelLMHead. */
     refit_hf_flag(p, root, "tie_word_embeddings", true,
                   "DeepseekV3ForCausalLM never ties lm_head to embed_tokens");
-    /* noaux_tc (V3, R1, Kimi-K2) adds mlp.gate.e_score_correction_bias, an
-     * FP32 [n_routed_experts] that the trainer updates every step
-     * (Megatron's router expert_bias buffer); refit's datapath moves
-     * 2-byte elements only, and a refit that left it stale would route
-     * with the old balance. */
-    const json_t *topk = json_object_get(root, "topk_method");
-    if (json_is_string(topk) && strcmp(json_string_value(topk), "noaux_tc") == 0)
-      refit_hf_problem(p,
-                       "topk_method: \"noaux_tc\" gives every MoE layer "
-                       "mlp.gate.e_score_correction_bias (FP32), which refit does "
-                       "not move yet; only configs without it (topk_method "
-                       "greedy, as DeepSeek-V2) are read");
     break;
   }
   }
@@ -347,6 +338,28 @@ static void refit_hf_defaults(refit_hf_problems_t *p, refit_hf_config_t *hf,
   }
 }
 
+/* topk_method: "noaux_tc" (V3, R1, Kimi-K2) gives every router
+ * mlp.gate.e_score_correction_bias (vLLM deepseek_v2.py DeepseekV2MoE),
+ * other methods none; absent, the config class's default decides
+ * (DeepseekV3Config noaux_tc, DeepseekV2Config greedy). */
+static bool refit_hf_expert_bias(refit_hf_problems_t *p, const json_t *root,
+                                 const json_t *v, int64_t *out) {
+  char shown[96];
+  if (v == NULL) {
+    const json_t *arch = json_array_get(json_object_get(root, "architectures"), 0);
+    *out = json_is_string(arch) &&
+           strcmp(json_string_value(arch), "DeepseekV3ForCausalLM") == 0;
+    return true;
+  }
+  if (!json_is_string(v)) {
+    refit_hf_shown(v, shown, sizeof(shown));
+    refit_hf_problem(p, "topk_method: expected a string, got %s", shown);
+    return false;
+  }
+  *out = strcmp(json_string_value(v), "noaux_tc") == 0;
+  return true;
+}
+
 static void refit_hf_read(refit_hf_problems_t *p, const json_t *root,
                           refit_hf_config_t *hf) {
   if (!json_is_object(root)) {
@@ -375,6 +388,13 @@ static void refit_hf_read(refit_hf_problems_t *p, const json_t *root,
       continue;
     }
     int64_t value = 0;
+    if (k->field == REFIT_FIELD_MODEL_EXPERT_BIAS) {
+      if (refit_hf_expert_bias(p, root, v, &value)) {
+        *(int *)field = (int)value;
+        hf->present |= UINT64_C(1) << i;
+      }
+      continue;
+    }
     const bool null_only = k->field == REFIT_FIELD_MODEL_Q_LORA_RANK ||
                            k->field == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS;
     if ((null_only ? json_is_null(v) : v == NULL || json_is_null(v)) &&

@@ -41,7 +41,8 @@ the project's shared reference, framework-layouts.md):
   (linear_q_proj without q LoRA), linear_kv_up_proj row-split, in Hugging
   Face's row order; a layer below first_k_dense_replace is a dense MLP
   layer, the others MoE with mlp.shared_experts.linear_fc1 ([gate_t; up_t]
-  over the dense tp group) and linear_fc2.
+  over the dense tp group) and linear_fc2, and with expert_bias
+  mlp.router.expert_bias, the router's FP32 buffer, whole on every rank.
 """
 
 import numpy as np
@@ -194,6 +195,9 @@ def trainer_tensors(cfg, full, rank, rng):
             continue
         put(p + "pre_mlp_layernorm.weight", norm)
         put(p + "mlp.router.weight", hf("mlp.gate.weight"))
+        if mla and m.get("expert_bias", False):
+            # TopKRouter's expert_bias: an FP32 buffer (named_buffers()).
+            put(p + "mlp.router.expert_bias", hf("mlp.gate.e_score_correction_bias"))
         local = m["num_experts"] // ep
         for k in range(local):
             e = epr * local + k

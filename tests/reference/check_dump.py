@@ -58,7 +58,12 @@ def read_checkpoint(path, job):
                                  f"expected {shape}")
             data = dset[()]
             declared = _attr_str(dset, "dtype")
-            if data.dtype == np.uint16 and declared == "bfloat16":
+            if vllm_rules.is_float32(name):
+                # float32 as it is; bfloat16 and float16 widen exactly.
+                if data.dtype == np.uint16 and declared == "bfloat16":
+                    data = (data.astype(np.uint32) << 16).view(np.float32)
+                weights[name] = np.ascontiguousarray(data, dtype=np.float32)
+            elif data.dtype == np.uint16 and declared == "bfloat16":
                 weights[name] = data
             elif data.dtype in (np.float32, np.float16):
                 weights[name] = bf16_from_f32(data.astype(np.float32))
@@ -95,6 +100,8 @@ class Report:
             return
         actual = dset[()]
         self.bytes += actual.nbytes
+        if expected.dtype == np.float32:  # bits, so that a NaN equals itself
+            actual, expected = actual.view(np.uint32), expected.view(np.uint32)
         diff = actual != expected
         count = int(np.count_nonzero(diff))
         if count:

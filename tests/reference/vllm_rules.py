@@ -45,9 +45,10 @@ scale bytes are padded, the [K, N] view of the CuTe-DSL backend) follows
 refit's dump schema (runtime/src/dump.h); only names and shapes are taken
 from there, never a byte value.
 
-Weights are numpy uint16 arrays of bfloat16 bit patterns; results are numpy
-arrays of the stored bytes: uint16 for bfloat16, uint8 for float8_e4m3fn and
-for E8M0 scales.
+Weights are numpy uint16 arrays of bfloat16 bit patterns (float32 arrays for
+the one float32 tensor, DeepSeek's e_score_correction_bias); results are
+numpy arrays of the stored bytes: uint16 for bfloat16, uint8 for
+float8_e4m3fn and for E8M0 scales, float32 for float32.
 """
 
 import collections
@@ -75,7 +76,8 @@ _DEFAULTS = {
               "moe_intermediate_size": 0, "tie_word_embeddings": False,
               "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0,
               "v_head_dim": 0, "num_shared_experts": 0,
-              "first_k_dense_replace": 0, "moe_layer_freq": 0},
+              "first_k_dense_replace": 0, "moe_layer_freq": 0,
+              "expert_bias": False},
     "generator": {"tp": 1, "ep": 1, "engines": 1},
     "refit": {"precision": "bf16", "linear_backend": "flashinfer_cutlass",
               "moe_backend": "flashinfer_trtllm",
@@ -128,6 +130,7 @@ class Job:
         self.shared = int(model["num_shared_experts"])
         self.first_dense = int(model["first_k_dense_replace"])
         self.moe_freq = int(model["moe_layer_freq"]) or 1
+        self.expert_bias = self.mla and bool(model["expert_bias"])
         self.tp = int(gen["tp"])
         self.ep = int(gen["ep"])
         self.precision = refit["precision"]
@@ -214,6 +217,18 @@ def _layer(i, rest):
     return f"model.layers.{i}.{rest}"
 
 
+# DeepSeek's router score-correction bias (topk_method noaux_tc): float32
+# [E] in the checkpoint, in vLLM (DeepseekV2MoE: nn.Parameter of dtype
+# float32, loaded by a copy) and in Megatron (TopKRouter.expert_bias, an FP32
+# buffer). Every other tensor is bfloat16.
+EXPERT_BIAS = "mlp.gate.e_score_correction_bias"
+
+
+def is_float32(name):
+    """Is Hugging Face (or vLLM) tensor `name` float32 (EXPERT_BIAS)?"""
+    return name.endswith("." + EXPERT_BIAS)
+
+
 def hf_tensor_shapes(cfg):
     """Every Hugging Face tensor of the model with its full shape (sharding.md)."""
     job = _job(cfg)
@@ -238,6 +253,8 @@ def hf_tensor_shapes(cfg):
         shapes[_layer(i, "post_attention_layernorm.weight")] = (h,)
         if job.moe_layer(i):
             shapes[_layer(i, "mlp.gate.weight")] = (job.experts, h)
+            if job.expert_bias:
+                shapes[_layer(i, EXPERT_BIAS)] = (job.experts,)
             for e in range(job.experts):
                 expert = f"mlp.experts.{e}"
                 shapes[_layer(i, f"{expert}.gate_proj.weight")] = (job.moe_ffn, h)
@@ -705,8 +722,11 @@ def mla_derived_expected(job, full_weights, layer, tp_rank):
 
 def _moe(job, out, w, i, t):
     # The router: ReplicatedLinear(quant_config=None) (Qwen3-MoE; DeepSeek's
-    # GateLinear likewise), replicated and BF16.
+    # GateLinear likewise), replicated and BF16; DeepSeek's score-correction
+    # bias beside it, replicated and float32 under every quantization.
     out[_layer(i, "mlp.gate.weight")] = w[_layer(i, "mlp.gate.weight")]
+    if job.expert_bias:
+        out[_layer(i, EXPERT_BIAS)] = w[_layer(i, EXPERT_BIAS)]
     w13, w2 = _experts(job, w, i, t)
     module = _layer(i, "mlp.experts")
     if not _quantized(job, module):
@@ -723,4 +743,6 @@ def dtype_name(name, array):
     """The element type a runtime store holds, as refit's dump names it."""
     if array.dtype == np.uint16:
         return "bfloat16"
+    if array.dtype == np.float32:
+        return "float32"
     return "e8m0" if name.endswith("_scale") else "float8_e4m3fn"

@@ -89,7 +89,8 @@ static void test_field_names(void **state) {
         f == REFIT_FIELD_MODEL_Q_LORA_RANK || f == REFIT_FIELD_MODEL_KV_LORA_RANK ||
         f == REFIT_FIELD_MODEL_QK_NOPE_HEAD_DIM || f == REFIT_FIELD_MODEL_V_HEAD_DIM ||
         f == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS ||
-        f == REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE || f == REFIT_FIELD_MODEL_MOE_LAYER_FREQ;
+        f == REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE || f == REFIT_FIELD_MODEL_MOE_LAYER_FREQ ||
+        f == REFIT_FIELD_MODEL_EXPERT_BIAS;
     const int only = moe || deepseek;
     assert_int_equal(refit_field_family_specific((refit_field_t)f), dense || only);
     assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN3), !only);
