@@ -14,6 +14,7 @@
 #include "reshard/family.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 const refit_family_desc_t refit_families[] = {
     [REFIT_FAMILY_QWEN3] = {"qwen3", "Qwen3ForCausalLM", "qwen3", 0, 1, 0, 0, 0, NULL,
@@ -32,6 +33,19 @@ const int refit_nfamilies = (int)(sizeof(refit_families) / sizeof(refit_families
 
 const refit_family_desc_t *refit_family_desc(int family) {
   return family >= 0 && family < refit_nfamilies ? &refit_families[family] : NULL;
+}
+
+void refit_family_list(int architectures, char *buf, size_t n) {
+  size_t used = 0;
+  if (n > 0)
+    buf[0] = '\0';
+  for (int f = 0; f < refit_nfamilies && used < n; f++)
+    used += (size_t)snprintf(buf + used, n - used, "%s%s",
+                             f == 0                     ? ""
+                             : f == refit_nfamilies - 1 ? " or "
+                                                        : ", ",
+                             architectures ? refit_families[f].architecture
+                                           : refit_families[f].name);
 }
 
 /* The MLA dimensions and DeepSeek's MoE layout keys. */

@@ -16,6 +16,8 @@
 
 #include "reshard/layout.h"
 
+#include <stddef.h>
+
 typedef struct {
   const char *name;         /* model.family */
   const char *architecture; /* config.json "architectures": [name] */
@@ -52,6 +54,10 @@ const refit_family_desc_t *refit_family_desc(int family);
 /* Families, in refit_family_t order. */
 extern const refit_family_desc_t refit_families[];
 extern const int refit_nfamilies;
+
+/* Every family's name (or, with `architectures`, its config.json
+ * architecture) as "a, b or c" into buf (n bytes), for messages. */
+void refit_family_list(int architectures, char *buf, size_t n);
 
 /* Does a model of `family` have dimension f? intermediate_size belongs to
  * the families with dense MLP layers, num_experts and moe_intermediate_size

@@ -125,14 +125,8 @@ static void refit_rules_positive(refit_rules_t *r) {
   }
   const int family = r->model->family;
   if (refit_rules_known(r, BIT(MODEL_FAMILY)) && refit_family_desc(family) == NULL) {
-    char names[160] = "";
-    size_t used = 0;
-    for (int k = 0; k < refit_nfamilies && used < sizeof(names); k++)
-      used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
-                               k == 0                     ? ""
-                               : k == refit_nfamilies - 1 ? " or "
-                                                          : ", ",
-                               refit_families[k].name);
+    char names[160];
+    refit_family_list(0, names, sizeof(names));
     refit_rules_break(r, REFIT_FIELD_MODEL_FAMILY, REFIT_FIELD_NONE,
                       "model.family: %d is no family (%s)", family, names);
     r->unknown |= BIT(MODEL_FAMILY);

@@ -156,14 +156,8 @@ static bool refit_hf_family(refit_hf_problems_t *p, const json_t *root,
                             refit_family_t *family) {
   const json_t *arch = json_object_get(root, "architectures");
   char shown[96];
-  char names[256] = "";
-  size_t used = 0;
-  for (int f = 0; f < refit_nfamilies && used < sizeof(names); f++)
-    used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
-                             f == 0                     ? ""
-                             : f == refit_nfamilies - 1 ? " or "
-                                                        : ", ",
-                             refit_families[f].architecture);
+  char names[256];
+  refit_family_list(1, names, sizeof(names));
   if (arch == NULL) {
     refit_hf_problem(p, "key 'architectures' is missing (expected one of %s)", names);
     return false;
