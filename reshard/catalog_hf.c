@@ -32,11 +32,11 @@ typedef enum {
  * whose row of reshard/family.h sets the flag. */
 typedef enum {
   REFIT_IN_ALL = 0,
-  REFIT_IN_QK_NORM,  /* refit_family_desc_t.qk_norm */
-  REFIT_IN_QKV_BIAS, /* refit_family_desc_t.qkv_bias */
-  REFIT_IN_GQA,      /* not mla: q/k/v heads */
-  REFIT_IN_MLA,      /* mla */
-  REFIT_IN_MLA_QLORA,  /* mla with q_lora_rank: q_a_proj, q_a_layernorm, q_b_proj */
+  REFIT_IN_QK_NORM,     /* refit_family_desc_t.qk_norm */
+  REFIT_IN_QKV_BIAS,    /* refit_family_desc_t.qkv_bias */
+  REFIT_IN_GQA,         /* not mla: q/k/v heads */
+  REFIT_IN_MLA,         /* mla */
+  REFIT_IN_MLA_QLORA,   /* mla with q_lora_rank: q_a_proj, q_a_layernorm, q_b_proj */
   REFIT_IN_MLA_NO_QLORA /* mla without it (V2-Lite): q_proj */
 } refit_layer_in_t;
 
@@ -206,7 +206,7 @@ refit_status_t refit_build_src_layer(refit_catalog_builder_t *b, int l, int stag
     }
   }
   if (m->num_shared_experts > 0 && refit_family_desc(m->family)->deepseek_moe)
-    REFIT_CHECK(refit_add_layer_tensors(b, l, stage, dims,
-                                        REFIT_LAYER_TABLE(refit_layer_shared_experts), ls));
+    REFIT_CHECK(refit_add_layer_tensors(
+        b, l, stage, dims, REFIT_LAYER_TABLE(refit_layer_shared_experts), ls));
   return REFIT_OK;
 }

@@ -70,15 +70,15 @@ static refit_status_t refit_build_megatron_gqa(refit_catalog_builder_t *b, const
                     : "input_layernorm.weight");
   REFIT_CHECK(refit_add_alias(b, &idx, ls->in_norm, stage, REFIT_SPLIT_NONE, name));
   refit_name_fmt(name, "%sself_attention.linear_qkv.weight", p);
-  REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_LINEAR, REFIT_SPLIT_ROWS, rows, H,
-                            "%s", name));
+  REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_LINEAR, REFIT_SPLIT_ROWS, rows,
+                            H, "%s", name));
   REFIT_CHECK(refit_add_qkv_runs(b, idx, ls->q, ls->k, ls->v));
   if (fam->qkv_bias) {
     /* The same name under both specs: TE's LayerNormLinear and the local
      * ColumnParallelLinear call it bias. */
     refit_name_fmt(name, "%sself_attention.linear_qkv.bias", p);
-    REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_BIAS, REFIT_SPLIT_ROWS, rows, 1,
-                              "%s", name));
+    REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_BIAS, REFIT_SPLIT_ROWS, rows,
+                              1, "%s", name));
     REFIT_CHECK(refit_add_qkv_runs(b, idx, ls->q_bias, ls->k_bias, ls->v_bias));
   }
   if (fam->qk_norm) {

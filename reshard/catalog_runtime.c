@@ -40,36 +40,37 @@ static refit_status_t refit_build_gen_mla(refit_catalog_builder_t *b, int l, int
     g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
     REFIT_CHECK(refit_add_seg(b, g, ls->q_a, 0, 0, qr, H, 0, 0));
     REFIT_CHECK(refit_add_seg(b, g, ls->kv_a, 0, 0, kvr + R, H, qr, 0));
-    REFIT_GEN("self_attn.q_a_layernorm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, qr, 0,
-              0);
+    REFIT_GEN("self_attn.q_a_layernorm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, qr,
+              0, 0);
     REFIT_CHECK(refit_add_seg(b, g, ls->q_a_norm, 0, 0, 1, qr, 0, 0));
     REFIT_GEN("self_attn.q_b_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, q_rows,
               qr, 0);
     g->k_field = REFIT_FIELD_MODEL_Q_LORA_RANK;
     REFIT_CHECK(refit_add_seg(b, g, ls->q_b, t * q_rows, 0, q_rows, qr, 0, 0));
   } else {
-    REFIT_GEN("self_attn.q_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, q_rows, H,
-              0);
+    REFIT_GEN("self_attn.q_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, q_rows,
+              H, 0);
     g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
     REFIT_CHECK(refit_add_seg(b, g, ls->q, t * q_rows, 0, q_rows, H, 0, 0));
-    REFIT_GEN("self_attn.kv_a_proj_with_mqa.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2,
-              kvr + R, H, 0);
+    REFIT_GEN("self_attn.kv_a_proj_with_mqa.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR,
+              2, kvr + R, H, 0);
     g->k_field = REFIT_FIELD_MODEL_HIDDEN_SIZE;
     REFIT_CHECK(refit_add_seg(b, g, ls->kv_a, 0, 0, kvr + R, H, 0, 0));
   }
-  REFIT_GEN("self_attn.kv_a_layernorm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, kvr, 0,
-            0);
+  REFIT_GEN("self_attn.kv_a_layernorm.weight", REFIT_ROLE_NORM, REFIT_GEN_PLAIN, 1, kvr,
+            0, 0);
   REFIT_CHECK(refit_add_seg(b, g, ls->kv_a_norm, 0, 0, 1, kvr, 0, 0));
   /* W_UK_T and W_UV, which MLAAttention derives from kv_b_proj after
    * loading, are strided views of this tensor's storage when it stays BF16
    * (model-families.md 3.4): writing it in place updates them. A quantized
    * kv_b_proj gets a separate dequantized copy that refit does not write;
    * the config refuses that (config_rules.c). */
-  REFIT_GEN("self_attn.kv_b_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, kvb_rows,
-            kvr, 0);
+  REFIT_GEN("self_attn.kv_b_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2,
+            kvb_rows, kvr, 0);
   g->k_field = REFIT_FIELD_MODEL_KV_LORA_RANK;
   REFIT_CHECK(refit_add_seg(b, g, ls->kv_b, t * kvb_rows, 0, kvb_rows, kvr, 0, 0));
-  REFIT_GEN("self_attn.o_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, H, o_cols, 0);
+  REFIT_GEN("self_attn.o_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, H, o_cols,
+            0);
   g->k_field = REFIT_FIELD_MODEL_V_HEAD_DIM;
   return refit_add_seg(b, g, ls->o, 0, t * o_cols, H, o_cols, 0, 0);
 }
@@ -200,8 +201,8 @@ refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l, int t,
   if (ls->expert_bias >= 0) {
     /* DeepseekV2MoE: nn.Parameter(torch.empty(X, dtype=float32)), loaded by
      * a copy, replicated; FP32 [X] as [1, 2X] in 2-byte units. */
-    REFIT_GEN("mlp.gate.e_score_correction_bias", REFIT_ROLE_F32, REFIT_GEN_PLAIN, 1, X, 0,
-              0);
+    REFIT_GEN("mlp.gate.e_score_correction_bias", REFIT_ROLE_F32, REFIT_GEN_PLAIN, 1, X,
+              0, 0);
     g->rows = 1;
     g->cols = 2 * X;
     REFIT_CHECK(refit_add_seg(b, g, ls->expert_bias, 0, 0, 1, 2 * X, 0, 0));
@@ -223,10 +224,9 @@ refit_status_t refit_build_gen_layer(refit_catalog_builder_t *b, int l, int t,
   /* DeepseekV2MoE's shared_experts: a DeepseekV2MLP on the dense tp group,
    * tp-split even when the routed experts are expert-parallel. */
   if (ls->shared_gate >= 0)
-    REFIT_CHECK(refit_build_gen_mlp(b, l, t, "mlp.shared_experts", ls->shared_gate,
-                                    ls->shared_up, ls->shared_down,
-                                    m->num_shared_experts * I,
-                                    REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS));
+    REFIT_CHECK(refit_build_gen_mlp(
+        b, l, t, "mlp.shared_experts", ls->shared_gate, ls->shared_up, ls->shared_down,
+        m->num_shared_experts * I, REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS));
   return REFIT_OK;
 }
 #undef REFIT_GEN

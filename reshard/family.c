@@ -5,8 +5,8 @@
  * 3.x, refused otherwise by hf_config.c), qwen2.py (Qwen2Attention:
  * QKVParallelLinear(bias=True), o_proj and the MLP without a bias, no q/k
  * norm); Megatron-Bridge qwen2_bridge.py (add_qkv_bias, a QKVMapping on
- * linear_qkv.bias), llama_bridge.py and qwen3_bridge.py (qk_layernorm). deepseek_v3: vLLM deepseek_v2.py
- * (DeepseekV2MLAAttention, DeepseekV2MoE with shared_experts, the
+ * linear_qkv.bias), llama_bridge.py and qwen3_bridge.py (qk_layernorm). deepseek_v3: vLLM
+ * deepseek_v2.py (DeepseekV2MLAAttention, DeepseekV2MoE with shared_experts, the
  * DeepseekV2DecoderLayer rule for MoE layers), Megatron-Bridge
  * deepseek/common.py and kimi/kimi_bridge.py (model_type kimi_k2); the
  * facts are model-families.md section 3.
@@ -19,14 +19,14 @@
 const refit_family_desc_t refit_families[] = {
     [REFIT_FAMILY_QWEN3] = {"qwen3", "Qwen3ForCausalLM", "qwen3", 0, 1, 0, 0, 0, NULL,
                             NULL},
-    [REFIT_FAMILY_QWEN3_MOE] = {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3_moe", 1, 1, 0, 0,
-                                0, NULL, NULL},
+    [REFIT_FAMILY_QWEN3_MOE] = {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3_moe", 1, 1, 0,
+                                0, 0, NULL, NULL},
     [REFIT_FAMILY_LLAMA] = {"llama", "LlamaForCausalLM", "llama", 0, 0, 0, 0, 0, NULL,
                             NULL},
     [REFIT_FAMILY_QWEN2] = {"qwen2", "Qwen2ForCausalLM", "qwen2", 0, 0, 1, 0, 0, NULL,
                             NULL},
-    [REFIT_FAMILY_DEEPSEEK_V3] = {"deepseek_v3", "DeepseekV3ForCausalLM", "deepseek_v3", 1,
-                                  0, 0, 1, 1, "DeepseekV2ForCausalLM",
+    [REFIT_FAMILY_DEEPSEEK_V3] = {"deepseek_v3", "DeepseekV3ForCausalLM", "deepseek_v3",
+                                  1, 0, 0, 1, 1, "DeepseekV2ForCausalLM",
                                   "kimi_k2 deepseek_v2"},
 };
 const int refit_nfamilies = (int)(sizeof(refit_families) / sizeof(refit_families[0]));
@@ -67,7 +67,8 @@ int refit_field_family_specific(refit_field_t f) {
 }
 
 int refit_field_may_be_zero(refit_field_t f) {
-  return f == REFIT_FIELD_MODEL_Q_LORA_RANK || f == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS ||
+  return f == REFIT_FIELD_MODEL_Q_LORA_RANK ||
+         f == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS ||
          f == REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE ||
          f == REFIT_FIELD_MODEL_MOE_LAYER_FREQ || f == REFIT_FIELD_MODEL_EXPERT_BIAS;
 }

@@ -20,10 +20,10 @@
  * are the order of model.family's choices and stay fixed (configs hash
  * them). */
 typedef enum {
-  REFIT_FAMILY_QWEN3 = 0,     /* dense MLP, q/k norms */
-  REFIT_FAMILY_QWEN3_MOE = 1, /* routed experts, no shared expert, q/k norms */
-  REFIT_FAMILY_LLAMA = 2,     /* dense MLP, no q/k norms, no biases */
-  REFIT_FAMILY_QWEN2 = 3,     /* dense MLP, q/k/v biases, no q/k norms */
+  REFIT_FAMILY_QWEN3 = 0,      /* dense MLP, q/k norms */
+  REFIT_FAMILY_QWEN3_MOE = 1,  /* routed experts, no shared expert, q/k norms */
+  REFIT_FAMILY_LLAMA = 2,      /* dense MLP, no q/k norms, no biases */
+  REFIT_FAMILY_QWEN2 = 3,      /* dense MLP, q/k/v biases, no q/k norms */
   REFIT_FAMILY_DEEPSEEK_V3 = 4 /* MLA, dense first layers, routed and shared experts */
 } refit_family_t;
 
@@ -42,10 +42,10 @@ typedef struct {
   /* Multi-head latent attention (deepseek_v3). head_dim is then the rope
    * head dimension R (qk_rope_head_dim) and num_kv_heads equals
    * num_attention_heads N: MLA has no KV heads of its own. */
-  int64_t q_lora_rank;           /* q_r; 0: q_proj instead of q_a / q_b */
-  int64_t kv_lora_rank;          /* kv_r */
-  int64_t qk_nope_head_dim;      /* P */
-  int64_t v_head_dim;            /* Vd */
+  int64_t q_lora_rank;      /* q_r; 0: q_proj instead of q_a / q_b */
+  int64_t kv_lora_rank;     /* kv_r */
+  int64_t qk_nope_head_dim; /* P */
+  int64_t v_head_dim;       /* Vd */
   /* DeepSeek's MoE layers (deepseek_v3): layer l has routed experts iff
    * l >= first_k_dense_replace and l % moe_layer_freq == 0 (0 reads as 1),
    * else a dense MLP of intermediate_size; every MoE layer has

@@ -244,12 +244,13 @@ static void refit_rules_tp(refit_rules_t *r, refit_field_t tp_field, int generat
       refit_model_has_dense_layers(m))
     refit_rules_divides(r, tp_field, REFIT_FIELD_MODEL_INTERMEDIATE_SIZE,
                         "the dense MLP is split over tp");
-  if (refit_rules_known(r, BIT(MODEL_FAMILY)) && refit_family_desc(m->family)->deepseek_moe)
-    refit_rules_divides_rows(r, tp_field,
-                             BIT(MODEL_NUM_SHARED_EXPERTS) | BIT(MODEL_MOE_INTERMEDIATE_SIZE),
-                             m->num_shared_experts * m->moe_intermediate_size,
-                             "model.num_shared_experts * model.moe_intermediate_size",
-                             "the shared experts are split over the dense tp group");
+  if (refit_rules_known(r, BIT(MODEL_FAMILY)) &&
+      refit_family_desc(m->family)->deepseek_moe)
+    refit_rules_divides_rows(
+        r, tp_field, BIT(MODEL_NUM_SHARED_EXPERTS) | BIT(MODEL_MOE_INTERMEDIATE_SIZE),
+        m->num_shared_experts * m->moe_intermediate_size,
+        "model.num_shared_experts * model.moe_intermediate_size",
+        "the shared experts are split over the dense tp group");
   if (!refit_rules_known(r, REFIT_FIELD_BIT(tp_field) | BIT(MODEL_NUM_KV_HEADS)))
     return;
   if (!generator || tp <= m->num_kv_heads)
@@ -412,11 +413,10 @@ static void refit_rules_trainer(refit_rules_t *r) {
                       "linear_kv_down_proj by rows over tp";
     refit_rules_divides_rows(r, REFIT_FIELD_TRAINER_TP, BIT(MODEL_Q_LORA_RANK),
                              r->model->q_lora_rank, "model.q_lora_rank", why);
-    refit_rules_divides_rows(r, REFIT_FIELD_TRAINER_TP,
-                             BIT(MODEL_KV_LORA_RANK) | BIT(MODEL_HEAD_DIM),
-                             r->model->kv_lora_rank + r->model->head_dim,
-                             "model.kv_lora_rank + model.head_dim (the rope dimension)",
-                             why);
+    refit_rules_divides_rows(
+        r, REFIT_FIELD_TRAINER_TP, BIT(MODEL_KV_LORA_RANK) | BIT(MODEL_HEAD_DIM),
+        r->model->kv_lora_rank + r->model->head_dim,
+        "model.kv_lora_rank + model.head_dim (the rope dimension)", why);
   }
   /* Megatron-Core's local spec has only SequentialMLP experts. */
   if (refit_rules_known(r, BIT(TRAINER_SPEC) | BIT(TRAINER_EXPERTS)) &&

@@ -406,7 +406,8 @@ static void refit_config_kdim(const refit_config_ctx_t *c, const refit_catalog_t
   k->trainer_row = g->role == REFIT_ROLE_EXPERT ? ROW(TRAINER_ETP) : ROW(TRAINER_TP);
   k->trainer_split = src->split == REFIT_SPLIT_COLS ? src->nparts : 1;
   k->gen_split = k->k / g->cols;
-  if (g->k_field == REFIT_FIELD_MODEL_HEAD_DIM || g->k_field == REFIT_FIELD_MODEL_V_HEAD_DIM)
+  if (g->k_field == REFIT_FIELD_MODEL_HEAD_DIM ||
+      g->k_field == REFIT_FIELD_MODEL_V_HEAD_DIM)
     snprintf(k->expr, sizeof(k->expr),
              "model.num_attention_heads * %s = %" PRId64 " * %" PRId64 " = %" PRId64,
              refit_field_name(g->k_field), m->num_attention_heads,
@@ -429,7 +430,8 @@ static void refit_config_kdim(const refit_config_ctx_t *c, const refit_catalog_t
  * old weights. Refused until refit rewrites that copy. True when g is not
  * such a tensor.
  */
-static bool refit_config_check_derived(refit_config_ctx_t *c, const refit_gen_tensor_t *g) {
+static bool refit_config_check_derived(refit_config_ctx_t *c,
+                                       const refit_gen_tensor_t *g) {
   const char *module = ".self_attn.kv_b_proj.weight";
   const size_t n = strlen(module), len = strlen(g->name);
   if (!g->quantized || len < n || strcmp(g->name + len - n, module) != 0)

@@ -221,8 +221,9 @@ static void refit_st_check_tensor(refit_st_source_t *c, int64_t i, refit_st_list
                  f->path, t->name, want);
     return;
   }
-  const int ok = (e->rank == 2 && e->shape[0] == t->rows && e->shape[1] == t->cols) ||
-                 (e->rank == 1 && refit_src_is_1d(t) && e->shape[0] == refit_src_elements(t));
+  const int ok =
+      (e->rank == 2 && e->shape[0] == t->rows && e->shape[1] == t->cols) ||
+      (e->rank == 1 && refit_src_is_1d(t) && e->shape[0] == refit_src_elements(t));
   if (!ok) {
     refit_st_shape_str(e, got, sizeof(got));
     refit_st_add(l, "%s: tensor '%s' has shape %s, expected %s", f->path, t->name, got,
@@ -333,9 +334,10 @@ static refit_status_t refit_st_read_f32(const refit_st_file_t *f,
     const off_t off = (off_t)(f->header.data_offset + e->begin + done);
     ssize_t got = pread(f->fd, raw + done, bytes - done, off);
     if (got <= 0) {
-      st = REFIT_ERR(REFIT_ERR_SYSTEM, "checkpoint %s: tensor '%s': read at byte %llu: %s",
-                     f->path, t->name, (unsigned long long)off,
-                     got == 0 ? "end of file (truncated since opened?)" : strerror(errno));
+      st =
+          REFIT_ERR(REFIT_ERR_SYSTEM, "checkpoint %s: tensor '%s': read at byte %llu: %s",
+                    f->path, t->name, (unsigned long long)off,
+                    got == 0 ? "end of file (truncated since opened?)" : strerror(errno));
       goto out;
     }
     done += (size_t)got;
@@ -366,7 +368,8 @@ static refit_status_t refit_st_source_read(void *ctx, const refit_src_tensor_t *
   const refit_st_file_t *f = &c->files[c->file_of[i]];
   const refit_st_tensor_t *e = c->entry[i];
   if (refit_src_is_f32(t))
-    return rows == 0 || cols == 0 ? REFIT_OK : refit_st_read_f32(f, e, t, col0, cols, dst);
+    return rows == 0 || cols == 0 ? REFIT_OK
+                                  : refit_st_read_f32(f, e, t, col0, cols, dst);
   const size_t esize = (size_t)e->elem_bytes;
   const int f32 = esize == 4, f16 = strcmp(e->dtype, "F16") == 0;
   /* Whole rows are contiguous in the file: read several at once. */

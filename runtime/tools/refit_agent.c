@@ -658,8 +658,7 @@ static json_t *agent_expected(agent_t *a) {
                                           (unsigned)t.dtype < (unsigned)AGENT_NDTYPES
                                               ? agent_dtypes[t.dtype]
                                               : "?",
-                                          "bytes",
-                                          (json_int_t)t.bytes));
+                                          "bytes", (json_int_t)t.bytes));
   }
   return list;
 }

@@ -89,8 +89,8 @@ static void test_field_names(void **state) {
         f == REFIT_FIELD_MODEL_Q_LORA_RANK || f == REFIT_FIELD_MODEL_KV_LORA_RANK ||
         f == REFIT_FIELD_MODEL_QK_NOPE_HEAD_DIM || f == REFIT_FIELD_MODEL_V_HEAD_DIM ||
         f == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS ||
-        f == REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE || f == REFIT_FIELD_MODEL_MOE_LAYER_FREQ ||
-        f == REFIT_FIELD_MODEL_EXPERT_BIAS;
+        f == REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE ||
+        f == REFIT_FIELD_MODEL_MOE_LAYER_FREQ || f == REFIT_FIELD_MODEL_EXPERT_BIAS;
     const int only = moe || deepseek;
     assert_int_equal(refit_field_family_specific((refit_field_t)f), dense || only);
     assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN3), !only);
@@ -98,7 +98,8 @@ static void test_field_names(void **state) {
     assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN2), !only);
     assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN3_MOE),
                      !dense && !deepseek);
-    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_DEEPSEEK_V3), 1);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_DEEPSEEK_V3),
+                     1);
   }
 }
 
@@ -357,10 +358,8 @@ static void test_deepseek_rules(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_field_names),
-      cmocka_unit_test(test_stage_split),
-      cmocka_unit_test(test_rules_blame),
-      cmocka_unit_test(test_catalog_refuses),
+      cmocka_unit_test(test_field_names),    cmocka_unit_test(test_stage_split),
+      cmocka_unit_test(test_rules_blame),    cmocka_unit_test(test_catalog_refuses),
       cmocka_unit_test(test_deepseek_rules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -497,14 +497,14 @@ static void test_deepseek_config(void **state) {
   memmove(at, at + 27, strlen(at + 27) + 1);
   assert_int_equal(parse_json(text).expert_bias, 1);
 
-  expect_refused(deepseek_v3_json, "\"tie_word_embeddings\": false",
-                 "\"tie_word_embeddings\": true",
-                 "tie_word_embeddings: true is not supported (DeepseekV3ForCausalLM never "
-                 "ties lm_head to embed_tokens)");
-  expect_refused(deepseek_v3_json, "\"model_type\": \"deepseek_v3\"",
-                 "\"model_type\": \"qwen2\"",
-                 "model_type: \"qwen2\" disagrees with architectures DeepseekV3ForCausalLM "
-                 "(expected \"deepseek_v3\" or one of kimi_k2 deepseek_v2)");
+  expect_refused(
+      deepseek_v3_json, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true",
+      "tie_word_embeddings: true is not supported (DeepseekV3ForCausalLM never "
+      "ties lm_head to embed_tokens)");
+  expect_refused(
+      deepseek_v3_json, "\"model_type\": \"deepseek_v3\"", "\"model_type\": \"qwen2\"",
+      "model_type: \"qwen2\" disagrees with architectures DeepseekV3ForCausalLM "
+      "(expected \"deepseek_v3\" or one of kimi_k2 deepseek_v2)");
   expect_refused(deepseek_v3_json, "\"topk_method\": \"noaux_tc\"", "\"topk_method\": 1",
                  "topk_method: expected a string, got 1");
   expect_refused(deepseek_v3_json, "\"q_lora_rank\": 1536, ", "",
@@ -513,7 +513,8 @@ static void test_deepseek_config(void **state) {
                  "key 'qk_rope_head_dim' is missing");
   expect_refused(deepseek_v3_json, "\"n_routed_experts\": 256, ", "",
                  "key 'n_routed_experts' is missing");
-  expect_refused(deepseek_v3_json, "\"first_k_dense_replace\": 3", "\"first_k_dense_replace\": -1",
+  expect_refused(deepseek_v3_json, "\"first_k_dense_replace\": 3",
+                 "\"first_k_dense_replace\": -1",
                  "first_k_dense_replace: expected an integer from 0");
 
   /* Through a job: the YAML's family agrees, the layout rules apply (tp
