@@ -122,14 +122,16 @@ refit_status_t refit_reference_source_row(const refit_model_t *m,
   const char *mlp = shared ? rest + 19 : rest + 4;
   const int64_t width =
       shared ? m->num_shared_experts * m->moe_intermediate_size : m->intermediate_size;
-  if ((shared || strncmp(rest, "mlp.", 4) == 0) && refit_ref_is(mlp, "gate_up_proj.weight")) {
+  if ((shared || strncmp(rest, "mlp.", 4) == 0) &&
+      refit_ref_is(mlp, "gate_up_proj.weight")) {
     const int64_t f = width / tp;
     REFIT_SRC("%s%s", shared ? "mlp.shared_experts." : "mlp.",
               row < f ? "gate_proj.weight" : "up_proj.weight");
     *src_row = t * f + (row < f ? row : row - f);
     return REFIT_OK;
   }
-  if ((shared || strncmp(rest, "mlp.", 4) == 0) && refit_ref_is(mlp, "down_proj.weight")) {
+  if ((shared || strncmp(rest, "mlp.", 4) == 0) &&
+      refit_ref_is(mlp, "down_proj.weight")) {
     REFIT_SRC("%s", rest);
     *src_row = row;
     *col_offset = t * (width / tp);

@@ -87,10 +87,10 @@ static refit_status_t refit_ckpt_st_file(const char *path,
     json_t *shape = refit_src_is_1d(t)
                         ? json_pack("[I]", (json_int_t)refit_src_elements(t))
                         : json_pack("[II]", (json_int_t)t->rows, (json_int_t)t->cols);
-    json_t *e = json_pack("{s:s, s:o, s:[II]}", "dtype",
-                          refit_ckpt_st_dtypes[f32 ? REFIT_CHECKPOINT_F32 : dtype],
-                          "shape", shape, "data_offsets", (json_int_t)at,
-                          (json_int_t)(at + bytes));
+    json_t *e =
+        json_pack("{s:s, s:o, s:[II]}", "dtype",
+                  refit_ckpt_st_dtypes[f32 ? REFIT_CHECKPOINT_F32 : dtype], "shape",
+                  shape, "data_offsets", (json_int_t)at, (json_int_t)(at + bytes));
     if (e == NULL || json_object_set_new(root, t->name, e) != 0)
       goto err_oom;
     at += bytes;

@@ -244,7 +244,9 @@ static refit_status_t refit_dump_write_store(const refit_session_t *s,
                                                         : 1;
   /* float32 bits as they are (an FP32 store is moved bytewise). */
   hid_t ftype = elem == 2 ? H5T_STD_U16LE : elem == 4 ? H5T_IEEE_F32LE : H5T_STD_U8LE;
-  hid_t mtype = elem == 2 ? H5T_NATIVE_UINT16 : elem == 4 ? H5T_IEEE_F32LE : H5T_NATIVE_UINT8;
+  hid_t mtype = elem == 2   ? H5T_NATIVE_UINT16
+                : elem == 4 ? H5T_IEEE_F32LE
+                            : H5T_NATIVE_UINT8;
   hsize_t dims[3];
   void *host = NULL;
   int ndim = store->ndim;

@@ -70,8 +70,8 @@ static refit_status_t refit_loader_describe(refit_loader_t *l, int64_t gen) {
   if (!g->quantized) {
     /* An FP32 vector's shape counts float32 elements; its 2-byte units
      * (rows * cols) are its bytes all the same. */
-    refit_loader_add_store(l, gen, "", g->role == REFIT_ROLE_F32 ? REFIT_DTYPE_F32
-                                                                 : REFIT_DTYPE_BF16,
+    refit_loader_add_store(l, gen, "",
+                           g->role == REFIT_ROLE_F32 ? REFIT_DTYPE_F32 : REFIT_DTYPE_BF16,
                            "linear", g->ndim, g->shape[0], g->shape[1], g->shape[2],
                            (size_t)(g->rows * g->cols) * 2);
     return REFIT_OK;

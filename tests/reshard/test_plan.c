@@ -276,8 +276,8 @@ static void test_grid_deepseek(void **state) {
               for (int d = 0; d < 3; d++)
                 for (int gep = 0; gep < 2; gep++) {
                   m.q_lora_rank = q_lora;
-                  refit_trainer_layout_t tl = {.tp = tps[a], .pp = pp, .ep = eps[c],
-                                               .etp = etp, .dp = dp};
+                  refit_trainer_layout_t tl = {
+                      .tp = tps[a], .pp = pp, .ep = eps[c], .etp = etp, .dp = dp};
                   refit_generator_layout_t gl = {
                       .tp = tps[d], .ep = gep ? tps[d] : 1, .engines = 1 + dp % 2};
                   if (gep && tps[d] == 1)
