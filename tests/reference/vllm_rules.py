@@ -403,6 +403,74 @@ def mxfp8_quantize(bits):
 
 
 # ---------------------------------------------------------------------------
+# Block FP8 (NeMo-RL cast_tensor_to_fp8_blockwise, model-families.md 4.2)
+# ---------------------------------------------------------------------------
+
+# fp8_utils.py / NeMo-RL FP8_BLOCK_QUANT_KWARGS: weight_block_size [128, 128].
+FP8_BLOCK = 128
+
+
+def _e4m3_from_float32(v):
+    """torch's float32 -> float8_e4m3fn cast of values already clamped to
+    +-448 (round to nearest even); NaN -> 0x7F whatever its sign (the GPU's
+    0 * Inf is the positive canonical NaN)."""
+    nan = np.isnan(v)
+    codes = _e4m3_encode(np.where(nan, 0.0, v.astype(np.float64)))
+    return np.where(nan, np.uint8(0x7F), codes).astype(np.uint8)
+
+
+def fp8_block_scales(amax, pow2):
+    """(scale, scale_inv), float32, of blocks whose amax (float32) is given:
+    steps 3 and 4 of fp8_block_quantize."""
+    one = np.float32(1.0)
+    amax = np.asarray(amax, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        nan = np.isnan(amax)
+        if pow2:
+            # ceil(log2(Inf)) = Inf, clamped to 127: E = 254.
+            finite = np.where(nan | (amax == np.inf), np.float32(0), amax)
+            e = np.where(amax == np.inf, 254, _e8m0_round_up(finite * _RCP_448))
+            scale = np.where(e == 0, one, np.ldexp(one, 127 - e).astype(np.float32))
+        else:
+            scale = (one / amax) * np.float32(E4M3_MAX)
+            scale = np.where((amax == 0) | (amax == np.inf), one, scale)
+        scale = np.where(nan, np.float32(np.nan), scale).astype(np.float32)
+        return scale, (one / scale).astype(np.float32)
+
+
+def fp8_block_quantize(bits, pow2=False):
+    """BF16 [M, K] -> (E4M3 bytes [M, K], float32 scale_inv [ceil(M/128),
+    ceil(K/128)]), one HF tensor as NeMo-RL quantizes it before vLLM loads it.
+
+    In float32, as torch computes it (model-families.md 4.2, confirmed in
+    NeMo-RL's nemo_rl/models/generation/fp8.py):
+      1. pad to multiples of 128 with the tensor's last element x[-1, -1];
+      2. amax = max |x| per 128 x 128 block (the padding counts);
+      3. fp32 scales: scale = reciprocal(amax) * 448 (torch's `448 / t`),
+         1 where amax is 0 or Inf; scale_inv = reciprocal(scale);
+      4. pow2 scales: E = clamp(ceil(log2(amax * fl(1/448))), -127, 127) + 127,
+         scale = 2^(127 - E), 1 when E == 0; scale_inv = 1 / scale;
+      5. q = e4m3(clamp(x * scale, -448, 448)), the padding cropped.
+    A block with a NaN is refit's own rule (outside NeMo-RL's contract): every
+    byte 0x7F and scale_inv NaN."""
+    m, k = bits.shape
+    x = (bits.astype(np.uint32) << 16).view(np.float32)
+    pm, pk = _round_up(m, FP8_BLOCK), _round_up(k, FP8_BLOCK)
+    padded = np.full((pm, pk), x[-1, -1], dtype=np.float32)
+    padded[:m, :k] = x
+    nbr, nbc = pm // FP8_BLOCK, pk // FP8_BLOCK
+    blocks = padded.reshape(nbr, FP8_BLOCK, nbc, FP8_BLOCK).transpose(0, 2, 1, 3)
+    blocks = blocks.reshape(nbr, nbc, FP8_BLOCK * FP8_BLOCK)
+    with np.errstate(all="ignore"):
+        amax = np.abs(blocks).max(axis=-1)  # NaN propagates
+        scale, scale_inv = fp8_block_scales(amax, pow2)
+        v = np.clip(blocks * scale[..., None], np.float32(-E4M3_MAX), np.float32(E4M3_MAX))
+    q = _e4m3_from_float32(v.astype(np.float32))
+    q = q.reshape(nbr, nbc, FP8_BLOCK, FP8_BLOCK).transpose(0, 2, 1, 3).reshape(pm, pk)
+    return np.ascontiguousarray(q[:m, :k]), scale_inv
+
+
+# ---------------------------------------------------------------------------
 # FlashInfer layouts
 # ---------------------------------------------------------------------------
 
