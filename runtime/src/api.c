@@ -317,7 +317,13 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
            c->trainer.pp, c->trainer.dp, c->trainer.ep, c->trainer.etp, s->ngenerator,
            c->generator.engines, c->generator.engines == 1 ? "" : "s", c->generator.tp,
            c->generator.ep,
-           c->refit.precision == REFIT_PRECISION_MXFP8 ? "mxfp8" : "bf16", quantized,
+           c->refit.precision == REFIT_PRECISION_MXFP8       ? "mxfp8"
+           : c->refit.precision == REFIT_PRECISION_FP8_BLOCK ? (c->refit.fp8_scale ==
+                                                                        REFIT_FP8_SCALE_MODE_POW2
+                                                                    ? "fp8_block (pow2)"
+                                                                    : "fp8_block")
+                                                             : "bf16",
+           quantized,
            c->refit.mode == REFIT_MODE_ASYNC ? "async" : "sync",
            c->refit.restore == REFIT_RESTORE_FULL ? "full" : "none",
            c->refit.digests ? "on" : "off", delta, (long long)s->cat->nsrc,

@@ -74,7 +74,7 @@ int refit_store_name_matches(const char *store, const char *name) {
 /* A generator registration before the first begin, kept with its form. */
 struct refit_registration {
   refit_tensor_t t;
-  char name[REFIT_NAME_MAX + 8];
+  char name[REFIT_NAME_MAX + 16];
   int form;    /* REFIT_FORM_* */
   int64_t gen; /* catalog generator tensor */
 };

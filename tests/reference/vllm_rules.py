@@ -114,6 +114,7 @@ class Job:
         self.tp = int(gen["tp"])
         self.ep = int(gen["ep"])
         self.precision = refit["precision"]
+        self.fp8_scale = refit.get("fp8_scale", "fp32")
         self.linear_backend = refit["linear_backend"]
         self.moe_backend = refit["moe_backend"]
         self.ignore = list(refit["quantization_ignore"] or [])
@@ -138,6 +139,10 @@ class Job:
     def mxfp8(self):
         return self.precision == "mxfp8"
 
+    @property
+    def fp8_block(self):
+        return self.precision == "fp8_block"
+
     def _validate(self):
         tp = self.tp
         # qwen3_moe.py Qwen3MoeAttention: heads split evenly; KV heads either
@@ -158,8 +163,10 @@ class Job:
                 raise ValueError(f"num_experts {self.experts} not divisible by ep {tp}")
         elif self.ffn % tp:
             raise ValueError(f"intermediate_size {self.ffn} not divisible by tp {tp}")
-        if self.precision not in ("bf16", "mxfp8"):
-            raise ValueError(f"refit.precision {self.precision!r}: expected bf16 or mxfp8")
+        if self.precision not in ("bf16", "mxfp8", "fp8_block"):
+            raise ValueError(f"refit.precision {self.precision!r}: expected bf16, mxfp8 or fp8_block")
+        if self.fp8_scale not in ("fp32", "pow2"):
+            raise ValueError(f"refit.fp8_scale {self.fp8_scale!r}: expected fp32 or pow2")
         if self.linear_backend not in _LINEAR_BACKENDS:
             raise ValueError(f"refit.linear_backend {self.linear_backend!r}")
         if self.moe_backend != "flashinfer_trtllm":
@@ -258,7 +265,7 @@ def _quantized(job, module):
     Qwen3MoeSparseMoeBlock), and VocabParallelEmbedding / ParallelLMHead are
     not LinearBase, so neither ever reaches that method: callers pass only the
     attention, dense-MLP and expert modules here."""
-    return job.mxfp8 and not _ignored(job, module)
+    return (job.mxfp8 or job.fp8_block) and not _ignored(job, module)
 
 
 # ---------------------------------------------------------------------------
@@ -570,7 +577,79 @@ def _moe_layout(values13, scales13, values2, scales2):
 # The runtime tensors of one rank
 # ---------------------------------------------------------------------------
 
+def _fp8_block_full(job, w):
+    """Every HF weight vLLM block-quantizes, quantized whole as NeMo-RL does
+    before vLLM's loaders shard it: name -> (e4m3 values, float32 scale_inv).
+    Cached on the job (the same weights for every rank)."""
+    cache = getattr(job, "_fp8_cache", None)
+    if cache is None or cache[0] is not w:
+        cache = (w, {})
+        job._fp8_cache = cache
+    return cache[1]
+
+
+def _fp8_q(job, w, name):
+    table = _fp8_block_full(job, w)
+    if name not in table:
+        table[name] = fp8_block_quantize(w[name], pow2=job.fp8_scale == "pow2")
+    return table[name]
+
+
+def _blocks(n):
+    return -(-n // FP8_BLOCK)
+
+
+def _scale_rows(s, shard, size):
+    """BlockQuantScaleParameter loading along the output dimension
+    (linear.py, fp8_utils.py): shard `shard` of `size` weight rows is scale
+    rows [shard * ceil(size/128), +ceil(size/128))."""
+    return s[shard * _blocks(size):(shard + 1) * _blocks(size)]
+
+
+def _scale_cols(s, shard, size):
+    """The same along the input dimension (row-parallel layers)."""
+    return s[:, shard * _blocks(size):(shard + 1) * _blocks(size)]
+
+
+def _fp8_qkv(job, w, i, t):
+    """qkv_proj under block FP8: each of q, k, v quantized whole, then its
+    values sharded as the BF16 weight and its scale rows by block
+    (QKVParallelLinear.weight_loader with adjust_block_scale_shard): one run of
+    scale rows per piece."""
+    d = job.head_dim
+    q_loc = job.heads // job.tp
+    kv_loc = max(1, job.kv_heads // job.tp)
+    kv_shard = t // max(1, job.tp // job.kv_heads)
+    values, scales = [], []
+    for proj, shard, n in (("q_proj", t, q_loc * d), ("k_proj", kv_shard, kv_loc * d),
+                           ("v_proj", kv_shard, kv_loc * d)):
+        q, s = _fp8_q(job, w, _layer(i, f"self_attn.{proj}.weight"))
+        values.append(_rows(q, shard * n, n))
+        scales.append(_scale_rows(s, shard, n))
+    return np.concatenate(values), np.concatenate(scales)
+
+
+def _fp8_column_pair(job, w, gate, up, t, width):
+    n = width // job.tp
+    (qg, sg), (qu, su) = _fp8_q(job, w, gate), _fp8_q(job, w, up)
+    return (np.concatenate([_rows(qg, t * n, n), _rows(qu, t * n, n)]),
+            np.concatenate([_scale_rows(sg, t, n), _scale_rows(su, t, n)]))
+
+
+def _fp8_row_parallel(job, w, name, t):
+    q, s = _fp8_q(job, w, name)
+    n = q.shape[1] // job.tp
+    return _cols(q, t * n, n), _scale_cols(s, t, n)
+
+
+def _fp8_store(out, module, suffix, values, scales):
+    out[module + "." + suffix] = values
+    out[module + "." + suffix + "_scale_inv"] = scales
+
+
 def _linear(job, out, module, weight):
+    if job.fp8_block and _quantized(job, module):
+        raise ValueError(f"{module}: block FP8 quantizes whole HF tensors (_fp8_* helpers)")
     if _quantized(job, module):
         values, scales = _dense_layout(job, *mxfp8_quantize(weight))
         out[module + ".weight"] = values
@@ -591,26 +670,42 @@ def runtime_tensors(cfg, full_weights, tp_rank):
     out = collections.OrderedDict()
     out["model.embed_tokens.weight"] = _vocab_shard(job, w["model.embed_tokens.weight"], t)
     for i in range(job.layers):
-        _linear(job, out, _layer(i, "self_attn.qkv_proj"), _qkv(job, w, i, t))
+        if job.fp8_block and _quantized(job, _layer(i, "self_attn.qkv_proj")):
+            _fp8_store(out, _layer(i, "self_attn.qkv_proj"), "weight", *_fp8_qkv(job, w, i, t))
+        else:
+            _linear(job, out, _layer(i, "self_attn.qkv_proj"), _qkv(job, w, i, t))
         if job.qkv_bias:
             # Not a weight: MXFP8 (Mxfp8OnlineLinearMethod) quantizes only
             # the weight and keeps the layer's bias as it was created, BF16.
             out[_layer(i, "self_attn.qkv_proj.bias")] = _qkv(job, w, i, t, "bias")
         o = w[_layer(i, "self_attn.o_proj.weight")]
         o_loc = o.shape[1] // job.tp
-        _linear(job, out, _layer(i, "self_attn.o_proj"), _cols(o, t * o_loc, o_loc))
+        if job.fp8_block and _quantized(job, _layer(i, "self_attn.o_proj")):
+            _fp8_store(out, _layer(i, "self_attn.o_proj"), "weight",
+                       *_fp8_row_parallel(job, w, _layer(i, "self_attn.o_proj.weight"), t))
+        else:
+            _linear(job, out, _layer(i, "self_attn.o_proj"), _cols(o, t * o_loc, o_loc))
         norms = ("self_attn.q_norm", "self_attn.k_norm") if job.qk_norm else ()
         for norm in norms + ("input_layernorm", "post_attention_layernorm"):
             out[_layer(i, norm + ".weight")] = w[_layer(i, norm + ".weight")]
         if job.moe:
             _moe(job, out, w, i, t)
         else:
-            gate_up = _column_pair(job, w[_layer(i, "mlp.gate_proj.weight")],
-                                   w[_layer(i, "mlp.up_proj.weight")], t, job.ffn)
-            _linear(job, out, _layer(i, "mlp.gate_up_proj"), gate_up)
-            down = w[_layer(i, "mlp.down_proj.weight")]
-            f_loc = job.ffn // job.tp
-            _linear(job, out, _layer(i, "mlp.down_proj"), _cols(down, t * f_loc, f_loc))
+            if job.fp8_block and _quantized(job, _layer(i, "mlp.gate_up_proj")):
+                _fp8_store(out, _layer(i, "mlp.gate_up_proj"), "weight",
+                           *_fp8_column_pair(job, w, _layer(i, "mlp.gate_proj.weight"),
+                                             _layer(i, "mlp.up_proj.weight"), t, job.ffn))
+            else:
+                gate_up = _column_pair(job, w[_layer(i, "mlp.gate_proj.weight")],
+                                       w[_layer(i, "mlp.up_proj.weight")], t, job.ffn)
+                _linear(job, out, _layer(i, "mlp.gate_up_proj"), gate_up)
+            if job.fp8_block and _quantized(job, _layer(i, "mlp.down_proj")):
+                _fp8_store(out, _layer(i, "mlp.down_proj"), "weight",
+                           *_fp8_row_parallel(job, w, _layer(i, "mlp.down_proj.weight"), t))
+            else:
+                down = w[_layer(i, "mlp.down_proj.weight")]
+                f_loc = job.ffn // job.tp
+                _linear(job, out, _layer(i, "mlp.down_proj"), _cols(down, t * f_loc, f_loc))
     out["model.norm.weight"] = w["model.norm.weight"]
     if not job.tied:
         # Qwen3MoeForCausalLM (and Qwen2ForCausalLM, LlamaForCausalLM): with
@@ -629,6 +724,9 @@ def _moe(job, out, w, i, t):
     if not _quantized(job, module):
         out[module + ".w13_weight"], out[module + ".w2_weight"] = w13, w2
         return
+    if job.fp8_block:
+        _fp8_experts(job, out, w, i, t, module)
+        return
     # Mxfp8OnlineMoEMethod quantizes expert by expert along K (H for w13, I
     # for w2); blocks never span rows, so quantizing the stack is the same.
     v13, s13, v2, s2 = _moe_layout(*mxfp8_quantize(w13), *mxfp8_quantize(w2))
@@ -636,8 +734,33 @@ def _moe(job, out, w, i, t):
     out[module + ".w2_weight"], out[module + ".w2_weight_scale"] = v2, s2
 
 
+def _fp8_experts(job, out, w, i, t, module):
+    """Fp8MoEMethod with a weight_block_size (fp8.py create_weights): w13
+    [E_loc, 2I_loc, H] with w13_weight_scale_inv [E_loc, 2 ceil(I_loc/128),
+    ceil(H/128)] (gate block rows, then up), w2 [E_loc, H, I_loc] with
+    w2_weight_scale_inv [E_loc, ceil(H/128), ceil(I_loc/128)]; each expert's
+    HF tensors quantized whole, then sharded by FusedMoE's loaders."""
+    shard_tp = job.tp if job.ep == 1 else 1
+    shard_t = t if job.ep == 1 else 0
+    n = job.moe_ffn // shard_tp
+    v13, s13, v2, s2 = [], [], [], []
+    for e in _expert_range(job, t):
+        pre = f"mlp.experts.{e}"
+        (qg, sg), (qu, su) = (_fp8_q(job, w, _layer(i, f"{pre}.gate_proj.weight")),
+                              _fp8_q(job, w, _layer(i, f"{pre}.up_proj.weight")))
+        v13.append(np.concatenate([_rows(qg, shard_t * n, n), _rows(qu, shard_t * n, n)]))
+        s13.append(np.concatenate([_scale_rows(sg, shard_t, n), _scale_rows(su, shard_t, n)]))
+        qd, sd = _fp8_q(job, w, _layer(i, f"{pre}.down_proj.weight"))
+        v2.append(_cols(qd, shard_t * n, n))
+        s2.append(_scale_cols(sd, shard_t, n))
+    _fp8_store(out, module, "w13_weight", np.stack(v13), np.stack(s13))
+    _fp8_store(out, module, "w2_weight", np.stack(v2), np.stack(s2))
+
+
 def dtype_name(name, array):
     """The element type a runtime store holds, as refit's dump names it."""
     if array.dtype == np.uint16:
         return "bfloat16"
+    if array.dtype == np.float32:
+        return "float32"
     return "e8m0" if name.endswith("_scale") else "float8_e4m3fn"
