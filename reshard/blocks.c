@@ -105,24 +105,22 @@ refit_status_t refit_block_piece_check(const refit_catalog_t *cat, const refit_g
 
   const int partial = p->rows % REFIT_BLOCK_EDGE != 0 || p->cols % REFIT_BLOCK_EDGE != 0;
   const int holds_last = p->hf_row + p->rows == hf->rows && p->hf_col + p->cols == hf->cols;
-  if (p->row0 % REFIT_BLOCK_EDGE != 0)
+  const int64_t expert_i = g->kind == REFIT_GEN_MOE_W13 ? n / 2 : g->cols;
+  if (split && ((p->rows < hf->rows && p->rows % REFIT_BLOCK_EDGE != 0) ||
+                (p->cols < hf->cols && p->cols % REFIT_BLOCK_EDGE != 0))) {
+    why = "a tensor-parallel shard of a block-quantized dimension is not a multiple of "
+          "128 (vLLM's validate_fp8_block_shape refuses it)";
+  } else if (p->row0 % REFIT_BLOCK_EDGE != 0) {
     why = "it starts inside a 128-row block of the fused tensor (vLLM's "
-          "validate_fp8_block_shape: every piece but the last of a merged layer, and "
-          "every TP shard, is a multiple of 128 rows)";
-  else if (p->hf_row % REFIT_BLOCK_EDGE != 0)
-    why = "its first row is not on a 128-row block boundary of the Hugging Face "
-          "tensor (vLLM's validate_fp8_block_shape: a TP shard of the output "
-          "dimension is a multiple of 128)";
-  else if (p->hf_col % REFIT_BLOCK_EDGE != 0) {
-    why = "its first column is not on a 128-column block boundary of the Hugging "
-          "Face tensor (vLLM's validate_fp8_block_shape: a TP shard of the input "
-          "dimension is a multiple of 128)";
-    field = split ? field : g->k_field;
-  } else if (g->kind != REFIT_GEN_LINEAR && g->kind != REFIT_GEN_PLAIN &&
-             (g->kind == REFIT_GEN_MOE_W13 ? n / 2 : g->cols) % REFIT_BLOCK_EDGE != 0) {
+          "validate_fp8_block_shape: every piece of a merged layer but the last is a "
+          "multiple of 128 rows)";
+  } else if ((g->kind == REFIT_GEN_MOE_W13 || g->kind == REFIT_GEN_MOE_W2) &&
+             expert_i % REFIT_BLOCK_EDGE != 0) {
     why = "an expert's intermediate size per rank is not a multiple of 128 (vLLM's "
           "FusedMoE refuses it under block FP8)";
     field = split && cat->generator.ep == 1 ? field : REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE;
+  } else if (p->hf_row % REFIT_BLOCK_EDGE != 0 || p->hf_col % REFIT_BLOCK_EDGE != 0) {
+    why = "it does not start on a 128 x 128 block boundary of the Hugging Face tensor";
   } else if (partial && !holds_last) {
     why = "it has a partial 128 x 128 block but not the Hugging Face tensor's last "
           "element, which pads every partial block (NeMo-RL quantizes the whole "
