@@ -193,7 +193,8 @@ refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *
         s->is_trainer || dtype != REFIT_DTYPE_BF16 ? ""
         : s->cat->gen[s->stores[index].gen].kind == REFIT_GEN_PLAIN
             ? " (vLLM keeps this tensor in bf16: it has no quantization method)"
-            : " (refit.precision is not mxfp8: nothing is quantized)");
+            : " (refit.precision bf16, or refit.quantization_ignore, keeps it in "
+              "bf16)");
   if (t->bytes != bytes)
     refit_register_problem(problems, sizeof(problems), &used, &n,
                            "bytes: expected %zu, got %zu", bytes, t->bytes);

@@ -641,7 +641,7 @@ static void agent_go(agent_t *a, uint64_t v) {
 static json_t *agent_expected(agent_t *a) {
   json_t *list = json_array();
   const int64_t n = refit_tensor_count(a->s);
-  static const char *dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu"};
+  static const char *dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu", "float32"};
   for (int64_t i = 0; i < n; i++) {
     refit_tensor_t t;
     if (refit_tensor_get(a->s, i, &t) != REFIT_OK)
@@ -657,8 +657,8 @@ static json_t *agent_expected(agent_t *a) {
 }
 
 static int agent_dtype(const char *name) {
-  static const char *dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu"};
-  for (int i = 0; i < 3; i++)
+  static const char *dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu", "float32"};
+  for (int i = 0; i < 4; i++)
     if (name != NULL && strcmp(name, dtypes[i]) == 0)
       return i;
   return -1;
@@ -693,7 +693,7 @@ static json_t *agent_register(agent_t *a, refit_agent_msg_t *msg) {
     if (name == NULL || dtype < 0 || !json_is_integer(json_object_get(e, "bytes")) ||
         bytes <= 0 || offset < 0 || !json_is_array(shape) || json_array_size(shape) > 3) {
       AGENT_PROBLEM("entry %zu: needs name, dtype (bfloat16, float8_e4m3fn, "
-                    "float8_e8m0fnu), bytes > 0, offset >= 0 and a shape of at most 3 "
+                    "float8_e8m0fnu, float32), bytes > 0, offset >= 0 and a shape of at most 3 "
                     "dimensions",
                     i);
       continue;

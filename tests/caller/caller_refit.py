@@ -142,7 +142,7 @@ class Host:
         return a
 
     def zeros(self, shape, dtype):
-        return np.zeros(shape, np.uint16 if dtype == "bfloat16" else np.uint8)
+        return np.zeros(shape, {"bfloat16": np.uint16, "float32": np.float32}.get(dtype, np.uint8))
 
     def write(self, held, a):
         np.copyto(held, a)
@@ -187,7 +187,8 @@ class TorchCuda:
 
     def zeros(self, shape, dtype):
         t = self.torch
-        return t.zeros(shape, dtype=t.bfloat16 if dtype == "bfloat16" else t.uint8, device=self.dev)
+        ft = {"bfloat16": t.bfloat16, "float32": t.float32}.get(dtype, t.uint8)
+        return t.zeros(shape, dtype=ft, device=self.dev)
 
     def write(self, held, a):
         self.pending.append((held, a))
