@@ -521,23 +521,36 @@ static void refit_config_check_moe_layout(refit_config_ctx_t *c,
                     why, expr);
 }
 
+/* The catalog of a quantizing config, its tensors marked and the ignore
+ * entries checked (the layout rules hold, so that it can be built); NULL,
+ * with the problem reported, when it cannot be described. */
+static refit_catalog_t *refit_config_quantized_catalog(refit_config_ctx_t *c) {
+  refit_catalog_t *cat = NULL;
+  char precision[32];
+  refit_config_choice_name(refit_config_rows[ROW(REFIT_PRECISION)].choices,
+                           c->cfg.refit.precision, precision, sizeof(precision));
+  if (refit_catalog_create(&c->cfg.model, &c->cfg.trainer, &c->cfg.generator, &cat) !=
+      REFIT_OK) {
+    refit_config_rule(c, ROW(REFIT_PRECISION),
+                      "refit.precision: %s needs the generator's tensors to "
+                      "check their shapes, which cannot be described: %s",
+                      precision, refit_last_error());
+    return NULL;
+  }
+  refit_config_mark_quantized(&c->cfg, cat);
+  refit_config_check_ignore(c, cat);
+  return cat;
+}
+
 /* Runs when the layout rules hold, so that the catalog can be built. */
 static void refit_config_check_mxfp8(refit_config_ctx_t *c) {
   if (!ROWS_OK(ROW(REFIT_PRECISION), ROW(REFIT_LINEAR_BACKEND), ROW(REFIT_MOE_BACKEND),
                ROW(REFIT_QUANTIZATION_IGNORE)) ||
       c->cfg.refit.precision != REFIT_PRECISION_MXFP8 || !c->layout_ok)
     return;
-  refit_catalog_t *cat = NULL;
-  if (refit_catalog_create(&c->cfg.model, &c->cfg.trainer, &c->cfg.generator, &cat) !=
-      REFIT_OK) {
-    refit_config_rule(c, ROW(REFIT_PRECISION),
-                      "refit.precision: mxfp8 needs the generator's tensors to "
-                      "check their shapes, which cannot be described: %s",
-                      refit_last_error());
+  refit_catalog_t *cat = refit_config_quantized_catalog(c);
+  if (cat == NULL)
     return;
-  }
-  refit_config_mark_quantized(&c->cfg, cat);
-  refit_config_check_ignore(c, cat);
   /* One tensor of generator rank 0 per K (every rank has the same shapes):
    * the first quantized, one of the dense backend when there is one (its
    * rules are the strictest); and the first quantized expert stack. */
@@ -625,17 +638,9 @@ static void refit_config_check_fp8_block(refit_config_ctx_t *c) {
   if (!ROWS_OK(ROW(REFIT_PRECISION), ROW(REFIT_QUANTIZATION_IGNORE)) ||
       c->cfg.refit.precision != REFIT_PRECISION_FP8_BLOCK || !c->layout_ok)
     return;
-  refit_catalog_t *cat = NULL;
-  if (refit_catalog_create(&c->cfg.model, &c->cfg.trainer, &c->cfg.generator, &cat) !=
-      REFIT_OK) {
-    refit_config_rule(c, ROW(REFIT_PRECISION),
-                      "refit.precision: fp8_block needs the generator's tensors to "
-                      "check their shapes, which cannot be described: %s",
-                      refit_last_error());
+  refit_catalog_t *cat = refit_config_quantized_catalog(c);
+  if (cat == NULL)
     return;
-  }
-  refit_config_mark_quantized(&c->cfg, cat);
-  refit_config_check_ignore(c, cat);
   refit_config_check_blocks(c, cat, 0, cat->gen_begin[cat->generator.tp], true);
   refit_catalog_destroy(cat);
 }
