@@ -31,7 +31,7 @@ static inline uint8_t refit_e4m3_encode_inline(float v) {
   uint32_t a = u & 0x7fffffffu;
   uint32_t normal = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3);
   uint32_t sub = refit_f32_bits(refit_f32_from_bits(a) + 16384.0f) - 0x46800000u;
-  uint32_t q = refit_select(a < 0x3c800000u, sub, normal); /* 2^-6 */
+  uint32_t q = refit_select(a < 0x3c800000u, sub, normal);          /* 2^-6 */
   q = refit_select(a >= 0x43e00000u, REFIT_MXFP8_E4M3_MAX_BITS, q); /* >=448 */
   q |= sign;
   q = refit_select(a > 0x7f800000u, REFIT_MXFP8_E4M3_NAN_BITS, q);

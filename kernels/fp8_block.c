@@ -15,7 +15,6 @@
 
 #include "core/error.h"
 
-
 void refit_fp8_block_scale(uint16_t amax_bits, refit_fp8_scale_t mode, float *scale,
                            float *scale_inv) {
   refit_fp8_block_scale_rule(refit_fp8_block_amax_key(amax_bits), (int)mode, scale,
@@ -32,7 +31,8 @@ refit_status_t refit_fp8_block_check(const char *who, const void *src, int64_t r
                      (long long)rows, (long long)k);
   if (mode != REFIT_FP8_SCALE_FP32 && mode != REFIT_FP8_SCALE_POW2)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "%s: scale mode %d is neither fp32 (0) nor pow2 (1)", who, (int)mode);
+                     "%s: scale mode %d is neither fp32 (0) nor pow2 (1)", who,
+                     (int)mode);
   if (rows == 0 || k == 0)
     return REFIT_OK;
   if (src == NULL || q == NULL || scale_inv == NULL)
@@ -71,8 +71,8 @@ static inline uint32_t refit_fp8_block_row_key(const uint16_t *restrict s, int64
 }
 
 /* n elements times `scale` as E4M3 (the same steps as MXFP8's element loop). */
-static inline void refit_fp8_block_encode(const uint16_t *restrict s, int64_t n, float scale,
-                                          uint8_t *restrict q) {
+static inline void refit_fp8_block_encode(const uint16_t *restrict s, int64_t n,
+                                          float scale, uint8_t *restrict q) {
   for (int64_t i = 0; i < n; i++)
     q[i] = refit_e4m3_encode_inline(refit_f32_from_bits((uint32_t)s[i] << 16) * scale);
 }
@@ -136,8 +136,14 @@ refit_status_t refit_fp8_block_quantize(const uint16_t *src, int64_t rows, int64
   if (rows == 0 || k == 0)
     return REFIT_OK;
   refit_fp8_block_job_t job = {
-      src,      rows,      k,           src_stride_elems,
-      (int)mode, q,        q_stride,    scale_inv,
+      src,
+      rows,
+      k,
+      src_stride_elems,
+      (int)mode,
+      q,
+      q_stride,
+      scale_inv,
       scale_stride,
       refit_fp8_block_amax_key(src[(rows - 1) * src_stride_elems + k - 1])};
   /* Per band: 128 rows of 2 bytes read twice and 1 written per element. */

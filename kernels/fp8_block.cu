@@ -81,8 +81,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t c = bc * REFIT_FP8_BLOCK + 4 * lane;
     const int64_t left = m.k - c;
     const int n = left >= 4 ? 4 : left > 0 ? static_cast<int>(left) : 0;
-    const int64_t r_end =
-        r0 + REFIT_FP8_BLOCK < m.rows ? r0 + REFIT_FP8_BLOCK : m.rows;
+    const int64_t r_end = r0 + REFIT_FP8_BLOCK < m.rows ? r0 + REFIT_FP8_BLOCK : m.rows;
 
     /* Pass 1: this thread's largest key, then the block's. */
     uint32_t key = 0;
@@ -104,11 +103,11 @@ __global__ void __launch_bounds__(kThreads)
       uint32_t k = 0;
       for (int w = 0; w < kWarps; w++)
         k = key_max(k, warp_keys[w]);
-      const int partial = r_end - r0 < REFIT_FP8_BLOCK ||
-                          (bc + 1) * REFIT_FP8_BLOCK > m.k;
+      const int partial =
+          r_end - r0 < REFIT_FP8_BLOCK || (bc + 1) * REFIT_FP8_BLOCK > m.k;
       if (partial) /* padded with the matrix's last element */
-        k = key_max(k, refit_fp8_block_amax_key(
-                           m.src[(m.rows - 1) * m.src_stride + m.k - 1]));
+        k = key_max(
+            k, refit_fp8_block_amax_key(m.src[(m.rows - 1) * m.src_stride + m.k - 1]));
       float scale, inv;
       refit_fp8_block_scale_rule(k, m.mode, &scale, &inv);
       m.scale_inv[br * m.scale_stride + bc] = inv;
@@ -156,6 +155,7 @@ refit_fp8_block_quantize_cuda(const uint16_t *src, int64_t rows, int64_t k,
   int64_t blocks = m.nbr * m.nbc;
   const int64_t fill = refit_cuda_filling_grid(refit_fp8_block_quantize_kernel, kThreads);
   blocks = blocks < fill ? blocks : fill;
-  refit_fp8_block_quantize_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(m);
+  refit_fp8_block_quantize_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      m);
   return refit_cuda_launch_check("fp8_block quantize");
 }

@@ -23,15 +23,17 @@
 #define REFIT_FP8_BLOCK_E4M3_MAX 448.0f
 
 /* |bf16| bits: orders like the magnitudes, NaN patterns above +Inf. */
-static inline REFIT_HD uint32_t refit_fp8_block_amax_key(uint16_t b) { return b & 0x7fffu; }
+static inline REFIT_HD uint32_t refit_fp8_block_amax_key(uint16_t b) {
+  return b & 0x7fffu;
+}
 
 /* Does a block's amax key hold a NaN? */
 static inline REFIT_HD int refit_fp8_block_key_nan(uint32_t key) { return key > 0x7f80u; }
 
 /* *scale (what elements are multiplied by) and *scale_inv (what is stored)
  * for a block whose amax key is `key`. */
-static inline REFIT_HD void refit_fp8_block_scale_rule(uint32_t key, int mode, float *scale,
-                                                      float *scale_inv) {
+static inline REFIT_HD void refit_fp8_block_scale_rule(uint32_t key, int mode,
+                                                       float *scale, float *scale_inv) {
   if (refit_fp8_block_key_nan(key)) {
     *scale = refit_f32_from_bits(REFIT_FP8_BLOCK_NAN_BITS);
     *scale_inv = *scale;

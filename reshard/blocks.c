@@ -89,8 +89,9 @@ refit_status_t refit_block_pieces(const refit_catalog_t *cat, int64_t gen,
   return REFIT_OK;
 }
 
-refit_status_t refit_block_piece_check(const refit_catalog_t *cat, const refit_gen_tensor_t *g,
-                                       int tp_rank, const refit_block_piece_t *p,
+refit_status_t refit_block_piece_check(const refit_catalog_t *cat,
+                                       const refit_gen_tensor_t *g, int tp_rank,
+                                       const refit_block_piece_t *p,
                                        refit_field_t *blame) {
   const refit_src_tensor_t *hf = &cat->hf[p->hf];
   const int split = cat->generator.tp > 1;
@@ -104,7 +105,8 @@ refit_status_t refit_block_piece_check(const refit_catalog_t *cat, const refit_g
            (long long)hf->rows, (long long)hf->cols);
 
   const int partial = p->rows % REFIT_BLOCK_EDGE != 0 || p->cols % REFIT_BLOCK_EDGE != 0;
-  const int holds_last = p->hf_row + p->rows == hf->rows && p->hf_col + p->cols == hf->cols;
+  const int holds_last =
+      p->hf_row + p->rows == hf->rows && p->hf_col + p->cols == hf->cols;
   const int64_t expert_i = g->kind == REFIT_GEN_MOE_W13 ? n / 2 : g->cols;
   if (split && ((p->rows < hf->rows && p->rows % REFIT_BLOCK_EDGE != 0) ||
                 (p->cols < hf->cols && p->cols % REFIT_BLOCK_EDGE != 0))) {
@@ -118,7 +120,8 @@ refit_status_t refit_block_piece_check(const refit_catalog_t *cat, const refit_g
              expert_i % REFIT_BLOCK_EDGE != 0) {
     why = "an expert's intermediate size per rank is not a multiple of 128 (vLLM's "
           "FusedMoE refuses it under block FP8)";
-    field = split && cat->generator.ep == 1 ? field : REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE;
+    field =
+        split && cat->generator.ep == 1 ? field : REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE;
   } else if (p->hf_row % REFIT_BLOCK_EDGE != 0 || p->hf_col % REFIT_BLOCK_EDGE != 0) {
     why = "it does not start on a 128 x 128 block boundary of the Hugging Face tensor";
   } else if (partial && !holds_last) {
@@ -131,7 +134,8 @@ refit_status_t refit_block_piece_check(const refit_catalog_t *cat, const refit_g
     return REFIT_OK;
   if (blame != NULL)
     *blame = field;
-  return REFIT_ERR(REFIT_ERR_CONFIG,
-                   "%s on generator tp rank %d: the piece %s cannot be block-quantized: %s",
-                   g->name, tp_rank, what, why);
+  return REFIT_ERR(
+      REFIT_ERR_CONFIG,
+      "%s on generator tp rank %d: the piece %s cannot be block-quantized: %s", g->name,
+      tp_rank, what, why);
 }

@@ -37,13 +37,13 @@
 
 /* One piece of a runtime tensor: the rows of one Hugging Face tensor. */
 typedef struct {
-  int32_t hf;            /* Hugging Face tensor (catalog->hf) */
-  int64_t matrix;        /* which stacked matrix (expert), 0 for a 2-D tensor */
-  int64_t row0, rows;    /* rows within that matrix */
+  int32_t hf;             /* Hugging Face tensor (catalog->hf) */
+  int64_t matrix;         /* which stacked matrix (expert), 0 for a 2-D tensor */
+  int64_t row0, rows;     /* rows within that matrix */
   int64_t hf_row, hf_col; /* where they start in the Hugging Face tensor */
-  int64_t cols;          /* every column of the runtime tensor */
-  int64_t scale_row0;    /* its first row of the scale's [E * ceil(n/128),
-                            ceil(K/128)] matrix view */
+  int64_t cols;           /* every column of the runtime tensor */
+  int64_t scale_row0;     /* its first row of the scale's [E * ceil(n/128),
+                             ceil(K/128)] matrix view */
 } refit_block_piece_t;
 
 /* Stacked matrices of a runtime tensor (shape[0] of a 3-D one, else 1) and
@@ -69,8 +69,9 @@ refit_status_t refit_block_pieces(const refit_catalog_t *cat, int64_t gen,
  * the generator's ranks, else the model field of the dimension at fault
  * (REFIT_FIELD_NONE when there is none to name).
  */
-refit_status_t refit_block_piece_check(const refit_catalog_t *cat, const refit_gen_tensor_t *g,
-                                       int tp_rank, const refit_block_piece_t *p,
+refit_status_t refit_block_piece_check(const refit_catalog_t *cat,
+                                       const refit_gen_tensor_t *g, int tp_rank,
+                                       const refit_block_piece_t *p,
                                        refit_field_t *blame);
 
 #endif /* REFIT_RESHARD_BLOCKS_H */

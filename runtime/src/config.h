@@ -33,7 +33,10 @@ typedef enum {
 
 /* How block FP8 chooses a block's scale (kernels/fp8_block.h's modes, in
  * their order). */
-typedef enum { REFIT_FP8_SCALE_MODE_FP32 = 0, REFIT_FP8_SCALE_MODE_POW2 = 1 } refit_fp8_scale_mode_t;
+typedef enum {
+  REFIT_FP8_SCALE_MODE_FP32 = 0,
+  REFIT_FP8_SCALE_MODE_POW2 = 1
+} refit_fp8_scale_mode_t;
 
 typedef enum {
   REFIT_SOURCE_SYNTHETIC = 0,

@@ -19,8 +19,8 @@
 
 #include "config_table.h"
 #include "core/error.h"
-#include "kernels/layout.h"
 #include "kernels/fp8_block.h"
+#include "kernels/layout.h"
 #include "kernels/mxfp8.h"
 #include "reshard/blocks.h"
 #include "reshard/catalog.h"

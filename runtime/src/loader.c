@@ -84,8 +84,8 @@ static refit_status_t refit_loader_describe(refit_loader_t *l, int64_t gen) {
     l->pieces[gen - l->first] = p;
     refit_loader_add_store(l, gen, "", REFIT_DTYPE_E4M3, "linear", g->ndim, g->shape[0],
                            g->shape[1], g->shape[2], (size_t)(g->rows * g->cols));
-    refit_loader_add_store(l, gen, "_scale_inv", REFIT_DTYPE_F32, "block_128x128", g->ndim,
-                           g->ndim == 3 ? e : sr, g->ndim == 3 ? sr : sc,
+    refit_loader_add_store(l, gen, "_scale_inv", REFIT_DTYPE_F32, "block_128x128",
+                           g->ndim, g->ndim == 3 ? e : sr, g->ndim == 3 ? sr : sc,
                            g->ndim == 3 ? sc : 0, (size_t)(e * sr * sc) * sizeof(float));
     return REFIT_OK;
   }
@@ -774,9 +774,9 @@ refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
     if (g->quantized == REFIT_QUANT_FP8_BLOCK) {
       uint8_t *w_out = scratch + ((size_t)(g->rows * g->cols) * 2 + 255) / 256 * 256;
       uint8_t *s_out = w_out + (w[0].bytes + 255) / 256 * 256;
-      REFIT_CHECK_GOTO(refit_loader_transform(l, i, (const uint8_t *)want, NULL, w_out,
-                                              s_out),
-                       st, out);
+      REFIT_CHECK_GOTO(
+          refit_loader_transform(l, i, (const uint8_t *)want, NULL, w_out, s_out), st,
+          out);
       REFIT_CHECK_GOTO(refit_loader_compare(l, &w[0], w_out, 1, version, &bad), st, out);
       REFIT_CHECK_GOTO(refit_loader_compare(l, &w[1], s_out, 4, version, &bad), st, out);
       continue;

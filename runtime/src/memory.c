@@ -433,8 +433,9 @@ refit_status_t refit_mem_fp8_block_quantize(refit_mem_t *m, const uint16_t *src,
                                             float *scale_inv, int64_t scale_stride) {
 #ifdef REFIT_HAVE_CUDA
   if (m->device)
-    return refit_fp8_block_quantize_cuda(src, rows, k, src_stride, (refit_fp8_scale_t)mode,
-                                         q, q_stride, scale_inv, scale_stride, m->stream);
+    return refit_fp8_block_quantize_cuda(src, rows, k, src_stride,
+                                         (refit_fp8_scale_t)mode, q, q_stride, scale_inv,
+                                         scale_stride, m->stream);
 #endif
   (void)m;
   return refit_fp8_block_quantize(src, rows, k, src_stride, (refit_fp8_scale_t)mode, q,

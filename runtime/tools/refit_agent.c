@@ -638,10 +638,14 @@ static void agent_go(agent_t *a, uint64_t v) {
 
 /* ---- client operations -------------------------------------------------- */
 
+/* Names of refit_tensor_dtype_t, in its order. */
+static const char *const agent_dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu",
+                                           "float32"};
+#define AGENT_NDTYPES ((int)(sizeof(agent_dtypes) / sizeof(agent_dtypes[0])))
+
 static json_t *agent_expected(agent_t *a) {
   json_t *list = json_array();
   const int64_t n = refit_tensor_count(a->s);
-  static const char *dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu", "float32"};
   for (int64_t i = 0; i < n; i++) {
     refit_tensor_t t;
     if (refit_tensor_get(a->s, i, &t) != REFIT_OK)
@@ -650,16 +654,15 @@ static json_t *agent_expected(agent_t *a) {
     for (int d = 0; d < t.ndim; d++)
       json_array_append_new(shape, json_integer(t.shape[d]));
     json_array_append_new(list, json_pack("{s:s,s:o,s:s,s:I}", "name", t.name, "shape",
-                                          shape, "dtype", dtypes[t.dtype], "bytes",
+                                          shape, "dtype", agent_dtypes[t.dtype], "bytes",
                                           (json_int_t)t.bytes));
   }
   return list;
 }
 
 static int agent_dtype(const char *name) {
-  static const char *dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu", "float32"};
-  for (int i = 0; i < 4; i++)
-    if (name != NULL && strcmp(name, dtypes[i]) == 0)
+  for (int i = 0; i < AGENT_NDTYPES; i++)
+    if (name != NULL && strcmp(name, agent_dtypes[i]) == 0)
       return i;
   return -1;
 }
@@ -692,10 +695,11 @@ static json_t *agent_register(agent_t *a, refit_agent_msg_t *msg) {
     json_t *shape = json_object_get(e, "shape");
     if (name == NULL || dtype < 0 || !json_is_integer(json_object_get(e, "bytes")) ||
         bytes <= 0 || offset < 0 || !json_is_array(shape) || json_array_size(shape) > 3) {
-      AGENT_PROBLEM("entry %zu: needs name, dtype (bfloat16, float8_e4m3fn, "
-                    "float8_e8m0fnu, float32), bytes > 0, offset >= 0 and a shape of at most 3 "
-                    "dimensions",
-                    i);
+      AGENT_PROBLEM(
+          "entry %zu: needs name, dtype (bfloat16, float8_e4m3fn, "
+          "float8_e8m0fnu, float32), bytes > 0, offset >= 0 and a shape of at most 3 "
+          "dimensions",
+          i);
       continue;
     }
     refit_tensor_t want;

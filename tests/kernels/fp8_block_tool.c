@@ -9,8 +9,8 @@
  * E4M3 bytes [ROWS, K] and SCALE_INV the little-endian FP32 scales
  * [ceil(ROWS/128), ceil(K/128)]. `scales` writes, for every amax key
  * 0x0000 .. 0x7FFF (BF16 bits, sign clear), the FP32 scale and scale_inv of
- * refit_fp8_block_scale as two little-endian words. Exit status 0 on success, 1 with a message
- * on stderr otherwise.
+ * refit_fp8_block_scale as two little-endian words. Exit status 0 on success, 1 with a
+ * message on stderr otherwise.
  */
 #include "kernels/fp8_block.h"
 
@@ -51,7 +51,9 @@ int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "scales") == 0)
     return tool_scales(argv[2], argv[3]);
   if (argc != 7 || (strcmp(argv[1], "fp32") != 0 && strcmp(argv[1], "pow2") != 0)) {
-    fprintf(stderr, "usage: fp8_block_tool fp32|pow2 ROWS K IN Q SCALE_INV | scales fp32|pow2 OUT\n");
+    fprintf(
+        stderr,
+        "usage: fp8_block_tool fp32|pow2 ROWS K IN Q SCALE_INV | scales fp32|pow2 OUT\n");
     return 1;
   }
   const refit_fp8_scale_t mode =

@@ -19,8 +19,9 @@ static void test_fp8_block_arguments(void **state) {
   uint16_t x[4] = {0x3f80, 0x4000, 0x4040, 0x4080};
   uint8_t q[4] = {0xAA, 0xAA, 0xAA, 0xAA};
   float s[1] = {-1.0f};
-  assert_int_equal(refit_fp8_block_quantize(x, -1, 4, 4, REFIT_FP8_SCALE_FP32, q, 4, s, 1),
-                   REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      refit_fp8_block_quantize(x, -1, 4, 4, REFIT_FP8_SCALE_FP32, q, 4, s, 1),
+      REFIT_ERR_INVALID_ARGUMENT);
   assert_int_equal(refit_fp8_block_quantize(x, 1, 4, 3, REFIT_FP8_SCALE_FP32, q, 4, s, 1),
                    REFIT_ERR_INVALID_ARGUMENT);
   assert_int_equal(refit_fp8_block_quantize(x, 1, 4, 4, REFIT_FP8_SCALE_FP32, q, 3, s, 1),
@@ -29,8 +30,9 @@ static void test_fp8_block_arguments(void **state) {
                    REFIT_ERR_INVALID_ARGUMENT);
   assert_int_equal(refit_fp8_block_quantize(x, 1, 4, 4, (refit_fp8_scale_t)7, q, 4, s, 1),
                    REFIT_ERR_INVALID_ARGUMENT);
-  assert_int_equal(refit_fp8_block_quantize(NULL, 1, 4, 4, REFIT_FP8_SCALE_FP32, q, 4, s, 1),
-                   REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      refit_fp8_block_quantize(NULL, 1, 4, 4, REFIT_FP8_SCALE_FP32, q, 4, s, 1),
+      REFIT_ERR_INVALID_ARGUMENT);
   /* Nothing written on an error. */
   assert_int_equal(q[0], 0xAA);
   assert_true(s[0] == -1.0f);
@@ -66,11 +68,11 @@ static void test_fp8_block_strides(void **state) {
   for (int64_t i = 0; i < nbr * 5; i++)
     s1[i] = -2.0f;
   for (int mode = 0; mode < 2; mode++) {
-    assert_int_equal(refit_fp8_block_quantize(x, rows, k, k, (refit_fp8_scale_t)mode, q0, k,
-                                              s0, nbc),
-                     REFIT_OK);
-    assert_int_equal(refit_fp8_block_quantize(wide, rows, k, sk, (refit_fp8_scale_t)mode, q1,
-                                              qk, s1, 5),
+    assert_int_equal(
+        refit_fp8_block_quantize(x, rows, k, k, (refit_fp8_scale_t)mode, q0, k, s0, nbc),
+        REFIT_OK);
+    assert_int_equal(refit_fp8_block_quantize(wide, rows, k, sk, (refit_fp8_scale_t)mode,
+                                              q1, qk, s1, 5),
                      REFIT_OK);
     for (int64_t r = 0; r < rows; r++) {
       assert_memory_equal(q0 + r * k, q1 + r * qk, (size_t)k);
@@ -102,13 +104,13 @@ static void test_fp8_block_threads(void **state) {
   fbs_fill(x, rows, k, 1);
   for (int mode = 0; mode < 2; mode++) {
     refit_kernels_threads_set(1);
-    assert_int_equal(refit_fp8_block_quantize(x, rows, k, k, (refit_fp8_scale_t)mode, q0, k,
-                                              s0, nbc),
-                     REFIT_OK);
+    assert_int_equal(
+        refit_fp8_block_quantize(x, rows, k, k, (refit_fp8_scale_t)mode, q0, k, s0, nbc),
+        REFIT_OK);
     refit_kernels_threads_set(4);
-    assert_int_equal(refit_fp8_block_quantize(x, rows, k, k, (refit_fp8_scale_t)mode, q1, k,
-                                              s1, nbc),
-                     REFIT_OK);
+    assert_int_equal(
+        refit_fp8_block_quantize(x, rows, k, k, (refit_fp8_scale_t)mode, q1, k, s1, nbc),
+        REFIT_OK);
     assert_memory_equal(q0, q1, (size_t)(rows * k));
     assert_memory_equal(s0, s1, (size_t)(nbr * nbc) * 4);
   }

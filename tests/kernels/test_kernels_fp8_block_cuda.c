@@ -25,9 +25,9 @@ static void compare(int64_t rows, int64_t k, int64_t sk, int shift, int mode) {
   uint8_t *q = malloc(nq), *hq = malloc(nq);
   float *s = malloc(ns * 4), *hs = malloc(ns * 4);
   fbs_fill(x, rows, sk, 1);
-  assert_int_equal(refit_fp8_block_quantize(x, rows, k, sk, (refit_fp8_scale_t)mode, q, k,
-                                            s, nbc),
-                   REFIT_OK);
+  assert_int_equal(
+      refit_fp8_block_quantize(x, rows, k, sk, (refit_fp8_scale_t)mode, q, k, s, nbc),
+      REFIT_OK);
   uint16_t *dx = NULL;
   uint8_t *dq = NULL;
   float *ds = NULL;
@@ -36,19 +36,20 @@ static void compare(int64_t rows, int64_t k, int64_t sk, int shift, int mode) {
   CK(cudaMalloc((void **)&ds, ns * 4));
   CK(cudaMemcpy(dx + shift, x, n * 2, cudaMemcpyHostToDevice));
   assert_int_equal(refit_fp8_block_quantize_cuda(dx + shift, rows, k, sk,
-                                                 (refit_fp8_scale_t)mode, dq + shift, k, ds,
-                                                 nbc, 0),
+                                                 (refit_fp8_scale_t)mode, dq + shift, k,
+                                                 ds, nbc, 0),
                    REFIT_OK);
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(hq, dq + shift, nq, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(hs, ds, ns * 4, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < nq; i++)
     if (q[i] != hq[i]) {
-      printf("[%lld, %lld] mode %d shift %d: first value diff at (%lld, %lld): x = 0x%04x "
-             "cpu 0x%02x gpu 0x%02x\n",
-             (long long)rows, (long long)k, mode, shift, (long long)(i / (size_t)k),
-             (long long)(i % (size_t)k), x[(i / (size_t)k) * (size_t)sk + i % (size_t)k],
-             q[i], hq[i]);
+      printf(
+          "[%lld, %lld] mode %d shift %d: first value diff at (%lld, %lld): x = 0x%04x "
+          "cpu 0x%02x gpu 0x%02x\n",
+          (long long)rows, (long long)k, mode, shift, (long long)(i / (size_t)k),
+          (long long)(i % (size_t)k), x[(i / (size_t)k) * (size_t)sk + i % (size_t)k],
+          q[i], hq[i]);
       fail();
     }
   assert_memory_equal(s, hs, ns * 4);
@@ -64,8 +65,9 @@ static void compare(int64_t rows, int64_t k, int64_t sk, int shift, int mode) {
 
 static void test_cuda_fp8_block(void **state) {
   (void)state;
-  static const int64_t shapes[][3] = {{128, 128, 128}, {1280, 1152, 1152}, {200, 130, 130},
-                                      {130, 257, 300}, {1, 1, 1},          {300, 8400, 8400}};
+  static const int64_t shapes[][3] = {{128, 128, 128}, {1280, 1152, 1152},
+                                      {200, 130, 130}, {130, 257, 300},
+                                      {1, 1, 1},       {300, 8400, 8400}};
   for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
     for (int mode = 0; mode < 2; mode++)
       for (int shift = 0; shift < 2; shift++)

@@ -53,9 +53,9 @@ static void expect_pieces(const refit_catalog_t *cat, int t, const char *tensor,
     assert_int_equal(p[k].hf_row, want[k].hf_row);
     assert_int_equal(p[k].hf_col, want[k].hf_col);
     assert_int_equal(p[k].scale_row0, want[k].scale_row0);
-    assert_int_equal(refit_block_piece_check(cat, &cat->gen[find_gen(cat, t, tensor)], t,
-                                             &p[k], NULL),
-                     REFIT_OK);
+    assert_int_equal(
+        refit_block_piece_check(cat, &cat->gen[find_gen(cat, t, tensor)], t, &p[k], NULL),
+        REFIT_OK);
   }
   free(p);
 }
@@ -66,9 +66,15 @@ static void expect_pieces(const refit_catalog_t *cat, int t, const char *tensor,
 static void test_dense_pieces(void **state) {
   (void)state;
   const refit_model_t m = dense_model();
-  for (int names = REFIT_TRAINER_NAMES_HF; names <= REFIT_TRAINER_NAMES_MEGATRON; names++) {
-    refit_trainer_layout_t tl = {.tp = 2, .pp = 1, .ep = 1, .etp = 1, .dp = 1,
-                                 .names = names, .vocab_divisible_by = 128};
+  for (int names = REFIT_TRAINER_NAMES_HF; names <= REFIT_TRAINER_NAMES_MEGATRON;
+       names++) {
+    refit_trainer_layout_t tl = {.tp = 2,
+                                 .pp = 1,
+                                 .ep = 1,
+                                 .etp = 1,
+                                 .dp = 1,
+                                 .names = names,
+                                 .vocab_divisible_by = 128};
     refit_generator_layout_t gl = {.tp = 1, .ep = 1, .engines = 1};
     refit_catalog_t *cat = NULL;
     assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat), REFIT_OK);
@@ -77,10 +83,12 @@ static void test_dense_pieces(void **state) {
         {"model.layers.1.self_attn.k_proj.weight", 0, 512, 256, 0, 0, 4},
         {"model.layers.1.self_attn.v_proj.weight", 0, 768, 256, 0, 0, 6}};
     expect_pieces(cat, 0, "model.layers.1.self_attn.qkv_proj.weight", qkv, 3);
-    const want_piece_t gate_up[] = {{"model.layers.0.mlp.gate_proj.weight", 0, 0, 384, 0, 0, 0},
-                                    {"model.layers.0.mlp.up_proj.weight", 0, 384, 384, 0, 0, 3}};
+    const want_piece_t gate_up[] = {
+        {"model.layers.0.mlp.gate_proj.weight", 0, 0, 384, 0, 0, 0},
+        {"model.layers.0.mlp.up_proj.weight", 0, 384, 384, 0, 0, 3}};
     expect_pieces(cat, 0, "model.layers.0.mlp.gate_up_proj.weight", gate_up, 2);
-    const refit_gen_tensor_t *g = &cat->gen[find_gen(cat, 0, "model.layers.0.mlp.down_proj.weight")];
+    const refit_gen_tensor_t *g =
+        &cat->gen[find_gen(cat, 0, "model.layers.0.mlp.down_proj.weight")];
     assert_int_equal(refit_block_scale_rows(g), 2);
     assert_int_equal(refit_block_scale_cols(g), 3);
     refit_catalog_destroy(cat);
@@ -97,7 +105,11 @@ static void test_expert_pieces(void **state) {
   m.intermediate_size = 0;
   m.num_experts = 2;
   m.moe_intermediate_size = 256;
-  refit_trainer_layout_t tl = {.tp = 1, .pp = 1, .ep = 2, .etp = 1, .dp = 2,
+  refit_trainer_layout_t tl = {.tp = 1,
+                               .pp = 1,
+                               .ep = 2,
+                               .etp = 1,
+                               .dp = 2,
                                .names = REFIT_TRAINER_NAMES_MEGATRON,
                                .vocab_divisible_by = 128};
   refit_generator_layout_t gl = {.tp = 2, .ep = 1, .engines = 1};
@@ -138,8 +150,8 @@ static void test_refused(void **state) {
   (void)state;
   refit_model_t m = dense_model();
   m.head_dim = 64;
-  refit_trainer_layout_t tl = {.tp = 1, .pp = 1, .ep = 1, .etp = 1, .dp = 1,
-                               .names = REFIT_TRAINER_NAMES_HF};
+  refit_trainer_layout_t tl = {
+      .tp = 1, .pp = 1, .ep = 1, .etp = 1, .dp = 1, .names = REFIT_TRAINER_NAMES_HF};
   refit_generator_layout_t gl = {.tp = 2, .ep = 1, .engines = 1};
   refit_catalog_t *cat = NULL;
   assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat), REFIT_OK);
@@ -149,13 +161,15 @@ static void test_refused(void **state) {
   assert_int_equal(refit_block_pieces(cat, i, &p, &np), REFIT_OK);
   assert_int_equal(np, 3);
   refit_field_t blame = REFIT_FIELD_NONE;
-  assert_int_equal(refit_block_piece_check(cat, &cat->gen[i], 1, &p[0], &blame), REFIT_OK);
+  assert_int_equal(refit_block_piece_check(cat, &cat->gen[i], 1, &p[0], &blame),
+                   REFIT_OK);
   assert_int_equal(refit_block_piece_check(cat, &cat->gen[i], 1, &p[1], &blame),
                    REFIT_ERR_CONFIG);
   assert_int_equal(blame, REFIT_FIELD_GENERATOR_TP);
-  assert_non_null(strstr(refit_last_error(),
-                         "model.layers.0.self_attn.qkv_proj.weight on generator tp rank 1: "
-                         "the piece rows 64..127"));
+  assert_non_null(
+      strstr(refit_last_error(),
+             "model.layers.0.self_attn.qkv_proj.weight on generator tp rank 1: "
+             "the piece rows 64..127"));
   free(p);
   refit_catalog_destroy(cat);
 

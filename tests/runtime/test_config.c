@@ -882,13 +882,14 @@ static const mistake_t mistakes[] = {
          .edit = {{"  hidden_size: 256\n", "  hidden_size: 320\n"},
                   {"  head_dim: 32\n", "  head_dim: 64\n"}},
          .append = FP8_BLOCK, .ok_without_append = true,
-         .want = {"demo.yaml:15:3: model.layers.0.self_attn.qkv_proj.weight on generator "
-                  "tp rank 0: the piece rows 0..255, columns 0..319 of "
-                  "model.layers.0.self_attn.q_proj.weight [512, 320] cannot be "
-                  "block-quantized: it has a partial 128 x 128 block but not the Hugging "
-                  "Face tensor's last element",
-                  "demo.yaml:15:3: model.layers.0.self_attn.o_proj.weight on generator tp "
-                  "rank 0"}),
+         .want =
+             {"demo.yaml:15:3: model.layers.0.self_attn.qkv_proj.weight on generator "
+              "tp rank 0: the piece rows 0..255, columns 0..319 of "
+              "model.layers.0.self_attn.q_proj.weight [512, 320] cannot be "
+              "block-quantized: it has a partial 128 x 128 block but not the Hugging "
+              "Face tensor's last element",
+              "demo.yaml:15:3: model.layers.0.self_attn.o_proj.weight on generator tp "
+              "rank 0"}),
     /* Experts of 64 rows: FusedMoE's rule, at the model key (ep: whole experts). */
     CASE(.base = moe,
          .edit = {{"  moe_intermediate_size: 128\n", "  moe_intermediate_size: 64\n"},
@@ -1473,8 +1474,9 @@ static void test_fp8_block_accepted(void **state) {
                 FP8_BLOCK),
             0, &cfg);
   /* qkv_proj kept in bf16: its KV shards of 64 rows are not quantized. */
-  EXPECT_OK(cat(dense, FP8_BLOCK "  quantization_ignore: [lm_head, self_attn.qkv_proj]\n"),
-            0, &cfg);
+  EXPECT_OK(
+      cat(dense, FP8_BLOCK "  quantization_ignore: [lm_head, self_attn.qkv_proj]\n"), 0,
+      &cfg);
 }
 
 static void test_quantization_ignore_runtime_names(void **state) {
