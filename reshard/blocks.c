@@ -110,8 +110,11 @@ refit_status_t refit_block_piece_check(const refit_catalog_t *cat,
   const int64_t expert_i = g->kind == REFIT_GEN_MOE_W13 ? n / 2 : g->cols;
   if (split && ((p->rows < hf->rows && p->rows % REFIT_BLOCK_EDGE != 0) ||
                 (p->cols < hf->cols && p->cols % REFIT_BLOCK_EDGE != 0))) {
-    why = "a tensor-parallel shard of a block-quantized dimension is not a multiple of "
-          "128 (vLLM's validate_fp8_block_shape refuses it)";
+    why = g->kind == REFIT_GEN_LINEAR
+              ? "a tensor-parallel shard of a block-quantized dimension is not a "
+                "multiple of 128 (vLLM's validate_fp8_block_shape refuses it)"
+              : "a tensor-parallel shard of a block-quantized dimension is not a "
+                "multiple of 128 (vLLM's FusedMoE refuses it under block FP8)";
   } else if (p->row0 % REFIT_BLOCK_EDGE != 0) {
     why = "it starts inside a 128-row block of the fused tensor (vLLM's "
           "validate_fp8_block_shape: every piece of a merged layer but the last is a "
