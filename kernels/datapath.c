@@ -325,11 +325,10 @@ void refit_synth_rows(const refit_synth_key_t *keys, const int64_t *bases, int64
 }
 
 refit_status_t refit_compare_check(size_t bytes, size_t elem) {
-  if ((elem != 1 && elem != 2) || bytes % elem != 0)
-    return REFIT_ERR(
-        REFIT_ERR_INVALID_ARGUMENT,
-        "compare: element size %zu must be 1 or 2 and divide %zu bytes", elem,
-        bytes);
+  if ((elem != 1 && elem != 2 && elem != 4) || bytes % elem != 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "compare: element size %zu must be 1, 2 or 4 and divide %zu bytes",
+                     elem, bytes);
   return REFIT_OK;
 }
 

@@ -128,7 +128,7 @@ void refit_synth_rows(const refit_synth_key_t *keys, const int64_t *bases, int64
                       int64_t cols, uint16_t *dst);
 
 /*
- * Compare two buffers element by element (elem = 1 or 2 bytes, bytes % elem
+ * Compare two buffers element by element (elem = 1, 2 or 4 bytes, bytes % elem
  * == 0): *count = number of differing elements, *first = index of the first
  * one or INT64_MAX when they are equal. The CUDA twin accumulates into
  * caller-initialized device values instead (see datapath_cuda.h).

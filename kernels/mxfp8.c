@@ -8,6 +8,7 @@
  * inputs.
  */
 #include "kernels/mxfp8.h"
+#include "kernels/e4m3.h"
 #include "kernels/mxfp8_rules.h"
 #include "kernels/parallel.h"
 
@@ -17,32 +18,6 @@
 
 uint8_t refit_mxfp8_scale_exponent(float amax) {
   return (uint8_t)refit_mxfp8_scale_rule(amax);
-}
-
-/*
- * E4M3 "fn" byte of v: round to nearest even, saturate to +-448, NaN -> 0x7F.
- * Two candidate encodings are computed without branches and one is selected:
- *   normal (|v| >= 2^-6): round the fp32 mantissa to 3 bits (RNE by adding
- *     0x7FFFF plus the lowest kept bit), then rebias the exponent 127 -> 7;
- *   subnormal (|v| < 2^-6): |v| + 2^14 in fp32 has an ulp of exactly 2^-9, the
- *     E4M3 subnormal step, so the FPU's own RNE yields the 0..8 code.
- */
-static inline uint32_t refit_select(uint32_t cond, uint32_t a, uint32_t b) {
-  /* cond ? a : b without a branch, so the element loop vectorizes. */
-  return b ^ ((a ^ b) & (0u - cond));
-}
-
-static inline uint8_t refit_e4m3_encode_inline(float v) {
-  uint32_t u = refit_f32_bits(v);
-  uint32_t sign = (u >> 24) & 0x80;
-  uint32_t a = u & 0x7fffffffu;
-  uint32_t normal = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3);
-  uint32_t sub = refit_f32_bits(refit_f32_from_bits(a) + 16384.0f) - 0x46800000u;
-  uint32_t q = refit_select(a < 0x3c800000u, sub, normal); /* 2^-6 */
-  q = refit_select(a >= 0x43e00000u, REFIT_MXFP8_E4M3_MAX_BITS, q); /* >=448 */
-  q |= sign;
-  q = refit_select(a > 0x7f800000u, REFIT_MXFP8_E4M3_NAN_BITS, q);
-  return (uint8_t)q;
 }
 
 uint8_t refit_mxfp8_e4m3_encode(float v) { return refit_e4m3_encode_inline(v); }

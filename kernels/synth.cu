@@ -96,7 +96,7 @@ __device__ inline void compare_unit(uint4 x, uint4 y, int elem, int64_t i0,
       continue;
     const int per = 4 / elem;
     for (int k = 0; k < per; k++) {
-      const uint32_t mask = elem == 1 ? 0xffu : 0xffffu;
+      const uint32_t mask = elem == 1 ? 0xffu : elem == 2 ? 0xffffu : 0xffffffffu;
       if ((diff >> (8 * elem * k)) & mask) {
         const int64_t idx = i0 + w * per + k;
         first = idx < first ? idx : first;
@@ -122,9 +122,9 @@ __global__ void __launch_bounds__(kThreads)
     done = nv * 16;
   }
   for (int64_t i = done / elem + tid; i < bytes / elem; i += step) {
-    bool differ = a[i * elem] != b[i * elem];
-    if (elem == 2)
-      differ = differ || a[i * elem + 1] != b[i * elem + 1];
+    bool differ = false;
+    for (int j = 0; j < elem; j++)
+      differ = differ || a[i * elem + j] != b[i * elem + j];
     if (differ) {
       count++;
       first = i < first ? i : first;

@@ -100,6 +100,13 @@ typedef enum {
   REFIT_GEN_MOE_W2      /* [E, H, I] expert stack */
 } refit_gen_kind_t;
 
+/* The quantized formats of a runtime tensor (refit_gen_tensor_t.quantized). */
+typedef enum {
+  REFIT_QUANT_NONE = 0,
+  REFIT_QUANT_MXFP8 = 1,    /* E4M3 + E8M0 per 32 along K, laid out for FlashInfer */
+  REFIT_QUANT_FP8_BLOCK = 2 /* E4M3 + FP32 per 128 x 128 block (reshard/blocks.h) */
+} refit_quant_t;
+
 typedef struct {
   char name[REFIT_NAME_MAX];
   int ndim;
@@ -116,10 +123,11 @@ typedef struct {
   /* Elements the segments fill: rows * cols, less vLLM's vocabulary
    * padding (rows that hold zeros and are never sent). */
   int64_t elements;
-  /* Quantized to MXFP8 on the generator. The catalog leaves it 0; the
-   * runtime sets it from the precision and the ignore list before planning,
-   * and the planner reads it to size rows on the wire. Only kinds other than
-   * REFIT_GEN_PLAIN may be set. */
+  /* How the generator quantizes it (refit_quant_t; 0: it stays BF16). The
+   * catalog leaves it 0; the runtime sets it from the precision and the
+   * ignore list before planning, and the planner reads it to size rows on
+   * the wire and the assembly arena. Only kinds other than REFIT_GEN_PLAIN
+   * may be set. */
   int quantized;
 } refit_gen_tensor_t;
 

@@ -14,7 +14,7 @@
 
 int64_t refit_plan_row_bytes(const refit_gen_tensor_t *gen, refit_wire_t wire,
                              int64_t cols) {
-  if (wire == REFIT_WIRE_MXFP8 && gen->quantized)
+  if (wire == REFIT_WIRE_MXFP8 && gen->quantized == REFIT_QUANT_MXFP8)
     return cols + cols / 32;
   return cols * 2;
 }

@@ -12,6 +12,8 @@
 #include <string.h>
 
 int64_t refit_plan_assembly_bytes(const refit_gen_tensor_t *g) {
+  if (g->quantized == REFIT_QUANT_FP8_BLOCK)
+    return g->rows * g->cols * 2; /* BF16: blocks are quantized whole */
   return g->rows * g->cols + g->rows * (g->cols / 32);
 }
 

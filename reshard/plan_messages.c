@@ -145,7 +145,8 @@ refit_status_t refit_planner_finish(refit_planner_t *p) {
 
 int refit_plan_chunk_quantized(const refit_plan_t *plan, const refit_catalog_t *cat,
                                const refit_chunk_t *ch) {
-  return plan->options.wire == REFIT_WIRE_MXFP8 && cat->gen[ch->dst_tensor].quantized;
+  return plan->options.wire == REFIT_WIRE_MXFP8 &&
+         cat->gen[ch->dst_tensor].quantized == REFIT_QUANT_MXFP8;
 }
 
 int refit_plan_msgs_same(const refit_plan_t *plan, const refit_catalog_t *cat,

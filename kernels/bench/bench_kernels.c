@@ -22,16 +22,22 @@
  * quantized tensor of Qwen3-30B-A3B, one launch each). Bytes = source read
  * + destination written
  * (digest reads and trailers not counted: the rate the refit sees).
+ * Block FP8 (kernels/fp8_block.h, FP32 scales): the same layer, w13 and w2
+ * each as one matrix of 128 x 128 blocks; bytes = BF16 read once + e4m3 and
+ * FP32 scales written (the kernels read each block twice, the second time
+ * from cache).
  * Zero-copy path (kernels/direct_cuda.h): the whole model landed from BF16
  * trainer tensors straight into the runtime layouts (bench_model_direct).
  * Usage: refit-bench-kernels [E H I]
  */
 #include "bench_util.h"
+#include "kernels/fp8_block.h"
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
 #ifdef REFIT_HAVE_CUDA
 #include "kernels/datapath_cuda.h"
 #include "kernels/direct_cuda.h"
+#include "kernels/fp8_block_cuda.h"
 #include "kernels/mxfp8_cuda.h"
 #endif
 
@@ -610,6 +616,45 @@ static void quantize_layer(const refit_kernels_moe_shape_t *s, int64_t n13,
         "quantize");
 }
 
+/* Block FP8 scales of the layer: w13 [n13 / H, H] then w2 [n2 / I, I]. */
+static int64_t fp8_layer_scales(const refit_kernels_moe_shape_t *s, int64_t n13,
+                                int64_t n2, int64_t *off2) {
+  *off2 = refit_fp8_block_count(n13 / s->hidden) * refit_fp8_block_count(s->hidden);
+  return *off2 + refit_fp8_block_count(n2 / s->intermediate) *
+                     refit_fp8_block_count(s->intermediate);
+}
+
+/* The layer in block FP8 with the C reference, or the CUDA twin (device
+ * buffers, on stream 0) when `cuda`. */
+static void fp8_layer(const refit_kernels_moe_shape_t *s, int64_t n13, int64_t n2,
+                      const uint16_t *bf, uint8_t *q, float *sc, int cuda) {
+  int64_t off2;
+  fp8_layer_scales(s, n13, n2, &off2);
+  const int64_t r13 = n13 / s->hidden, r2 = n2 / s->intermediate;
+  const int64_t c13 = refit_fp8_block_count(s->hidden),
+                c2 = refit_fp8_block_count(s->intermediate);
+#ifdef REFIT_HAVE_CUDA
+  if (cuda) {
+    check(refit_fp8_block_quantize_cuda(bf, r13, s->hidden, s->hidden,
+                                        REFIT_FP8_SCALE_FP32, q, s->hidden, sc, c13, 0),
+          "fp8_block cuda");
+    check(refit_fp8_block_quantize_cuda(bf + n13, r2, s->intermediate, s->intermediate,
+                                        REFIT_FP8_SCALE_FP32, q + n13, s->intermediate,
+                                        sc + off2, c2, 0),
+          "fp8_block cuda");
+    return;
+  }
+#endif
+  (void)cuda;
+  check(refit_fp8_block_quantize(bf, r13, s->hidden, s->hidden, REFIT_FP8_SCALE_FP32, q,
+                                 s->hidden, sc, c13),
+        "fp8_block");
+  check(refit_fp8_block_quantize(bf + n13, r2, s->intermediate, s->intermediate,
+                                 REFIT_FP8_SCALE_FP32, q + n13, s->intermediate,
+                                 sc + off2, c2),
+        "fp8_block");
+}
+
 int main(int argc, char **argv) {
   refit_kernels_moe_shape_t s = {128, 2048, 768, 1};
   if (argc == 4) {
@@ -691,6 +736,30 @@ int main(int argc, char **argv) {
   row(name, qbytes, best,
       diff_bytes(q, q1, nel) + diff_bytes(sc, sc1, nel / 32));
 
+  /* Block FP8 of the layer: one thread (the reference bytes), then all. */
+  int64_t fp8_off2;
+  const int64_t nfsc = fp8_layer_scales(&s, n13, n2, &fp8_off2);
+  const int64_t fbytes = nel * 3 + nfsc * 4;
+  uint8_t *fq1 = xmalloc((size_t)nel), *fq = xmalloc((size_t)nel);
+  float *fsc1 = xmalloc((size_t)nfsc * 4), *fsc = xmalloc((size_t)nfsc * 4);
+  for (int pass = 0; pass < 2; pass++) {
+    refit_kernels_threads_set(pass == 0 ? 1 : nthreads);
+    best = 1e30;
+    for (int r = 0; r < reps; r++) {
+      t = now_s();
+      fp8_layer(&s, n13, n2, bf, pass == 0 ? fq1 : fq, pass == 0 ? fsc1 : fsc, 0);
+      t = now_s() - t;
+      best = t < best ? t : best;
+    }
+    snprintf(name, sizeof(name), "C fp8_block quantize, %d thread(s)",
+             pass == 0 ? 1 : nthreads);
+    row(name, fbytes, best,
+        pass == 0 ? 0
+                  : diff_bytes(fq, fq1, nel) +
+                        diff_bytes((uint8_t *)fsc, (uint8_t *)fsc1, nfsc * 4));
+  }
+  refit_kernels_threads_set(nthreads);
+
   /* MoE layout: batched (4 gathers) vs per-expert oracle. */
   uint8_t *o[4], *w[4];
   int64_t osz[4] = {z.w13_weight, z.w13_weight_scale, z.w2_weight, z.w2_weight_scale};
@@ -758,6 +827,26 @@ int main(int argc, char **argv) {
     cudaMemcpy(hs, dsc, (size_t)nel / 32, cudaMemcpyDeviceToHost);
     row("CUDA quantize", qbytes, bms * 1e-3,
         diff_bytes(hq, q, nel) + diff_bytes(hs, sc, nel / 32));
+    {
+      float *dfsc = dmalloc((size_t)nfsc * 4), *hfsc = xmalloc((size_t)nfsc * 4);
+      GPU_TIME(fp8_layer(&s, n13, n2, dbf, dq, dfsc, 1));
+      cudaMemcpy(hq, dq, (size_t)nel, cudaMemcpyDeviceToHost);
+      cudaMemcpy(hfsc, dfsc, (size_t)nfsc * 4, cudaMemcpyDeviceToHost);
+      row("CUDA fp8_block quantize", fbytes, bms * 1e-3,
+          diff_bytes(hq, fq1, nel) +
+              diff_bytes((uint8_t *)hfsc, (uint8_t *)fsc1, nfsc * 4));
+      cudaFree(dfsc);
+      free(hfsc);
+      /* The MXFP8 rows after this one read dq's MXFP8 bytes again. */
+      GPU_TIME(
+          check(refit_mxfp8_quantize_rows_cuda(dbf, n13 / s.hidden, s.hidden, s.hidden,
+                                               dq, s.hidden, dsc, s.hidden / 32, 0),
+                "quantize cuda");
+          check(refit_mxfp8_quantize_rows_cuda(
+                    dbf + n13, n2 / s.intermediate, s.intermediate, s.intermediate,
+                    dq + n13, s.intermediate, dsc + n13 / 32, s.intermediate / 32, 0),
+                "quantize cuda"));
+    }
     bench_model_quantize(e0, e1, greps, &s, bf, q, sc);
     bench_model_direct(e0, e1, greps, &s, bf);
     bench_direct_copy(e0, e1, greps);
@@ -832,6 +921,10 @@ int main(int argc, char **argv) {
   free(q1);
   free(sc);
   free(sc1);
+  free(fq1);
+  free(fq);
+  free(fsc1);
+  free(fsc);
   free(cp);
   printf("# wrong bytes in total: %lld\n", (long long)total_wrong);
   return total_wrong != 0;

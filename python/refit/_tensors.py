@@ -7,7 +7,8 @@ refit's dtypes and the framework types that carry them:
   bfloat16        torch.bfloat16; numpy uint16 (bit patterns)
   float8_e4m3fn   torch.float8_e4m3fn where torch has it; torch/numpy uint8
   float8_e8m0fnu  torch.float8_e8m0fnu where torch has it; torch/numpy uint8
-  float32         torch.float32; numpy float32 (DeepSeek's e_score_correction_bias)
+  float32         torch.float32; numpy float32 (DeepSeek's e_score_correction_bias,
+                  block FP8's weight_scale_inv)
 uint8 stands for either float8 type: PyTorch's DLPack export refuses float8,
 so engines pass uint8 views of them.
 """
@@ -180,7 +181,8 @@ def view(ptr, nbytes, shape, dtype, device, framework, keep=None):
         raw._refit_keep = keep  # numpy and torch views hold raw as their base
         arr = np.frombuffer(raw, dtype=np.uint8)
         if framework == "numpy":
-            return arr.view(np.uint16 if dtype == "bfloat16" else np.uint8).reshape(shape)
+            npt = {"bfloat16": np.uint16, "float32": np.float32}.get(dtype, np.uint8)
+            return arr.view(npt).reshape(shape)
         if torch is None:
             raise ImportError("refit: torch views need torch")
         # torch has no uint16: bfloat16 goes through int16 bits.

@@ -299,6 +299,12 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
   refit_plan_stats(s->plan, 0, &st);
   const char *quantized =
       s->plan->options.wire == REFIT_WIRE_MXFP8 ? "(prequantized on the trainer)" : "";
+  const char *precision = "bf16";
+  if (c->refit.precision == REFIT_PRECISION_MXFP8)
+    precision = "mxfp8";
+  else if (c->refit.precision == REFIT_PRECISION_FP8_BLOCK)
+    precision = c->refit.fp8_scale == REFIT_FP8_SCALE_MODE_POW2 ? "fp8_block (pow2)"
+                                                                : "fp8_block";
   const char *delta = c->refit.delta == REFIT_DELTA_MODE_ON     ? ", delta on"
                       : c->refit.delta == REFIT_DELTA_MODE_AUTO ? ", delta auto"
                                                                 : "";
@@ -312,8 +318,7 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
            refit_family_desc(c->model.family)->name, s->size, s->ntrainer, c->trainer.tp,
            c->trainer.pp, c->trainer.dp, c->trainer.ep, c->trainer.etp, s->ngenerator,
            c->generator.engines, c->generator.engines == 1 ? "" : "s", c->generator.tp,
-           c->generator.ep,
-           c->refit.precision == REFIT_PRECISION_MXFP8 ? "mxfp8" : "bf16", quantized,
+           c->generator.ep, precision, quantized,
            c->refit.mode == REFIT_MODE_ASYNC ? "async" : "sync",
            c->refit.restore == REFIT_RESTORE_FULL ? "full" : "none",
            c->refit.digests ? "on" : "off", delta, (long long)s->cat->nsrc,

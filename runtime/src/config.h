@@ -25,7 +25,18 @@ typedef enum {
   REFIT_TRANSPORT_UCX
 } refit_transport_kind_t;
 
-typedef enum { REFIT_PRECISION_BF16 = 0, REFIT_PRECISION_MXFP8 = 1 } refit_precision_t;
+typedef enum {
+  REFIT_PRECISION_BF16 = 0,
+  REFIT_PRECISION_MXFP8 = 1,
+  REFIT_PRECISION_FP8_BLOCK = 2 /* 128 x 128 blocks, FP32 weight_scale_inv */
+} refit_precision_t;
+
+/* How block FP8 chooses a block's scale (kernels/fp8_block.h's modes, in
+ * their order). */
+typedef enum {
+  REFIT_FP8_SCALE_MODE_FP32 = 0,
+  REFIT_FP8_SCALE_MODE_POW2 = 1
+} refit_fp8_scale_mode_t;
 
 typedef enum {
   REFIT_SOURCE_SYNTHETIC = 0,
@@ -128,13 +139,13 @@ typedef enum {
 
 /* The rules a fault obeys wherever it is given (refit.fault, REFIT_FAULT):
  * it fires on a rank of the job (world_size 0: not known yet), and in a
- * phase that runs (quantize only under refit.precision mxfp8). */
+ * phase that runs (quantize only under a quantizing refit.precision). */
 static inline int refit_fault_rank_exists(int rank, int world_size) {
   return world_size <= 0 || rank < world_size;
 }
 
 static inline int refit_fault_phase_runs(int phase, int precision) {
-  return phase != REFIT_FAULT_PHASE_QUANTIZE || precision == REFIT_PRECISION_MXFP8;
+  return phase != REFIT_FAULT_PHASE_QUANTIZE || precision != REFIT_PRECISION_BF16;
 }
 
 #define REFIT_PATH_MAX 1024
@@ -155,7 +166,8 @@ typedef struct {
     uint64_t bucket_bytes;            /* default 256MiB; 64KiB to 2GiB - 1 */
     uint64_t arena_bytes;             /* MXFP8 assembly bound; default 4GiB,
                                          0 = none */
-    refit_precision_t precision;      /* bf16 (default) | mxfp8 */
+    refit_precision_t precision;      /* bf16 (default) | mxfp8 | fp8_block */
+    refit_fp8_scale_mode_t fp8_scale; /* fp8_block: fp32 (default) | pow2 */
     double timeout_s;                 /* default 300; > 0 */
     int steps;                        /* refits refit-run performs, default 3 */
     refit_linear_backend_t linear_backend; /* flashinfer_cutlass (default) */
@@ -168,7 +180,8 @@ typedef struct {
      * runtime byte (a delta refit reads and writes only the words it
      * changes, so damage elsewhere would last). 0 (default): no bound. */
     int delta_full_every;
-    /* Modules left in bf16 under mxfp8, by their runtime (vLLM) names: an
+    /* Modules left in bf16 under mxfp8 and fp8_block, by their runtime
+     * (vLLM) names: an
      * entry matches a module when it equals whole dotted segments of its
      * name ("mlp.gate" matches model.layers.*.mlp.gate, not
      * mlp.gate_up_proj; "self_attn.qkv_proj", not q_proj). Default
@@ -286,14 +299,20 @@ uint64_t refit_config_hash(const refit_config_t *cfg);
  */
 refit_status_t refit_config_format(const refit_config_t *cfg, char **out);
 
-/* True when generator tensor `g` is quantized under `cfg` (precision mxfp8,
- * a quantizable kind, not matched by refit.quantization_ignore). Ignore
- * entries are matched against the runtime (vLLM) tensor names of the
- * catalog, the same ones refit_config_parse() requires every entry given
- * to match under mxfp8. */
+/* The format (refit_quant_t) refit.precision quantizes to, REFIT_QUANT_NONE
+ * for bf16. */
+int refit_config_quant_format(const refit_config_t *cfg);
+
+/* The format generator tensor `g` is quantized to under `cfg` (refit_quant_t:
+ * the precision's, for a quantizable kind not matched by
+ * refit.quantization_ignore; else REFIT_QUANT_NONE, 0). Ignore entries are
+ * matched against the runtime (vLLM) tensor names of the catalog, the same
+ * ones refit_config_parse() requires every entry given to match when
+ * quantizing. */
 int refit_config_quantizes(const refit_config_t *cfg, const refit_gen_tensor_t *g);
 
-/* Can generator tensor `g` be quantized to MXFP8 under `cfg` (its kind, the
+/* Can generator tensor `g` be quantized to MXFP8 (or, under fp8_block, to
+ * block FP8: reshard/blocks.h's rules) under `cfg` (its kind, the
  * block along K, trainer shards along K, the backends' own shape rules)? The
  * same rules refit_config_parse() applies to the tensors the config
  * quantizes, for a tensor the engine asks to quantize (it registered an

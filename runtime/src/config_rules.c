@@ -19,8 +19,10 @@
 
 #include "config_table.h"
 #include "core/error.h"
+#include "kernels/fp8_block.h"
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
+#include "reshard/blocks.h"
 #include "reshard/catalog.h"
 #include "reshard/family.h"
 #include "reshard/rules.h"
@@ -41,6 +43,10 @@ _Static_assert(
         REFIT_LINEAR_FLASHINFER_TRTLLM == (int)REFIT_KERNELS_DENSE_FLASHINFER_TRTLLM &&
         REFIT_KERNELS_DENSE_COUNT == 3,
     "refit_linear_backend_t follows refit_kernels_dense_backend_t");
+/* refit.fp8_scale's n-th choice is the kernels' n-th scale mode. */
+_Static_assert(REFIT_FP8_SCALE_MODE_FP32 == (int)REFIT_FP8_SCALE_FP32 &&
+                   REFIT_FP8_SCALE_MODE_POW2 == (int)REFIT_FP8_SCALE_POW2,
+               "refit_fp8_scale_mode_t follows refit_fp8_scale_t");
 
 /* True when none of the rows was already reported (or missing). */
 static bool refit_config_rows_ok(const refit_config_ctx_t *c, const int *ids, size_t n) {
@@ -548,23 +554,36 @@ static void refit_config_check_moe_layout(refit_config_ctx_t *c,
                     why, expr);
 }
 
+/* The catalog of a quantizing config, its tensors marked and the ignore
+ * entries checked (the layout rules hold, so that it can be built); NULL,
+ * with the problem reported, when it cannot be described. */
+static refit_catalog_t *refit_config_quantized_catalog(refit_config_ctx_t *c) {
+  refit_catalog_t *cat = NULL;
+  char precision[32];
+  refit_config_choice_name(refit_config_rows[ROW(REFIT_PRECISION)].choices,
+                           c->cfg.refit.precision, precision, sizeof(precision));
+  if (refit_catalog_create(&c->cfg.model, &c->cfg.trainer, &c->cfg.generator, &cat) !=
+      REFIT_OK) {
+    refit_config_rule(c, ROW(REFIT_PRECISION),
+                      "refit.precision: %s needs the generator's tensors to "
+                      "check their shapes, which cannot be described: %s",
+                      precision, refit_last_error());
+    return NULL;
+  }
+  refit_config_mark_quantized(&c->cfg, cat);
+  refit_config_check_ignore(c, cat);
+  return cat;
+}
+
 /* Runs when the layout rules hold, so that the catalog can be built. */
 static void refit_config_check_mxfp8(refit_config_ctx_t *c) {
   if (!ROWS_OK(ROW(REFIT_PRECISION), ROW(REFIT_LINEAR_BACKEND), ROW(REFIT_MOE_BACKEND),
                ROW(REFIT_QUANTIZATION_IGNORE)) ||
       c->cfg.refit.precision != REFIT_PRECISION_MXFP8 || !c->layout_ok)
     return;
-  refit_catalog_t *cat = NULL;
-  if (refit_catalog_create(&c->cfg.model, &c->cfg.trainer, &c->cfg.generator, &cat) !=
-      REFIT_OK) {
-    refit_config_rule(c, ROW(REFIT_PRECISION),
-                      "refit.precision: mxfp8 needs the generator's tensors to "
-                      "check their shapes, which cannot be described: %s",
-                      refit_last_error());
+  refit_catalog_t *cat = refit_config_quantized_catalog(c);
+  if (cat == NULL)
     return;
-  }
-  refit_config_mark_quantized(&c->cfg, cat);
-  refit_config_check_ignore(c, cat);
   /* One tensor of generator rank 0 per K (every rank has the same shapes):
    * the first quantized, one of the dense backend when there is one (its
    * rules are the strictest); and the first quantized expert stack. */
@@ -596,6 +615,72 @@ static void refit_config_check_mxfp8(refit_config_ctx_t *c) {
   refit_catalog_destroy(cat);
 }
 
+/* ---- Block FP8 shard rules ------------------------------------------------ */
+
+/*
+ * Every piece of every quantized runtime tensor of every generator tp rank
+ * against reshard/blocks.h's rules (what vLLM accepts, and what a shard can
+ * reproduce of NeMo-RL's whole-tensor quantization). One problem per tensor
+ * pattern ("model.layers.*.self_attn.o_proj.weight"), at the key a person
+ * would change; tensors not marked quantized are skipped when
+ * `quantized_only`. Returns false when a piece breaks a rule.
+ */
+static bool refit_config_check_blocks(refit_config_ctx_t *c, const refit_catalog_t *cat,
+                                      int64_t first, int64_t end, bool quantized_only) {
+  char reported[16][REFIT_NAME_MAX + 8];
+  int nreported = 0;
+  bool ok = true;
+  for (int64_t i = first; i < end; i++) {
+    const refit_gen_tensor_t *g = &cat->gen[i];
+    if (quantized_only && !g->quantized)
+      continue;
+    int t = 0;
+    while (i >= cat->gen_begin[t + 1])
+      t++;
+    refit_block_piece_t *pieces = NULL;
+    int64_t np = 0;
+    if (refit_block_pieces(cat, i, &pieces, &np) != REFIT_OK) {
+      refit_config_rule(c, ROW(REFIT_PRECISION), "refit.precision fp8_block: %s",
+                        refit_last_error());
+      return false;
+    }
+    for (int64_t k = 0; k < np; k++) {
+      refit_field_t field = REFIT_FIELD_NONE;
+      if (refit_block_piece_check(cat, g, t, &pieces[k], &field) == REFIT_OK)
+        continue;
+      ok = false;
+      char tensor[REFIT_NAME_MAX + 8];
+      refit_config_tensor_pattern(g->name, tensor, sizeof(tensor));
+      bool again = false;
+      for (int r = 0; r < nreported && !again; r++)
+        again = strcmp(reported[r], tensor) == 0;
+      if (!again) {
+        if (nreported < 16)
+          snprintf(reported[nreported++], sizeof(reported[0]), "%s", tensor);
+        refit_config_rule(c,
+                          field == REFIT_FIELD_NONE ? ROW(REFIT_PRECISION)
+                                                    : refit_config_field_row(field),
+                          "%s (refit.precision fp8_block)", refit_last_error());
+      }
+      break;
+    }
+    free(pieces);
+  }
+  return ok;
+}
+
+/* Runs when the layout rules hold, so that the catalog can be built. */
+static void refit_config_check_fp8_block(refit_config_ctx_t *c) {
+  if (!ROWS_OK(ROW(REFIT_PRECISION), ROW(REFIT_QUANTIZATION_IGNORE)) ||
+      c->cfg.refit.precision != REFIT_PRECISION_FP8_BLOCK || !c->layout_ok)
+    return;
+  refit_catalog_t *cat = refit_config_quantized_catalog(c);
+  if (cat == NULL)
+    return;
+  refit_config_check_blocks(c, cat, 0, cat->gen_begin[cat->generator.tp], true);
+  refit_catalog_destroy(cat);
+}
+
 refit_status_t refit_config_check_quantizable(const refit_config_t *cfg,
                                               const refit_catalog_t *cat,
                                               const refit_gen_tensor_t *g) {
@@ -615,6 +700,8 @@ refit_status_t refit_config_check_quantizable(const refit_config_t *cfg,
                          "quantization method: an embedding, a norm, lm_head or the "
                          "MoE router)",
                          g->name);
+  else if (cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
+    refit_config_check_blocks(c, cat, g - cat->gen, g - cat->gen + 1, false);
   else if (refit_config_check_kdim(c, cat, g) && g->kind != REFIT_GEN_LINEAR)
     refit_config_check_moe_layout(c, g);
   if (g->kind != REFIT_GEN_PLAIN) {
@@ -646,11 +733,43 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
   refit_config_choice_name(refit_config_rows[ROW(REFIT_PRECISION)].choices,
                            cfg->refit.precision, precision, sizeof(precision));
   if (ROWS_OK(ROW(REFIT_PREQUANTIZE), ROW(REFIT_PRECISION)) && cfg->refit.prequantize &&
-      cfg->refit.precision != REFIT_PRECISION_MXFP8)
+      cfg->refit.precision == REFIT_PRECISION_BF16)
     refit_config_rule(c, ROW(REFIT_PREQUANTIZE),
                       "refit.prequantize: true needs refit.precision mxfp8, "
                       "got %s (a %s refit has nothing to quantize)",
                       precision, precision);
+  /* A block of 128 x 128 spans trainer shards (rows over trainer.tp, columns
+   * of a row-parallel layer): the generator assembles every block before it
+   * quantizes, so neither the trainer nor a delta of wire bytes can. */
+  if (ROWS_OK(ROW(REFIT_PREQUANTIZE), ROW(REFIT_PRECISION)) && cfg->refit.prequantize &&
+      cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
+    refit_config_rule(c, ROW(REFIT_PREQUANTIZE),
+                      "refit.prequantize: true is not supported with refit.precision "
+                      "fp8_block (a 128 x 128 block can span trainer shards; the "
+                      "generator assembles and quantizes it); remove it");
+  if (ROWS_OK(ROW(REFIT_DELTA), ROW(REFIT_PRECISION)) &&
+      cfg->refit.delta != REFIT_DELTA_MODE_OFF &&
+      cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
+    refit_config_rule(c, ROW(REFIT_DELTA),
+                      "refit.delta: %s is not supported with refit.precision fp8_block "
+                      "(delta refits compare quantized wire bytes, and block FP8 "
+                      "quantizes on the generator); use delta: off",
+                      cfg->refit.delta == REFIT_DELTA_MODE_ON ? "on" : "auto");
+  if (ROWS_OK(ROW(REFIT_ZERO_COPY), ROW(REFIT_PRECISION)) &&
+      cfg->refit.zero_copy == REFIT_ZERO_COPY_ON &&
+      cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
+    refit_config_rule(c, ROW(REFIT_ZERO_COPY),
+                      "refit.zero_copy: on is not supported with refit.precision "
+                      "fp8_block (a tensor is quantized once it is whole, from its "
+                      "assembly area, not read in place); use zero_copy: auto or off");
+  if (ROWS_OK(ROW(REFIT_FP8_SCALE), ROW(REFIT_PRECISION)) &&
+      cfg->refit.fp8_scale != REFIT_FP8_SCALE_MODE_FP32 &&
+      cfg->refit.precision != REFIT_PRECISION_FP8_BLOCK)
+    refit_config_rule(c, ROW(REFIT_FP8_SCALE),
+                      "refit.fp8_scale: pow2 has no effect with refit.precision %s "
+                      "(it chooses block FP8's scales); set precision: fp8_block, or "
+                      "remove it",
+                      precision);
   if (ROWS_OK(ROW(REFIT_DELTA), ROW(REFIT_ZERO_COPY)) &&
       cfg->refit.delta == REFIT_DELTA_MODE_ON &&
       cfg->refit.zero_copy == REFIT_ZERO_COPY_ON)
@@ -665,6 +784,7 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
                       "(every refit is full); set delta: on or auto, or remove it",
                       cfg->refit.delta_full_every);
   refit_config_check_mxfp8(c);
+  refit_config_check_fp8_block(c);
 
   if (!cfg->refit.fault.enabled)
     return;
@@ -679,7 +799,7 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
     refit_config_rule(c, ROW(REFIT_FAULT_PHASE),
                       "refit.fault.phase: a %s refit has no quantize phase, "
                       "so the fault would never fire; use refit.precision "
-                      "mxfp8 or another phase",
+                      "mxfp8 or fp8_block, or another phase",
                       precision);
 }
 
@@ -694,13 +814,25 @@ void refit_config_check_rules(refit_config_ctx_t *c, int world_size) {
 
 /* ---- What the config quantizes ------------------------------------------ */
 
+int refit_config_quant_format(const refit_config_t *cfg) {
+  switch (cfg->refit.precision) {
+  case REFIT_PRECISION_MXFP8:
+    return REFIT_QUANT_MXFP8;
+  case REFIT_PRECISION_FP8_BLOCK:
+    return REFIT_QUANT_FP8_BLOCK;
+  case REFIT_PRECISION_BF16:
+    break;
+  }
+  return REFIT_QUANT_NONE;
+}
+
 int refit_config_quantizes(const refit_config_t *cfg, const refit_gen_tensor_t *g) {
-  if (cfg->refit.precision != REFIT_PRECISION_MXFP8 || g->kind == REFIT_GEN_PLAIN)
-    return 0;
+  if (refit_config_quant_format(cfg) == REFIT_QUANT_NONE || g->kind == REFIT_GEN_PLAIN)
+    return REFIT_QUANT_NONE;
   for (int i = 0; i < cfg->refit.quantization_ignore_count; i++)
     if (refit_config_module_matches(g->name, cfg->refit.quantization_ignore[i]))
-      return 0;
-  return 1;
+      return REFIT_QUANT_NONE;
+  return refit_config_quant_format(cfg);
 }
 
 void refit_config_mark_quantized(const refit_config_t *cfg, refit_catalog_t *cat) {

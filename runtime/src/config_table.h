@@ -171,11 +171,15 @@
     "bytes per transfer bucket (below 2GiB: a message's MPI count is an int)") \
   X(REFIT_ARENA_BYTES, "refit", "arena_bytes", BYTES, refit.arena_bytes,       \
     "4GiB", 0, INT64_MAX, "", 0,                                               \
-    "bound of the MXFP8 assembly arena per generator rank (0 = none): the "    \
+    "bound of the assembly arena per generator rank (0 = none): the "          \
     "schedule spreads buckets over fewer trainers when spreading them over "   \
     "all would need more")                                                     \
   X(REFIT_PRECISION, "refit", "precision", ENUM, refit.precision, "bf16", 0,   \
-    0, "bf16|mxfp8", 0, "precision on the wire")                               \
+    0, "bf16|mxfp8|fp8_block", 0,                                              \
+    "what the generator holds: bf16, or quantized weights")                    \
+  X(REFIT_FP8_SCALE, "refit", "fp8_scale", ENUM, refit.fp8_scale, "fp32", 0,   \
+    0, "fp32|pow2", 0,                                                         \
+    "block scales under fp8_block: 448/amax, or a power of two")               \
   X(REFIT_TIMEOUT_S, "refit", "timeout_s", DOUBLE, refit.timeout_s, "300", 0,  \
     0, "", 0, "seconds before a refit is declared stuck")                      \
   X(REFIT_STEPS, "refit", "steps", INT, refit.steps, "3", 1, INT_MAX, "", 0,   \
@@ -205,7 +209,7 @@
   X(REFIT_QUANTIZATION_IGNORE, "refit", "quantization_ignore", STRING_LIST,    \
     refit.quantization_ignore, "[lm_head]", 0, 0,                              \
     "module name|[lm_head, mlp.gate]", 0,                                      \
-    "modules kept in bf16 under mxfp8 (whole dotted segments of the name)")    \
+    "modules kept in bf16 when quantizing (whole dotted segments of a name)")  \
   X(REFIT_RESTORE, "refit", "restore", ENUM, refit.restore, "full", 0, 0,      \
     "full|none", 0, "what a generator keeps to roll back a failed refit")      \
   X(REFIT_DIGESTS, "refit", "digests", BOOL, refit.digests, "true", 0, 0, "",  \

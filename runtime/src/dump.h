@@ -14,7 +14,8 @@
  *                          tp_rank, world_rank
  *   /rank<g>/<store name>  one dataset per runtime store, the bytes exactly as
  *                          they sit in runtime storage: uint16 for bfloat16,
- *                          uint8 for float8_e4m3fn and e8m0; shape = the
+ *                          uint8 for float8_e4m3fn and e8m0, IEEE float32
+ *                          for float32 (block FP8's _scale_inv); shape = the
  *                          store's shape (1-D of elements when the store's
  *                          bytes are padded beyond its shape); attributes
  *                          dtype, layout, version

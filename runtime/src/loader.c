@@ -59,7 +59,7 @@ static refit_store_t *refit_loader_add_store(refit_loader_t *l, int64_t gen,
   st->shape[1] = d1;
   st->shape[2] = d2;
   st->gen = gen;
-  st->is_scale = dtype == REFIT_DTYPE_E8M0;
+  st->is_scale = dtype == REFIT_DTYPE_E8M0 || dtype == REFIT_DTYPE_F32;
   st->bytes = bytes;
   return st;
 }
@@ -74,6 +74,22 @@ static refit_status_t refit_loader_describe(refit_loader_t *l, int64_t gen) {
                            g->role == REFIT_ROLE_F32 ? REFIT_DTYPE_F32 : REFIT_DTYPE_BF16,
                            "linear", g->ndim, g->shape[0], g->shape[1], g->shape[2],
                            (size_t)(g->rows * g->cols) * 2);
+    return REFIT_OK;
+  }
+  if (g->quantized == REFIT_QUANT_FP8_BLOCK) {
+    /* vLLM's Fp8LinearMethod / Fp8MoEMethod with a weight_block_size: the
+     * weight as it is, and one FP32 scale per 128 x 128 block of each
+     * matrix (reshard/blocks.h). */
+    const int64_t e = refit_block_matrices(g), sr = refit_block_scale_rows(g) / e,
+                  sc = refit_block_scale_cols(g);
+    refit_block_piece_t *p = NULL;
+    REFIT_CHECK(refit_block_pieces(l->cat, gen, &p, &l->npieces[gen - l->first]));
+    l->pieces[gen - l->first] = p;
+    refit_loader_add_store(l, gen, "", REFIT_DTYPE_E4M3, "linear", g->ndim, g->shape[0],
+                           g->shape[1], g->shape[2], (size_t)(g->rows * g->cols));
+    refit_loader_add_store(l, gen, "_scale_inv", REFIT_DTYPE_F32, "block_128x128",
+                           g->ndim, g->ndim == 3 ? e : sr, g->ndim == 3 ? sr : sc,
+                           g->ndim == 3 ? sc : 0, (size_t)(e * sr * sc) * sizeof(float));
     return REFIT_OK;
   }
   if (g->kind == REFIT_GEN_LINEAR) {
@@ -135,8 +151,10 @@ refit_status_t refit_loader_create(const refit_catalog_t *cat,
   l->store_of = calloc((size_t)l->ntensors, sizeof(*l->store_of));
   l->filled = calloc((size_t)l->ntensors, sizeof(*l->filled));
   l->arena_off = malloc((size_t)l->ntensors * sizeof(*l->arena_off));
+  l->pieces = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof(*l->pieces));
+  l->npieces = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof(*l->npieces));
   if (l->stores == NULL || l->store_of == NULL || l->filled == NULL ||
-      l->arena_off == NULL) {
+      l->arena_off == NULL || l->pieces == NULL || l->npieces == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "loader tables");
     goto err;
   }
@@ -203,7 +221,12 @@ static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
     d->digest = l->trailer > 0;
     d->seal_key = refit_seal_key(l->run_id, ch->bucket, ch->src_tensor, ch->src_row,
                                  ch->src_col);
-    if (g->quantized) {
+    if (g->quantized == REFIT_QUANT_FP8_BLOCK) {
+      /* BF16 rows into the tensor's assembly area. */
+      d->op = REFIT_CHUNK_COPY;
+      d->dst = l->arena + l->arena_off[i] + (ch->dst_row * g->cols + ch->dst_col) * 2;
+      d->dst_pitch = g->cols * 2;
+    } else if (g->quantized) {
       const int64_t kb = g->cols / 32;
       uint8_t *q = l->arena + l->arena_off[i];
       d->op = l->wire == REFIT_WIRE_MXFP8 ? REFIT_CHUNK_SPLIT : REFIT_CHUNK_QUANTIZE;
@@ -336,6 +359,10 @@ void refit_loader_destroy(refit_loader_t *l) {
   free(l->store_of);
   free(l->filled);
   free(l->arena_off);
+  for (int64_t i = 0; l->pieces != NULL && i < l->ntensors; i++)
+    free(l->pieces[i]);
+  free(l->pieces);
+  free(l->npieces);
   free(l->place);
   free(l->sum[0]);
   free(l->sum[1]);
@@ -417,12 +444,34 @@ refit_status_t refit_loader_commit(refit_loader_t *l) {
   return refit_mem_sync(l->mem);
 }
 
-/* Canonical q + linear scales -> the runtime layout of tensor i. */
+/* Block FP8: tensor i's BF16 matrix `bf16` -> its e4m3 weight and FP32
+ * scale_inv, piece by piece (each piece is quantized as NeMo-RL quantizes
+ * its Hugging Face tensor: its own blocks, its own padding value). */
+static refit_status_t refit_loader_fp8_block(const refit_loader_t *l, int64_t i,
+                                             const uint16_t *bf16, uint8_t *w_out,
+                                             float *s_out) {
+  const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
+  const int64_t n = g->rows / refit_block_matrices(g), sc = refit_block_scale_cols(g);
+  for (int64_t k = 0; k < l->npieces[i]; k++) {
+    const refit_block_piece_t *p = &l->pieces[i][k];
+    const int64_t row = p->matrix * n + p->row0;
+    REFIT_CHECK(refit_mem_fp8_block_quantize(
+        l->mem, bf16 + row * g->cols, p->rows, g->cols, g->cols,
+        (int)l->cfg->refit.fp8_scale, w_out + row * g->cols, g->cols,
+        s_out + p->scale_row0 * sc, sc));
+  }
+  return REFIT_OK;
+}
+
+/* Canonical q + linear scales -> the runtime layout of tensor i (for block
+ * FP8, q is the BF16 matrix and scale unused). */
 static refit_status_t refit_loader_transform(const refit_loader_t *l, int64_t i,
                                              const uint8_t *q,
                                              const uint8_t *scale, void *w_out,
                                              void *s_out) {
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
+  if (g->quantized == REFIT_QUANT_FP8_BLOCK)
+    return refit_loader_fp8_block(l, i, (const uint16_t *)(const void *)q, w_out, s_out);
   if (g->kind == REFIT_GEN_LINEAR)
     return refit_mem_dense_transform(l->mem, refit_loader_backend(l), g->rows,
                                      g->cols, q, scale, w_out, s_out);
@@ -708,7 +757,9 @@ refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
     const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
     const refit_store_t *w = &l->stores[l->store_of[i]];
     size_t need = (size_t)(g->rows * g->cols) * 2;
-    if (g->quantized)
+    if (g->quantized == REFIT_QUANT_FP8_BLOCK)
+      need += w[0].bytes + w[1].bytes + 512;
+    else if (g->quantized)
       need += (size_t)refit_loader_assembly_bytes(g) + w[0].bytes + w[1].bytes + 1024;
     if (need > scratch_bytes)
       scratch_bytes = need;
@@ -721,6 +772,16 @@ refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
     REFIT_CHECK_GOTO(refit_loader_expected(l, src, version, i, want), st, out);
     if (!g->quantized) {
       REFIT_CHECK_GOTO(refit_loader_compare(l, w, want, 2, version, &bad), st, out);
+      continue;
+    }
+    if (g->quantized == REFIT_QUANT_FP8_BLOCK) {
+      uint8_t *w_out = scratch + ((size_t)(g->rows * g->cols) * 2 + 255) / 256 * 256;
+      uint8_t *s_out = w_out + (w[0].bytes + 255) / 256 * 256;
+      REFIT_CHECK_GOTO(
+          refit_loader_transform(l, i, (const uint8_t *)want, NULL, w_out, s_out), st,
+          out);
+      REFIT_CHECK_GOTO(refit_loader_compare(l, &w[0], w_out, 1, version, &bad), st, out);
+      REFIT_CHECK_GOTO(refit_loader_compare(l, &w[1], s_out, 4, version, &bad), st, out);
       continue;
     }
     /* The whole tensor at once, unlike the data path's chunk by chunk. */

@@ -23,6 +23,7 @@
 #include "config.h"
 #include "kernels/place.h"
 #include "memory.h"
+#include "reshard/blocks.h"
 #include "reshard/catalog.h"
 #include "reshard/plan.h"
 #include "source.h"
@@ -34,7 +35,7 @@ typedef enum {
   REFIT_DTYPE_BF16 = 0, /* uint16 bit patterns */
   REFIT_DTYPE_E4M3 = 1, /* float8_e4m3fn bytes */
   REFIT_DTYPE_E8M0 = 2, /* block scale exponent bytes */
-  REFIT_DTYPE_F32 = 3   /* float32 bits (REFIT_ROLE_F32 tensors) */
+  REFIT_DTYPE_F32 = 3   /* float32 bits (REFIT_ROLE_F32 tensors, fp8_block's weight_scale_inv) */
 } refit_dtype_t;
 
 const char *refit_dtype_name(refit_dtype_t dtype);
@@ -45,10 +46,11 @@ const char *refit_dtype_name(refit_dtype_t dtype);
  * once at start-up; every refit writes into the same bytes.
  */
 typedef struct {
-  char name[REFIT_NAME_MAX + 8];
+  char name[REFIT_NAME_MAX + 16];
   refit_dtype_t dtype;
   const char *layout; /* "linear", "linear_kn", "swizzle_128x4",
-                         "trtllm_dense", "trtllm_moe_w13", "trtllm_moe_w2" */
+                         "trtllm_dense", "trtllm_moe_w13", "trtllm_moe_w2",
+                         "block_128x128" */
   int ndim;
   int64_t shape[3];
   void *data;    /* runtime storage: its address never changes */
@@ -58,7 +60,7 @@ typedef struct {
   int saved_valid; /* sync: saved holds data's previous bytes this refit */
   size_t bytes;
   int64_t gen;   /* index into catalog->gen */
-  int is_scale;  /* the _scale beside a quantized weight */
+  int is_scale;  /* the _scale (or _scale_inv) beside a quantized weight */
 } refit_store_t;
 
 typedef struct {
@@ -76,13 +78,18 @@ typedef struct {
   int32_t trailer; /* digest bytes after each chunk (0: none) */
   uint64_t run_id; /* the job's, in every chunk's seal (set before allocate) */
 
-  /* Canonical MXFP8 assembly: tensor i, while incomplete, has q [rows, K]
-   * then linear scales [rows, K/32] at arena + arena_off[i]. Offsets come
-   * from the plan (a tensor's area is reused once it is complete), so the
-   * arena is as large as the most bytes ever incomplete at once. */
+  /* Assembly: an MXFP8 tensor i, while incomplete, has its canonical q
+   * [rows, K] then linear scales [rows, K/32] at arena + arena_off[i]; a
+   * block FP8 one its BF16 matrix [rows, K] (blocks span chunks: they are
+   * quantized when the tensor is complete). Offsets come from the plan (a
+   * tensor's area is reused once it is complete), so the arena is as large
+   * as the most bytes ever incomplete at once. */
   uint8_t *arena;
   int64_t arena_bytes;
   int64_t *arena_off; /* -1 for tensors that are not quantized */
+  /* Block FP8: tensor i's pieces (reshard/blocks.h), NULL for others. */
+  refit_block_piece_t **pieces;
+  int64_t *npieces;
 
   /* One land descriptor per chunk this rank receives, bucket by bucket. */
   refit_mem_table_t land;

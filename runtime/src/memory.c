@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "kernels/delta.h"
+#include "kernels/fp8_block.h"
 #include "kernels/mxfp8.h"
 
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "kernels/datapath_cuda.h"
 #include "kernels/delta_cuda.h"
 #include "kernels/direct_cuda.h"
+#include "kernels/fp8_block_cuda.h"
 #include "kernels/mxfp8_cuda.h"
 #include "kernels/place_cuda.h"
 #endif
@@ -423,6 +425,21 @@ refit_status_t refit_mem_quantize_rows(refit_mem_t *m, const uint16_t *src,
 #endif
   (void)m;
   return refit_mxfp8_quantize_rows(src, rows, k, k, q, k, scale, k / 32);
+}
+
+refit_status_t refit_mem_fp8_block_quantize(refit_mem_t *m, const uint16_t *src,
+                                            int64_t rows, int64_t k, int64_t src_stride,
+                                            int mode, uint8_t *q, int64_t q_stride,
+                                            float *scale_inv, int64_t scale_stride) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    return refit_fp8_block_quantize_cuda(src, rows, k, src_stride,
+                                         (refit_fp8_scale_t)mode, q, q_stride, scale_inv,
+                                         scale_stride, m->stream);
+#endif
+  (void)m;
+  return refit_fp8_block_quantize(src, rows, k, src_stride, (refit_fp8_scale_t)mode, q,
+                                  q_stride, scale_inv, scale_stride);
 }
 
 refit_status_t refit_mem_dense_transform(refit_mem_t *m,

@@ -127,6 +127,12 @@ refit_status_t refit_mem_direct_run(refit_mem_t *m, const refit_mem_table_t *t,
 refit_status_t refit_mem_quantize_rows(refit_mem_t *m, const uint16_t *src,
                                        int64_t rows, int64_t k, uint8_t *q,
                                        uint8_t *scale);
+/* Block FP8 (kernels/fp8_block.h) of a [rows, k] BF16 matrix, row strides
+ * in elements (src, q) and in FP32 scales (scale_inv). */
+refit_status_t refit_mem_fp8_block_quantize(refit_mem_t *m, const uint16_t *src,
+                                            int64_t rows, int64_t k, int64_t src_stride,
+                                            int mode, uint8_t *q, int64_t q_stride,
+                                            float *scale_inv, int64_t scale_stride);
 refit_status_t refit_mem_dense_transform(refit_mem_t *m,
                                          refit_kernels_dense_backend_t backend,
                                          int64_t n, int64_t k, const uint8_t *q,

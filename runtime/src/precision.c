@@ -28,7 +28,7 @@ int refit_precision_form(const refit_config_t *cfg, const refit_catalog_t *cat,
   /* "<weight>_scale" beside a weight refit planned in BF16. */
   static const char suffix[] = "_scale";
   const size_t len = strlen(t->name), slen = sizeof(suffix) - 1;
-  char base[REFIT_NAME_MAX + 8];
+  char base[REFIT_NAME_MAX + 16];
   if (!mxfp8 || t->dtype != REFIT_TENSOR_E8M0 || len <= slen || len - slen >= sizeof(base) ||
       strcmp(t->name + len - slen, suffix) != 0)
     return 0;
@@ -98,7 +98,7 @@ refit_status_t refit_precision_decide(const refit_config_t *cfg, refit_catalog_t
     refit_gen_tensor_t *g = &cat->gen[i];
     const int v = votes[i];
     if ((v & REFIT_FORM_MXFP8) && !g->quantized)
-      g->quantized = 1;
+      g->quantized = refit_config_quant_format(cfg);
     else if ((v & REFIT_FORM_BF16) && g->quantized)
       g->quantized = 0;
   }

@@ -92,7 +92,7 @@ int refit_store_name_matches(const char *store, const char *name) {
 /* A generator registration before the first begin, kept with its form. */
 struct refit_registration {
   refit_tensor_t t;
-  char name[REFIT_NAME_MAX + 8];
+  char name[REFIT_NAME_MAX + 16];
   int form;    /* REFIT_FORM_* */
   int64_t gen; /* catalog generator tensor */
 };
@@ -208,7 +208,8 @@ refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *
         s->is_trainer || dtype != REFIT_DTYPE_BF16 ? ""
         : s->cat->gen[s->stores[index].gen].kind == REFIT_GEN_PLAIN
             ? " (vLLM keeps this tensor in bf16: it has no quantization method)"
-            : " (refit.precision is not mxfp8: nothing is quantized)");
+            : " (refit.precision bf16, or refit.quantization_ignore, keeps it in "
+              "bf16)");
   if (t->bytes != bytes)
     refit_register_problem(problems, sizeof(problems), &used, &n,
                            "bytes: expected %zu, got %zu", bytes, t->bytes);

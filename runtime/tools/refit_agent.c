@@ -698,10 +698,11 @@ static json_t *agent_register(agent_t *a, refit_agent_msg_t *msg) {
     json_t *shape = json_object_get(e, "shape");
     if (name == NULL || dtype < 0 || !json_is_integer(json_object_get(e, "bytes")) ||
         bytes <= 0 || offset < 0 || !json_is_array(shape) || json_array_size(shape) > 3) {
-      AGENT_PROBLEM("entry %zu: needs name, dtype (bfloat16, float8_e4m3fn, "
-                    "float8_e8m0fnu), bytes > 0, offset >= 0 and a shape of at most 3 "
-                    "dimensions",
-                    i);
+      AGENT_PROBLEM(
+          "entry %zu: needs name, dtype (bfloat16, float8_e4m3fn, "
+          "float8_e8m0fnu, float32), bytes > 0, offset >= 0 and a shape of at most 3 "
+          "dimensions",
+          i);
       continue;
     }
     refit_tensor_t want;

@@ -155,8 +155,8 @@ int main(int argc, char **argv) {
   printf("  schedule spread  %.3f (1: every bucket from every trainer; 0: "
          "tensor order)\n",
          f.spread);
-  if (f.mxfp8)
-    printf("  MXFP8 assembly   %.1f MiB per generator rank (largest; bound "
+  if (s.arena_max > 0) /* MXFP8 or block FP8 tensors assembling */
+    printf("  assembly arena   %.1f MiB per generator rank (largest; bound "
            "refit.arena_bytes %.1f MiB); staging 2 x %.1f MiB\n",
            (double)s.arena_max / 1048576.0, (double)f.arena_bound / 1048576.0,
            (double)s.staging_max / 1048576.0);

@@ -621,8 +621,8 @@ int main(int argc, char **argv) {
     printf("\ngenerator memory (largest rank): runtime tensors %.1f MiB; beyond "
            "them staging %.1f MiB",
            mem_max[2] / 1048576.0, mem_max[0] / 1048576.0);
-    if (cfg.mxfp8)
-      printf(" + MXFP8 assembly %.1f MiB", mem_max[1] / 1048576.0);
+    if (mem_max[1] > 0) /* MXFP8 or block FP8 tensors assembling */
+      printf(" + assembly %.1f MiB", mem_max[1] / 1048576.0);
     if (saved)
       printf(" + %s %.1f MiB", cfg.async ? "async shadow" : "restore copy",
              mem_max[2] / 1048576.0);

@@ -448,7 +448,9 @@ def test_pip_installed_client_in_a_fresh_venv(tmp):
     synthetic_round(Job("moe_synthetic_c.yaml", tmp), py, env)
 
 
-MATRIX = sorted(f for f in os.listdir(os.path.join(ROOT, "tests", "mpi")) if f.endswith(".yaml"))
+MATRIX = sorted(os.path.join(d, f) if d else f
+                for d in ("", "fp8_block")
+                for f in os.listdir(os.path.join(ROOT, "tests", "mpi", d)) if f.endswith(".yaml"))
 
 
 @pytest.mark.skipif(os.environ.get("REFIT_AGENT_MATRIX") != "1",
@@ -457,7 +459,8 @@ MATRIX = sorted(f for f in os.listdir(os.path.join(ROOT, "tests", "mpi")) if f.e
 def test_mpi_matrix_through_agents(tmp, config):
     """Every layout of the MPI test matrix (tests/mpi: tp, pp with uneven
     stages, ep, dp replicas, engines, BF16 and MXFP8 in each backend,
-    prequantized, async) refits two versions through agents: the agents make
+    prequantized, async; block FP8 in tests/mpi/fp8_block) refits two
+    versions through agents: the agents make
     the weights (synthetic source) and hold the engines' storage; each engine
     process asks its agent to verify every byte against the reference."""
     synthetic_round(Job(os.path.join("..", "mpi", config), tmp), sys.executable, _env())

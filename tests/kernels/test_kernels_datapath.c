@@ -444,7 +444,11 @@ static void test_datapath_compare(void **state) {
   assert_int_equal(first, 332);
   assert_int_equal(refit_compare(a, b, 1001, 2, &count, &first),
                    REFIT_ERR_INVALID_ARGUMENT);
-  assert_int_equal(refit_compare(a, b, 1000, 4, &count, &first),
+  /* 4-byte elements (FP32 scales): 332 and 333 are one element. */
+  assert_int_equal(refit_compare(a, b, 1000, 4, &count, &first), REFIT_OK);
+  assert_int_equal(count, 2);
+  assert_int_equal(first, 83);
+  assert_int_equal(refit_compare(a, b, 1000, 3, &count, &first),
                    REFIT_ERR_INVALID_ARGUMENT);
 }
 

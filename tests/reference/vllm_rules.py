@@ -134,6 +134,7 @@ class Job:
         self.tp = int(gen["tp"])
         self.ep = int(gen["ep"])
         self.precision = refit["precision"]
+        self.fp8_scale = refit.get("fp8_scale", "fp32")
         self.linear_backend = refit["linear_backend"]
         self.moe_backend = refit["moe_backend"]
         self.ignore = list(refit["quantization_ignore"] or [])
@@ -170,6 +171,10 @@ class Job:
     def mxfp8(self):
         return self.precision == "mxfp8"
 
+    @property
+    def fp8_block(self):
+        return self.precision == "fp8_block"
+
     def _validate(self):
         tp = self.tp
         # qwen3_moe.py Qwen3MoeAttention: heads split evenly; KV heads either
@@ -192,8 +197,12 @@ class Job:
             raise ValueError(f"intermediate_size {self.ffn} not divisible by tp {tp}")
         if self.mla and (self.shared * self.moe_ffn) % tp:
             raise ValueError(f"shared experts' width {self.shared * self.moe_ffn} not divisible by tp {tp}")
-        if self.precision not in ("bf16", "mxfp8"):
-            raise ValueError(f"refit.precision {self.precision!r}: expected bf16 or mxfp8")
+        if self.precision not in ("bf16", "mxfp8", "fp8_block"):
+            raise ValueError(f"refit.precision {self.precision!r}: expected bf16, mxfp8 or fp8_block")
+        if self.mla and self.precision == "fp8_block":
+            raise ValueError("refit.precision fp8_block: deepseek_v3 is not stated here yet")
+        if self.fp8_scale not in ("fp32", "pow2"):
+            raise ValueError(f"refit.fp8_scale {self.fp8_scale!r}: expected fp32 or pow2")
         if self.linear_backend not in _LINEAR_BACKENDS:
             raise ValueError(f"refit.linear_backend {self.linear_backend!r}")
         if self.moe_backend != "flashinfer_trtllm":
@@ -335,7 +344,7 @@ def _quantized(job, module):
     Qwen3MoeSparseMoeBlock), and VocabParallelEmbedding / ParallelLMHead are
     not LinearBase, so neither ever reaches that method: callers pass only the
     attention, dense-MLP and expert modules here."""
-    return job.mxfp8 and not _ignored(job, module)
+    return (job.mxfp8 or job.fp8_block) and not _ignored(job, module)
 
 
 # ---------------------------------------------------------------------------
@@ -480,6 +489,74 @@ def mxfp8_quantize(bits):
 
 
 # ---------------------------------------------------------------------------
+# Block FP8 (NeMo-RL cast_tensor_to_fp8_blockwise, model-families.md 4.2)
+# ---------------------------------------------------------------------------
+
+# fp8_utils.py / NeMo-RL FP8_BLOCK_QUANT_KWARGS: weight_block_size [128, 128].
+FP8_BLOCK = 128
+
+
+def _e4m3_from_float32(v):
+    """torch's float32 -> float8_e4m3fn cast of values already clamped to
+    +-448 (round to nearest even); NaN -> 0x7F whatever its sign (the GPU's
+    0 * Inf is the positive canonical NaN)."""
+    nan = np.isnan(v)
+    codes = _e4m3_encode(np.where(nan, 0.0, v.astype(np.float64)))
+    return np.where(nan, np.uint8(0x7F), codes).astype(np.uint8)
+
+
+def fp8_block_scales(amax, pow2):
+    """(scale, scale_inv), float32, of blocks whose amax (float32) is given:
+    steps 3 and 4 of fp8_block_quantize."""
+    one = np.float32(1.0)
+    amax = np.asarray(amax, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        nan = np.isnan(amax)
+        if pow2:
+            # ceil(log2(Inf)) = Inf, clamped to 127: E = 254.
+            finite = np.where(nan | (amax == np.inf), np.float32(0), amax)
+            e = np.where(amax == np.inf, 254, _e8m0_round_up(finite * _RCP_448))
+            scale = np.where(e == 0, one, np.ldexp(one, 127 - e).astype(np.float32))
+        else:
+            scale = (one / amax) * np.float32(E4M3_MAX)
+            scale = np.where((amax == 0) | (amax == np.inf), one, scale)
+        scale = np.where(nan, np.float32(np.nan), scale).astype(np.float32)
+        return scale, (one / scale).astype(np.float32)
+
+
+def fp8_block_quantize(bits, pow2=False):
+    """BF16 [M, K] -> (E4M3 bytes [M, K], float32 scale_inv [ceil(M/128),
+    ceil(K/128)]), one HF tensor as NeMo-RL quantizes it before vLLM loads it.
+
+    In float32, as torch computes it (model-families.md 4.2, confirmed in
+    NeMo-RL's nemo_rl/models/generation/fp8.py):
+      1. pad to multiples of 128 with the tensor's last element x[-1, -1];
+      2. amax = max |x| per 128 x 128 block (the padding counts);
+      3. fp32 scales: scale = reciprocal(amax) * 448 (torch's `448 / t`),
+         1 where amax is 0 or Inf; scale_inv = reciprocal(scale);
+      4. pow2 scales: E = clamp(ceil(log2(amax * fl(1/448))), -127, 127) + 127,
+         scale = 2^(127 - E), 1 when E == 0; scale_inv = 1 / scale;
+      5. q = e4m3(clamp(x * scale, -448, 448)), the padding cropped.
+    A block with a NaN is refit's own rule (outside NeMo-RL's contract): every
+    byte 0x7F and scale_inv NaN."""
+    m, k = bits.shape
+    x = (bits.astype(np.uint32) << 16).view(np.float32)
+    pm, pk = _round_up(m, FP8_BLOCK), _round_up(k, FP8_BLOCK)
+    padded = np.full((pm, pk), x[-1, -1], dtype=np.float32)
+    padded[:m, :k] = x
+    nbr, nbc = pm // FP8_BLOCK, pk // FP8_BLOCK
+    blocks = padded.reshape(nbr, FP8_BLOCK, nbc, FP8_BLOCK).transpose(0, 2, 1, 3)
+    blocks = blocks.reshape(nbr, nbc, FP8_BLOCK * FP8_BLOCK)
+    with np.errstate(all="ignore"):
+        amax = np.abs(blocks).max(axis=-1)  # NaN propagates
+        scale, scale_inv = fp8_block_scales(amax, pow2)
+        v = np.clip(blocks * scale[..., None], np.float32(-E4M3_MAX), np.float32(E4M3_MAX))
+    q = _e4m3_from_float32(v.astype(np.float32))
+    q = q.reshape(nbr, nbc, FP8_BLOCK, FP8_BLOCK).transpose(0, 2, 1, 3).reshape(pm, pk)
+    return np.ascontiguousarray(q[:m, :k]), scale_inv
+
+
+# ---------------------------------------------------------------------------
 # FlashInfer layouts
 # ---------------------------------------------------------------------------
 
@@ -579,7 +656,79 @@ def _moe_layout(values13, scales13, values2, scales2):
 # The runtime tensors of one rank
 # ---------------------------------------------------------------------------
 
+def _fp8_block_full(job, w):
+    """Every HF weight vLLM block-quantizes, quantized whole as NeMo-RL does
+    before vLLM's loaders shard it: name -> (e4m3 values, float32 scale_inv).
+    Cached on the job (the same weights for every rank)."""
+    cache = getattr(job, "_fp8_cache", None)
+    if cache is None or cache[0] is not w:
+        cache = (w, {})
+        job._fp8_cache = cache
+    return cache[1]
+
+
+def _fp8_q(job, w, name):
+    table = _fp8_block_full(job, w)
+    if name not in table:
+        table[name] = fp8_block_quantize(w[name], pow2=job.fp8_scale == "pow2")
+    return table[name]
+
+
+def _blocks(n):
+    return -(-n // FP8_BLOCK)
+
+
+def _scale_rows(s, shard, size):
+    """BlockQuantScaleParameter loading along the output dimension
+    (linear.py, fp8_utils.py): shard `shard` of `size` weight rows is scale
+    rows [shard * ceil(size/128), +ceil(size/128))."""
+    return s[shard * _blocks(size):(shard + 1) * _blocks(size)]
+
+
+def _scale_cols(s, shard, size):
+    """The same along the input dimension (row-parallel layers)."""
+    return s[:, shard * _blocks(size):(shard + 1) * _blocks(size)]
+
+
+def _fp8_qkv(job, w, i, t):
+    """qkv_proj under block FP8: each of q, k, v quantized whole, then its
+    values sharded as the BF16 weight and its scale rows by block
+    (QKVParallelLinear.weight_loader with adjust_block_scale_shard): one run of
+    scale rows per piece."""
+    d = job.head_dim
+    q_loc = job.heads // job.tp
+    kv_loc = max(1, job.kv_heads // job.tp)
+    kv_shard = t // max(1, job.tp // job.kv_heads)
+    values, scales = [], []
+    for proj, shard, n in (("q_proj", t, q_loc * d), ("k_proj", kv_shard, kv_loc * d),
+                           ("v_proj", kv_shard, kv_loc * d)):
+        q, s = _fp8_q(job, w, _layer(i, f"self_attn.{proj}.weight"))
+        values.append(_rows(q, shard * n, n))
+        scales.append(_scale_rows(s, shard, n))
+    return np.concatenate(values), np.concatenate(scales)
+
+
+def _fp8_column_pair(job, w, gate, up, t, width):
+    n = width // job.tp
+    (qg, sg), (qu, su) = _fp8_q(job, w, gate), _fp8_q(job, w, up)
+    return (np.concatenate([_rows(qg, t * n, n), _rows(qu, t * n, n)]),
+            np.concatenate([_scale_rows(sg, t, n), _scale_rows(su, t, n)]))
+
+
+def _fp8_row_parallel(job, w, name, t):
+    q, s = _fp8_q(job, w, name)
+    n = q.shape[1] // job.tp
+    return _cols(q, t * n, n), _scale_cols(s, t, n)
+
+
+def _fp8_store(out, module, suffix, values, scales):
+    out[module + "." + suffix] = values
+    out[module + "." + suffix + "_scale_inv"] = scales
+
+
 def _linear(job, out, module, weight):
+    if job.fp8_block and _quantized(job, module):
+        raise ValueError(f"{module}: block FP8 quantizes whole HF tensors (_fp8_* helpers)")
     if _quantized(job, module):
         values, scales = _dense_layout(job, *mxfp8_quantize(weight))
         out[module + ".weight"] = values
@@ -612,26 +761,42 @@ def runtime_tensors(cfg, full_weights, tp_rank):
             else:
                 _gated_mlp(job, out, w, i, t, "mlp", job.ffn)
             continue
-        _linear(job, out, _layer(i, "self_attn.qkv_proj"), _qkv(job, w, i, t))
+        if job.fp8_block and _quantized(job, _layer(i, "self_attn.qkv_proj")):
+            _fp8_store(out, _layer(i, "self_attn.qkv_proj"), "weight", *_fp8_qkv(job, w, i, t))
+        else:
+            _linear(job, out, _layer(i, "self_attn.qkv_proj"), _qkv(job, w, i, t))
         if job.qkv_bias:
             # Not a weight: MXFP8 (Mxfp8OnlineLinearMethod) quantizes only
             # the weight and keeps the layer's bias as it was created, BF16.
             out[_layer(i, "self_attn.qkv_proj.bias")] = _qkv(job, w, i, t, "bias")
         o = w[_layer(i, "self_attn.o_proj.weight")]
         o_loc = o.shape[1] // job.tp
-        _linear(job, out, _layer(i, "self_attn.o_proj"), _cols(o, t * o_loc, o_loc))
+        if job.fp8_block and _quantized(job, _layer(i, "self_attn.o_proj")):
+            _fp8_store(out, _layer(i, "self_attn.o_proj"), "weight",
+                       *_fp8_row_parallel(job, w, _layer(i, "self_attn.o_proj.weight"), t))
+        else:
+            _linear(job, out, _layer(i, "self_attn.o_proj"), _cols(o, t * o_loc, o_loc))
         norms = ("self_attn.q_norm", "self_attn.k_norm") if job.qk_norm else ()
         for norm in norms + ("input_layernorm", "post_attention_layernorm"):
             out[_layer(i, norm + ".weight")] = w[_layer(i, norm + ".weight")]
         if job.moe:
             _moe(job, out, w, i, t)
         else:
-            gate_up = _column_pair(job, w[_layer(i, "mlp.gate_proj.weight")],
-                                   w[_layer(i, "mlp.up_proj.weight")], t, job.ffn)
-            _linear(job, out, _layer(i, "mlp.gate_up_proj"), gate_up)
-            down = w[_layer(i, "mlp.down_proj.weight")]
-            f_loc = job.ffn // job.tp
-            _linear(job, out, _layer(i, "mlp.down_proj"), _cols(down, t * f_loc, f_loc))
+            if job.fp8_block and _quantized(job, _layer(i, "mlp.gate_up_proj")):
+                _fp8_store(out, _layer(i, "mlp.gate_up_proj"), "weight",
+                           *_fp8_column_pair(job, w, _layer(i, "mlp.gate_proj.weight"),
+                                             _layer(i, "mlp.up_proj.weight"), t, job.ffn))
+            else:
+                gate_up = _column_pair(job, w[_layer(i, "mlp.gate_proj.weight")],
+                                       w[_layer(i, "mlp.up_proj.weight")], t, job.ffn)
+                _linear(job, out, _layer(i, "mlp.gate_up_proj"), gate_up)
+            if job.fp8_block and _quantized(job, _layer(i, "mlp.down_proj")):
+                _fp8_store(out, _layer(i, "mlp.down_proj"), "weight",
+                           *_fp8_row_parallel(job, w, _layer(i, "mlp.down_proj.weight"), t))
+            else:
+                down = w[_layer(i, "mlp.down_proj.weight")]
+                f_loc = job.ffn // job.tp
+                _linear(job, out, _layer(i, "mlp.down_proj"), _cols(down, t * f_loc, f_loc))
     out["model.norm.weight"] = w["model.norm.weight"]
     if not job.tied:
         # Qwen3MoeForCausalLM (and Qwen2ForCausalLM, LlamaForCausalLM): with
@@ -732,11 +897,37 @@ def _moe(job, out, w, i, t):
     if not _quantized(job, module):
         out[module + ".w13_weight"], out[module + ".w2_weight"] = w13, w2
         return
+    if job.fp8_block:
+        _fp8_experts(job, out, w, i, t, module)
+        return
     # Mxfp8OnlineMoEMethod quantizes expert by expert along K (H for w13, I
     # for w2); blocks never span rows, so quantizing the stack is the same.
     v13, s13, v2, s2 = _moe_layout(*mxfp8_quantize(w13), *mxfp8_quantize(w2))
     out[module + ".w13_weight"], out[module + ".w13_weight_scale"] = v13, s13
     out[module + ".w2_weight"], out[module + ".w2_weight_scale"] = v2, s2
+
+
+def _fp8_experts(job, out, w, i, t, module):
+    """Fp8MoEMethod with a weight_block_size (fp8.py create_weights): w13
+    [E_loc, 2I_loc, H] with w13_weight_scale_inv [E_loc, 2 ceil(I_loc/128),
+    ceil(H/128)] (gate block rows, then up), w2 [E_loc, H, I_loc] with
+    w2_weight_scale_inv [E_loc, ceil(H/128), ceil(I_loc/128)]; each expert's
+    HF tensors quantized whole, then sharded by FusedMoE's loaders."""
+    shard_tp = job.tp if job.ep == 1 else 1
+    shard_t = t if job.ep == 1 else 0
+    n = job.moe_ffn // shard_tp
+    v13, s13, v2, s2 = [], [], [], []
+    for e in _expert_range(job, t):
+        pre = f"mlp.experts.{e}"
+        (qg, sg), (qu, su) = (_fp8_q(job, w, _layer(i, f"{pre}.gate_proj.weight")),
+                              _fp8_q(job, w, _layer(i, f"{pre}.up_proj.weight")))
+        v13.append(np.concatenate([_rows(qg, shard_t * n, n), _rows(qu, shard_t * n, n)]))
+        s13.append(np.concatenate([_scale_rows(sg, shard_t, n), _scale_rows(su, shard_t, n)]))
+        qd, sd = _fp8_q(job, w, _layer(i, f"{pre}.down_proj.weight"))
+        v2.append(_cols(qd, shard_t * n, n))
+        s2.append(_scale_cols(sd, shard_t, n))
+    _fp8_store(out, module, "w13_weight", np.stack(v13), np.stack(s13))
+    _fp8_store(out, module, "w2_weight", np.stack(v2), np.stack(s2))
 
 
 def dtype_name(name, array):

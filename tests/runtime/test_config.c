@@ -157,6 +157,7 @@ static const char dense[] = "model:\n"                   /* 1 */
 #define GEN_TP "generator:\n  tp: 2\n"
 #define GEN_EP "  ep: 2\n  engines"
 #define MXFP8 "refit:\n  precision: mxfp8\n"
+#define FP8_BLOCK "refit:\n  precision: fp8_block\n"
 
 /* A fault appended to moe (lines 21-25). */
 #define FAULT                                                                            \
@@ -867,6 +868,55 @@ static const mistake_t mistakes[] = {
                   "remove it"}),
     CASE(.base = moe, .append = "refit:\n  delta: on\n  delta_full_every: -1\n",
          .lines = 1, .want = {"demo.yaml:23:21: refit.delta_full_every"}),
+    /* ---- Block FP8: the shards vLLM refuses, at the key to change ---- */
+    /* k and v of 2 KV heads of 32 per generator rank: 64 rows. */
+    CASE(.base = dense, .append = FP8_BLOCK, .lines = 1, .ok_without_append = true,
+         .want = {"demo.yaml:15:3: model.layers.0.self_attn.qkv_proj.weight on generator "
+                  "tp rank 0: the piece rows 0..63, columns 0..255 of "
+                  "model.layers.0.self_attn.k_proj.weight [128, 256] cannot be "
+                  "block-quantized: a tensor-parallel shard of a block-quantized "
+                  "dimension is not a multiple of 128 (vLLM's validate_fp8_block_shape "
+                  "refuses it) (refit.precision fp8_block)"}),
+    /* hidden_size 320: partial blocks along K, padded with each tensor's last
+     * element, which only the last tp rank's rows hold. */
+    CASE(.base = dense,
+         .edit = {{"  hidden_size: 256\n", "  hidden_size: 320\n"},
+                  {"  head_dim: 32\n", "  head_dim: 64\n"}},
+         .append = FP8_BLOCK, .ok_without_append = true,
+         .want =
+             {"demo.yaml:15:3: model.layers.0.self_attn.qkv_proj.weight on generator "
+              "tp rank 0: the piece rows 0..255, columns 0..319 of "
+              "model.layers.0.self_attn.q_proj.weight [512, 320] cannot be "
+              "block-quantized: it has a partial 128 x 128 block but not the Hugging "
+              "Face tensor's last element",
+              "demo.yaml:15:3: model.layers.0.self_attn.o_proj.weight on generator tp "
+              "rank 0"}),
+    /* Experts of 64 rows: FusedMoE's rule, at the model key (ep: whole experts). */
+    CASE(.base = moe,
+         .edit = {{"  moe_intermediate_size: 128\n", "  moe_intermediate_size: 64\n"},
+                  {"  head_dim: 32\n", "  head_dim: 64\n"}},
+         .append = FP8_BLOCK, .lines = 2, .ok_without_append = true,
+         .want = {"demo.yaml:10:3: model.layers.0.mlp.experts.w13_weight on generator tp "
+                  "rank 0: the piece rows 0..63, columns 0..255 of "
+                  "model.layers.0.mlp.experts.0.gate_proj.weight [64, 256] cannot be "
+                  "block-quantized: an expert's intermediate size per rank is not a "
+                  "multiple of 128 (vLLM's FusedMoE refuses it under block FP8)",
+                  "demo.yaml:10:3: model.layers.0.mlp.experts.w2_weight"}),
+    CASE(.base = moe, .edit = {{"  head_dim: 32\n", "  head_dim: 64\n"}},
+         .append = FP8_BLOCK "  prequantize: true\n", .lines = 1,
+         .want = {"demo.yaml:23:3: refit.prequantize: true is not supported with "
+                  "refit.precision fp8_block"}),
+    CASE(.base = moe, .edit = {{"  head_dim: 32\n", "  head_dim: 64\n"}},
+         .append = FP8_BLOCK "  delta: auto\n", .lines = 1,
+         .want = {"demo.yaml:23:3: refit.delta: auto is not supported with "
+                  "refit.precision fp8_block"}),
+    CASE(.base = moe, .edit = {{"  head_dim: 32\n", "  head_dim: 64\n"}},
+         .append = FP8_BLOCK "  zero_copy: on\n", .lines = 1,
+         .want = {"demo.yaml:23:3: refit.zero_copy: on is not supported with "
+                  "refit.precision fp8_block"}),
+    CASE(.base = moe, .append = MXFP8 "  fp8_scale: pow2\n", .lines = 1,
+         .want = {"demo.yaml:23:3: refit.fp8_scale: pow2 has no effect with "
+                  "refit.precision mxfp8"}),
     CASE(.base = moe, .append = "refit:\n  delta: on\n  zero_copy: on\n", .lines = 1,
          .want = {"demo.yaml:22:3: refit.delta: on cannot be combined with "
                   "refit.zero_copy: on (zero copy moves no weight bytes to compare); "
@@ -1405,6 +1455,31 @@ static void test_mxfp8_accepted(void **state) {
 
 /* refit.quantization_ignore names the generator's runtime modules (vLLM's
  * names), the ones refit_config_quantizes matches. */
+/* Block FP8 layouts vLLM accepts: generator tp 1 with partial blocks (each
+ * tensor whole on every rank), and 128-row shards at tp 2, ep or not. */
+static void test_fp8_block_accepted(void **state) {
+  (void)state;
+  refit_config_t cfg;
+  const char *partial =
+      edit(edit(edit(dense, "  hidden_size: 256\n", "  hidden_size: 320\n"),
+                "  head_dim: 32\n", "  head_dim: 64\n"),
+           GEN_TP, "generator:\n  tp: 1\n");
+  EXPECT_OK(cat(partial, FP8_BLOCK "  fp8_scale: pow2\n"), 0, &cfg);
+  assert_int_equal(cfg.refit.precision, REFIT_PRECISION_FP8_BLOCK);
+  assert_int_equal(cfg.refit.fp8_scale, REFIT_FP8_SCALE_MODE_POW2);
+  const char *moe64 = edit(moe, "  head_dim: 32\n", "  head_dim: 64\n");
+  EXPECT_OK(cat(moe64, FP8_BLOCK), 0, &cfg);
+  assert_int_equal(cfg.refit.fp8_scale, REFIT_FP8_SCALE_MODE_FP32);
+  EXPECT_OK(cat(edit(edit(moe64, GEN_EP, "  ep: 1\n  engines"),
+                     "  moe_intermediate_size: 128\n", "  moe_intermediate_size: 256\n"),
+                FP8_BLOCK),
+            0, &cfg);
+  /* qkv_proj kept in bf16: its KV shards of 64 rows are not quantized. */
+  EXPECT_OK(
+      cat(dense, FP8_BLOCK "  quantization_ignore: [lm_head, self_attn.qkv_proj]\n"), 0,
+      &cfg);
+}
+
 static void test_quantization_ignore_runtime_names(void **state) {
   (void)state;
   refit_config_t cfg;
@@ -1670,6 +1745,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_stage_layers, teardown),
       cmocka_unit_test_teardown(test_layout_rules_at_their_keys, teardown),
       cmocka_unit_test_teardown(test_mxfp8_accepted, teardown),
+      cmocka_unit_test_teardown(test_fp8_block_accepted, teardown),
       cmocka_unit_test_teardown(test_quantization_ignore_runtime_names, teardown),
       cmocka_unit_test_teardown(test_mxfp8_presets_pass, teardown),
       cmocka_unit_test_teardown(test_every_option_accepted, teardown),

@@ -81,7 +81,7 @@ typedef enum {
   REFIT_TENSOR_BF16 = 0, /* uint16 bit patterns */
   REFIT_TENSOR_E4M3 = 1, /* float8_e4m3fn */
   REFIT_TENSOR_E8M0 = 2, /* block scale exponents */
-  REFIT_TENSOR_F32 = 3   /* float32 (DeepSeek's e_score_correction_bias) */
+  REFIT_TENSOR_F32 = 3   /* float32 (DeepSeek's e_score_correction_bias, fp8_block's weight_scale_inv) */
 } refit_tensor_dtype_t;
 
 /* A tensor a side holds: trainer shards under the trainer's names

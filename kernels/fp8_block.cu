@@ -1,0 +1,161 @@
+/*
+ * Block FP8 quantization, CUDA twin of kernels/fp8_block.c.
+ *
+ * Kernel refit_fp8_block_quantize_kernel
+ *   computes  per 128 x 128 block: the amax key (|bf16| bits, NaN above
+ *             +Inf; a partial block also counts the matrix's last element),
+ *             scale and scale_inv by the shared rule
+ *             (kernels/fp8_block_rules.h), q = E4M3 RNE satfinite of
+ *             x * scale - the rules of kernels/fp8_block.h.
+ *   layout    in: BF16 [rows, k] with row stride src_stride elements;
+ *             out: E4M3 [rows, k] (stride q_stride bytes), FP32 scale_inv
+ *             [ceil(rows/128), ceil(k/128)] (stride scale_stride elements).
+ *   mapping   one thread block of 256 threads per 128 x 128 block (a grid-
+ *             stride loop over blocks): lane l of warp w holds columns
+ *             4l .. 4l+3 of rows w, w+8, .., w+120 (8-byte loads, 4-byte
+ *             stores, so a warp reads 256 contiguous bytes of a row); the
+ *             amax is a warp shuffle reduction, then one across the 8 warps in
+ *             shared memory; the second pass reads the block again (from L2).
+ *   constraints any shape and alignment (narrower loads and stores are picked
+ *             per address, and at the matrix's edges).
+ */
+#include "kernels/cuda_launch.cuh"
+#include "kernels/fp8_block_cuda.h"
+#include "kernels/fp8_block_rules.h"
+#include "kernels/mxfp8_device.cuh" /* refit_mxfp8_dev_cvt4 */
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+struct refit_fp8_block_dev_t {
+  const uint16_t *src;
+  int64_t src_stride; /* elements */
+  uint8_t *q;
+  int64_t q_stride; /* bytes */
+  float *scale_inv;
+  int64_t scale_stride; /* elements */
+  int64_t rows, k;
+  int64_t nbr, nbc; /* block rows and columns */
+  int mode;
+};
+
+/* Columns c .. c+3 of one row as two little-endian BF16 pairs; n (0..4) of
+ * them are inside the matrix, the rest read as zero. */
+__device__ inline void load4(const uint16_t *s, int n, uint32_t p[2]) {
+  if (n == 4 && (reinterpret_cast<uintptr_t>(s) & 7) == 0) {
+    const uint2 t = *reinterpret_cast<const uint2 *>(s);
+    p[0] = t.x;
+    p[1] = t.y;
+    return;
+  }
+  uint32_t h[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+    h[i] = i < n ? s[i] : 0u;
+  p[0] = h[0] | h[1] << 16;
+  p[1] = h[2] | h[3] << 16;
+}
+
+/* The low n bytes of w to d (n == 4 aligned: one word). */
+__device__ inline void store4(uint8_t *d, int n, uint32_t w) {
+  if (n == 4 && (reinterpret_cast<uintptr_t>(d) & 3) == 0) {
+    *reinterpret_cast<uint32_t *>(d) = w;
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    d[i] = static_cast<uint8_t>(w >> (8 * i));
+}
+
+__device__ inline uint32_t key_max(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+__global__ void __launch_bounds__(kThreads)
+    refit_fp8_block_quantize_kernel(refit_fp8_block_dev_t m) {
+  __shared__ uint32_t warp_keys[kWarps];
+  __shared__ float block_scale;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t blk = blockIdx.x; blk < m.nbr * m.nbc; blk += gridDim.x) {
+    const int64_t br = blk / m.nbc, bc = blk - br * m.nbc;
+    const int64_t r0 = br * REFIT_FP8_BLOCK;
+    const int64_t c = bc * REFIT_FP8_BLOCK + 4 * lane;
+    const int64_t left = m.k - c;
+    const int n = left >= 4 ? 4 : left > 0 ? static_cast<int>(left) : 0;
+    const int64_t r_end = r0 + REFIT_FP8_BLOCK < m.rows ? r0 + REFIT_FP8_BLOCK : m.rows;
+
+    /* Pass 1: this thread's largest key, then the block's. */
+    uint32_t key = 0;
+    for (int64_t r = r0 + warp; r < r_end; r += kWarps) {
+      uint32_t p[2];
+      load4(m.src + r * m.src_stride + c, n, p);
+      key = key_max(key, refit_fp8_block_amax_key(static_cast<uint16_t>(p[0])));
+      key = key_max(key, refit_fp8_block_amax_key(static_cast<uint16_t>(p[0] >> 16)));
+      key = key_max(key, refit_fp8_block_amax_key(static_cast<uint16_t>(p[1])));
+      key = key_max(key, refit_fp8_block_amax_key(static_cast<uint16_t>(p[1] >> 16)));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2)
+      key = key_max(key, __shfl_xor_sync(0xffffffffu, key, o));
+    if (lane == 0)
+      warp_keys[warp] = key;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint32_t k = 0;
+      for (int w = 0; w < kWarps; w++)
+        k = key_max(k, warp_keys[w]);
+      const int partial =
+          r_end - r0 < REFIT_FP8_BLOCK || (bc + 1) * REFIT_FP8_BLOCK > m.k;
+      if (partial) /* padded with the matrix's last element */
+        k = key_max(
+            k, refit_fp8_block_amax_key(m.src[(m.rows - 1) * m.src_stride + m.k - 1]));
+      float scale, inv;
+      refit_fp8_block_scale_rule(k, m.mode, &scale, &inv);
+      m.scale_inv[br * m.scale_stride + bc] = inv;
+      block_scale = scale;
+    }
+    __syncthreads();
+    const float scale = block_scale;
+
+    /* Pass 2: the elements. */
+    if (n > 0)
+      for (int64_t r = r0 + warp; r < r_end; r += kWarps) {
+        uint32_t p[2];
+        load4(m.src + r * m.src_stride + c, n, p);
+        store4(m.q + r * m.q_stride + c, n, refit_mxfp8_dev_cvt4(p[0], p[1], scale));
+      }
+    /* warp_keys and block_scale are reused by the next block. */
+    __syncthreads();
+  }
+}
+
+} // namespace
+
+extern "C" refit_status_t
+refit_fp8_block_quantize_cuda(const uint16_t *src, int64_t rows, int64_t k,
+                              int64_t src_stride_elems, refit_fp8_scale_t mode,
+                              uint8_t *q, int64_t q_stride, float *scale_inv,
+                              int64_t scale_stride, cudaStream_t stream) {
+  REFIT_CHECK(refit_fp8_block_check("fp8_block quantize (cuda)", src, rows, k,
+                                    src_stride_elems, mode, q, q_stride, scale_inv,
+                                    scale_stride));
+  if (rows == 0 || k == 0)
+    return REFIT_OK;
+  refit_fp8_block_dev_t m;
+  m.src = src;
+  m.src_stride = src_stride_elems;
+  m.q = q;
+  m.q_stride = q_stride;
+  m.scale_inv = scale_inv;
+  m.scale_stride = scale_stride;
+  m.rows = rows;
+  m.k = k;
+  m.nbr = refit_fp8_block_count(rows);
+  m.nbc = refit_fp8_block_count(k);
+  m.mode = static_cast<int>(mode);
+  int64_t blocks = m.nbr * m.nbc;
+  const int64_t fill = refit_cuda_filling_grid(refit_fp8_block_quantize_kernel, kThreads);
+  blocks = blocks < fill ? blocks : fill;
+  refit_fp8_block_quantize_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      m);
+  return refit_cuda_launch_check("fp8_block quantize");
+}
