@@ -34,7 +34,7 @@ log = logging.getLogger("refit")
 
 SIDES = ("trainer", "generator")
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _provided = {}    # side -> (named tensors or a callable giving them, strip_prefix)
 _asleep = {}      # side -> callable: a sentence when the provided memory is unusable now
 _endpoints = {}   # side -> Endpoint
@@ -129,6 +129,7 @@ class Endpoint:
                                     timeout_s=float(self.opts.get("timeout_s", 60.0)))
         self.tried = self.client.committed_version  # the last version this side began
         self.version = None                         # the engine's refit in progress
+        self._pending = None                        # a refusal's vote, on a thread
         self._register()
 
     def _register(self):
@@ -154,11 +155,17 @@ class Endpoint:
                  self.side, self.rank, os.getpid())
 
     def close(self):
+        pending, self._pending = getattr(self, "_pending", None), None
+        if pending is not None:
+            pending.join()
         if self.client is not None:
             self.client.close()
             self.client = None
 
     def _live(self):
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.join()
         if self.client is None:
             raise _agent.AgentError("REFIT_ERR_STATE", "%s: %s rank %d is detached (shut down)"
                                     % (self.what, self.side, self.rank))
@@ -191,7 +198,14 @@ class Endpoint:
         c.begin(v)
         self.version = v
         if why:
-            self.abort()
+            # The no vote waits for every rank to reach the vote; a framework
+            # whose control plane waits for this call to return before it
+            # lets the other engines vote (vLLM's start_weight_update) would
+            # wait on it. So the vote is cast on a thread, which the next
+            # call on this endpoint joins.
+            self._pending = threading.Thread(target=self.abort, name="refit-refuse",
+                                             daemon=True)
+            self._pending.start()
             raise _agent.AgentError(
                 "REFIT_ERR_STATE", "%s: generator rank %d refused the refit of version %d: %s"
                 % (self.what, self.rank, v, why))

@@ -37,6 +37,7 @@ import threading
 import typing
 
 from . import _core
+from .. import agent as _agent
 
 _INSTALL = "install vLLM (pip install vllm), which has vllm.distributed.weight_transfer"
 _BASE = "vllm.distributed.weight_transfer.base"
@@ -153,6 +154,7 @@ class RefitWeightTransferEngine(WeightTransferEngine):
         # process (NeMo-RL's, verl's) use the same registration.
         _core.provide("generator", runtime_tensors(model), asleep=_weights_asleep)
         self._endpoint = None
+        self.last_error = None
 
     def _rank(self, info):
         pc = self.parallel_config
@@ -185,11 +187,25 @@ class RefitWeightTransferEngine(WeightTransferEngine):
         e.engine_progress()
 
     def finish_weight_update(self):
+        """Commit: the new version on every rank, or the last one kept
+        everywhere. A failed vote is not raised here: vLLM's worker would stay
+        in its update (gpu_worker.py clears _weight_update_active only after
+        this returns) and refuse the next start_weight_update; the trainers'
+        send_weights raises it (every rank has the same outcome), and this
+        worker logs it and keeps it in last_error."""
         e = self._live()
         if e.version is None:
             raise RuntimeError("refit vLLM backend: finish_weight_update without the refit's "
                                "buckets landed (receive_weights failed or was not called)")
-        e.engine_commit()
+        version = e.version
+        try:
+            e.engine_commit()
+            self.last_error = None
+        except _agent.AgentError as err:
+            self.last_error = err
+            _core.log.warning("refit vLLM backend: generator rank %d: version %d was not "
+                              "committed; the engine keeps version %d: %s", e.rank, version,
+                              e.client.committed_version, err)
 
     def metrics(self):
         """The last committed refit's metrics on this worker."""
@@ -251,12 +267,16 @@ class RefitTrainerWeightTransferEngine(TrainerWeightTransferEngine):
         t.start()
         engines_error = None
         if self.is_sender:
-            try:
-                self.client.start_weight_update()
-                self.client.update_weights({"version": version})
-                self.client.finish_weight_update()
-            except BaseException as err:
-                engines_error = err
+            # Every step reaches every worker even after one failed: a worker
+            # that began lands and votes (its peers' refits end, with one
+            # outcome), one that refused answers the next calls by name.
+            for call, args in ((self.client.start_weight_update, ()),
+                               (self.client.update_weights, ({"version": version},)),
+                               (self.client.finish_weight_update, ())):
+                try:
+                    call(*args)
+                except Exception as err:
+                    engines_error = engines_error or err
         t.join()
         if engines_error is not None:
             raise engines_error
