@@ -138,6 +138,30 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
 
 
+def test_pip_install_brings_the_plugins(tmp):
+    """`pip install .` in a fresh venv (offline, no framework, no torch)
+    installs the plugin modules and the `vllm.general_plugins` entry point
+    vLLM loads refit's backend from."""
+    venv = os.path.join(tmp, "venv")
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=120)
+    py = os.path.join(venv, "bin", "python")
+    out = subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", ROOT],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    probe = """
+from importlib import metadata
+import refit, refit.integrations.vllm, refit.integrations.nemo_rl, refit.integrations.verl
+eps = metadata.entry_points().select(group="vllm.general_plugins")
+print(refit.__file__, [(e.name, e.value) for e in eps])
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([py, "-c", probe], capture_output=True, text=True, cwd=tmp, env=env,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert venv in out.stdout and \
+        "[('refit', 'refit.integrations.vllm:register')]" in out.stdout, out.stdout
+
+
 def test_vllm_sleep_mode_refused():
     """vLLM started with sleep mode: the backend refuses at engine creation,
     naming sleep mode (CuMemAllocator), instead of refitting memory it

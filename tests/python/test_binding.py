@@ -51,6 +51,26 @@ def test_one_error_class_per_status():
         "".join(w.capitalize() for w in r[4:].split("_")) + "Error" for r in rows]
     assert issubclass(refit.TimeoutError, refit.Error)
     assert refit.CODE["TIMEOUT"] == rows.index("ERR_TIMEOUT") + 1
+    # The pure-Python list the agent client names its errors from
+    # (refit._status) is the header's, and the classes are the same objects.
+    from refit import _status
+    assert ["ERR_" + n for n in _status.NAMES] == rows
+    assert all(refit.BY_STATUS[c] is _status.error_class(_status.c_name(c))
+               for c in refit.BY_STATUS)
+
+
+def test_errors_named_after_builtins_subclass_them(tmp_path):
+    """refit.TimeoutError is a TimeoutError (and an OSError with it);
+    refit.SystemError a SystemError; the others only refit.Error."""
+    assert issubclass(refit.TimeoutError, TimeoutError)
+    assert issubclass(refit.SystemError, SystemError)
+    e = refit.error("TIMEOUT", "vote of version 3 missed its deadline")
+    assert isinstance(e, TimeoutError) and str(e) == \
+        "REFIT_ERR_TIMEOUT: vote of version 3 missed its deadline"
+    assert not issubclass(refit.PeerError, (OSError, SystemError))
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(FileNotFoundError):
+        refit.Session(str(missing))
 
 
 def test_error_carries_c_message_and_status(tmp_path):
