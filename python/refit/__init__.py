@@ -30,6 +30,7 @@ refit.integrations (docs/integrations.md).
 See docs/python.md and docs/agent.md.
 """
 
+from ._dtype import dtype_name
 from .agent import AgentError, Client, attach, empty
 
 __version__ = "0.1.0"

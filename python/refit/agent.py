@@ -31,7 +31,7 @@ import os
 import socket
 import struct
 
-from . import _config, _report, _status
+from . import _config, _dtype, _report, _status
 
 PROTO = 1
 MAGIC = 0x47414652
@@ -245,8 +245,9 @@ class Client:
     # -- what this rank holds -------------------------------------------------
     def expected(self):
         """[(name, shape, dtype)] this rank must register: Megatron-Core's
-        names on trainers, vLLM's on engines."""
-        return list(self._expected)
+        names on trainers, vLLM's on engines; dtype a torch.dtype where torch
+        has the type, else refit's name (refit.dtype_name reads either)."""
+        return [(n, s, _dtype.framework(d)) for n, s, d in self._expected]
 
     def _describe(self, name, t):
         """One tensor's entry and the descriptor it needs (or None)."""

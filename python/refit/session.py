@@ -13,7 +13,7 @@ import weakref
 
 from mpi4py import MPI
 
-from . import _config, _lib, _report
+from . import _config, _dtype, _lib, _report
 from . import _tensors
 from .errors import check, error, file_not_found, Error
 
@@ -435,13 +435,14 @@ itself as a dict or a mapping (OmegaConf's DictConfig). Collective.
         """[(name, shape, dtype)] of every tensor this rank holds, in refit's
         order: what register() must be given (all of them or none). Shapes
         are the framework's: a norm weight or bias is [n] (refit also takes
-        [1, n])."""
+        [1, n]); dtype a torch.dtype where torch has the type, else refit's
+        name (refit.dtype_name reads either)."""
         out = []
         for i in range(_lib.tensor_count(self._handle())):
             t = self._get(i)
             name = t.name.decode()
             out.append((name, _tensors.framework_shape(name, self._shape(t)),
-                        _lib.DTYPES[t.dtype]))
+                        _dtype.framework(_lib.DTYPES[t.dtype])))
         return out
 
     def _find(self, name):

@@ -142,7 +142,7 @@ class Host:
         return a
 
     def zeros(self, shape, dtype):
-        return np.zeros(shape, np.uint16 if dtype == "bfloat16" else np.uint8)
+        return np.zeros(shape, np.uint16 if refit.dtype_name(dtype) == "bfloat16" else np.uint8)
 
     def write(self, held, a):
         np.copyto(held, a)
@@ -187,7 +187,8 @@ class TorchCuda:
 
     def zeros(self, shape, dtype):
         t = self.torch
-        return t.zeros(shape, dtype=t.bfloat16 if dtype == "bfloat16" else t.uint8, device=self.dev)
+        bf16 = refit.dtype_name(dtype) == "bfloat16"
+        return t.zeros(shape, dtype=t.bfloat16 if bf16 else t.uint8, device=self.dev)
 
     def write(self, held, a):
         self.pending.append((held, a))
