@@ -64,7 +64,7 @@ def framework_base(module, name, framework, install):
 def options(config, what):
     """A plugin's options (socket_dir, timeout_s, next_timeout_s) from a path,
     dict or mapping."""
-    opts = _config.load(config, what)
+    opts = {k: v for k, v in _config.load(config, what).items() if v is not None}
     unknown = sorted(set(opts) - {"socket_dir", "timeout_s", "next_timeout_s"})
     if unknown:
         raise TypeError("%s: unknown refit options %s (socket_dir, timeout_s, next_timeout_s)"

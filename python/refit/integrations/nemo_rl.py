@@ -58,9 +58,8 @@ class RefitCheckpointEngine(CheckpointEngine):
     def __init__(self, bucket_size=None, release_after_refit=False, socket_dir=None,
                  timeout_s=None, next_timeout_s=None):
         super().__init__()
-        opts = {"socket_dir": socket_dir, "timeout_s": timeout_s,
-                "next_timeout_s": next_timeout_s}
-        self._opts = {k: v for k, v in opts.items() if v is not None}
+        self._opts = _core.options({"socket_dir": socket_dir, "timeout_s": timeout_s,
+                                    "next_timeout_s": next_timeout_s}, type(self).__name__)
         self._endpoint = None
 
     def prepare(self):
