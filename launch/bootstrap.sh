@@ -96,7 +96,7 @@ case "$what" in
     (cd build-asan &&
       ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L unit &&
       ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$jobs" -L mpi -LE fault &&
-      ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -L agent &&
+      ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -L '^agent$' &&
       ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions="$root/tests/lsan-mpi.supp" \
         ctest --output-on-failure -L fault)
     ;;

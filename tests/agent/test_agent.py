@@ -383,9 +383,12 @@ def test_ctrl_c_while_waiting_then_reattach(tmp):
 
 
 VENV_CLIENT = """
-import sys, refit
-side, rank, sock = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+import os, sys, time, refit
+side, rank, sock, gate = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 c = refit.attach(side, rank, socket_dir=sock)
+print("attached %s %d" % (side, rank), flush=True)
+while side == "trainer" and not os.path.exists(gate):
+    time.sleep(0.05)
 for v in (1, 2):
     if side == "trainer":
         c.refit(v)
@@ -412,11 +415,13 @@ def synthetic_round(job, python, env):
     for side, n in (("generator", ngen), ("trainer", ntrainer)):
         for r in range(n):
             log = open(os.path.join(job.tmp, "%s%d.synthetic.log" % (side, r)), "w+")
-            p = subprocess.Popen([python, "-c", VENV_CLIENT, side, str(r), job.dir],
+            p = subprocess.Popen([python, "-c", VENV_CLIENT, side, str(r), job.dir,
+                                  job.gate(1)[2]],
                                  cwd=job.tmp, stdout=log, stderr=subprocess.STDOUT, env=env)
             p.out = log
             job.clients.append(p)
             procs.append(p)
+    job.open_gate(1, *procs)
     for p in procs:
         ok(job, p, versions=(1, 2))
     shutdown(job)
