@@ -2,10 +2,12 @@
 values restated in python/refit/_lib.py, one exception class per status code,
 errors carrying the C message and status, the library lookup."""
 
+import collections.abc
 import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -82,6 +84,39 @@ def test_error_carries_c_message_and_status(tmp_path):
     assert e.status == refit.CODE["CONFIG"] and e.status_name == "REFIT_ERR_CONFIG"
     assert str(bad) in e.message or "config" in e.message.lower()
     assert str(e).startswith("REFIT_ERR_CONFIG: ")
+
+
+class _Config(collections.abc.Mapping):
+    """A read-only mapping that is no dict, as OmegaConf's DictConfig."""
+
+    def __init__(self, d):
+        self._d = d
+
+    def __getitem__(self, k):
+        v = self._d[k]
+        return _Config(v) if isinstance(v, dict) else v
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+
+def test_config_as_dict_or_mapping():
+    """Session takes the config itself, as a dict or a mapping: the C
+    library reads it (its problems named as from a file), and no file is
+    left behind."""
+    before = set(os.listdir(tempfile.gettempdir()))
+    for config in ({"model": {"family": "qwen3_moe", "hiden_size": 128}},
+                   _Config({"model": {"family": "qwen3_moe", "hiden_size": 128}})):
+        with pytest.raises(refit.ConfigError) as info:
+            refit.Session(config)
+        assert any("hiden_size" in p for p in info.value.problems), info.value.problems
+    with pytest.raises(TypeError):
+        refit.Session(42)
+    assert not [f for f in set(os.listdir(tempfile.gettempdir())) - before
+                if f.startswith("refit-config.")]
 
 
 def test_missing_library_is_named():
