@@ -180,7 +180,7 @@ class TrainerTensors:
     def __init__(self, cfg, rank):
         import numpy as np
         import refit.integrations
-        from refit_testlib import NamedModel, from_bits, full_weights  # puts tests/caller on the path
+        from refit_testlib import NamedModel, from_bits, full_weights  # tests/caller on the path
         import megatron_rules
         self.cfg, self.rank = cfg, rank
         self.rng = np.random.default_rng([SEED, rank])
