@@ -496,6 +496,8 @@ def main():
     import json
     import signal
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # where a hung role waits
+    import logging
+    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
     role, rank, config, address = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     ENGINE_KWARGS.update(json.loads(os.environ.get("REFIT_TEST_ENGINE_KWARGS", "{}")))
     obj = ROLES[role](job(config), rank)

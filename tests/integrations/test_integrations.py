@@ -73,6 +73,11 @@ class World:
             raise
         return remotes, [a for a, _ in started]
 
+    def log(self, name):
+        """What the role process `name` (role.rank) printed."""
+        with open(os.path.join(self.tmp, name + ".log")) as f:
+            return f.read()
+
     def logs(self):
         return "".join("\n--- %s:\n%s" % (" ".join(p.args[2:4]), output(p)) for p in self.procs)
 
@@ -211,6 +216,14 @@ def test_vllm_backend(tmp):
         # The WeightSource is never iterated: refit reads the shards.
         assert [t.call("reads") for t in trainers] == [0] * w.ntrainer
         gather([e.submit("shutdown") for e in engines])
+        # One record per committed refit on the `refit` logger, per rank.
+        for role, n, side in (("vllm_engine", w.ngen, "generator"),
+                              ("vllm_trainer", w.ntrainer, "trainer")):
+            for r in range(n):
+                records = [x for x in w.log("%s.%d" % (role, r)).splitlines()
+                           if x.startswith("refit INFO refit: %s rank %d committed" % (side, r))]
+                assert [x.split()[8].rstrip(":") for x in records] == ["1", "3"], records
+                assert all(" bytes in " in x and "GB/s" in x for x in records), records
     except BaseException:
         w.abandon()
         raise
