@@ -125,9 +125,11 @@ def runtime_tensors(model):
                               if len(missing) > 4 else ""))
         out = []
         for name, _, _ in expected:
-            t = held[name].data
+            # The parameter itself where it can be, so that one whose storage
+            # vLLM replaced later is refused by name at the next begin.
+            t = held[name]
             if t.element_size() == 1 and t.dtype != torch.uint8:
-                t = t.view(torch.uint8)
+                t = t.data.view(torch.uint8)
             out.append((name, t))
         return out
 
