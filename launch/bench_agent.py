@@ -37,10 +37,12 @@ DTYPES = {"bfloat16": "bfloat16", "float8_e4m3fn": "uint8", "float8_e8m0fnu": "u
 
 def tensors(expected, trainer, cuda):
     import torch
+    import refit
     where = torch.device("cuda", 0) if cuda else torch.device("cpu")
     held = {}
     for name, shape, dtype in expected:
-        t = torch.empty(shape, dtype=getattr(torch, DTYPES[dtype]), device=where)
+        t = torch.empty(shape, dtype=getattr(torch, DTYPES[refit.dtype_name(dtype)]),
+                        device=where)
         if trainer:
             t.view(torch.int16).random_(-(1 << 15), 1 << 15)
             t.view(torch.int16).bitwise_and_(0x3FFF)  # finite bfloat16 only

@@ -44,7 +44,7 @@ def main():
         torch.cuda.set_device(dev)
     held = {}
     for name, shape, dtype in s.expected():
-        t = torch.empty(shape, dtype=DTYPES[dtype], device=where)
+        t = torch.empty(shape, dtype=DTYPES[refit.dtype_name(dtype)], device=where)
         if args.caller and s.side == "trainer":
             t.view(torch.int16).random_(-(1 << 15), 1 << 15)
             # Finite bfloat16 only: clear the exponent's top bit.

@@ -46,7 +46,7 @@ def run(s, cfg, steps):
     m = cfg["model"]
     assert cfg.get("refit", {}).get("precision", "bf16") == "bf16", \
         "this engine reads bfloat16 experts (refit.precision bf16)"
-    runtime = {n: torch.zeros(shape, dtype=torch.bfloat16 if dt == "bfloat16" else torch.uint8)
+    runtime = {n: torch.zeros(shape, dtype=torch.bfloat16 if dt == torch.bfloat16 else torch.uint8)
                for n, shape, dt in s.expected()}
     s.register_all(runtime)
     x = probe(cfg)

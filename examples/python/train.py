@@ -35,7 +35,7 @@ class MegatronModel(torch.nn.Module):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         for name, shape, dtype in expected:
-            assert dtype == "bfloat16", (name, dtype)
+            assert dtype == torch.bfloat16, (name, dtype)
             *path, leaf = name.split(".")
             m = self
             for part in path:

@@ -3,8 +3,10 @@ only, so that `pip install .` works offline in a fresh venv (no setuptools
 or wheel to fetch; Debian 12's venv has neither `wheel` nor a setuptools
 that builds wheels without it).
 
-It packs python/refit/*.py into a pure-Python wheel (py3-none-any) with the
-metadata below. The package's agent client (refit.attach) needs nothing
+It packs python/refit/ (its .py files, subpackages included) into a
+pure-Python wheel (py3-none-any) with the metadata below and the entry
+points pyproject.toml declares (vLLM finds refit's weight-transfer backend
+through one). The package's agent client (refit.attach) needs nothing
 else; the in-process MPI binding (refit.Session) finds librefit.so through
 REFIT_LIBRARY or, for a package used from this checkout, build/.
 """
@@ -33,10 +35,39 @@ WHEEL = "Wheel-Version: 1.0\nGenerator: refit_build\nRoot-Is-Purelib: true\nTag:
 
 
 def _files():
-    for name in sorted(os.listdir(PACKAGE)):
-        if name.endswith(".py"):
-            with open(os.path.join(PACKAGE, name), "rb") as f:
-                yield "%s/%s" % (NAME, name), f.read()
+    for folder, dirs, names in os.walk(PACKAGE):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(names):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, "rb") as f:
+                    yield "%s/%s" % (NAME, os.path.relpath(path, PACKAGE)), f.read()
+
+
+def _entry_points():
+    """entry_points.txt from pyproject.toml's [project.entry-points.*]
+    tables (tomllib where Python has it, 3.11+; else the simple
+    `name = "value"` lines those tables hold)."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        data = f.read()
+    try:
+        import tomllib
+        groups = tomllib.loads(data.decode()).get("project", {}).get("entry-points", {})
+    except ImportError:
+        groups, group = {}, None
+        for line in data.decode().splitlines():
+            line = line.strip()
+            if line.startswith("["):
+                head = line.strip("[]").strip()
+                group = head[len("project.entry-points."):].strip('"') \
+                    if head.startswith("project.entry-points.") else None
+                if group:
+                    groups[group] = {}
+            elif group and "=" in line and not line.startswith("#"):
+                key, value = line.split("=", 1)
+                groups[group][key.strip()] = value.strip().strip('"')
+    return "".join("[%s]\n%s\n" % (g, "".join("%s = %s\n" % kv for kv in sorted(eps.items())))
+                   for g, eps in sorted(groups.items()))
 
 
 def _record_line(path, data):
@@ -59,6 +90,8 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
         f.write(METADATA)
     with open(os.path.join(d, "WHEEL"), "w") as f:
         f.write(WHEEL)
+    with open(os.path.join(d, "entry_points.txt"), "w") as f:
+        f.write(_entry_points())
     return _dist_info()
 
 
@@ -69,7 +102,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
                          zipfile.ZIP_DEFLATED) as z:
         entries = list(_files()) + [
             ("%s/METADATA" % _dist_info(), METADATA.encode()),
-            ("%s/WHEEL" % _dist_info(), WHEEL.encode())]
+            ("%s/WHEEL" % _dist_info(), WHEEL.encode()),
+            ("%s/entry_points.txt" % _dist_info(), _entry_points().encode())]
         for path, data in entries:
             z.writestr(path, data)
             records.append(_record_line(path, data))

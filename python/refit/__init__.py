@@ -14,8 +14,12 @@ Two ways in:
 
 - refit.Session(config): the process is itself an MPI rank of the refit
   job, a thin ctypes binding over runtime/include/refit/refit.h
-  (librefit.so, mpi4py), loaded on first use of Session, join, Error and the
-  error classes.
+  (librefit.so, mpi4py), loaded on first use of Session or join.
+
+Errors are refit.Error subclasses, one per refit_status_t, from either
+path; those named after builtins subclass them too (refit.TimeoutError is a
+TimeoutError). Framework plugins (vLLM, NeMo-RL, verl) are in
+refit.integrations (docs/integrations.md).
 
       with refit.Session("job.yaml") as s:          # MPI through mpi4py
           s.register_all(model.named_parameters())  # or the engine's tensors
@@ -26,6 +30,7 @@ Two ways in:
 See docs/python.md and docs/agent.md.
 """
 
+from ._dtype import dtype_name
 from .agent import AgentError, Client, attach, empty
 
 __version__ = "0.1.0"
@@ -34,7 +39,7 @@ __version__ = "0.1.0"
 # What the MPI binding adds to the package, loaded on first use. Only these
 # names: a tool that probes attributes (pytest's collection asks every module
 # global for its markers) must not start MPI in this process.
-_BINDING = {"Session": "session", "join": "session", "Error": "errors",
+_BINDING = {"Session": "session", "join": "session",
             "BY_STATUS": "errors", "CODE": "errors", "error": "errors", "check": "errors"}
 
 
@@ -46,9 +51,15 @@ def __getattr__(name):
         return importlib.import_module(__name__ + "._lib").path
     if name in ("session", "errors", "adapters", "_lib", "_tensors"):
         return importlib.import_module(__name__ + "." + name)
+    if name in ("Error", "integrations", "_status"):
+        return importlib.import_module(__name__ + "._status").Error if name == "Error" \
+            else importlib.import_module(__name__ + "." + name)
+    # One class per refit_status_t (TimeoutError, PeerError, ...), pure Python:
+    # the agent client raises them without librefit.
+    cls = importlib.import_module(__name__ + "._status").by_class_name(name)
+    if cls is not None:
+        return cls
     sub = _BINDING.get(name)
-    if sub is None and name.endswith("Error") and name[:1].isupper():
-        sub = "errors"  # one class per refit_status_t: TimeoutError, PeerError, ...
     if sub is None:
         raise AttributeError("module 'refit' has no attribute %r" % name)
     module = importlib.import_module(__name__ + "." + sub)

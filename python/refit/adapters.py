@@ -1,4 +1,8 @@
-"""refit in the places RL stacks already call for a weight sync.
+"""Method-name adapters over the in-process refit.Session.
+
+The framework plugins, with the frameworks' real interfaces and call
+orders, are in refit.integrations (docs/integrations.md); these two are
+for stacks that run their ranks in refit's MPI job.
 
 Two thin adapters over refit.Session, with the method names of the
 interfaces they stand in for, so that a stack swaps its weight-sync backend

@@ -31,6 +31,8 @@ import os
 import socket
 import struct
 
+from . import _config, _dtype, _report, _status
+
 PROTO = 1
 MAGIC = 0x47414652
 _HEADER = struct.Struct("<IHHII")
@@ -41,16 +43,33 @@ _FDS_MAX = 64
 DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e8m0fnu", "float32")
 
 
-class AgentError(Exception):
+class AgentError(_status.Error):
     """An agent refused or failed a request. `status` is the refit_status_t
     name (REFIT_ERR_PEER, ...), `message` the agent's sentence (naming the
-    rank, tensor, version and, where another rank failed, why: `cause`)."""
+    rank, tensor, version and, where another rank failed, why: `cause`).
+    Each is also the refit error class of its status: an agent's
+    REFIT_ERR_TIMEOUT is a refit.TimeoutError and a builtin TimeoutError."""
+
+    def __new__(cls, status, message, cause=None):
+        if cls is AgentError:
+            cls = _agent_class(status)
+        return super().__new__(cls, status, message)
 
     def __init__(self, status, message, cause=None):
-        self.status = status
-        self.message = message
+        super().__init__(status, message)
         self.cause = cause
-        super().__init__("%s: %s" % (status, message))
+
+
+_AGENT_CLASSES = {}  # REFIT_ERR_... -> AgentError's subclass for it
+
+
+def _agent_class(status):
+    cls = _AGENT_CLASSES.get(status)
+    if cls is None:
+        base = _status.error_class(status)
+        cls = type(base.__name__, (AgentError, base), {"__module__": "refit"})
+        _AGENT_CLASSES[status] = cls
+    return cls
 
 
 def socket_dir(explicit=None):
@@ -166,6 +185,7 @@ class Client:
         self._commit_ev = None
         self.last_times = None
         self.last_wire_stats = None
+        self._metrics = {}
         hello = {"op": "hello", "proto": PROTO, "pid": os.getpid()}
         if side is not None:
             hello["side"] = side
@@ -226,8 +246,9 @@ class Client:
     # -- what this rank holds -------------------------------------------------
     def expected(self):
         """[(name, shape, dtype)] this rank must register: Megatron-Core's
-        names on trainers, vLLM's on engines."""
-        return list(self._expected)
+        names on trainers, vLLM's on engines; dtype a torch.dtype where torch
+        has the type, else refit's name (refit.dtype_name reads either)."""
+        return [(n, s, _dtype.framework(d)) for n, s, d in self._expected]
 
     def _describe(self, name, t):
         """One tensor's entry and the descriptor it needs (or None)."""
@@ -348,6 +369,16 @@ class Client:
             t = dict(reply["times"])
             self.last_wire_stats = t.pop("wire", None)
             self.last_times = t
+            nbytes = sum(n for _, n in self._where.values())
+            self._metrics = _report.committed(self.side, self.rank, self.committed_version,
+                                              nbytes, t)
+
+    def metrics(self):
+        """A flat dict of the last committed refit on this rank, for a
+        trainer's logger: refit/version, refit/bytes (what this rank
+        registered), refit/seconds, refit/gbps and refit/<phase>_s. Each
+        commit also logs one record to the `refit` logger."""
+        return dict(self._metrics)
 
     def next_version(self, timeout_s=None):
         """Engines: the version the trainers began, waiting for it up to
@@ -462,10 +493,27 @@ def _dtype_name(name, got, itemsize, want):
                      "register %s: dtype: expected %s, got %s" % (name, want_dtype, got))
 
 
+_ATTACH_KEYS = ("side", "rank", "socket_dir", "path", "timeout_s")
+
+
 def attach(side=None, rank=None, socket_dir=None, path=None, timeout_s=60.0):
     """Attach this process to the refit agent of (`side`, `rank`): its socket
     is socket_dir/side.rank.sock (see socket_dir()), or `path`. Returns a
-    Client. Raises FileNotFoundError when no agent listens there."""
+    Client. Raises FileNotFoundError when no agent listens there.
+
+    The options may also come as one config: a dict or mapping (OmegaConf's
+    DictConfig), or the path of a YAML or JSON file, holding side, rank,
+    socket_dir, path and timeout_s: refit.attach(cfg.refit)."""
+    if side is not None and side not in ("trainer", "generator"):
+        opts = _config.load(side, "refit.attach")
+        unknown = sorted(set(opts) - set(_ATTACH_KEYS))
+        if unknown:
+            raise TypeError("refit.attach: unknown options %s (known: %s)"
+                            % (unknown, ", ".join(_ATTACH_KEYS)))
+        given = {"rank": rank, "socket_dir": socket_dir, "path": path}
+        opts.update({k: v for k, v in given.items() if v is not None})
+        return attach(opts.get("side"), opts.get("rank"), opts.get("socket_dir"),
+                      opts.get("path"), float(opts.get("timeout_s", timeout_s)))
     if path is None:
         if side not in ("trainer", "generator") or rank is None:
             raise ValueError("refit.attach: give side ('trainer' or 'generator') and rank, "

@@ -1,33 +1,15 @@
 """refit.Error and one subclass per refit_status_t, made from the C library's
-own list (refit_status_name), so that status.h stays the one place the codes
-are written: REFIT_ERR_TIMEOUT becomes refit.TimeoutError, REFIT_ERR_CONFIG
-refit.ConfigError, and so on (see refit.errors.BY_STATUS).
+own list (refit_status_name): REFIT_ERR_TIMEOUT becomes refit.TimeoutError
+(also a builtin TimeoutError), REFIT_ERR_CONFIG refit.ConfigError, and so on
+(see refit.errors.BY_STATUS). The classes are refit._status's, the ones the
+agent client raises too.
 """
 
-from . import _lib
+from . import _lib, _status
 
 
-class Error(Exception):
-    """A refit call failed. `status` is the refit_status_t code, `status_name`
-    its C name, `message` the sentence refit_last_error() gave (naming the
-    phase, rank, tensor, expected and actual values)."""
-
-    def __init__(self, status, message):
-        self.status = status
-        self.status_name = _lib.status_name(status).decode()
-        self.message = message
-        super().__init__("%s: %s" % (self.status_name, message))
-
-    def __str__(self):
-        # Not OSError's "[Errno n] ..." where a subclass is also one
-        # (file_not_found below).
-        return self.args[0] if self.args else ""
-
-
-def _class_name(c_name):
-    words = c_name[len("REFIT_ERR_"):].split("_")
-    return "".join(w.capitalize() for w in words) + "Error"
-
+Error = _status.Error
+class_name = _status.class_name
 
 BY_STATUS = {}  # refit_status_t -> class
 CODE = {}  # "INVALID_ARGUMENT" -> refit_status_t
@@ -35,9 +17,7 @@ for _code in range(1, 1 << 10):
     _c_name = _lib.status_name(_code).decode()
     if not _c_name.startswith("REFIT_ERR_"):
         break
-    _cls = type(_class_name(_c_name), (Error,), {
-        "__doc__": "%s: %s" % (_c_name, _lib.status_str(_code).decode()),
-        "__module__": "refit"})
+    _cls = _status.error_class(_c_name, "%s: %s" % (_c_name, _lib.status_str(_code).decode()))
     BY_STATUS[_code] = _cls
     CODE[_c_name[len("REFIT_ERR_"):]] = _code
     globals()[_cls.__name__] = _cls

@@ -13,7 +13,7 @@ import weakref
 
 from mpi4py import MPI
 
-from . import _lib
+from . import _config, _dtype, _lib, _report
 from . import _tensors
 from .errors import check, error, file_not_found, Error
 
@@ -301,7 +301,8 @@ def _config_problems(path):
 
 class Session:
     """A refit session over `comm` (an mpi4py communicator; MPI_COMM_WORLD by
-    default), configured by the YAML file at `config_path`. Collective.
+    default), configured by `config_path`: the YAML file's path, or the config
+itself as a dict or a mapping (OmegaConf's DictConfig). Collective.
 
     With `join={'side': 'trainer'|'generator', 'port_file': PATH,
     'timeout_s': 60}` the two sides are separate launches: the session first
@@ -338,13 +339,16 @@ class Session:
             comm = self._merged
         _joining()
         h = ctypes.c_void_p()
+        config = _config.AsFile(config_path, "refit.Session")
         try:
             self._worker.call("open", _lib.session_open, comm_handle(comm),
-                              os.fsencode(config_path), ctypes.byref(h))
+                              os.fsencode(config.path), ctypes.byref(h))
         except Error as e:
             self._free_comm()
             self._worker.stop()
-            raise self._open_error(e, config_path) from None
+            raise self._open_error(e, config.path) from None
+        finally:
+            config.close()
         self._h = h
         self._storage = _Storage(h, self._worker)
         # Abort notices from peers (_excepthook) travel apart from refit's
@@ -431,13 +435,14 @@ class Session:
         """[(name, shape, dtype)] of every tensor this rank holds, in refit's
         order: what register() must be given (all of them or none). Shapes
         are the framework's: a norm weight or bias is [n] (refit also takes
-        [1, n])."""
+        [1, n]); dtype a torch.dtype where torch has the type, else refit's
+        name (refit.dtype_name reads either)."""
         out = []
         for i in range(_lib.tensor_count(self._handle())):
             t = self._get(i)
             name = t.name.decode()
             out.append((name, _tensors.framework_shape(name, self._shape(t)),
-                        _lib.DTYPES[t.dtype]))
+                        _dtype.framework(_lib.DTYPES[t.dtype])))
         return out
 
     def _find(self, name):
@@ -662,8 +667,18 @@ class Session:
         return bool(done.value)
 
     def commit(self):
-        """Commit the version (collective vote)."""
+        """Commit the version (collective vote). Logs one record to the
+        `refit` logger and keeps metrics() for it."""
         self._worker.call("refit_commit", _lib.commit, self._handle(), self._stream())
+        nbytes = sum(self._get(i).bytes for i in range(_lib.tensor_count(self._handle())))
+        self._metrics = _report.committed(self.side, self.comm.Get_rank(),
+                                          self.committed_version, nbytes, self.last_times())
+
+    def metrics(self):
+        """A flat dict of the last committed refit on this rank, for a
+        trainer's logger: refit/version, refit/bytes (what this rank holds),
+        refit/seconds, refit/gbps and refit/<phase>_s."""
+        return dict(getattr(self, "_metrics", {}))
 
     def abort(self):
         """Abandon the refit in progress (not collective; idempotent)."""

@@ -145,7 +145,8 @@ class Host:
         return a
 
     def zeros(self, shape, dtype):
-        return np.zeros(shape, {"bfloat16": np.uint16, "float32": np.float32}.get(dtype, np.uint8))
+        kind = {"bfloat16": np.uint16, "float32": np.float32}.get(refit.dtype_name(dtype))
+        return np.zeros(shape, kind or np.uint8)
 
     def write(self, held, a):
         np.copyto(held, a)
@@ -190,7 +191,7 @@ class TorchCuda:
 
     def zeros(self, shape, dtype):
         t = self.torch
-        kind = {"bfloat16": t.bfloat16, "float32": t.float32}.get(dtype, t.uint8)
+        kind = {"bfloat16": t.bfloat16, "float32": t.float32}.get(refit.dtype_name(dtype), t.uint8)
         return t.zeros(shape, dtype=kind, device=self.dev)
 
     def write(self, held, a):

@@ -82,7 +82,8 @@ def compare(got, want, what):
 def torch_like(shape, dtype):
     """An engine's runtime tensor for refit's (shape, dtype): torch
     bfloat16, or uint8 for the float8 types (as engines pass them)."""
-    return torch.zeros(shape, dtype=torch.bfloat16 if dtype == "bfloat16" else torch.uint8)
+    name = str(dtype).replace("torch.", "")  # torch.dtype or refit's name (expected())
+    return torch.zeros(shape, dtype=torch.bfloat16 if name == "bfloat16" else torch.uint8)
 
 
 def ranks(cfg):

@@ -26,7 +26,8 @@ if [ $delta -eq 1 ]; then
   extra=(--lr 1e-5)
 fi
 steps=5
-REFIT_LIBRARY="$build/runtime/librefit.so" \
+# This tree's package, not whichever one the machine's python finds first.
+REFIT_LIBRARY="$build/runtime/librefit.so" PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" \
   "$root/launch/refit-launch" --build-dir "$build" "$config" -- \
   "$python" "$root/examples/python/run.py" "$config" --steps $steps "${extra[@]}" \
   >"$work/out" 2>&1

@@ -2,10 +2,12 @@
 values restated in python/refit/_lib.py, one exception class per status code,
 errors carrying the C message and status, the library lookup."""
 
+import collections.abc
 import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -52,6 +54,26 @@ def test_one_error_class_per_status():
         "".join(w.capitalize() for w in r[4:].split("_")) + "Error" for r in rows]
     assert issubclass(refit.TimeoutError, refit.Error)
     assert refit.CODE["TIMEOUT"] == rows.index("ERR_TIMEOUT") + 1
+    # The pure-Python list the agent client names its errors from
+    # (refit._status) is the header's, and the classes are the same objects.
+    from refit import _status
+    assert ["ERR_" + n for n in _status.NAMES] == rows
+    assert all(refit.BY_STATUS[c] is _status.error_class(_status.c_name(c))
+               for c in refit.BY_STATUS)
+
+
+def test_errors_named_after_builtins_subclass_them(tmp_path):
+    """refit.TimeoutError is a TimeoutError (and an OSError with it);
+    refit.SystemError a SystemError; the others only refit.Error."""
+    assert issubclass(refit.TimeoutError, TimeoutError)
+    assert issubclass(refit.SystemError, SystemError)
+    e = refit.error("TIMEOUT", "vote of version 3 missed its deadline")
+    assert isinstance(e, TimeoutError) and str(e) == \
+        "REFIT_ERR_TIMEOUT: vote of version 3 missed its deadline"
+    assert not issubclass(refit.PeerError, (OSError, SystemError))
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(FileNotFoundError):
+        refit.Session(str(missing))
 
 
 def test_error_carries_c_message_and_status(tmp_path):
@@ -63,6 +85,39 @@ def test_error_carries_c_message_and_status(tmp_path):
     assert e.status == refit.CODE["CONFIG"] and e.status_name == "REFIT_ERR_CONFIG"
     assert str(bad) in e.message or "config" in e.message.lower()
     assert str(e).startswith("REFIT_ERR_CONFIG: ")
+
+
+class _Config(collections.abc.Mapping):
+    """A read-only mapping that is no dict, as OmegaConf's DictConfig."""
+
+    def __init__(self, d):
+        self._d = d
+
+    def __getitem__(self, k):
+        v = self._d[k]
+        return _Config(v) if isinstance(v, dict) else v
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+
+def test_config_as_dict_or_mapping():
+    """Session takes the config itself, as a dict or a mapping: the C
+    library reads it (its problems named as from a file), and no file is
+    left behind."""
+    before = set(os.listdir(tempfile.gettempdir()))
+    for config in ({"model": {"family": "qwen3_moe", "hiden_size": 128}},
+                   _Config({"model": {"family": "qwen3_moe", "hiden_size": 128}})):
+        with pytest.raises(refit.ConfigError) as info:
+            refit.Session(config)
+        assert any("hiden_size" in p for p in info.value.problems), info.value.problems
+    with pytest.raises(TypeError):
+        refit.Session(42)
+    assert not [f for f in set(os.listdir(tempfile.gettempdir())) - before
+                if f.startswith("refit-config.")]
 
 
 def test_missing_library_is_named():

@@ -74,7 +74,7 @@ def test_bad_registrations(job):
            name, "shape")
     # Refused in Python before C sees a pointer: layout and element type.
     expect(lambda: s.register(name, torch.zeros(shape, dtype=torch.float32)), name, "dtype",
-           dtype, "float32")
+           refit.dtype_name(dtype), "float32")
     if len(shape) == 2 and shape[0] > 1 and shape[1] > 1:
         strided = torch_like((shape[1], shape[0]), dtype).t()
         expect(lambda: s.register(name, strided), name, "not contiguous")

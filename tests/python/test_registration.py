@@ -84,7 +84,7 @@ def test_scale_beside_bf16_weight_is_checked():
     job = Job()
     s = job.s
     if s.side == "generator":
-        bf16 = [n for n, shape, dt in s.expected() if dt == "bfloat16" and n.endswith("weight")
+        bf16 = [n for n, shape, dt in s.expected() if dt == torch.bfloat16 and n.endswith("weight")
                 and len(shape) == 2 and "norm" not in n]
         name = bf16[0] + "_scale"
         rows, cols = dict((n, sh) for n, sh, _ in s.expected())[bf16[0]]

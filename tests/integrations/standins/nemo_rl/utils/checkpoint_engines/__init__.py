@@ -1,0 +1,1 @@
+"""Stand-in for nemo_rl/utils/checkpoint_engines."""

@@ -1,0 +1,1 @@
+"""Stand-in for vLLM (see ../README.md)."""

@@ -1,0 +1,1 @@
+"""Stand-in for vllm/distributed/weight_transfer."""
