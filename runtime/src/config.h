@@ -103,9 +103,13 @@ typedef enum {
   REFIT_FAULT_PHASE_QUANTIZE = 1,
   REFIT_FAULT_PHASE_COMMIT = 2,
   REFIT_FAULT_PHASE_VERIFY = 3,
-  REFIT_FAULT_PHASE_VOTE = 4, /* the commit vote: stall holds this rank's
-                                 vote back for 2 x timeout_s + 1 s */
-  REFIT_FAULT_PHASE_OPEN = 5   /* refit_session_open, as the transport opens */
+  REFIT_FAULT_PHASE_VOTE = 4,  /* the commit vote: stall holds this rank's
+                                  vote back for 2 x timeout_s + 1 s */
+  REFIT_FAULT_PHASE_OPEN = 5,  /* refit_session_open, as the transport opens */
+  REFIT_FAULT_PHASE_REPAIR = 6 /* a begin's transport repair (after a failed
+                                  refit): stall holds this rank for timeout_s
+                                  + 1 s, past every peer's deadline, then it
+                                  goes on */
 } refit_fault_phase_t;
 
 /* ... and what it does there. */

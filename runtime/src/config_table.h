@@ -227,7 +227,8 @@
   X(REFIT_FAULT, "refit", "fault", SECTION, refit.fault.enabled, NULL, 0, 0,   \
     "", 0, "fault injection seam for tests")                                   \
   X(REFIT_FAULT_PHASE, "refit.fault", "phase", ENUM, refit.fault.phase, NULL,  \
-    0, 0, "transfer|quantize|commit|verify|vote|open", REFIT_CONFIG_REQUIRED,       \
+    0, 0, "transfer|quantize|commit|verify|vote|open|repair",                  \
+    REFIT_CONFIG_REQUIRED,                                                     \
     "phase the fault fires in")                                                \
   X(REFIT_FAULT_RANK, "refit.fault", "rank", INT, refit.fault.rank, NULL, 0,   \
     INT_MAX, "", REFIT_CONFIG_REQUIRED, "world rank that injects the fault")   \

@@ -51,23 +51,18 @@ static refit_status_t refit_session_start(refit_session_t *s, const refit_xfer_t
   return st;
 }
 
-/* Wait for a request on the control communicator until the deadline. */
-static refit_status_t refit_session_ctrl_wait(refit_session_t *s, MPI_Request *req,
-                                              double deadline, const char *phase) {
-  return refit_session_join_wait(s, req, deadline, phase, "refit.timeout_s",
-                                 s->cfg.refit.timeout_s);
-}
-
 /* Does the fault seam fire on this rank, in this phase, this refit? */
 static int refit_session_fault_here(const refit_session_t *s, int phase) {
   const refit_fault_t *f = &s->fault;
+  /* The repair runs in begin, before the attempt it begins is counted. */
+  const uint64_t attempt = s->attempt + (phase == REFIT_FAULT_PHASE_REPAIR);
   if (!f->enabled || f->phase != phase || f->rank != s->rank)
     return 0;
-  if (f->refit != 0 && (uint64_t)f->refit != s->attempt)
+  if (f->refit != 0 && (uint64_t)f->refit != attempt)
     return 0;
   if (f->probability < 1.0) {
     uint64_t h =
-        refit_hash_u64(refit_hash_u64(REFIT_HASH_INIT, s->cfg.source.seed), s->attempt);
+        refit_hash_u64(refit_hash_u64(REFIT_HASH_INIT, s->cfg.source.seed), attempt);
     if ((double)(h >> 11) / (double)(UINT64_C(1) << 53) >= f->probability)
       return 0;
   }
@@ -114,33 +109,48 @@ refit_status_t refit_session_fault_act(refit_session_t *s, const char *where) {
 static refit_status_t
 refit_session_recover_transport(refit_session_t *s, int unhealthy_rank, double deadline) {
   const refit_transport_ops_t *ops = s->transport.ops;
-  refit_status_t st;
+  refit_status_t st = REFIT_OK;
+  char whose[64];
+  refit_session_rank_name(s, unhealthy_rank, whose, sizeof(whose));
   if (ops->recover == NULL) {
     s->broken = 1;
     return REFIT_ERR(REFIT_ERR_PEER,
-                     "begin: the %s transport of rank %d is unusable after the "
+                     "begin: the %s transport of %s is unusable after the "
                      "failed refit and cannot be repaired; restart the job",
-                     ops->name, unhealthy_rank);
+                     ops->name, whose);
   }
-  REFIT_WARN("begin: repairing the %s transport on every rank (rank %d's "
+  REFIT_WARN("begin: repairing the %s transport on every rank (that of %s "
              "failed in the last refit)",
-             ops->name, unhealthy_rank);
-  st = ops->recover(s->transport.ctx, deadline);
-  /* ok, then everyone's: on the heap, as a late peer may still write it. */
-  int *ok = malloc(2 * sizeof(int));
+             ops->name, whose);
+  if (refit_session_fault_here(s, REFIT_FAULT_PHASE_REPAIR)) {
+    if (s->fault.action == REFIT_FAULT_STALL) {
+      /* Held until every peer's repair deadline (this begin's, at most
+       * timeout_s after the header exchange began) has passed, then it
+       * goes on: the peers gave up on the repair's operations, which it
+       * completes late into their buffers. */
+      REFIT_WARN("fault seam: rank %d stalls at the transport repair", s->rank);
+      struct timespec ts = {(time_t)s->cfg.refit.timeout_s + 1, 0};
+      nanosleep(&ts, NULL);
+    } else
+      st = refit_session_fault_act(s, "the transport repair");
+  }
+  if (st == REFIT_OK)
+    st = ops->recover(s->transport.ctx, deadline);
+  /* This rank's outcome, then everyone's: on the heap, as a late peer may
+   * still write them. */
+  int *ok = malloc((size_t)(s->size + 1) * sizeof(int));
   if (ok == NULL) {
     s->broken = 1; /* this rank cannot join the agreement */
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "begin: transport repair");
   }
   ok[0] = st == REFIT_OK;
-  ok[1] = 0;
-  MPI_Request req;
   void *blocks[] = {ok};
-  MPI_Iallreduce(&ok[0], &ok[1], 1, MPI_INT, MPI_MIN, s->ctrl, &req);
-  REFIT_CHECK(refit_session_join_wait_blocks(s, &req, blocks, 1, deadline,
-                                             "begin: transport repair", "refit.timeout_s",
-                                             s->cfg.refit.timeout_s));
-  const int all_ok = ok[1];
+  REFIT_CHECK(refit_session_gather(s, &ok[0], &ok[1], (int)sizeof(int),
+                                   REFIT_CTRL_TAG_REPAIR, deadline,
+                                   "begin: transport repair", blocks, 1));
+  int all_ok = 1;
+  for (int r = 0; r < s->size; r++)
+    all_ok &= ok[1 + r] != 0;
   free(ok);
   if (st != REFIT_OK || !all_ok) {
     s->broken = 1;
@@ -218,12 +228,10 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
                            moved,
                            refit_dw_ready(s, s->dw) && !moved,
                            0};
-  MPI_Request req;
   const double deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
-  MPI_Iallgather(mine, (int)sizeof(*mine), MPI_BYTE, all, (int)sizeof(*mine), MPI_BYTE,
-                 s->ctrl, &req);
   refit_status_t wst =
-      refit_session_ctrl_wait(s, &req, deadline, "begin: header exchange");
+      refit_session_gather(s, mine, all, (int)sizeof(*mine), REFIT_CTRL_TAG_HEADER,
+                           deadline, "begin: header exchange", NULL, 0);
   if (wst != REFIT_OK)
     return wst;
   if (st == REFIT_OK)
@@ -547,17 +555,13 @@ refit_status_t refit_session_progress(refit_session_t *s, int *done) {
  * came) before it votes: a rank that got here early waits for that deadline
  * plus the timeout, so only a dead or stalled peer misses the vote. */
 static refit_status_t refit_session_vote(refit_session_t *s, int ok) {
-  MPI_Request req;
   s->vote_buf[0] = ok;
   s->vote_pending = 0;
-  if (MPI_Iallgather(s->vote_buf, 1, MPI_INT, s->vote_buf + 1, 1, MPI_INT, s->ctrl,
-                     &req) != MPI_SUCCESS) {
-    s->broken = 1;
-    return REFIT_ERR(REFIT_ERR_MPI, "commit: vote: MPI_Iallgather failed");
-  }
   const double vote_deadline =
       (MPI_Wtime() > s->deadline ? MPI_Wtime() : s->deadline) + s->cfg.refit.timeout_s;
-  return refit_session_ctrl_wait(s, &req, vote_deadline, "commit: vote");
+  return refit_session_gather(s, s->vote_buf, s->vote_buf + 1, (int)sizeof(int),
+                              REFIT_CTRL_TAG_VOTE, vote_deadline, "commit: vote", NULL,
+                              0);
 }
 
 refit_status_t refit_session_commit(refit_session_t *s, void *stream) {

@@ -13,8 +13,9 @@
 
 typedef struct refit_outlived {
   struct refit_outlived *next;
-  MPI_Request req; /* freed when it completes */
-  int forever;     /* no request: kept until the process exits */
+  MPI_Request *reqs; /* freed when every one completed */
+  int nreq;
+  int forever; /* no request: kept until the process exits */
   int n;
   void *blocks[];
 } refit_outlived_t;
@@ -35,11 +36,13 @@ static void refit_outlive_sweep(void) {
     refit_outlived_t *e = *at;
     int done = 0;
     if (!e->forever &&
-        (e->req == MPI_REQUEST_NULL ||
-         (MPI_Test(&e->req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done))) {
+        (e->nreq == 0 ||
+         (MPI_Testall(e->nreq, e->reqs, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+          done))) {
       *at = e->next;
       for (int i = 0; i < e->n; i++)
         free(e->blocks[i]);
+      free(e->reqs);
       free(e);
       continue;
     }
@@ -47,12 +50,22 @@ static void refit_outlive_sweep(void) {
   }
 }
 
-static void refit_outlive_add(MPI_Request req, int forever, void *const *blocks, int n) {
+/* Requests already completed (MPI_REQUEST_NULL) are not kept. */
+static void refit_outlive_add(MPI_Request *reqs, int nreq, int forever,
+                              void *const *blocks, int n) {
   refit_outlived_t *e = calloc(1, sizeof(*e) + (size_t)(n > 0 ? n : 0) * sizeof(void *));
+  MPI_Request *kept = nreq > 0 ? malloc((size_t)nreq * sizeof(*kept)) : NULL;
+  if (e != NULL && nreq > 0 && kept == NULL) {
+    free(e);
+    e = NULL;
+  }
   pthread_mutex_lock(&refit_outlive_lock);
   refit_outlive_sweep();
-  if (e != NULL) { /* out of memory: the blocks stay allocated, unnamed */
-    e->req = req;
+  if (e != NULL) { /* out of memory: the blocks and requests stay, unnamed */
+    e->reqs = kept;
+    for (int i = 0; i < nreq; i++)
+      if (reqs[i] != MPI_REQUEST_NULL)
+        kept[e->nreq++] = reqs[i];
     e->forever = forever;
     for (int i = 0; i < n; i++)
       if (blocks[i] != NULL)
@@ -63,13 +76,18 @@ static void refit_outlive_add(MPI_Request req, int forever, void *const *blocks,
   pthread_mutex_unlock(&refit_outlive_lock);
 }
 
+void refit_outlive_park_all(MPI_Request *reqs, int nreq, void *const *blocks, int n) {
+  refit_outlive_add(reqs, nreq, 0, blocks, n);
+  for (int i = 0; i < nreq; i++)
+    reqs[i] = MPI_REQUEST_NULL;
+}
+
 void refit_outlive_park(MPI_Request *req, void *const *blocks, int n) {
-  refit_outlive_add(*req, 0, blocks, n);
-  *req = MPI_REQUEST_NULL;
+  refit_outlive_park_all(req, 1, blocks, n);
 }
 
 void refit_outlive_keep(void *const *blocks, int n) {
-  refit_outlive_add(MPI_REQUEST_NULL, 1, blocks, n);
+  refit_outlive_add(NULL, 0, 1, blocks, n);
 }
 
 refit_status_t refit_outlive_wait(MPI_Request *req, double deadline, const char *what,

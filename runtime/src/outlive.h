@@ -36,6 +36,11 @@ refit_status_t refit_outlive_wait(MPI_Request *req, double deadline, const char 
  * MPI_REQUEST_NULL. */
 void refit_outlive_park(MPI_Request *req, void *const *blocks, int n);
 
+/* refit_outlive_park of several requests reqs[0..nreq) that share the
+ * blocks: freed once every one of them completed. Each reqs[i] becomes
+ * MPI_REQUEST_NULL. */
+void refit_outlive_park_all(MPI_Request *reqs, int nreq, void *const *blocks, int n);
+
 /* Keep memory of any kind (host, device, whole objects) that released
  * requests, or a peer's transport, may still touch, with no request left
  * to test: never freed; the process exit reclaims it. */

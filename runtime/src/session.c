@@ -55,6 +55,105 @@ refit_status_t refit_session_join_wait(refit_session_t *s, MPI_Request *req,
   return refit_session_join_wait_blocks(s, req, NULL, 0, deadline, what, limit, limit_s);
 }
 
+void refit_session_rank_name(const refit_session_t *s, int r, char *out, size_t len) {
+  if (r < s->ntrainer)
+    snprintf(out, len, "trainer rank %d (world rank %d)", r, r);
+  else
+    snprintf(out, len, "generator rank %d (world rank %d)", r - s->ntrainer, r);
+}
+
+/* The ranks whose requests among reqs[0..n) (to or from peer[i]) are still
+ * pending, named into out: "generator rank 1 (world rank 3), ..."; their
+ * count. */
+static int refit_session_name_pending(const refit_session_t *s, MPI_Request *reqs,
+                                      const int *peer, int n, char *out, size_t len) {
+  int count = 0;
+  size_t at = 0;
+  out[0] = '\0';
+  for (int i = 0; i < n; i++) {
+    int flag = 1;
+    if (reqs[i] != MPI_REQUEST_NULL)
+      MPI_Request_get_status(reqs[i], &flag, MPI_STATUS_IGNORE);
+    if (flag)
+      continue;
+    char name[64];
+    refit_session_rank_name(s, peer[i], name, sizeof(name));
+    if (at + 1 < len)
+      at += (size_t)snprintf(out + at, len - at, "%s%s", count ? ", " : "", name);
+    count++;
+  }
+  if (at >= len && len > 4)
+    memcpy(out + len - 4, "...", 4);
+  return count;
+}
+
+refit_status_t refit_session_gather(refit_session_t *s, const void *mine, void *all,
+                                    int bytes, int tag, double deadline, const char *what,
+                                    void *const *blocks, int n) {
+  const int npeers = s->size - 1;
+  refit_status_t st = REFIT_OK;
+  unsigned char *into = all;
+  /* Receives from every peer, then sends to every peer: reqs[i] and
+   * reqs[npeers + i] are peer[i]'s. */
+  MPI_Request *reqs = malloc((size_t)(2 * npeers + 1) * sizeof(*reqs));
+  int *peer = malloc((size_t)(npeers + 1) * sizeof(*peer));
+  if (reqs == NULL || peer == NULL) {
+    free(reqs);
+    free(peer);
+    for (int i = 0; i < n; i++)
+      free(blocks[i]);
+    s->broken = 1; /* the peers wait for this rank in vain */
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "%s: %d peers", what, npeers);
+  }
+  memcpy(into + (size_t)s->rank * (size_t)bytes, mine, (size_t)bytes);
+  for (int r = 0, i = 0; r < s->size; r++)
+    if (r != s->rank)
+      peer[i++] = r;
+  for (int i = 0; i < 2 * npeers; i++)
+    reqs[i] = MPI_REQUEST_NULL;
+  for (int i = 0; i < npeers && st == REFIT_OK; i++)
+    if (MPI_Irecv(into + (size_t)peer[i] * (size_t)bytes, bytes, MPI_BYTE, peer[i], tag,
+                  s->ctrl, &reqs[i]) != MPI_SUCCESS)
+      st = REFIT_ERR(REFIT_ERR_MPI, "%s: MPI_Irecv from world rank %d failed", what,
+                     peer[i]);
+  for (int i = 0; i < npeers && st == REFIT_OK; i++)
+    if (MPI_Isend(mine, bytes, MPI_BYTE, peer[i], tag, s->ctrl, &reqs[npeers + i]) !=
+        MPI_SUCCESS)
+      st = REFIT_ERR(REFIT_ERR_MPI, "%s: MPI_Isend to world rank %d failed", what,
+                     peer[i]);
+  for (unsigned spins = 0; st == REFIT_OK;) {
+    int done = 0;
+    if (MPI_Testall(2 * npeers, reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+      st = REFIT_ERR(REFIT_ERR_MPI, "%s: MPI_Testall failed", what);
+    else if (done)
+      break;
+    else if (MPI_Wtime() > deadline) {
+      char names[512];
+      int late = refit_session_name_pending(s, reqs, peer, npeers, names, sizeof(names));
+      const char *how = "did not arrive";
+      if (late == 0) { /* every message came; some peer did not take ours */
+        late = refit_session_name_pending(s, reqs + npeers, peer, npeers, names,
+                                          sizeof(names));
+        how = "did not take this rank's message";
+      }
+      st =
+          REFIT_ERR(REFIT_ERR_TIMEOUT,
+                    "%s: %d rank%s %s within refit.timeout_s = %.1f s: %s (dead, "
+                    "stalled or not started); this session cannot continue",
+                    what, late, late == 1 ? "" : "s", how, s->cfg.refit.timeout_s, names);
+    } else
+      refit_poll_nap(&spins);
+  }
+  if (st != REFIT_OK) {
+    /* What is still posted may complete later, into `all` and the blocks. */
+    s->broken = 1;
+    refit_outlive_park_all(reqs, 2 * npeers, blocks, n);
+  }
+  free(reqs);
+  free(peer);
+  return st;
+}
+
 /* Start-up collectives are non-blocking and waited on against a deadline,
  * so a peer that dies during refit_session_open is an error, not a hang:
  * REFIT_STARTUP_TIMEOUT_S (default 300) until the config is known, then

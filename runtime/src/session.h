@@ -21,6 +21,14 @@
 #include <mpi.h>
 #include <stdint.h>
 
+/* Tags of the point-to-point exchanges on the control communicator
+ * (refit_session_gather); zero_copy.c's is 0x7000. */
+enum {
+  REFIT_CTRL_TAG_HEADER = 0x7100, /* begin: header exchange */
+  REFIT_CTRL_TAG_REPAIR = 0x7101, /* begin: transport repair's outcome */
+  REFIT_CTRL_TAG_VOTE = 0x7102    /* commit vote */
+};
+
 /* Seconds per phase of one refit, as seen by one rank. */
 typedef struct {
   double source;   /* trainer: produce the new weights */
@@ -110,8 +118,8 @@ typedef struct refit_session {
   /* Lifecycle. */
   MPI_Comm ctrl;      /* headers and votes, errors returned */
   /* Buffers of the header exchange (this rank's, then everyone's) and of
-   * the vote (likewise): they outlive a collective that missed its
-   * deadline, which MPI may still complete into them. */
+   * the vote (likewise): they outlive an exchange that missed its deadline,
+   * which MPI may still complete into them. */
   struct refit_header *header_buf;
   int *vote_buf;
   uint64_t run_id;
@@ -248,6 +256,21 @@ refit_status_t refit_session_join_wait_blocks(refit_session_t *s, MPI_Request *r
                                               void *const *blocks, int n, double deadline,
                                               const char *what, const char *limit,
                                               double limit_s);
+
+/* World rank r as messages name it: "generator rank 1 (world rank 3)". */
+void refit_session_rank_name(const refit_session_t *s, int r, char *out, size_t len);
+
+/* Every rank's `bytes` at `mine` into all + r * bytes for each world rank r
+ * (this rank's copied there), point to point on s->ctrl with `tag`, by
+ * `deadline`: a message that did not arrive is an error that names the
+ * ranks it did not come from, and breaks the session, as a collective that
+ * missed its deadline does. `mine` and `all` are the session's buffers or
+ * heap blocks among blocks[0..n) (malloc): on any failure the blocks belong
+ * to outlive.h with what is still posted (the caller must not free them);
+ * on success the caller keeps them. */
+refit_status_t refit_session_gather(refit_session_t *s, const void *mine, void *all,
+                                    int bytes, int tag, double deadline, const char *what,
+                                    void *const *blocks, int n);
 
 /* A start-up collective started by the MPI call that returned `rc`, waited
  * on against the start-up deadline. */

@@ -242,7 +242,8 @@ static int refit_run_pid_gone(int pid) {
 /*
  * Name the peers that are lost, once, before a rank leaves through
  * refit_run_lost. The session's collectives say only that not every rank
- * joined; this asks each peer directly. The rank sends every peer a
+ * joined, and its header exchange and vote only whose message did not
+ * arrive, not whether that peer is dead; this asks each peer directly. The rank sends every peer a
  * synchronous hello (MPI_Issend) and listens for theirs on a communicator
  * of its own. A peer is accounted for when its hello arrived and it took
  * ours; it is lost when its process is gone (a peer on this host, checked

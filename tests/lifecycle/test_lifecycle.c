@@ -32,6 +32,23 @@
  *   test-lifecycle CONFIG moved-delta  (delta: on, caller source) a trainer
  *                                 tensor registered anew, then a begin every
  *                                 rank refuses: the next refit is still full
+ *   test-lifecycle CONFIG ucx-repair  (ucx, one bucket) three refits that
+ *                                 fail with the trainer's bucket posted, then
+ *                                 stalled (generators hold receives UCX cannot
+ *                                 cancel): each next refit repairs the
+ *                                 transport and verifies bit for bit
+ *   test-lifecycle CONFIG repair-late  after a failed refit, generator rank
+ *                                 1 reaches the next begin's transport repair
+ *                                 (the config's fault) after its peers gave
+ *                                 up on it: what it completes late lands in
+ *                                 memory still allocated (ASan), and the
+ *                                 peers' error names it
+ *   test-lifecycle CONFIG dump-late  generator rank 1 calls refit_dump after
+ *                                 its peers gave up duplicating the dump's
+ *                                 communicator, and completes it late: every
+ *                                 rank's dump fails by name, none hangs
+ *   test-lifecycle CONFIG header-late  generator rank 1 begins after its
+ *                                 peers' deadline: their error names it
  *   test-lifecycle CONFIG startup-env  REFIT_STARTUP_TIMEOUT_S=inf on rank
  *                                 1 alone: every rank's open fails, rank 1's
  *                                 naming the variable, the others' naming the
@@ -207,36 +224,62 @@ static void scenario_async(refit_session_h s) {
   refit_session_close(s);
 }
 
-static void scenario_cycles(refit_session_h s, int world_rank, double timeout_s) {
+/* Sleep `s` seconds. */
+static void nap_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* A stalled refit of `version`: trainer rank 0 sends its first bucket late,
+ * after every generator's deadline but before their vote gives up on it;
+ * its eager messages arrive after the receives were cancelled. Or, with
+ * `midway` (a config of one bucket), it posts the bucket's sends, then
+ * stops driving the transport until every generator gave up on it (1.25
+ * timeout_s) and abandons the refit (refit_abort), well before their
+ * vote's deadline (2 timeout_s): a generator that matched a rendezvous
+ * message waits for data only the trainer's progress sends (a receive UCX
+ * cannot cancel). Every rank fails it and keeps version - 1; the transport
+ * needs a repair. */
+static void fail_refit_stalled(refit_session_h s, int world_rank, uint64_t version,
+                               double timeout_s, int midway) {
+  int done = 0;
+  refit_status_t st = refit_begin(s, version, NULL);
+  if (world_rank == 0 && st == REFIT_OK && midway) {
+    EXPECT_OK(refit_progress(s, &done));
+    nap_s(1.25 * timeout_s);
+    EXPECT_OK(refit_abort(s));
+    st = REFIT_ERR_STATE; /* given up: no more progress */
+  } else if (world_rank == 0 && st == REFIT_OK)
+    nap_s(1.5 * timeout_s);
+  while (st == REFIT_OK && !done)
+    st = refit_progress(s, &done);
+  refit_status_t cst = refit_commit(s, NULL);
+  EXPECT(cst != REFIT_OK, "the stalled refit of version %llu committed",
+         (unsigned long long)version);
+  EXPECT(refit_committed_version(s) == version - 1, "committed %llu after version %llu",
+         (unsigned long long)refit_committed_version(s), (unsigned long long)version);
+  expect_holds(s, version - 1);
+}
+
+/* `cycles` stalled refits (fail_refit_stalled, `midway` or not), each
+ * followed by a refit that repairs what the failed one left and must verify
+ * bit for bit. cycles: 10, more than the 8 refits after which message tags
+ * repeat. ucx-repair (issue 37, defect 10): 3 refits over UCX that fail
+ * midway, each followed by one that repairs the transport (a new worker on
+ * every rank: nothing of the failed refit lands in the staging it reuses). */
+static void scenario_cycles(refit_session_h s, int world_rank, double timeout_s, int cycles,
+                            int midway) {
   uint64_t version = 1;
   run_refit(s, version);
   expect_holds(s, version);
-  for (int cycle = 1; cycle <= 10; cycle++) {
-    /* A stalled refit: trainer rank 0 sends its first bucket late, after
-     * every generator's deadline but before their vote gives up on it; its
-     * eager messages arrive after the receives were cancelled. */
-    int done = 0;
-    refit_status_t st = refit_begin(s, ++version, NULL);
-    if (world_rank == 0 && st == REFIT_OK) {
-      const double late = 1.5 * timeout_s;
-      struct timespec ts = {(time_t)late, (long)((late - (double)(time_t)late) * 1e9)};
-      nanosleep(&ts, NULL);
-    }
-    while (st == REFIT_OK && !done)
-      st = refit_progress(s, &done);
-    refit_status_t cst = refit_commit(s, NULL);
-    EXPECT(cst != REFIT_OK, "cycle %d: the stalled refit of version %llu committed",
-           cycle, (unsigned long long)version);
-    EXPECT(refit_committed_version(s) == version - 1, "cycle %d: committed %llu",
-           cycle, (unsigned long long)refit_committed_version(s));
-    expect_holds(s, version - 1);
-    /* The next refit repairs what the failed one left and verifies. */
+  for (int cycle = 1; cycle <= cycles; cycle++) {
+    fail_refit_stalled(s, world_rank, ++version, timeout_s, midway);
     run_refit(s, ++version);
     expect_holds(s, version);
     if (world_rank == 0)
-      printf("test-lifecycle cycles: cycle %d: version %llu failed, version %llu "
-             "verified\n",
-             cycle, (unsigned long long)(version - 1), (unsigned long long)version);
+      printf("test-lifecycle: cycle %d: version %llu failed%s, version %llu verified\n",
+             cycle, (unsigned long long)(version - 1), midway ? " midway" : "",
+             (unsigned long long)version);
   }
   refit_session_close(s);
 }
@@ -296,12 +339,6 @@ static void scenario_poison(refit_session_h s, int world_rank) {
          refit_state_str(refit_state(s)));
   expect_holds(s, 3);
   refit_session_close(s);
-}
-
-/* Sleep `s` seconds. */
-static void nap_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
 }
 
 /* Wait for every rank of the job, driving MPI's progress meanwhile (what a
@@ -400,6 +437,93 @@ static void scenario_begin_again(refit_session_h s, int world_rank) {
   refit_session_close(s);
 }
 
+/* Drive MPI's progress for `s` seconds (what a process goes on doing after
+ * its refit failed: operations it or its peers gave up on complete now). */
+static void progress_for(double s) {
+  const double end = MPI_Wtime() + s;
+  while (MPI_Wtime() < end) {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    nap_s(0.001);
+  }
+}
+
+/* A begin whose error must name the rank that did not arrive, and the step. */
+static void expect_late_named(refit_status_t st, const char *step, const char *late) {
+  EXPECT(st == REFIT_ERR_TIMEOUT && strstr(refit_last_error(), step) != NULL &&
+             strstr(refit_last_error(), late) != NULL,
+         "begin gave %s: \"%s\" (wanted %s naming \"%s\" and \"%s\")",
+         refit_status_name(st), refit_last_error(), refit_status_name(REFIT_ERR_TIMEOUT),
+         step, late);
+}
+
+/* Issue 37, defect 4: buffers that outlive a deadline. After a failed
+ * refit every rank repairs the transport at the next begin; the config's
+ * fault holds world rank 2 (generator rank 1) there until every peer's
+ * deadline has passed. The peers give up on the repair (the MPI transport's
+ * fresh communicator, the agreement on its outcome) and the late rank then
+ * completes both into their buffers while they drive MPI on: those must
+ * still be allocated (ASan; with detect_stack_use_after_return, a buffer in
+ * the frame of the call that gave up is a dead frame). The peers' error
+ * names the late rank (defect 9). */
+static void scenario_repair_late(refit_session_h s, int world_rank, double timeout_s) {
+  run_refit(s, 1);
+  expect_holds(s, 1);
+  fail_refit_stalled(s, world_rank, 2, timeout_s, 0);
+  const refit_status_t st = refit_begin(s, 3, NULL);
+  if (world_rank == 2)
+    EXPECT(st != REFIT_OK, "the late rank's begin succeeded");
+  else
+    expect_late_named(st, "begin: transport repair", "generator rank 1 (world rank 2)");
+  progress_barrier();
+  progress_for(1.0);
+  EXPECT(refit_committed_version(s) == 1, "committed %llu",
+         (unsigned long long)refit_committed_version(s));
+  refit_session_close(s);
+}
+
+/* Defect 4 at the dump: generator rank 1 (world rank 2) calls refit_dump
+ * after every peer gave up duplicating the dump's communicator; it
+ * completes the duplicate late while they drive MPI on. Every rank's dump
+ * fails by name, none hangs. (MPI stores the new handle itself, where ASan
+ * does not look: with the handle put back on the stack this still passed,
+ * so the memory rule is proven at the repair, repair-late.) */
+static void scenario_dump_late(refit_session_h s, int world_rank, double timeout_s) {
+  run_refit(s, 1);
+  expect_holds(s, 1);
+  if (world_rank == 2) {
+    nap_s(timeout_s + 1.0);
+    EXPECT(refit_dump(s, "dump-late.h5") != REFIT_OK, "the late rank's dump succeeded");
+  } else
+    EXPECT_STATUS(refit_dump(s, "dump-late.h5"), REFIT_ERR_TIMEOUT,
+                  "duplicating the communicator");
+  progress_barrier();
+  progress_for(1.0);
+  refit_session_close(s);
+}
+
+/* Defect 9: a rank that begins after its peers' deadline is named by the
+ * header exchange's error on each of them; the late rank itself fails the
+ * refit it began alone. */
+static void scenario_header_late(refit_session_h s, int world_rank, double timeout_s) {
+  run_refit(s, 1);
+  expect_holds(s, 1);
+  if (world_rank == 2) {
+    nap_s(timeout_s + 1.0);
+    int done = 0;
+    refit_status_t st = refit_begin(s, 2, NULL);
+    while (st == REFIT_OK && !done)
+      st = refit_progress(s, &done);
+    EXPECT(refit_commit(s, NULL) != REFIT_OK, "the late rank committed version 2 alone");
+  } else
+    expect_late_named(refit_begin(s, 2, NULL), "begin: header exchange",
+                      "generator rank 1 (world rank 2)");
+  progress_barrier();
+  EXPECT(refit_committed_version(s) == 1, "committed %llu",
+         (unsigned long long)refit_committed_version(s));
+  refit_session_close(s);
+}
+
 static int last_refit_delta(refit_session_h s) {
   refit_wire_stats_t w;
   EXPECT_OK(refit_last_wire_stats(s, &w));
@@ -454,7 +578,8 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   if (argc != 3 && argc != 4) {
     fprintf(stderr, "usage: test-lifecycle CONFIG basic|async|poison|cycles|close-mid|"
-                    "begin-again|moved-delta|startup-env "
+                    "begin-again|moved-delta|repair-late|dump-late|header-late|ucx-repair|"
+                    "startup-env "
                     "[TIMEOUT_S]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
@@ -512,8 +637,16 @@ int main(int argc, char **argv) {
     scenario_begin_again(s, rank_);
   else if (strcmp(argv[2], "moved-delta") == 0)
     scenario_moved_delta(s);
+  else if (strcmp(argv[2], "ucx-repair") == 0)
+    scenario_cycles(s, rank_, argc > 3 ? atof(argv[3]) : 1.0, 3, 1);
+  else if (strcmp(argv[2], "repair-late") == 0)
+    scenario_repair_late(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
+  else if (strcmp(argv[2], "dump-late") == 0)
+    scenario_dump_late(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
+  else if (strcmp(argv[2], "header-late") == 0)
+    scenario_header_late(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
   else if (strncmp(argv[2], "cycles", 6) == 0)
-    scenario_cycles(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
+    scenario_cycles(s, rank_, argc > 3 ? atof(argv[3]) : 1.0, 10, 0);
   else
     EXPECT(0, "unknown scenario %s", argv[2]);
   MPI_Barrier(MPI_COMM_WORLD);

@@ -226,7 +226,8 @@ static const mistake_t mistakes[] = {
                    "    action: kill\n",
          .lines = 1,
          .want = {"demo.yaml:23:12: refit.fault.phase: expected one of transfer, "
-                  "quantize, commit, verify, vote, open, got 'transfr' (did you mean "
+                  "quantize, commit, verify, vote, open, repair, got 'transfr' (did you "
+                  "mean "
                   "'transfer'?)"}),
     CASE(.base = moe,
          .append = "refit:\n  fault:\n    phase: commit\n    rank: 0\n"
