@@ -49,7 +49,12 @@ typedef enum {
   REFIT_ROLE_ROUTER,
   REFIT_ROLE_EXPERT,
   REFIT_ROLE_LM_HEAD,
-  REFIT_ROLE_BIAS /* a 1-D bias [n], the column [n, 1]; never quantized */
+  REFIT_ROLE_BIAS, /* a 1-D bias [n], the column [n, 1]; never quantized */
+  /* A 1-D FP32 vector [n] (DeepSeek's e_score_correction_bias), described
+   * in refit's 2-byte units as the row [1, 2n]: element k is units 2k (low
+   * half) and 2k + 1 (high half), little-endian. Moved bytewise, replicated,
+   * never quantized. */
+  REFIT_ROLE_F32
 } refit_role_t;
 
 /*
@@ -98,7 +103,7 @@ typedef enum {
 typedef struct {
   char name[REFIT_NAME_MAX];
   int ndim;
-  int64_t shape[3];   /* logical shape */
+  int64_t shape[3];   /* logical shape (elements; of FP32 for REFIT_ROLE_F32) */
   int64_t rows, cols; /* 2-D matrix view: rows = product of all but last */
   refit_gen_kind_t kind;
   refit_role_t role;
@@ -168,6 +173,18 @@ void refit_catalog_destroy(refit_catalog_t *cat);
  * weight [1, n] or a bias [n, 1]? Its length is then rows * cols. */
 static inline int refit_src_is_1d(const refit_src_tensor_t *t) {
   return t->rows == 1 || t->role == REFIT_ROLE_BIAS;
+}
+
+/* Is trainer (or Hugging Face) tensor t an FP32 vector (REFIT_ROLE_F32)?
+ * Its framework shape is then [cols / 2] in float32. */
+static inline int refit_src_is_f32(const refit_src_tensor_t *t) {
+  return t->role == REFIT_ROLE_F32;
+}
+
+/* Elements of tensor t in its framework: float32 ones for an FP32 vector,
+ * else rows * cols. */
+static inline int64_t refit_src_elements(const refit_src_tensor_t *t) {
+  return refit_src_is_f32(t) ? t->cols / 2 : t->rows * t->cols;
 }
 
 /* Holder of part p, replica r of trainer tensor t. */

@@ -21,8 +21,13 @@ typedef struct {
 typedef struct {
   int32_t in_norm, post_norm, q, k, v, o, q_norm, k_norm;
   int32_t q_bias, k_bias, v_bias; /* families with qkv_bias */
-  int32_t gate, up, down, router;
+  /* MLA (families with mla): q is q_proj when q_lora_rank is 0. */
+  int32_t q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b;
+  int32_t gate, up, down, router; /* gate, up, down: a dense MLP layer */
+  int32_t expert_bias;            /* the router's FP32 bias, or -1 */
   int32_t expert0; /* first of 3 * X expert tensors: gate, up, down per e */
+  int32_t shared_gate, shared_up, shared_down; /* -1 without shared experts */
+  int moe;                                     /* refit_layer_is_moe */
 } refit_layer_src_t;
 
 /* printf into a name of REFIT_NAME_MAX bytes. */

@@ -52,6 +52,84 @@ static refit_status_t refit_add_qkv_runs(refit_catalog_builder_t *b, int32_t src
   return REFIT_OK;
 }
 
+/* GQA attention: the input norm (fused into linear_qkv by TE), linear_qkv
+ * interleaved per query group (and its bias), the q/k norms. */
+static refit_status_t refit_build_megatron_gqa(refit_catalog_builder_t *b, const char *p,
+                                               int stage, int l,
+                                               const refit_layer_src_t *ls) {
+  const refit_model_t *m = &b->cat->model;
+  const refit_family_desc_t *fam = refit_family_desc(m->family);
+  const int te = b->cat->trainer.spec == REFIT_SPEC_TE;
+  const int64_t D = m->head_dim, H = m->hidden_size;
+  const int64_t rows = (m->num_attention_heads + 2 * m->num_kv_heads) * D;
+  char name[REFIT_NAME_MAX];
+  int32_t idx;
+
+  refit_name_fmt(name, "%s%s", p,
+                 te ? "self_attention.linear_qkv.layer_norm_weight"
+                    : "input_layernorm.weight");
+  REFIT_CHECK(refit_add_alias(b, &idx, ls->in_norm, stage, REFIT_SPLIT_NONE, name));
+  refit_name_fmt(name, "%sself_attention.linear_qkv.weight", p);
+  REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_LINEAR, REFIT_SPLIT_ROWS, rows,
+                            H, "%s", name));
+  REFIT_CHECK(refit_add_qkv_runs(b, idx, ls->q, ls->k, ls->v));
+  if (fam->qkv_bias) {
+    /* The same name under both specs: TE's LayerNormLinear and the local
+     * ColumnParallelLinear call it bias. */
+    refit_name_fmt(name, "%sself_attention.linear_qkv.bias", p);
+    REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_BIAS, REFIT_SPLIT_ROWS, rows,
+                              1, "%s", name));
+    REFIT_CHECK(refit_add_qkv_runs(b, idx, ls->q_bias, ls->k_bias, ls->v_bias));
+  }
+  if (fam->qk_norm) {
+    refit_name_fmt(name, "%sself_attention.q_layernorm.weight", p);
+    REFIT_CHECK(refit_add_alias(b, &idx, ls->q_norm, stage, REFIT_SPLIT_NONE, name));
+    refit_name_fmt(name, "%sself_attention.k_layernorm.weight", p);
+    REFIT_CHECK(refit_add_alias(b, &idx, ls->k_norm, stage, REFIT_SPLIT_NONE, name));
+  }
+  return REFIT_OK;
+}
+
+/*
+ * Multi-latent attention (Megatron-LM multi_latent_attention.py
+ * MLASelfAttention; Bridge deepseek/common.py; model-families.md 3.2): the
+ * input norm stays apart under both specs; the down projections are TE
+ * Linears duplicated on every tp rank under the TE spec and
+ * ColumnParallelLinears split by rows under the local one; their norms are
+ * fused into the up projections by TE (layer_norm_weight) and separate
+ * (q_layernorm, kv_layernorm) under the local spec; the up projections are
+ * split by rows, whole heads, in Hugging Face's row order.
+ */
+static refit_status_t refit_build_megatron_mla(refit_catalog_builder_t *b, const char *p,
+                                               int stage, const refit_layer_src_t *ls) {
+  const int te = b->cat->trainer.spec == REFIT_SPEC_TE;
+  const refit_split_t down = te ? REFIT_SPLIT_NONE : REFIT_SPLIT_ROWS;
+  char name[REFIT_NAME_MAX];
+  int32_t idx;
+
+  refit_name_fmt(name, "%sinput_layernorm.weight", p);
+  REFIT_CHECK(refit_add_alias(b, &idx, ls->in_norm, stage, REFIT_SPLIT_NONE, name));
+  if (ls->q_a >= 0) {
+    refit_name_fmt(name, "%sself_attention.linear_q_down_proj.weight", p);
+    REFIT_CHECK(refit_add_alias(b, &idx, ls->q_a, stage, down, name));
+    refit_name_fmt(name, "%sself_attention.%s", p,
+                   te ? "linear_q_up_proj.layer_norm_weight" : "q_layernorm.weight");
+    REFIT_CHECK(refit_add_alias(b, &idx, ls->q_a_norm, stage, REFIT_SPLIT_NONE, name));
+    refit_name_fmt(name, "%sself_attention.linear_q_up_proj.weight", p);
+    REFIT_CHECK(refit_add_alias(b, &idx, ls->q_b, stage, REFIT_SPLIT_ROWS, name));
+  } else {
+    refit_name_fmt(name, "%sself_attention.linear_q_proj.weight", p);
+    REFIT_CHECK(refit_add_alias(b, &idx, ls->q, stage, REFIT_SPLIT_ROWS, name));
+  }
+  refit_name_fmt(name, "%sself_attention.linear_kv_down_proj.weight", p);
+  REFIT_CHECK(refit_add_alias(b, &idx, ls->kv_a, stage, down, name));
+  refit_name_fmt(name, "%sself_attention.%s", p,
+                 te ? "linear_kv_up_proj.layer_norm_weight" : "kv_layernorm.weight");
+  REFIT_CHECK(refit_add_alias(b, &idx, ls->kv_a_norm, stage, REFIT_SPLIT_NONE, name));
+  refit_name_fmt(name, "%sself_attention.linear_kv_up_proj.weight", p);
+  return refit_add_alias(b, &idx, ls->kv_b, stage, REFIT_SPLIT_ROWS, name);
+}
+
 /*
  * The trainer tensors of one layer as Megatron-Core's GPTModel holds them
  * (named_parameters(), Megatron-LM d98e8a64; ../shared/reference/
@@ -66,11 +144,10 @@ static refit_status_t refit_build_megatron_layer(refit_catalog_builder_t *b, int
   const refit_trainer_layout_t *tr = &cat->trainer;
   const int te = tr->spec == REFIT_SPEC_TE;
   const refit_family_desc_t *fam = refit_family_desc(m->family);
-  const int moe = fam->moe;
+  const int moe = ls->moe;
   const int grouped =
       tr->experts == REFIT_EXPERTS_GROUPED || (tr->experts == REFIT_EXPERTS_AUTO && te);
-  const int64_t D = m->head_dim, H = m->hidden_size;
-  const int64_t groups = m->num_kv_heads;
+  const int64_t H = m->hidden_size;
   char p[REFIT_NAME_MAX], name[REFIT_NAME_MAX];
   int32_t idx;
 
@@ -78,28 +155,12 @@ static refit_status_t refit_build_megatron_layer(refit_catalog_builder_t *b, int
                  (long long)(l - cat->stage_first_layer[stage]));
 #define REFIT_MEG_NAME(suffix) refit_name_fmt(name, "%s%s", p, suffix)
 
-  REFIT_MEG_NAME(te ? "self_attention.linear_qkv.layer_norm_weight"
-                    : "input_layernorm.weight");
-  REFIT_CHECK(refit_add_alias(b, &idx, ls->in_norm, stage, REFIT_SPLIT_NONE, name));
+  if (fam->mla) {
+    REFIT_CHECK(refit_build_megatron_mla(b, p, stage, ls));
+  } else {
+    REFIT_CHECK(refit_build_megatron_gqa(b, p, stage, l, ls));
+  }
 
-  REFIT_MEG_NAME("self_attention.linear_qkv.weight");
-  REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_LINEAR, REFIT_SPLIT_ROWS,
-                            (m->num_attention_heads + 2 * groups) * D, H, "%s", name));
-  REFIT_CHECK(refit_add_qkv_runs(b, idx, ls->q, ls->k, ls->v));
-  if (fam->qkv_bias) {
-    /* The same name under both specs: TE's LayerNormLinear and the local
-     * ColumnParallelLinear call it bias. */
-    REFIT_MEG_NAME("self_attention.linear_qkv.bias");
-    REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_BIAS, REFIT_SPLIT_ROWS,
-                              (m->num_attention_heads + 2 * groups) * D, 1, "%s", name));
-    REFIT_CHECK(refit_add_qkv_runs(b, idx, ls->q_bias, ls->k_bias, ls->v_bias));
-  }
-  if (fam->qk_norm) {
-    REFIT_MEG_NAME("self_attention.q_layernorm.weight");
-    REFIT_CHECK(refit_add_alias(b, &idx, ls->q_norm, stage, REFIT_SPLIT_NONE, name));
-    REFIT_MEG_NAME("self_attention.k_layernorm.weight");
-    REFIT_CHECK(refit_add_alias(b, &idx, ls->k_norm, stage, REFIT_SPLIT_NONE, name));
-  }
   REFIT_MEG_NAME("self_attention.linear_proj.weight");
   REFIT_CHECK(refit_add_alias(b, &idx, ls->o, stage, REFIT_SPLIT_COLS, name));
 
@@ -122,6 +183,12 @@ static refit_status_t refit_build_megatron_layer(refit_catalog_builder_t *b, int
 
   REFIT_MEG_NAME("mlp.router.weight");
   REFIT_CHECK(refit_add_alias(b, &idx, ls->router, stage, REFIT_SPLIT_NONE, name));
+  if (ls->expert_bias >= 0) {
+    /* TopKRouter's expert_bias: a persistent FP32 buffer (register_buffer),
+     * not a parameter: the caller registers it from named_buffers(). */
+    REFIT_MEG_NAME("mlp.router.expert_bias");
+    REFIT_CHECK(refit_add_alias(b, &idx, ls->expert_bias, stage, REFIT_SPLIT_NONE, name));
+  }
   const int64_t X = m->num_experts, I = m->moe_intermediate_size;
   const int64_t local = X / tr->ep;
   for (int64_t e = 0; e < X; e++) {
@@ -141,6 +208,17 @@ static refit_status_t refit_build_megatron_layer(refit_catalog_builder_t *b, int
       refit_name_fmt(name, "%smlp.experts.local_experts.%lld.linear_fc2.weight", p, k);
     REFIT_CHECK(refit_add_alias(b, &idx, gate + 2, stage, REFIT_SPLIT_COLS, name));
     refit_src_set_expert(cat, &cat->src[idx], e);
+  }
+  if (ls->shared_gate >= 0) {
+    /* SharedExpertMLP on the dense tp group (not etp): linear_fc1 keeps
+     * [gate_t; up_t] per tp rank as a dense MLP does. */
+    const int64_t fs = m->num_shared_experts * I;
+    REFIT_MEG_NAME("mlp.shared_experts.linear_fc1.weight");
+    REFIT_CHECK(refit_add_src(b, &idx, stage, l, REFIT_ROLE_LINEAR, REFIT_SPLIT_ROWS,
+                              2 * fs, H, "%s", name));
+    REFIT_CHECK(refit_add_fc1_runs(b, idx, ls->shared_gate, ls->shared_up, fs, tr->tp));
+    REFIT_MEG_NAME("mlp.shared_experts.linear_fc2.weight");
+    REFIT_CHECK(refit_add_alias(b, &idx, ls->shared_down, stage, REFIT_SPLIT_COLS, name));
   }
 #undef REFIT_MEG_NAME
   return REFIT_OK;

@@ -20,10 +20,11 @@
  * are the order of model.family's choices and stay fixed (configs hash
  * them). */
 typedef enum {
-  REFIT_FAMILY_QWEN3 = 0,     /* dense MLP, q/k norms */
-  REFIT_FAMILY_QWEN3_MOE = 1, /* routed experts, no shared expert, q/k norms */
-  REFIT_FAMILY_LLAMA = 2,     /* dense MLP, no q/k norms, no biases */
-  REFIT_FAMILY_QWEN2 = 3      /* dense MLP, q/k/v biases, no q/k norms */
+  REFIT_FAMILY_QWEN3 = 0,      /* dense MLP, q/k norms */
+  REFIT_FAMILY_QWEN3_MOE = 1,  /* routed experts, no shared expert, q/k norms */
+  REFIT_FAMILY_LLAMA = 2,      /* dense MLP, no q/k norms, no biases */
+  REFIT_FAMILY_QWEN2 = 3,      /* dense MLP, q/k/v biases, no q/k norms */
+  REFIT_FAMILY_DEEPSEEK_V3 = 4 /* MLA, dense first layers, routed and shared experts */
 } refit_family_t;
 
 typedef struct {
@@ -35,9 +36,28 @@ typedef struct {
   int64_t head_dim;              /* D */
   int64_t vocab_size;            /* V */
   int64_t intermediate_size;     /* F, dense MLP (dense families) */
-  int64_t num_experts;           /* X (qwen3_moe) */
-  int64_t moe_intermediate_size; /* I (qwen3_moe) */
+  int64_t num_experts;           /* X (qwen3_moe, deepseek_v3) */
+  int64_t moe_intermediate_size; /* I (qwen3_moe, deepseek_v3) */
   int tie_word_embeddings;       /* no lm_head.weight when set */
+  /* Multi-head latent attention (deepseek_v3). head_dim is then the rope
+   * head dimension R (qk_rope_head_dim) and num_kv_heads equals
+   * num_attention_heads N: MLA has no KV heads of its own. */
+  int64_t q_lora_rank;      /* q_r; 0: q_proj instead of q_a / q_b */
+  int64_t kv_lora_rank;     /* kv_r */
+  int64_t qk_nope_head_dim; /* P */
+  int64_t v_head_dim;       /* Vd */
+  /* DeepSeek's MoE layers (deepseek_v3): layer l has routed experts iff
+   * l >= first_k_dense_replace and l % moe_layer_freq == 0 (0 reads as 1),
+   * else a dense MLP of intermediate_size; every MoE layer has
+   * num_shared_experts shared experts, one MLP of num_shared_experts *
+   * moe_intermediate_size rows. */
+  int64_t num_shared_experts;
+  int64_t first_k_dense_replace;
+  int64_t moe_layer_freq;
+  /* Every MoE layer's router has e_score_correction_bias, FP32 [X]
+   * (topk_method noaux_tc: DeepSeek-V3, R1, Kimi-K2; Megatron's
+   * mlp.router.expert_bias buffer) (deepseek_v3). */
+  int expert_bias;
 } refit_model_t;
 
 /* How the trainer names and fuses its tensors. */
@@ -104,6 +124,15 @@ typedef struct {
   X(MODEL_MOE_INTERMEDIATE_SIZE, "model.moe_intermediate_size", model,                   \
     moe_intermediate_size)                                                               \
   X(MODEL_TIE_WORD_EMBEDDINGS, "model.tie_word_embeddings", model, tie_word_embeddings)  \
+  X(MODEL_Q_LORA_RANK, "model.q_lora_rank", model, q_lora_rank)                          \
+  X(MODEL_KV_LORA_RANK, "model.kv_lora_rank", model, kv_lora_rank)                       \
+  X(MODEL_QK_NOPE_HEAD_DIM, "model.qk_nope_head_dim", model, qk_nope_head_dim)           \
+  X(MODEL_V_HEAD_DIM, "model.v_head_dim", model, v_head_dim)                             \
+  X(MODEL_NUM_SHARED_EXPERTS, "model.num_shared_experts", model, num_shared_experts)     \
+  X(MODEL_FIRST_K_DENSE_REPLACE, "model.first_k_dense_replace", model,                   \
+    first_k_dense_replace)                                                               \
+  X(MODEL_MOE_LAYER_FREQ, "model.moe_layer_freq", model, moe_layer_freq)                 \
+  X(MODEL_EXPERT_BIAS, "model.expert_bias", model, expert_bias)                          \
   X(TRAINER_TP, "trainer.tp", trainer, tp)                                               \
   X(TRAINER_PP, "trainer.pp", trainer, pp)                                               \
   X(TRAINER_EP, "trainer.ep", trainer, ep)                                               \

@@ -76,22 +76,71 @@ refit_status_t refit_reference_source_row(const refit_model_t *m,
     }
     return REFIT_OK;
   }
-  if (refit_ref_is(rest, "self_attn.o_proj.weight")) {
-    REFIT_SRC("%s", "self_attn.o_proj.weight");
-    *src_row = row;
-    *col_offset = t * q_rows;
+  /* DeepSeek's multi-head latent attention (vllm deepseek_v2.py
+   * DeepseekV2MLAAttention, model-families.md 3.3). head_dim is the rope
+   * dimension R there: q rows per head are [nope P; rope R], kv_b_proj's
+   * [k_nope P; v Vd], kv_a_proj_with_mqa's [latent kv_r; k_rope R]. */
+  const int mla = m->family == REFIT_FAMILY_DEEPSEEK_V3;
+  if (mla && refit_ref_is(rest, "self_attn.fused_qkv_a_proj.weight")) {
+    /* MergedColumnParallelLinear(disable_tp): every rank the whole
+     * [q_a_proj; kv_a_proj_with_mqa]. */
+    const int q = row < m->q_lora_rank;
+    REFIT_SRC("self_attn.%s.weight", q ? "q_a_proj" : "kv_a_proj_with_mqa");
+    *src_row = q ? row : row - m->q_lora_rank;
     return REFIT_OK;
   }
-  if (refit_ref_is(rest, "mlp.gate_up_proj.weight")) {
-    const int64_t f = m->intermediate_size / tp;
-    REFIT_SRC("%s", row < f ? "mlp.gate_proj.weight" : "mlp.up_proj.weight");
+  if (mla && (refit_ref_is(rest, "self_attn.q_a_layernorm.weight") ||
+              refit_ref_is(rest, "self_attn.kv_a_layernorm.weight") ||
+              refit_ref_is(rest, "self_attn.kv_a_proj_with_mqa.weight"))) {
+    REFIT_SRC("%s", rest);
+    *src_row = row;
+    return REFIT_OK;
+  }
+  if (mla && (refit_ref_is(rest, "self_attn.q_b_proj.weight") ||
+              refit_ref_is(rest, "self_attn.q_proj.weight") ||
+              refit_ref_is(rest, "self_attn.kv_b_proj.weight"))) {
+    /* ColumnParallelLinear: rank t holds the t-th of tp equal row blocks,
+     * whole heads. */
+    const int kv = refit_ref_is(rest, "self_attn.kv_b_proj.weight");
+    const int64_t per_head = m->qk_nope_head_dim + (kv ? m->v_head_dim : D);
+    REFIT_SRC("%s", rest);
+    *src_row = t * (m->num_attention_heads / tp) * per_head + row;
+    return REFIT_OK;
+  }
+  if (refit_ref_is(rest, "self_attn.o_proj.weight")) {
+    /* RowParallelLinear: the t-th column block of heads x (v_head_dim, or
+     * head_dim without MLA). */
+    REFIT_SRC("%s", "self_attn.o_proj.weight");
+    *src_row = row;
+    *col_offset = mla ? t * (m->num_attention_heads / tp) * m->v_head_dim : t * q_rows;
+    return REFIT_OK;
+  }
+  /* A gated MLP: the dense one, or DeepseekV2MoE's shared experts (one MLP
+   * of num_shared_experts * moe_intermediate_size rows, on the dense tp
+   * group whatever the experts' ep). */
+  const int shared = strncmp(rest, "mlp.shared_experts.", 19) == 0;
+  const char *mlp = shared ? rest + 19 : rest + 4;
+  const int64_t width =
+      shared ? m->num_shared_experts * m->moe_intermediate_size : m->intermediate_size;
+  if ((shared || strncmp(rest, "mlp.", 4) == 0) &&
+      refit_ref_is(mlp, "gate_up_proj.weight")) {
+    const int64_t f = width / tp;
+    REFIT_SRC("%s%s", shared ? "mlp.shared_experts." : "mlp.",
+              row < f ? "gate_proj.weight" : "up_proj.weight");
     *src_row = t * f + (row < f ? row : row - f);
     return REFIT_OK;
   }
-  if (refit_ref_is(rest, "mlp.down_proj.weight")) {
-    REFIT_SRC("%s", "mlp.down_proj.weight");
+  if ((shared || strncmp(rest, "mlp.", 4) == 0) &&
+      refit_ref_is(mlp, "down_proj.weight")) {
+    REFIT_SRC("%s", rest);
     *src_row = row;
-    *col_offset = t * (m->intermediate_size / tp);
+    *col_offset = t * (width / tp);
+    return REFIT_OK;
+  }
+  if (refit_ref_is(rest, "mlp.gate.e_score_correction_bias")) {
+    /* DeepseekV2MoE: FP32 [X], replicated, copied as loaded. */
+    REFIT_SRC("%s", rest);
+    *src_row = 0;
     return REFIT_OK;
   }
   if (refit_ref_is(rest, "mlp.gate.weight")) {

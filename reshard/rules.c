@@ -125,9 +125,10 @@ static void refit_rules_positive(refit_rules_t *r) {
   }
   const int family = r->model->family;
   if (refit_rules_known(r, BIT(MODEL_FAMILY)) && refit_family_desc(family) == NULL) {
+    char names[160];
+    refit_family_list(0, names, sizeof(names));
     refit_rules_break(r, REFIT_FIELD_MODEL_FAMILY, REFIT_FIELD_NONE,
-                      "model.family: %d is no family (qwen3, qwen3_moe, llama or qwen2)",
-                      family);
+                      "model.family: %d is no family (%s)", family, names);
     r->unknown |= BIT(MODEL_FAMILY);
   }
 }
@@ -142,21 +143,61 @@ static void refit_rules_family(refit_rules_t *r) {
       {REFIT_FIELD_MODEL_INTERMEDIATE_SIZE, "the dense MLP width F"},
       {REFIT_FIELD_MODEL_NUM_EXPERTS, "the routed experts X"},
       {REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE, "the expert MLP width I"},
+      {REFIT_FIELD_MODEL_Q_LORA_RANK, "the query LoRA rank, 0 for q_proj"},
+      {REFIT_FIELD_MODEL_KV_LORA_RANK, "the latent KV rank of MLA"},
+      {REFIT_FIELD_MODEL_QK_NOPE_HEAD_DIM, "the non-rope q/k head dimension of MLA"},
+      {REFIT_FIELD_MODEL_V_HEAD_DIM, "the value head dimension of MLA"},
+      {REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS, "the shared experts, 0 for none"},
+      {REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE, "the dense layers before the first MoE "
+                                                "layer"},
+      {REFIT_FIELD_MODEL_MOE_LAYER_FREQ, "every how many layers one is MoE, 0 for 1"},
+      {REFIT_FIELD_MODEL_EXPERT_BIAS, "the routers' FP32 e_score_correction_bias"},
   };
   if (!refit_rules_known(r, BIT(MODEL_FAMILY)))
     return;
   for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) {
     const refit_field_t f = dims[i].field;
     const int family = (int)r->model->family;
+    const int zero_ok = refit_field_may_be_zero(f);
     if (!refit_field_in_family(f, family) || !refit_rules_known(r, REFIT_FIELD_BIT(f)) ||
-        refit_rules_value(r, f) > 0)
+        refit_rules_value(r, f) > 0 || (zero_ok && refit_rules_value(r, f) == 0))
       continue;
     refit_rules_break(r, f, REFIT_FIELD_MODEL_FAMILY,
-                      "%s: a positive value is required when model.family is %s "
+                      "%s: a %s value is required when model.family is %s "
                       "(%s)",
-                      refit_field_name(f), refit_family_desc(family)->name, dims[i].what);
+                      refit_field_name(f), zero_ok ? "non-negative" : "positive",
+                      refit_family_desc(family)->name, dims[i].what);
     r->unknown |= REFIT_FIELD_BIT(f);
   }
+  /* MLA has no KV heads of its own (every head's k and v come from the
+   * latent) and no single head dimension: refit reads num_kv_heads as the
+   * heads and head_dim as the rope dimension qk_rope_head_dim, which the
+   * published configs and transformers' DeepseekV3Config agree with. */
+  const refit_model_t *m = r->model;
+  if (refit_family_desc(m->family)->mla &&
+      refit_rules_known(r, BIT(MODEL_NUM_KV_HEADS) | BIT(MODEL_NUM_ATTENTION_HEADS)) &&
+      m->num_kv_heads != m->num_attention_heads)
+    refit_rules_break(r, REFIT_FIELD_MODEL_NUM_KV_HEADS, REFIT_FIELD_NONE,
+                      "model.num_kv_heads: expected model.num_attention_heads (%" PRId64
+                      ") for model.family %s, got %" PRId64
+                      " (multi-head latent attention gives every head its own k "
+                      "and v)",
+                      m->num_attention_heads, refit_family_desc(m->family)->name,
+                      m->num_kv_heads);
+}
+
+/* The rows of a MLA or shared-expert tensor that tp splits, which no single
+ * field gives: `what` names them for the message. */
+static void refit_rules_divides_rows(refit_rules_t *r, refit_field_t tp_field,
+                                     refit_fields_t inputs, int64_t rows,
+                                     const char *what, const char *why) {
+  if (!refit_rules_known(r, REFIT_FIELD_BIT(tp_field) | inputs))
+    return;
+  const int64_t tp = refit_rules_value(r, tp_field);
+  if (tp > 0 && rows > 0 && rows % tp != 0)
+    refit_rules_break(r, tp_field, REFIT_FIELD_NONE,
+                      "%s: %" PRId64 " does not divide %s = %" PRId64 " (%s)",
+                      refit_field_name(tp_field), tp, what, rows, why);
 }
 
 /* Expert parallelism on a dense model has nothing to split. */
@@ -197,9 +238,19 @@ static void refit_rules_tp(refit_rules_t *r, refit_field_t tp_field, int generat
                       " (vLLM's vocab-parallel embedding and lm_head)",
                       refit_field_name(tp_field), tp, m->vocab_size,
                       refit_catalog_vocab_rows(m, 1));
-  if (refit_rules_known(r, BIT(MODEL_FAMILY)) && !refit_family_desc(m->family)->moe)
+  if (refit_rules_known(r, BIT(MODEL_FAMILY) | BIT(MODEL_NUM_LAYERS) |
+                               BIT(MODEL_FIRST_K_DENSE_REPLACE) |
+                               BIT(MODEL_MOE_LAYER_FREQ)) &&
+      refit_model_has_dense_layers(m))
     refit_rules_divides(r, tp_field, REFIT_FIELD_MODEL_INTERMEDIATE_SIZE,
                         "the dense MLP is split over tp");
+  if (refit_rules_known(r, BIT(MODEL_FAMILY)) &&
+      refit_family_desc(m->family)->deepseek_moe)
+    refit_rules_divides_rows(
+        r, tp_field, BIT(MODEL_NUM_SHARED_EXPERTS) | BIT(MODEL_MOE_INTERMEDIATE_SIZE),
+        m->num_shared_experts * m->moe_intermediate_size,
+        "model.num_shared_experts * model.moe_intermediate_size",
+        "the shared experts are split over the dense tp group");
   if (!refit_rules_known(r, REFIT_FIELD_BIT(tp_field) | BIT(MODEL_NUM_KV_HEADS)))
     return;
   if (!generator || tp <= m->num_kv_heads)
@@ -351,6 +402,21 @@ static void refit_rules_trainer(refit_rules_t *r) {
     refit_violation_t why;
     if (refit_stage_split(r->model, t, NULL, &why) != 0)
       refit_rules_break(r, why.field, why.or_field, "%s", why.text);
+  }
+  /* The local spec's MLA down projections are ColumnParallelLinears, split
+   * by rows over tp (Megatron-LM multi_latent_attention.py); TE duplicates
+   * them. */
+  if (refit_rules_known(r, BIT(MODEL_FAMILY) | BIT(TRAINER_SPEC) | BIT(TRAINER_LAYOUT)) &&
+      refit_family_desc(r->model->family)->mla && t->spec == REFIT_SPEC_LOCAL &&
+      t->names == REFIT_TRAINER_NAMES_MEGATRON) {
+    const char *why = "trainer.spec local splits linear_q_down_proj and "
+                      "linear_kv_down_proj by rows over tp";
+    refit_rules_divides_rows(r, REFIT_FIELD_TRAINER_TP, BIT(MODEL_Q_LORA_RANK),
+                             r->model->q_lora_rank, "model.q_lora_rank", why);
+    refit_rules_divides_rows(
+        r, REFIT_FIELD_TRAINER_TP, BIT(MODEL_KV_LORA_RANK) | BIT(MODEL_HEAD_DIM),
+        r->model->kv_lora_rank + r->model->head_dim,
+        "model.kv_lora_rank + model.head_dim (the rope dimension)", why);
   }
   /* Megatron-Core's local spec has only SequentialMLP experts. */
   if (refit_rules_known(r, BIT(TRAINER_SPEC) | BIT(TRAINER_EXPERTS)) &&

@@ -7,6 +7,7 @@ refit's dtypes and the framework types that carry them:
   bfloat16        torch.bfloat16; numpy uint16 (bit patterns)
   float8_e4m3fn   torch.float8_e4m3fn where torch has it; torch/numpy uint8
   float8_e8m0fnu  torch.float8_e8m0fnu where torch has it; torch/numpy uint8
+  float32         torch.float32; numpy float32 (DeepSeek's e_score_correction_bias)
 uint8 stands for either float8 type: PyTorch's DLPack export refuses float8,
 so engines pass uint8 views of them.
 """

@@ -38,7 +38,7 @@ _BYTES_MAX = 16 << 20
 _FDS_MAX = 64
 
 # The element types refit_tensor_dtype_t knows, by the agent's names.
-DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e8m0fnu")
+DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e8m0fnu", "float32")
 
 
 class AgentError(Exception):
@@ -71,7 +71,8 @@ _regions = []  # (start address, end address, fd, bytes) of refit.empty's files
 def empty(shape, dtype="uint16"):
     """A numpy array in shared memory (a memfd) that an agent can map: host
     tensors registered from numpy must come from here. bfloat16 bits are
-    uint16; float8 bytes uint8."""
+    uint16; float8 bytes uint8; float32 (DeepSeek's score-correction bias)
+    float32."""
     import numpy as np
     dt = np.dtype(dtype)
     count = 1

@@ -42,8 +42,8 @@ struct refit_agent_client {
   char cause[1024];
 };
 
-static const char *const client_dtypes[] = {"bfloat16", "float8_e4m3fn",
-                                            "float8_e8m0fnu"};
+static const char *const client_dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu",
+                                            "float32"};
 #define CLIENT_NDTYPES ((int)(sizeof(client_dtypes) / sizeof(client_dtypes[0])))
 
 const char *refit_agent_dtype_name(refit_agent_dtype_t dtype) {

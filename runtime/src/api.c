@@ -59,15 +59,11 @@ static refit_status_t refit_api_tensor(refit_session_h s, int64_t index,
   }
   const int64_t i = s->held[index];
   const refit_src_tensor_t *t = &s->cat->src[i];
-  int64_t rows, cols;
-  refit_src_shard_shape(t, &rows, &cols);
+  refit_dtype_t dtype;
   out->name = t->name;
   out->data = s->shards[i];
-  out->bytes = (size_t)(rows * cols) * 2;
-  out->ndim = 2;
-  out->shape[0] = rows;
-  out->shape[1] = cols;
-  out->dtype = REFIT_TENSOR_BF16;
+  refit_session_src_form(t, &out->ndim, out->shape, &dtype, &out->bytes);
+  out->dtype = (refit_tensor_dtype_t)dtype;
   return REFIT_OK;
 }
 

@@ -43,6 +43,10 @@ static refit_status_t refit_ckpt_rows(const refit_source_t *synth,
   const int64_t elems = n * t->cols;
   REFIT_CHECK(synth->ops->read(synth->ctx, t, version, r, 0, n, t->cols, bf));
   *out = bf;
+  /* An FP32 vector's 2-byte units are its float32 bits, little-endian: it
+   * is written as float32 whatever the checkpoint's element type. */
+  if (refit_src_is_f32(t))
+    return REFIT_OK;
   if (dtype == REFIT_CHECKPOINT_F32) {
     float *f = conv;
     for (int64_t k = 0; k < elems; k++)
@@ -78,13 +82,15 @@ static refit_status_t refit_ckpt_st_file(const char *path,
   meta = NULL;
   for (int64_t k = 0; k < n; k++) {
     const refit_src_tensor_t *t = &cat->hf[order[k]];
-    const uint64_t bytes = (uint64_t)(t->rows * t->cols) * esize;
+    const int f32 = refit_src_is_f32(t);
+    const uint64_t bytes = (uint64_t)(t->rows * t->cols) * (f32 ? 2 : esize);
     json_t *shape = refit_src_is_1d(t)
-                        ? json_pack("[I]", (json_int_t)(t->rows * t->cols))
+                        ? json_pack("[I]", (json_int_t)refit_src_elements(t))
                         : json_pack("[II]", (json_int_t)t->rows, (json_int_t)t->cols);
-    json_t *e = json_pack("{s:s, s:o, s:[II]}", "dtype", refit_ckpt_st_dtypes[dtype],
-                          "shape", shape, "data_offsets", (json_int_t)at,
-                          (json_int_t)(at + bytes));
+    json_t *e =
+        json_pack("{s:s, s:o, s:[II]}", "dtype",
+                  refit_ckpt_st_dtypes[f32 ? REFIT_CHECKPOINT_F32 : dtype], "shape",
+                  shape, "data_offsets", (json_int_t)at, (json_int_t)(at + bytes));
     if (e == NULL || json_object_set_new(root, t->name, e) != 0)
       goto err_oom;
     at += bytes;
@@ -113,7 +119,7 @@ static refit_status_t refit_ckpt_st_file(const char *path,
       const void *buf;
       REFIT_CHECK_GOTO(refit_ckpt_rows(synth, t, dtype, version, r, m, bf, conv, &buf),
                        st, out);
-      fwrite(buf, esize, (size_t)(m * t->cols), f);
+      fwrite(buf, refit_src_is_f32(t) ? 2 : esize, (size_t)(m * t->cols), f);
     }
   }
   if (ferror(f) || fclose(f) != 0) {
@@ -225,7 +231,11 @@ static refit_status_t refit_ckpt_write_tensor(hid_t file, const char *path,
   const int rank = refit_src_is_1d(t) ? 1 : 2;
   hsize_t dims[2] = {(hsize_t)t->rows, (hsize_t)t->cols};
   if (rank == 1)
-    dims[0] = (hsize_t)(t->rows * t->cols);
+    dims[0] = (hsize_t)refit_src_elements(t);
+  /* An FP32 vector: float32 whatever the checkpoint's element type (its
+   * bits are the synthetic units, refit_ckpt_rows). */
+  if (refit_src_is_f32(t))
+    dtype = REFIT_CHECKPOINT_F32;
   const hid_t ftype = dtype == REFIT_CHECKPOINT_BF16  ? H5T_STD_U16LE
                       : dtype == REFIT_CHECKPOINT_F32 ? H5T_IEEE_F32LE
                                                 : f16;
@@ -244,6 +254,10 @@ static refit_status_t refit_ckpt_write_tensor(hid_t file, const char *path,
     if (rank == 1) { /* one row [1, n] or one column [n, 1] */
       start[0] = (hsize_t)(r * t->cols);
       count[0] = elems;
+    }
+    if (refit_src_is_f32(t)) { /* one row of 2-byte units: float32 [n] */
+      start[0] = 0;
+      count[0] = elems = dims[0];
     }
     const void *buf;
     REFIT_CHECK_GOTO(refit_ckpt_rows(synth, t, dtype, version, r, n, bf, conv, &buf),

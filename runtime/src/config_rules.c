@@ -406,13 +406,46 @@ static void refit_config_kdim(const refit_config_ctx_t *c, const refit_catalog_t
   k->trainer_row = g->role == REFIT_ROLE_EXPERT ? ROW(TRAINER_ETP) : ROW(TRAINER_TP);
   k->trainer_split = src->split == REFIT_SPLIT_COLS ? src->nparts : 1;
   k->gen_split = k->k / g->cols;
-  if (g->k_field == REFIT_FIELD_MODEL_HEAD_DIM)
+  if (g->k_field == REFIT_FIELD_MODEL_HEAD_DIM ||
+      g->k_field == REFIT_FIELD_MODEL_V_HEAD_DIM)
     snprintf(k->expr, sizeof(k->expr),
-             "model.num_attention_heads * model.head_dim = %" PRId64 " * %" PRId64
-             " = %" PRId64,
-             m->num_attention_heads, m->head_dim, k->k);
+             "model.num_attention_heads * %s = %" PRId64 " * %" PRId64 " = %" PRId64,
+             refit_field_name(g->k_field), m->num_attention_heads,
+             k->k / m->num_attention_heads, k->k);
+  else if (g->k_field == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS)
+    snprintf(k->expr, sizeof(k->expr),
+             "model.num_shared_experts * model.moe_intermediate_size = %" PRId64
+             " * %" PRId64 " = %" PRId64,
+             m->num_shared_experts, m->moe_intermediate_size, k->k);
   else
     snprintf(k->expr, sizeof(k->expr), "%s %" PRId64, refit_field_name(g->k_field), k->k);
+}
+
+/*
+ * MLA's W_UK_T and W_UV (model-families.md 3.4): vLLM derives them from
+ * kv_b_proj after loading. A BF16 kv_b_proj's are views of its storage, so
+ * a refit in place updates them; a quantized kv_b_proj's are a separate
+ * dequantized BF16 copy (for MXFP8 through the quantized GEMM against an
+ * identity), which refit does not write: the engine would decode with the
+ * old weights. Refused until refit rewrites that copy. True when g is not
+ * such a tensor.
+ */
+static bool refit_config_check_derived(refit_config_ctx_t *c,
+                                       const refit_gen_tensor_t *g) {
+  const char *module = ".self_attn.kv_b_proj.weight";
+  const size_t n = strlen(module), len = strlen(g->name);
+  if (!g->quantized || len < n || strcmp(g->name + len - n, module) != 0)
+    return true;
+  char tensor[REFIT_NAME_MAX + 8];
+  refit_config_tensor_pattern(g->name, tensor, sizeof(tensor));
+  refit_config_rule(c, ROW(REFIT_PRECISION),
+                    "%s: refit.precision mxfp8 would quantize it, but vLLM's MLA "
+                    "then keeps W_UK_T and W_UV in a separate dequantized copy "
+                    "that refit does not rewrite (they are views of kv_b_proj "
+                    "only in bfloat16); add self_attn.kv_b_proj to "
+                    "refit.quantization_ignore",
+                    tensor);
+  return false;
 }
 
 /*
@@ -546,6 +579,9 @@ static void refit_config_check_mxfp8(refit_config_ctx_t *c) {
     if (g->kind != REFIT_GEN_LINEAR && experts == NULL)
       experts = g;
   }
+  for (int64_t i = cat->gen_begin[0]; i < cat->gen_begin[1]; i++)
+    if (!refit_config_check_derived(c, &cat->gen[i]))
+      break; /* one message for every layer */
   bool whole_ok = true;
   for (int f = 0; f < REFIT_FIELD_COUNT; f++) {
     if (pick[f] == NULL)
@@ -581,6 +617,11 @@ refit_status_t refit_config_check_quantizable(const refit_config_t *cfg,
                          g->name);
   else if (refit_config_check_kdim(c, cat, g) && g->kind != REFIT_GEN_LINEAR)
     refit_config_check_moe_layout(c, g);
+  if (g->kind != REFIT_GEN_PLAIN) {
+    refit_gen_tensor_t quantized = *g;
+    quantized.quantized = 1;
+    refit_config_check_derived(c, &quantized);
+  }
   refit_status_t st = REFIT_OK;
   if (c->parser.oom) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "refit_config_check_quantizable");

@@ -62,9 +62,11 @@
 
 #define REFIT_CONFIG_TABLE(X)                                                  \
   X(MODEL_FAMILY, "model", "family", ENUM, model.family, NULL, 0, 0,           \
-    "qwen3|qwen3_moe|llama|qwen2", REFIT_CONFIG_REQUIRED,                      \
+    "qwen3|qwen3_moe|llama|qwen2|deepseek_v3", REFIT_CONFIG_REQUIRED,          \
     "model family: qwen3 (dense MLP), qwen3_moe (routed experts), llama "      \
-    "(LlamaForCausalLM) or qwen2 (Qwen2ForCausalLM, q/k/v biases)")            \
+    "(LlamaForCausalLM), qwen2 (Qwen2ForCausalLM, q/k/v biases) or "           \
+    "deepseek_v3 (DeepseekV3ForCausalLM: MLA, dense first layers, routed "     \
+    "and shared experts)")                                                     \
   X(MODEL_HIDDEN_SIZE, "model", "hidden_size", INT, model.hidden_size, NULL,   \
     1, REFIT_CONFIG_MAX_HIDDEN, "", REFIT_CONFIG_REQUIRED, "hidden size H")                  \
   X(MODEL_NUM_LAYERS, "model", "num_layers", INT, model.num_layers, NULL, 1,   \
@@ -83,16 +85,40 @@
     REFIT_CONFIG_MAX_VOCAB, "", REFIT_CONFIG_REQUIRED, "vocabulary size V")                 \
   X(MODEL_INTERMEDIATE_SIZE, "model", "intermediate_size", INT,                \
     model.intermediate_size, "0", 0, REFIT_CONFIG_MAX_INTERMEDIATE, "", 0,     \
-    "dense MLP width F (qwen3, llama, qwen2)")                                          \
+    "dense MLP width F (qwen3, llama, qwen2; deepseek_v3's dense layers)")      \
   X(MODEL_NUM_EXPERTS, "model", "num_experts", INT, model.num_experts, "0", 0, \
-    REFIT_CONFIG_MAX_EXPERTS, "", 0, "routed experts X (qwen3_moe only)")                     \
+    REFIT_CONFIG_MAX_EXPERTS, "", 0, "routed experts X (qwen3_moe, deepseek_v3)") \
   X(MODEL_MOE_INTERMEDIATE_SIZE, "model", "moe_intermediate_size", INT,        \
     model.moe_intermediate_size, "0", 0, REFIT_CONFIG_MAX_MOE_INTERMEDIATE, "", \
     0,                                                                         \
-    "expert MLP width I (qwen3_moe only)")                                     \
+    "expert MLP width I (qwen3_moe, deepseek_v3)")                             \
   X(MODEL_TIE_WORD_EMBEDDINGS, "model", "tie_word_embeddings", BOOL,           \
     model.tie_word_embeddings, "false", 0, 0, "", 0,                           \
     "lm_head shares embed_tokens (no lm_head.weight)")                         \
+  X(MODEL_Q_LORA_RANK, "model", "q_lora_rank", INT, model.q_lora_rank, "0", 0, \
+    REFIT_CONFIG_MAX_HIDDEN, "", 0,                                            \
+    "query LoRA rank of MLA, 0 for q_proj (deepseek_v3)")                      \
+  X(MODEL_KV_LORA_RANK, "model", "kv_lora_rank", INT, model.kv_lora_rank, "0", \
+    0, REFIT_CONFIG_MAX_HIDDEN, "", 0, "latent KV rank of MLA (deepseek_v3)")  \
+  X(MODEL_QK_NOPE_HEAD_DIM, "model", "qk_nope_head_dim", INT,                  \
+    model.qk_nope_head_dim, "0", 0, REFIT_CONFIG_MAX_HEAD_DIM, "", 0,          \
+    "q/k head dimension without rope; head_dim is the rope one (deepseek_v3)") \
+  X(MODEL_V_HEAD_DIM, "model", "v_head_dim", INT, model.v_head_dim, "0", 0,    \
+    REFIT_CONFIG_MAX_HEAD_DIM, "", 0, "value head dimension (deepseek_v3)")    \
+  X(MODEL_NUM_SHARED_EXPERTS, "model", "num_shared_experts", INT,              \
+    model.num_shared_experts, "0", 0, REFIT_CONFIG_MAX_EXPERTS, "", 0,         \
+    "shared experts per MoE layer (deepseek_v3)")                              \
+  X(MODEL_FIRST_K_DENSE_REPLACE, "model", "first_k_dense_replace", INT,        \
+    model.first_k_dense_replace, "0", 0, REFIT_CONFIG_MAX_LAYERS, "", 0,       \
+    "dense MLP layers before the first MoE layer (deepseek_v3)")               \
+  X(MODEL_MOE_LAYER_FREQ, "model", "moe_layer_freq", INT, model.moe_layer_freq, \
+    "0", 0, REFIT_CONFIG_MAX_LAYERS, "", 0,                                    \
+    "layer l >= first_k_dense_replace is MoE iff moe_layer_freq divides l; 0 "\
+    "reads as 1 (deepseek_v3)")                                                \
+  X(MODEL_EXPERT_BIAS, "model", "expert_bias", BOOL, model.expert_bias,        \
+    "false", 0, 0, "", 0,                                                      \
+    "routers with the FP32 e_score_correction_bias (topk_method noaux_tc; "    \
+    "deepseek_v3)")                                                            \
   X(MODEL_HF_CONFIG, "model", "hf_config", STRING, hf_config, "", 0, 0, "", 0, \
     "Hugging Face config.json (or its directory) giving the model keys")      \
   X(TRAINER_TP, "trainer", "tp", INT, trainer.tp, "1", 1,                      \

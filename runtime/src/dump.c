@@ -239,9 +239,14 @@ static refit_status_t refit_dump_write_store(const refit_session_t *s,
                                              const refit_store_t *store) {
   refit_status_t st = REFIT_OK;
   hid_t space = -1, dset = -1;
-  const size_t elem = store->dtype == REFIT_DTYPE_BF16 ? 2 : 1;
-  hid_t ftype = elem == 2 ? H5T_STD_U16LE : H5T_STD_U8LE;
-  hid_t mtype = elem == 2 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT8;
+  const size_t elem = store->dtype == REFIT_DTYPE_BF16  ? 2
+                      : store->dtype == REFIT_DTYPE_F32 ? 4
+                                                        : 1;
+  /* float32 bits as they are (an FP32 store is moved bytewise). */
+  hid_t ftype = elem == 2 ? H5T_STD_U16LE : elem == 4 ? H5T_IEEE_F32LE : H5T_STD_U8LE;
+  hid_t mtype = elem == 2   ? H5T_NATIVE_UINT16
+                : elem == 4 ? H5T_IEEE_F32LE
+                            : H5T_NATIVE_UINT8;
   hsize_t dims[3];
   void *host = NULL;
   int ndim = store->ndim;

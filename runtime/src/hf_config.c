@@ -8,7 +8,11 @@
  * head_dim to hidden_size / num_attention_heads (Qwen2's 4.x configs have
  * no head_dim key); transformers 5 writes `dtype` and `rope_parameters`
  * for 4.x's `torch_dtype`, `rope_theta` and `rope_scaling`, none of which
- * makes a tensor, so neither spelling is read.
+ * makes a tensor, so neither spelling is read. DeepseekV3Config (and
+ * DeepseekV2Config, Kimi-K2's kimi_k2): MLA's ranks and head dimensions,
+ * n_routed_experts, n_shared_experts, first_k_dense_replace and
+ * moe_layer_freq; qk_rope_head_dim is read as head_dim (model-families.md
+ * section 6).
  */
 #include "hf_config.h"
 
@@ -30,7 +34,10 @@
 
 #define REFIT_HF_KEY_(json, field, yaml, member, is_bool)                                \
   {json, "model." yaml, offsetof(refit_model_t, member), is_bool,                        \
-   REFIT_FIELD_MODEL_##field}
+   REFIT_FIELD_MODEL_##field, -1}
+#define REFIT_HF_DEEPSEEK_KEY_(json, field, yaml, member)                                \
+  {json, "model." yaml, offsetof(refit_model_t, member), 0, REFIT_FIELD_MODEL_##field,   \
+   REFIT_FAMILY_DEEPSEEK_V3}
 
 /* The order is the order problems are listed in. Which keys a family
  * requires is refit_hf_required(). */
@@ -49,6 +56,23 @@ const refit_hf_key_t refit_hf_config_keys[] = {
                   moe_intermediate_size, 0),
     REFIT_HF_KEY_("tie_word_embeddings", TIE_WORD_EMBEDDINGS, "tie_word_embeddings",
                   tie_word_embeddings, 1),
+    /* DeepseekV3Config (and DeepseekV2Config): MLA, the experts under
+     * their own names, the rope head dimension as head_dim. */
+    REFIT_HF_DEEPSEEK_KEY_("n_routed_experts", NUM_EXPERTS, "num_experts", num_experts),
+    REFIT_HF_DEEPSEEK_KEY_("qk_rope_head_dim", HEAD_DIM, "head_dim", head_dim),
+    REFIT_HF_KEY_("q_lora_rank", Q_LORA_RANK, "q_lora_rank", q_lora_rank, 0),
+    REFIT_HF_KEY_("kv_lora_rank", KV_LORA_RANK, "kv_lora_rank", kv_lora_rank, 0),
+    REFIT_HF_KEY_("qk_nope_head_dim", QK_NOPE_HEAD_DIM, "qk_nope_head_dim",
+                  qk_nope_head_dim, 0),
+    REFIT_HF_KEY_("v_head_dim", V_HEAD_DIM, "v_head_dim", v_head_dim, 0),
+    REFIT_HF_KEY_("n_shared_experts", NUM_SHARED_EXPERTS, "num_shared_experts",
+                  num_shared_experts, 0),
+    REFIT_HF_KEY_("first_k_dense_replace", FIRST_K_DENSE_REPLACE, "first_k_dense_replace",
+                  first_k_dense_replace, 0),
+    REFIT_HF_KEY_("moe_layer_freq", MOE_LAYER_FREQ, "moe_layer_freq", moe_layer_freq, 0),
+    /* A string: noaux_tc gives the routers e_score_correction_bias
+     * (refit_hf_expert_bias). */
+    REFIT_HF_KEY_("topk_method", EXPERT_BIAS, "expert_bias", expert_bias, 0),
 };
 const int refit_hf_config_nkeys =
     (int)(sizeof(refit_hf_config_keys) / sizeof(refit_hf_config_keys[0]));
@@ -59,18 +83,31 @@ const int refit_hf_config_nkeys =
  * family, but tie_word_embeddings, which defaults to false (every config
  * class's own default). */
 static bool refit_hf_required(int i, refit_family_t family) {
-  const refit_field_t field = refit_hf_config_keys[i].field;
-  if (field == REFIT_FIELD_MODEL_TIE_WORD_EMBEDDINGS)
+  const refit_hf_key_t *k = &refit_hf_config_keys[i];
+  if (k->field == REFIT_FIELD_MODEL_TIE_WORD_EMBEDDINGS)
     return false;
-  return refit_field_in_family(field, (int)family);
+  if (k->family >= 0 && k->family != (int)family)
+    return false;
+  for (int j = 0; k->family < 0 && j < refit_hf_config_nkeys; j++)
+    if (refit_hf_config_keys[j].field == k->field &&
+        refit_hf_config_keys[j].family == (int)family)
+      return false; /* the family's own row reads it */
+  return refit_field_in_family(k->field, (int)family);
 }
 
-/* May key i be absent for `family`, its value then following from others
- * (refit_hf_defaults)? Llama's and Qwen2's num_key_value_heads and
- * head_dim; Qwen3's configs always write both, and refit reads them
- * explicitly (Qwen3-30B-A3B's head_dim is not H / heads). */
+/* May key i be absent (or null) for `family`, its value then following
+ * from others or from the config class's default (refit_hf_defaults)?
+ * Llama's and Qwen2's num_key_value_heads and head_dim (Qwen3's configs
+ * always write both, and refit reads them explicitly: Qwen3-30B-A3B's
+ * head_dim is not H / heads); DeepSeek's num_key_value_heads (the heads),
+ * q_lora_rank and n_shared_experts (null: none, as V2-Lite writes) and
+ * moe_layer_freq (1). */
 static bool refit_hf_may_default(int i, refit_family_t family) {
   const refit_field_t field = refit_hf_config_keys[i].field;
+  if (family == REFIT_FAMILY_DEEPSEEK_V3)
+    return field == REFIT_FIELD_MODEL_NUM_KV_HEADS || field == REFIT_FIELD_MODEL_Q_LORA_RANK ||
+           field == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS ||
+           field == REFIT_FIELD_MODEL_MOE_LAYER_FREQ;
   return (family == REFIT_FAMILY_LLAMA || family == REFIT_FAMILY_QWEN2) &&
          (field == REFIT_FIELD_MODEL_NUM_KV_HEADS || field == REFIT_FIELD_MODEL_HEAD_DIM);
 }
@@ -105,19 +142,22 @@ static void refit_hf_shown(const json_t *v, char *buf, size_t n) {
   free(text);
 }
 
+/* Is `name` one of the space-separated names of `list`? */
+static bool refit_hf_alias_has(const char *list, const char *name) {
+  const size_t n = strlen(name);
+  for (const char *p = list; n > 0 && (p = strstr(p, name)) != NULL; p++)
+    if ((p == list || p[-1] == ' ') && (p[n] == '\0' || p[n] == ' '))
+      return true;
+  return false;
+}
+
 /* The family from "architectures" (and "model_type" when given). */
 static bool refit_hf_family(refit_hf_problems_t *p, const json_t *root,
                             refit_family_t *family) {
   const json_t *arch = json_object_get(root, "architectures");
   char shown[96];
-  char names[256] = "";
-  size_t used = 0;
-  for (int f = 0; f < refit_nfamilies && used < sizeof(names); f++)
-    used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
-                             f == 0                     ? ""
-                             : f == refit_nfamilies - 1 ? " or "
-                                                        : ", ",
-                             refit_families[f].architecture);
+  char names[256];
+  refit_family_list(1, names, sizeof(names));
   if (arch == NULL) {
     refit_hf_problem(p, "key 'architectures' is missing (expected one of %s)", names);
     return false;
@@ -131,21 +171,28 @@ static bool refit_hf_family(refit_hf_problems_t *p, const json_t *root,
   const char *name = json_string_value(json_array_get(arch, 0));
   int a;
   for (a = 0; a < refit_nfamilies; a++)
-    if (strcmp(name, refit_families[a].architecture) == 0)
+    if (strcmp(name, refit_families[a].architecture) == 0 ||
+        (refit_families[a].architecture_alias != NULL &&
+         strcmp(name, refit_families[a].architecture_alias) == 0))
       break;
   if (a == refit_nfamilies) {
     refit_hf_problem(p, "architectures: %s is not supported; refit reads %s", shown,
                      names);
     return false;
   }
+  const refit_family_desc_t *d = &refit_families[a];
   const json_t *type = json_object_get(root, "model_type");
-  if (type != NULL && (!json_is_string(type) ||
-                       strcmp(json_string_value(type), refit_families[a].model_type))) {
+  const char *tv = json_is_string(type) ? json_string_value(type) : "";
+  if (type != NULL &&
+      (!json_is_string(type) ||
+       (strcmp(tv, d->model_type) != 0 &&
+        (d->model_type_alias == NULL || !refit_hf_alias_has(d->model_type_alias, tv))))) {
     refit_hf_shown(type, shown, sizeof(shown));
     refit_hf_problem(p,
                      "model_type: %s disagrees with architectures %s "
-                     "(expected \"%s\")",
-                     shown, name, refit_families[a].model_type);
+                     "(expected \"%s\"%s%s)",
+                     shown, name, d->model_type, d->model_type_alias ? " or one of " : "",
+                     d->model_type_alias ? d->model_type_alias : "");
     return false;
   }
   *family = (refit_family_t)a;
@@ -207,6 +254,12 @@ static void refit_hf_unsupported(refit_hf_problems_t *p, const json_t *root,
     refit_hf_flag(p, root, "attention_bias", true,
                   "Qwen3 has no q/k/v/o biases and refit moves none");
     break;
+  case REFIT_FAMILY_DEEPSEEK_V3: {
+    /* DeepseekV2ForCausalLM always builds its own ParallelLMHead. */
+    refit_hf_flag(p, root, "tie_word_embeddings", true,
+                  "DeepseekV3ForCausalLM never ties lm_head to embed_tokens");
+    break;
+  }
   }
   if (family != REFIT_FAMILY_QWEN3_MOE)
     return;
@@ -245,10 +298,12 @@ static int refit_hf_key_of(refit_field_t field) {
   return -1;
 }
 
-/* Llama's and Qwen2's defaults for keys their configs may leave out
- * (LlamaConfig / Qwen2Config __init__): num_key_value_heads =
- * num_attention_heads, head_dim = hidden_size / num_attention_heads. A
- * value that follows is as given (YAML must agree with it). */
+/* Llama's, Qwen2's and DeepSeek's defaults for keys their configs may
+ * leave out (LlamaConfig / Qwen2Config / DeepseekV3Config __init__):
+ * num_key_value_heads = num_attention_heads, head_dim = hidden_size /
+ * num_attention_heads (never for DeepSeek, whose head_dim is
+ * qk_rope_head_dim). A value that follows is as given (YAML must agree
+ * with it). */
 static void refit_hf_defaults(refit_hf_problems_t *p, refit_hf_config_t *hf,
                               refit_family_t family) {
   refit_model_t *m = &hf->model;
@@ -275,6 +330,28 @@ static void refit_hf_defaults(refit_hf_problems_t *p, refit_hf_config_t *hf,
     m->head_dim = m->hidden_size / m->num_attention_heads;
     hf->present |= UINT64_C(1) << head_dim;
   }
+}
+
+/* topk_method: "noaux_tc" (V3, R1, Kimi-K2) gives every router
+ * mlp.gate.e_score_correction_bias (vLLM deepseek_v2.py DeepseekV2MoE),
+ * other methods none; absent, the config class's default decides
+ * (DeepseekV3Config noaux_tc, DeepseekV2Config greedy). */
+static bool refit_hf_expert_bias(refit_hf_problems_t *p, const json_t *root,
+                                 const json_t *v, int64_t *out) {
+  char shown[96];
+  if (v == NULL) {
+    const json_t *arch = json_array_get(json_object_get(root, "architectures"), 0);
+    *out = json_is_string(arch) &&
+           strcmp(json_string_value(arch), "DeepseekV3ForCausalLM") == 0;
+    return true;
+  }
+  if (!json_is_string(v)) {
+    refit_hf_shown(v, shown, sizeof(shown));
+    refit_hf_problem(p, "topk_method: expected a string, got %s", shown);
+    return false;
+  }
+  *out = strcmp(json_string_value(v), "noaux_tc") == 0;
+  return true;
 }
 
 static void refit_hf_read(refit_hf_problems_t *p, const json_t *root,
@@ -305,14 +382,36 @@ static void refit_hf_read(refit_hf_problems_t *p, const json_t *root,
       continue;
     }
     int64_t value = 0;
-    if ((v == NULL || json_is_null(v)) && refit_hf_may_default(i, family))
-      continue; /* refit_hf_defaults */
+    if (k->field == REFIT_FIELD_MODEL_EXPERT_BIAS) {
+      if (refit_hf_expert_bias(p, root, v, &value)) {
+        *(int *)field = (int)value;
+        hf->present |= UINT64_C(1) << i;
+      }
+      continue;
+    }
+    const bool null_only = k->field == REFIT_FIELD_MODEL_Q_LORA_RANK ||
+                           k->field == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS;
+    if ((null_only ? json_is_null(v) : v == NULL || json_is_null(v)) &&
+        refit_hf_may_default(i, family)) {
+      /* DeepseekV3Config's null q_lora_rank and n_shared_experts mean
+       * none, an absent moe_layer_freq 1; the others follow from other
+       * keys (refit_hf_defaults). */
+      if (k->field == REFIT_FIELD_MODEL_MOE_LAYER_FREQ ||
+          k->field == REFIT_FIELD_MODEL_Q_LORA_RANK ||
+          k->field == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS) {
+        value = k->field == REFIT_FIELD_MODEL_MOE_LAYER_FREQ;
+        memcpy(field, &value, sizeof(value));
+        hf->present |= UINT64_C(1) << i;
+      }
+      continue;
+    }
     if (v == NULL) {
       refit_hf_problem(p, "key '%s' is missing (%s reads it explicitly)", k->json_key,
                        k->yaml_key);
       continue;
     }
-    if (!refit_hf_int(p, k->json_key, v, 1, INT64_MAX / 4, &value))
+    if (!refit_hf_int(p, k->json_key, v, refit_field_may_be_zero(k->field) ? 0 : 1,
+                      INT64_MAX / 4, &value))
       continue;
     memcpy(field, &value, sizeof(value));
     hf->present |= UINT64_C(1) << i;

@@ -1,10 +1,11 @@
 /*
  * A Hugging Face config.json read into a model shape (model.hf_config).
  *
- * Qwen3ForCausalLM and Qwen3MoeForCausalLM configs are read (the keys listed
- * in refit_hf_config_keys); any other architecture, a key of the wrong JSON
- * type, and a value refit does not support (an attention bias, dense MLP
- * layers inside a MoE model) are refused by key and value. Keys that change
+ * The architectures of the family table (reshard/family.h) are read (the
+ * keys listed in refit_hf_config_keys); any other architecture, a key of
+ * the wrong JSON type, and a value refit does not support (an attention
+ * bias, dense MLP layers inside a Qwen3-MoE model, tied DeepSeek
+ * embeddings) are refused by key and value. Keys that change
  * no tensor (rope, routing, dropout) are not read. JSON is parsed by jansson,
  * which refuses malformed text, invalid UTF-8 and duplicate keys.
  */
@@ -25,6 +26,10 @@ typedef struct {
   size_t offset;        /* in refit_model_t */
   int is_bool;          /* an int member read from a JSON boolean */
   refit_field_t field;  /* the same field (reshard/layout.h) */
+  /* -1: read for every family that has the field, but one with a row of
+   * its own for it; else read only for this family (DeepSeek's config
+   * names the experts n_routed_experts). */
+  int family;
 } refit_hf_key_t;
 
 extern const refit_hf_key_t refit_hf_config_keys[];

@@ -20,6 +20,8 @@ const char *refit_dtype_name(refit_dtype_t dtype) {
     return "float8_e4m3fn";
   case REFIT_DTYPE_E8M0:
     return "e8m0";
+  case REFIT_DTYPE_F32:
+    return "float32";
   }
   return "?";
 }
@@ -66,8 +68,11 @@ static refit_store_t *refit_loader_add_store(refit_loader_t *l, int64_t gen,
 static refit_status_t refit_loader_describe(refit_loader_t *l, int64_t gen) {
   const refit_gen_tensor_t *g = &l->cat->gen[gen];
   if (!g->quantized) {
-    refit_loader_add_store(l, gen, "", REFIT_DTYPE_BF16, "linear", g->ndim,
-                           g->shape[0], g->shape[1], g->shape[2],
+    /* An FP32 vector's shape counts float32 elements; its 2-byte units
+     * (rows * cols) are its bytes all the same. */
+    refit_loader_add_store(l, gen, "",
+                           g->role == REFIT_ROLE_F32 ? REFIT_DTYPE_F32 : REFIT_DTYPE_BF16,
+                           "linear", g->ndim, g->shape[0], g->shape[1], g->shape[2],
                            (size_t)(g->rows * g->cols) * 2);
     return REFIT_OK;
   }

@@ -33,7 +33,8 @@
 typedef enum {
   REFIT_DTYPE_BF16 = 0, /* uint16 bit patterns */
   REFIT_DTYPE_E4M3 = 1, /* float8_e4m3fn bytes */
-  REFIT_DTYPE_E8M0 = 2  /* block scale exponent bytes */
+  REFIT_DTYPE_E8M0 = 2, /* block scale exponent bytes */
+  REFIT_DTYPE_F32 = 3   /* float32 bits (REFIT_ROLE_F32 tensors) */
 } refit_dtype_t;
 
 const char *refit_dtype_name(refit_dtype_t dtype);

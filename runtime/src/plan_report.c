@@ -90,7 +90,7 @@ refit_status_t refit_plan_report_figures(refit_plan_report_h r,
   f.trainers = refit_trainer_world(&r->cfg.trainer);
   f.generators = refit_generator_world(&r->cfg.generator);
   for (int64_t i = 0; i < cat->nhf; i++)
-    f.parameters += cat->hf[i].rows * cat->hf[i].cols;
+    f.parameters += refit_src_elements(&cat->hf[i]);
   f.trainer_tensors = cat->nsrc;
   f.chunks = r->plan->nchunks;
   f.messages = r->plan->nmsgs;

@@ -201,6 +201,12 @@ refit_status_t refit_session_rebind(refit_session_t *s);
  * (mlp.experts.routed_experts.w13_weight for mlp.experts.w13_weight). */
 int refit_store_name_matches(const char *store, const char *name);
 
+/* What a framework holds for trainer tensor t's shard: BF16 [rows, cols],
+ * or for an FP32 vector (REFIT_ROLE_F32) float32 [cols / 2]; *bytes is the
+ * same rows * cols * 2 either way. */
+void refit_session_src_form(const refit_src_tensor_t *t, int *ndim, int64_t shape[3],
+                            refit_dtype_t *dtype, size_t *bytes);
+
 /* The lifecycle: see runtime/include/refit/refit.h for the contract. */
 refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *stream);
 refit_status_t refit_session_progress(refit_session_t *s, int *done);

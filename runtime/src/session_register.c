@@ -56,6 +56,24 @@ static int refit_shape_matches(const refit_tensor_t *t, int ndim, const int64_t 
          (ndim == 2 && shape[1] == 1 && t->ndim == 1 && t->shape[0] == shape[0]);
 }
 
+void refit_session_src_form(const refit_src_tensor_t *t, int *ndim, int64_t shape[3],
+                            refit_dtype_t *dtype, size_t *bytes) {
+  int64_t rows, cols;
+  refit_src_shard_shape(t, &rows, &cols);
+  *bytes = (size_t)(rows * cols) * 2;
+  shape[0] = rows;
+  shape[1] = cols;
+  shape[2] = 0;
+  *ndim = 2;
+  *dtype = REFIT_DTYPE_BF16;
+  if (refit_src_is_f32(t)) {
+    *ndim = 1;
+    shape[0] = rows * cols / 2;
+    shape[1] = 0;
+    *dtype = REFIT_DTYPE_F32;
+  }
+}
+
 /* vLLM spells the expert stacks "mlp.experts.w13_weight" or, in newer
  * versions, "mlp.experts.routed_experts.w13_weight": the engine registers
  * its own spelling, which becomes the store's name. */
@@ -142,10 +160,7 @@ refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *
                        s->role_rank, name,
                        s->cfg.trainer.names == REFIT_TRAINER_NAMES_MEGATRON ? "megatron"
                                                                             : "hf");
-    refit_src_shard_shape(&s->cat->src[index], &shape[0], &shape[1]);
-    ndim = 2;
-    bytes = (size_t)(shape[0] * shape[1]) * 2;
-    dtype = REFIT_DTYPE_BF16;
+    refit_session_src_form(&s->cat->src[index], &ndim, shape, &dtype, &bytes);
     if (s->shards[index] != NULL && !s->bound)
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                        "register: tensor '%s' registered twice on trainer rank %d", name,

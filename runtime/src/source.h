@@ -54,4 +54,10 @@ refit_status_t refit_source_check_rect(const refit_catalog_t *cat, const char *p
                                        int64_t col0, int64_t rows, int64_t cols,
                                        int64_t *index);
 
+/* Units [col0, col0 + cols) of an FP32 vector (REFIT_ROLE_F32: float32
+ * element k is 2-byte units 2k, low half, and 2k + 1) from its float32 bits
+ * `words`. */
+void refit_source_f32_units(const uint32_t *words, int64_t col0, int64_t cols,
+                            uint16_t *dst);
+
 #endif /* REFIT_SOURCE_H */

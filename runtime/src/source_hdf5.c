@@ -74,7 +74,7 @@ static void refit_h5_shape_str(int rank, const hsize_t *d, char *buf, size_t len
 static void refit_h5_expected_str(const refit_src_tensor_t *t, char *buf,
                                   size_t len) {
   if (refit_src_is_1d(t))
-    snprintf(buf, len, "[%lld]", (long long)(t->rows * t->cols));
+    snprintf(buf, len, "[%lld]", (long long)refit_src_elements(t));
   else
     snprintf(buf, len, "[%lld, %lld]", (long long)t->rows, (long long)t->cols);
 }
@@ -212,7 +212,7 @@ static refit_status_t refit_h5_check_tensor(refit_h5_source_t *c, int64_t i,
   /* [n] is the schema for 1-D tensors; [1, n] is the same bytes. */
   const int ok =
       (rank == 2 && dims[0] == (hsize_t)t->rows && dims[1] == (hsize_t)t->cols) ||
-      (rank == 1 && refit_src_is_1d(t) && dims[0] == (hsize_t)(t->rows * t->cols));
+      (rank == 1 && refit_src_is_1d(t) && dims[0] == (hsize_t)refit_src_elements(t));
   if (!ok) {
     refit_h5_shape_str(rank, dims, got, sizeof(got));
     st = REFIT_ERR(REFIT_ERR_HDF5,
@@ -228,8 +228,7 @@ static refit_status_t refit_h5_check_tensor(refit_h5_source_t *c, int64_t i,
                       "checkpoint %s: dataset '%s'", c->path, t->name);
   if (H5Pget_layout(dcpl) == H5D_CONTIGUOUS) {
     const unsigned long long need =
-        (unsigned long long)(t->rows * t->cols) *
-        (elem == REFIT_H5_ELEM_F32 ? 4u : 2u);
+        (unsigned long long)refit_src_elements(t) * (elem == REFIT_H5_ELEM_F32 ? 4u : 2u);
     const haddr_t off = H5Dget_offset(dset);
     const unsigned long long have = H5Dget_storage_size(dset);
     if (off == HADDR_UNDEF || have < need ||
@@ -491,6 +490,36 @@ static refit_status_t refit_h5_source_open(const refit_config_t *cfg,
   return refit_h5_open_here(cfg, cat, 0, ctx);
 }
 
+/* An FP32 vector (REFIT_ROLE_F32), whole: float32 as it is, bfloat16 and
+ * float16 widened (exactly), then cut into 2-byte units. */
+static refit_status_t refit_h5_read_f32(refit_h5_source_t *c, const refit_src_tensor_t *t,
+                                        refit_h5_elem_t elem, int64_t col0, int64_t cols,
+                                        uint16_t *dst) {
+  const int64_t n = refit_src_elements(t);
+  uint32_t *words = malloc((size_t)(n ? n : 1) * sizeof(uint32_t));
+  uint16_t *half = malloc((size_t)(n ? n : 1) * sizeof(uint16_t));
+  refit_status_t st = REFIT_OK;
+  if (words == NULL || half == NULL) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "checkpoint %s: '%s': %lld floats", c->path,
+                   t->name, (long long)n);
+    goto out;
+  }
+  const hid_t mtype = elem == REFIT_H5_ELEM_BF16  ? H5T_NATIVE_UINT16
+                      : elem == REFIT_H5_ELEM_F16 ? c->f16
+                                                  : H5T_NATIVE_FLOAT;
+  REFIT_H5_CHECK_GOTO(H5Dread(c->dset, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                              elem == REFIT_H5_ELEM_F32 ? (void *)words : (void *)half),
+                      st, out, "checkpoint %s: dataset '%s'", c->path, t->name);
+  for (int64_t k = 0; elem != REFIT_H5_ELEM_F32 && k < n; k++)
+    words[k] = elem == REFIT_H5_ELEM_BF16 ? (uint32_t)half[k] << 16
+                                          : refit_f32_from_f16(half[k]);
+  refit_source_f32_units(words, col0, cols, dst);
+out:
+  free(words);
+  free(half);
+  return st;
+}
+
 static refit_status_t refit_h5_source_read(void *ctx, const refit_src_tensor_t *t,
                                            uint64_t version, int64_t row0,
                                            int64_t col0, int64_t rows,
@@ -515,6 +544,8 @@ static refit_status_t refit_h5_source_read(void *ctx, const refit_src_tensor_t *
     c->open_index = i;
   }
   const refit_h5_elem_t elem = (refit_h5_elem_t)c->elem[i];
+  if (refit_src_is_f32(t))
+    return refit_h5_read_f32(c, t, elem, col0, cols, dst);
   int64_t block = rows;
   if (elem == REFIT_H5_ELEM_F32) {
     block = REFIT_H5_BLOCK_ELEMS / cols > 0 ? REFIT_H5_BLOCK_ELEMS / cols : 1;

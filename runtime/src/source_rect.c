@@ -3,6 +3,14 @@
 
 #include "core/error.h"
 
+void refit_source_f32_units(const uint32_t *words, int64_t col0, int64_t cols,
+                            uint16_t *dst) {
+  for (int64_t k = 0; k < cols; k++) {
+    const uint32_t w = words[(col0 + k) / 2];
+    dst[k] = (uint16_t)((col0 + k) % 2 ? w >> 16 : w & 0xffff);
+  }
+}
+
 refit_status_t refit_source_check_rect(const refit_catalog_t *cat, const char *path,
                                        const refit_src_tensor_t *t, int64_t row0,
                                        int64_t col0, int64_t rows, int64_t cols,

@@ -210,7 +210,7 @@ static void refit_st_check_tensor(refit_st_source_t *c, int64_t i, refit_st_list
   const refit_st_file_t *f = &c->files[c->file_of[i]];
   char want[64], got[160];
   if (refit_src_is_1d(t))
-    snprintf(want, sizeof(want), "[%lld]", (long long)(t->rows * t->cols));
+    snprintf(want, sizeof(want), "[%lld]", (long long)refit_src_elements(t));
   else
     snprintf(want, sizeof(want), "[%lld, %lld]", (long long)t->rows, (long long)t->cols);
   const refit_st_tensor_t *e = refit_st_header_find(&f->header, t->name);
@@ -221,8 +221,9 @@ static void refit_st_check_tensor(refit_st_source_t *c, int64_t i, refit_st_list
                  f->path, t->name, want);
     return;
   }
-  const int ok = (e->rank == 2 && e->shape[0] == t->rows && e->shape[1] == t->cols) ||
-                 (e->rank == 1 && refit_src_is_1d(t) && e->shape[0] == t->rows * t->cols);
+  const int ok =
+      (e->rank == 2 && e->shape[0] == t->rows && e->shape[1] == t->cols) ||
+      (e->rank == 1 && refit_src_is_1d(t) && e->shape[0] == refit_src_elements(t));
   if (!ok) {
     refit_st_shape_str(e, got, sizeof(got));
     refit_st_add(l, "%s: tensor '%s' has shape %s, expected %s", f->path, t->name, got,
@@ -313,6 +314,50 @@ err:
   return st;
 }
 
+/* An FP32 vector (REFIT_ROLE_F32), whole: F32 as it is, BF16 and F16
+ * widened (exactly), then cut into 2-byte units. */
+static refit_status_t refit_st_read_f32(const refit_st_file_t *f,
+                                        const refit_st_tensor_t *e,
+                                        const refit_src_tensor_t *t, int64_t col0,
+                                        int64_t cols, uint16_t *dst) {
+  const int64_t n = refit_src_elements(t);
+  const size_t esize = (size_t)e->elem_bytes, bytes = (size_t)n * esize;
+  unsigned char *raw = malloc(bytes ? bytes : 1);
+  uint32_t *words = malloc((size_t)(n ? n : 1) * sizeof(uint32_t));
+  refit_status_t st = REFIT_OK;
+  if (raw == NULL || words == NULL) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "checkpoint %s: '%s': %lld floats", f->path,
+                   t->name, (long long)n);
+    goto out;
+  }
+  for (size_t done = 0; done < bytes;) {
+    const off_t off = (off_t)(f->header.data_offset + e->begin + done);
+    ssize_t got = pread(f->fd, raw + done, bytes - done, off);
+    if (got <= 0) {
+      st =
+          REFIT_ERR(REFIT_ERR_SYSTEM, "checkpoint %s: tensor '%s': read at byte %llu: %s",
+                    f->path, t->name, (unsigned long long)off,
+                    got == 0 ? "end of file (truncated since opened?)" : strerror(errno));
+      goto out;
+    }
+    done += (size_t)got;
+  }
+  for (int64_t k = 0; k < n; k++) {
+    uint16_t h;
+    if (esize == 4) {
+      memcpy(&words[k], raw + 4 * k, 4);
+      continue;
+    }
+    memcpy(&h, raw + 2 * k, 2);
+    words[k] = strcmp(e->dtype, "F16") == 0 ? refit_f32_from_f16(h) : (uint32_t)h << 16;
+  }
+  refit_source_f32_units(words, col0, cols, dst);
+out:
+  free(raw);
+  free(words);
+  return st;
+}
+
 static refit_status_t refit_st_source_read(void *ctx, const refit_src_tensor_t *t,
                                            uint64_t version, int64_t row0, int64_t col0,
                                            int64_t rows, int64_t cols, uint16_t *dst) {
@@ -322,6 +367,9 @@ static refit_status_t refit_st_source_read(void *ctx, const refit_src_tensor_t *
   REFIT_CHECK(refit_source_check_rect(c->cat, c->path, t, row0, col0, rows, cols, &i));
   const refit_st_file_t *f = &c->files[c->file_of[i]];
   const refit_st_tensor_t *e = c->entry[i];
+  if (refit_src_is_f32(t))
+    return rows == 0 || cols == 0 ? REFIT_OK
+                                  : refit_st_read_f32(f, e, t, col0, cols, dst);
   const size_t esize = (size_t)e->elem_bytes;
   const int f32 = esize == 4, f16 = strcmp(e->dtype, "F16") == 0;
   /* Whole rows are contiguous in the file: read several at once. */

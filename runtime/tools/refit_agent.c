@@ -638,10 +638,14 @@ static void agent_go(agent_t *a, uint64_t v) {
 
 /* ---- client operations -------------------------------------------------- */
 
+/* The protocol's names of refit_tensor_dtype_t, in its order. */
+static const char *const agent_dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu",
+                                           "float32"};
+#define AGENT_NDTYPES ((int)(sizeof(agent_dtypes) / sizeof(agent_dtypes[0])))
+
 static json_t *agent_expected(agent_t *a) {
   json_t *list = json_array();
   const int64_t n = refit_tensor_count(a->s);
-  static const char *dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu"};
   for (int64_t i = 0; i < n; i++) {
     refit_tensor_t t;
     if (refit_tensor_get(a->s, i, &t) != REFIT_OK)
@@ -650,16 +654,18 @@ static json_t *agent_expected(agent_t *a) {
     for (int d = 0; d < t.ndim; d++)
       json_array_append_new(shape, json_integer(t.shape[d]));
     json_array_append_new(list, json_pack("{s:s,s:o,s:s,s:I}", "name", t.name, "shape",
-                                          shape, "dtype", dtypes[t.dtype], "bytes",
-                                          (json_int_t)t.bytes));
+                                          shape, "dtype",
+                                          (unsigned)t.dtype < (unsigned)AGENT_NDTYPES
+                                              ? agent_dtypes[t.dtype]
+                                              : "?",
+                                          "bytes", (json_int_t)t.bytes));
   }
   return list;
 }
 
 static int agent_dtype(const char *name) {
-  static const char *dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu"};
-  for (int i = 0; i < 3; i++)
-    if (name != NULL && strcmp(name, dtypes[i]) == 0)
+  for (int i = 0; i < AGENT_NDTYPES; i++)
+    if (name != NULL && strcmp(name, agent_dtypes[i]) == 0)
       return i;
   return -1;
 }

@@ -104,7 +104,8 @@ class TrainingWeights:
             for m in self.master.values():
                 u = rng.uniform(-1.0, 1.0, m.shape).astype(np.float32)
                 m += np.float32(self.rate) * np.abs(m) * u
-        return {name: to_bf16_bits(m) for name, m in self.master.items()}
+        return {name: m.copy() if vllm_rules.is_float32(name) else to_bf16_bits(m)
+                for name, m in self.master.items()}
 
 
 def draw_masters(cfg, seed, version):
@@ -120,8 +121,10 @@ def draw_masters(cfg, seed, version):
 
 
 def full_weights(cfg, seed, version):
-    """draw_masters' weights as bfloat16 bits (round to nearest even)."""
-    return {name: to_bf16_bits(f) for name, f in draw_masters(cfg, seed, version).items()}
+    """draw_masters' weights as bfloat16 bits (round to nearest even), but
+    float32 tensors (vllm_rules.is_float32) as they are."""
+    return {name: f if vllm_rules.is_float32(name) else to_bf16_bits(f)
+            for name, f in draw_masters(cfg, seed, version).items()}
 
 
 def expect_error(what, call, *words):
@@ -142,7 +145,7 @@ class Host:
         return a
 
     def zeros(self, shape, dtype):
-        return np.zeros(shape, np.uint16 if dtype == "bfloat16" else np.uint8)
+        return np.zeros(shape, {"bfloat16": np.uint16, "float32": np.float32}.get(dtype, np.uint8))
 
     def write(self, held, a):
         np.copyto(held, a)
@@ -187,7 +190,8 @@ class TorchCuda:
 
     def zeros(self, shape, dtype):
         t = self.torch
-        return t.zeros(shape, dtype=t.bfloat16 if dtype == "bfloat16" else t.uint8, device=self.dev)
+        kind = {"bfloat16": t.bfloat16, "float32": t.float32}.get(dtype, t.uint8)
+        return t.zeros(shape, dtype=kind, device=self.dev)
 
     def write(self, held, a):
         self.pending.append((held, a))
@@ -290,7 +294,8 @@ def main():
             import h5py
             with h5py.File(args.hdf5_reference + ".tmp", "w") as f:
                 for name, a in weights_of(0).items():
-                    f.create_dataset(name, data=a).attrs["dtype"] = "bfloat16"
+                    f.create_dataset(name, data=a).attrs["dtype"] = (
+                        "float32" if a.dtype == np.float32 else "bfloat16")
             os.replace(args.hdf5_reference + ".tmp", args.hdf5_reference)
         comm.Barrier()
     elif args.update_rate is not None:

@@ -2,7 +2,7 @@
 
 An independent statement for tests: it shares no code and no tables with
 refit's catalog (reshard/catalog_megatron.c). Given the full Hugging Face weights of a
-Qwen3, Qwen3-MoE, Llama or Qwen2 model (numpy uint16 arrays of bfloat16 bits) and a refit
+Qwen3, Qwen3-MoE, Llama, Qwen2 or DeepSeek-V3 model (numpy uint16 arrays of bfloat16 bits) and a refit
 config, it returns the tensors one trainer rank holds, under the names
 Megatron-Core's GPTModel.named_parameters() gives them and with the values
 Megatron's own layout puts in them (Megatron-LM d98e8a64; the rules are in
@@ -31,6 +31,18 @@ the project's shared reference, framework-layouts.md):
   MoE layers keep pre_mlp_layernorm under both specs.
 - The vocabulary is padded to a multiple of make_vocab_size_divisible_by *
   tp; padded rows are not part of the model (here: random, never sent).
+- DeepSeek-V3 (model-families.md 3.2; Megatron-LM multi_latent_attention.py
+  MLASelfAttention, Megatron-Bridge deepseek/common.py): the input norm stays
+  input_layernorm.weight under both specs; linear_q_down_proj and
+  linear_kv_down_proj are whole on every tp rank under TE (duplicated) and
+  row-split ColumnParallelLinears under the local spec; their norms are
+  linear_q_up_proj / linear_kv_up_proj.layer_norm_weight under TE and
+  q_layernorm / kv_layernorm under the local spec; linear_q_up_proj
+  (linear_q_proj without q LoRA), linear_kv_up_proj row-split, in Hugging
+  Face's row order; a layer below first_k_dense_replace is a dense MLP
+  layer, the others MoE with mlp.shared_experts.linear_fc1 ([gate_t; up_t]
+  over the dense tp group) and linear_fc2, and with expert_bias
+  mlp.router.expert_bias, the router's FP32 buffer, whole on every rank.
 """
 
 import numpy as np
@@ -95,11 +107,43 @@ def _padded(w, rows, rng):
     return np.concatenate([w, pad])
 
 
+def _is_moe_layer(m, layer):
+    """Qwen3-MoE: every layer; DeepSeek: layer >= first_k_dense_replace and
+    a multiple of moe_layer_freq (Bridge's moe_layer_freq list)."""
+    if m["family"] == "qwen3_moe":
+        return True
+    if m["family"] != "deepseek_v3":
+        return False
+    freq = m.get("moe_layer_freq", 0) or 1
+    return layer >= m.get("first_k_dense_replace", 0) and layer % freq == 0
+
+
+def _mla(put, p, hf, m, te, tp, tpr):
+    """One layer's multi-latent attention (see the module docstring)."""
+    put(p + "input_layernorm.weight", hf("input_layernorm.weight"))
+
+    def down(w):
+        return w if te else _split(w, tp, tpr, 0)
+
+    a = "self_attention."
+    if m.get("q_lora_rank", 0):
+        put(p + a + "linear_q_down_proj.weight", down(hf("self_attn.q_a_proj.weight")))
+        put(p + a + ("linear_q_up_proj.layer_norm_weight" if te else "q_layernorm.weight"),
+            hf("self_attn.q_a_layernorm.weight"))
+        put(p + a + "linear_q_up_proj.weight", _split(hf("self_attn.q_b_proj.weight"), tp, tpr, 0))
+    else:
+        put(p + a + "linear_q_proj.weight", _split(hf("self_attn.q_proj.weight"), tp, tpr, 0))
+    put(p + a + "linear_kv_down_proj.weight", down(hf("self_attn.kv_a_proj_with_mqa.weight")))
+    put(p + a + ("linear_kv_up_proj.layer_norm_weight" if te else "kv_layernorm.weight"),
+        hf("self_attn.kv_a_layernorm.weight"))
+    put(p + a + "linear_kv_up_proj.weight", _split(hf("self_attn.kv_b_proj.weight"), tp, tpr, 0))
+
+
 def trainer_tensors(cfg, full, rank, rng):
     """Ordered dict name -> uint16 array: what Megatron trainer rank `rank`
     holds for the Hugging Face weights `full`."""
     m, t = cfg["model"], cfg.get("trainer", {})
-    moe = m["family"] == "qwen3_moe"
+    mla = m["family"] == "deepseek_v3"
     qk_norm = m["family"] in ("qwen3", "qwen3_moe")
     qkv_bias = m["family"] == "qwen2"
     tp, ep, etp = t.get("tp", 1), t.get("ep", 1), t.get("etp", 1)
@@ -125,11 +169,15 @@ def trainer_tensors(cfg, full, rank, rng):
     for layer in range(first, last):
         hf = lambda rest: full[f"model.layers.{layer}.{rest}"]  # noqa: E731
         p = f"decoder.layers.{layer - first}."
-        put(p + ("self_attention.linear_qkv.layer_norm_weight" if te else "input_layernorm.weight"),
-            hf("input_layernorm.weight"))
-        qkv = _qkv(m, hf("self_attn.q_proj.weight"), hf("self_attn.k_proj.weight"),
-                   hf("self_attn.v_proj.weight"))
-        put(p + "self_attention.linear_qkv.weight", _split(qkv, tp, tpr, 0))
+        moe = _is_moe_layer(m, layer)
+        if mla:
+            _mla(put, p, hf, m, te, tp, tpr)
+        else:
+            put(p + ("self_attention.linear_qkv.layer_norm_weight" if te
+                     else "input_layernorm.weight"), hf("input_layernorm.weight"))
+            qkv = _qkv(m, hf("self_attn.q_proj.weight"), hf("self_attn.k_proj.weight"),
+                       hf("self_attn.v_proj.weight"))
+            put(p + "self_attention.linear_qkv.weight", _split(qkv, tp, tpr, 0))
         if qkv_bias:
             bias = _qkv(m, hf("self_attn.q_proj.bias"), hf("self_attn.k_proj.bias"),
                         hf("self_attn.v_proj.bias"))
@@ -147,6 +195,9 @@ def trainer_tensors(cfg, full, rank, rng):
             continue
         put(p + "pre_mlp_layernorm.weight", norm)
         put(p + "mlp.router.weight", hf("mlp.gate.weight"))
+        if mla and m.get("expert_bias", False):
+            # TopKRouter's expert_bias: an FP32 buffer (named_buffers()).
+            put(p + "mlp.router.expert_bias", hf("mlp.gate.e_score_correction_bias"))
         local = m["num_experts"] // ep
         for k in range(local):
             e = epr * local + k
@@ -159,6 +210,13 @@ def trainer_tensors(cfg, full, rank, rng):
             else:
                 put(p + f"mlp.experts.local_experts.{k}.linear_fc1.weight", fc1)
                 put(p + f"mlp.experts.local_experts.{k}.linear_fc2.weight", fc2)
+        if mla and m.get("num_shared_experts", 0):
+            # SharedExpertMLP: the dense tp group, not etp.
+            put(p + "mlp.shared_experts.linear_fc1.weight",
+                _fc1(hf("mlp.shared_experts.gate_proj.weight"),
+                     hf("mlp.shared_experts.up_proj.weight"), tp, tpr))
+            put(p + "mlp.shared_experts.linear_fc2.weight",
+                _split(hf("mlp.shared_experts.down_proj.weight"), tp, tpr, 1))
     if stage == pp - 1:
         put("decoder.final_layernorm.weight", full["model.norm.weight"])
         tied = m.get("tie_word_embeddings", False)

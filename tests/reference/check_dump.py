@@ -58,7 +58,12 @@ def read_checkpoint(path, job):
                                  f"expected {shape}")
             data = dset[()]
             declared = _attr_str(dset, "dtype")
-            if data.dtype == np.uint16 and declared == "bfloat16":
+            if vllm_rules.is_float32(name):
+                # float32 as it is; bfloat16 and float16 widen exactly.
+                if data.dtype == np.uint16 and declared == "bfloat16":
+                    data = (data.astype(np.uint32) << 16).view(np.float32)
+                weights[name] = np.ascontiguousarray(data, dtype=np.float32)
+            elif data.dtype == np.uint16 and declared == "bfloat16":
                 weights[name] = data
             elif data.dtype in (np.float32, np.float16):
                 weights[name] = bf16_from_f32(data.astype(np.float32))
@@ -95,6 +100,8 @@ class Report:
             return
         actual = dset[()]
         self.bytes += actual.nbytes
+        if expected.dtype == np.float32:  # bits, so that a NaN equals itself
+            actual, expected = actual.view(np.uint32), expected.view(np.uint32)
         diff = actual != expected
         count = int(np.count_nonzero(diff))
         if count:
@@ -104,6 +111,32 @@ class Report:
                                      f"actual 0x{int(actual[first]):x}")
         elif self.verbose:
             print(f"ok       rank {rank} {name}: {expected.shape} {want_dtype}")
+
+
+def check_mla_derived(report, job, weights, rank, tp_rank, group):
+    """MLA's W_UK_T and W_UV, which vLLM derives from kv_b_proj after loading
+    and which no store of the dump holds: with a BF16 kv_b_proj they are
+    views of its storage (vllm_rules.mla_derived), so the refitted bytes of
+    kv_b_proj must make them equal, element for element, to what the
+    checkpoint's kv_b_proj gives by their definition."""
+    for layer in range(job.layers):
+        name = f"model.layers.{layer}.self_attn.kv_b_proj.weight"
+        if name not in group or _attr_str(group[name], "dtype") != "bfloat16":
+            continue  # reported above, or quantized (refused by refit's config)
+        kv_b = group[name][()]
+        w_uk_t, w_uv = vllm_rules.mla_derived(job, kv_b)
+        report.checked += 2
+        if not (np.shares_memory(w_uk_t, kv_b) and np.shares_memory(w_uv, kv_b)):
+            report.problem(rank, name, "W_UK_T / W_UV are not views of kv_b_proj")
+        want_uk, want_uv = vllm_rules.mla_derived_expected(job, weights, layer, tp_rank)
+        for what, got, want in (("W_UK_T", w_uk_t, want_uk), ("W_UV", w_uv, want_uv)):
+            if got.shape != want.shape or np.count_nonzero(got != want):
+                report.problem(rank, f"model.layers.{layer}.self_attn.{what}",
+                               f"shape {got.shape} vs {want.shape} or "
+                               f"{int(np.count_nonzero(got != want)) if got.shape == want.shape else '-'}"
+                               f" elements differ from the checkpoint's kv_b_proj")
+            elif report.verbose:
+                print(f"ok       rank {rank} model.layers.{layer}.self_attn.{what}: {got.shape}")
 
 
 def check(config_path, checkpoint_path, dump_path, verbose=False):
@@ -137,6 +170,8 @@ def check(config_path, checkpoint_path, dump_path, verbose=False):
                                             f"{vllm_rules.dtype_name(name, want)})")
                 else:
                     report.compare(g, name, want, group[name])
+            if job.mla:
+                check_mla_derived(report, job, weights, g, t, group)
     verdict = "FAIL" if report.bad_tensors else "ok"
     print(f"check_dump: {verdict}: {ranks} generator ranks, {report.checked} stores compared "
           f"({report.bytes} bytes), {report.bad_tensors} with differences")

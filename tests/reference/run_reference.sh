@@ -53,6 +53,23 @@ EOF
 # values whatever version they were made for; making them for version `steps`
 # keeps the version attributes of checkpoint and dump equal.
 "$build/runtime/refit-ckpt" "$work/ckpt.yaml" "$work/ckpt.h5" --version "$steps" --dtype "$dtype"
+# A DeepSeek checkpoint holds its multi-token-prediction layer as
+# model.layers.<num_layers> (num_nextn_predict_layers), which vLLM's main
+# model skips by name and refit does not move: give the checkpoint one, of
+# values the reference never reads.
+"$python" - "$work/ckpt.yaml" "$work/ckpt.h5" <<'EOF'
+import sys, h5py, numpy as np, yaml
+m = yaml.safe_load(open(sys.argv[1]))["model"]
+if m["family"] == "deepseek_v3":
+    h, L = m["hidden_size"], m["num_layers"]
+    with h5py.File(sys.argv[2], "a") as f:
+        for rest, shape in (("enorm.weight", (h,)), ("hnorm.weight", (h,)),
+                            ("eh_proj.weight", (h, 2 * h)), ("input_layernorm.weight", (h,)),
+                            ("shared_head.norm.weight", (h,))):
+            d = f.create_dataset(f"model.layers.{L}.{rest}", data=np.full(shape, 0x7fc0, np.uint16))
+            d.attrs["dtype"] = "bfloat16"
+        print(f"run_reference: MTP layer model.layers.{L} in the checkpoint")
+EOF
 if [ "$format" = safetensors ]; then
   "$python" "$here/write_safetensors.py" "$work/ckpt.h5" "$work/ckpt-st" --shards $((seed % 2 ? 3 : 1))
   echo "run_reference: safetensors checkpoint, $((seed % 2 ? 3 : 1)) file(s)"

@@ -1,7 +1,7 @@
 """What a vLLM generator rank holds after a refit: an independent statement.
 
 This module computes, from the full Hugging Face-named weights of a Qwen3,
-Qwen3-MoE, Llama or Qwen2 model and a refit job config, the runtime tensors of one generator
+Qwen3-MoE, Llama, Qwen2 or DeepSeek-V3 model and a refit job config, the runtime tensors of one generator
 tensor-parallel rank exactly as vLLM holds them after
 process_weights_after_loading: names, shapes, element types and bytes. It is
 written from the rules in ../shared/reference/*.md and from the public
@@ -14,7 +14,10 @@ Sources (read with the project's search tools, 2026-08 snapshots):
           Qwen3MoeForCausalLM), qwen2.py (Qwen2Attention: QKVParallelLinear
           with bias=True, o_proj and the MLP without; no q/k norm;
           Qwen2ForCausalLM ties lm_head to embed_tokens), llama.py
-          (LlamaAttention: no q/k norm, no bias for Llama 3.x), vllm/model_executor/layers/linear.py
+          (LlamaAttention: no q/k norm, no bias for Llama 3.x), deepseek_v2.py
+          (DeepseekV2MLAAttention, DeepseekV2MoE with shared_experts,
+          DeepseekV2DecoderLayer; layers/attention/mla_attention.py for
+          W_UK_T / W_UV), vllm/model_executor/layers/linear.py
           (QKVParallelLinear / MergedColumnParallelLinear / RowParallelLinear
           weight_loader), vllm/model_executor/layers/vocab_parallel_embedding.py
           (pad_vocab_size, VocabParallelEmbedding._get_indices, weight_loader),
@@ -42,9 +45,10 @@ scale bytes are padded, the [K, N] view of the CuTe-DSL backend) follows
 refit's dump schema (runtime/src/dump.h); only names and shapes are taken
 from there, never a byte value.
 
-Weights are numpy uint16 arrays of bfloat16 bit patterns; results are numpy
-arrays of the stored bytes: uint16 for bfloat16, uint8 for float8_e4m3fn and
-for E8M0 scales.
+Weights are numpy uint16 arrays of bfloat16 bit patterns (float32 arrays for
+the one float32 tensor, DeepSeek's e_score_correction_bias); results are
+numpy arrays of the stored bytes: uint16 for bfloat16, uint8 for
+float8_e4m3fn and for E8M0 scales, float32 for float32.
 """
 
 import collections
@@ -69,7 +73,11 @@ E4M3_MAX = 448.0
 # this module reads; a config dict from PyYAML may leave any of them out.
 _DEFAULTS = {
     "model": {"intermediate_size": 0, "num_experts": 0,
-              "moe_intermediate_size": 0, "tie_word_embeddings": False},
+              "moe_intermediate_size": 0, "tie_word_embeddings": False,
+              "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0,
+              "v_head_dim": 0, "num_shared_experts": 0,
+              "first_k_dense_replace": 0, "moe_layer_freq": 0,
+              "expert_bias": False},
     "generator": {"tp": 1, "ep": 1, "engines": 1},
     "refit": {"precision": "bf16", "linear_backend": "flashinfer_cutlass",
               "moe_backend": "flashinfer_trtllm",
@@ -85,6 +93,8 @@ _FAMILIES = {
     "qwen3_moe": {"qk_norm": True, "qkv_bias": False},
     "llama": {"qk_norm": False, "qkv_bias": False},
     "qwen2": {"qk_norm": False, "qkv_bias": True},
+    # deepseek_v2.py DeepseekV2MLAAttention: no q/k/v, see _mla.
+    "deepseek_v3": {"qk_norm": False, "qkv_bias": False},
 }
 
 
@@ -111,6 +121,16 @@ class Job:
         self.experts = int(model["num_experts"])
         self.moe_ffn = int(model["moe_intermediate_size"])
         self.tied = bool(model["tie_word_embeddings"])
+        # DeepSeek (model-families.md section 6): head_dim is the rope
+        # dimension qk_rope_head_dim.
+        self.q_lora = int(model["q_lora_rank"])
+        self.kv_lora = int(model["kv_lora_rank"])
+        self.nope = int(model["qk_nope_head_dim"])
+        self.v_dim = int(model["v_head_dim"])
+        self.shared = int(model["num_shared_experts"])
+        self.first_dense = int(model["first_k_dense_replace"])
+        self.moe_freq = int(model["moe_layer_freq"]) or 1
+        self.expert_bias = self.mla and bool(model["expert_bias"])
         self.tp = int(gen["tp"])
         self.ep = int(gen["ep"])
         self.precision = refit["precision"]
@@ -120,8 +140,20 @@ class Job:
         self._validate()
 
     @property
+    def mla(self):
+        return self.family == "deepseek_v3"
+
+    def moe_layer(self, i):
+        """Qwen3MoeSparseMoeBlock in every layer; DeepseekV2DecoderLayer:
+        routed experts iff n_routed_experts, i >= first_k_dense_replace and
+        i % moe_layer_freq == 0."""
+        if self.family == "qwen3_moe":
+            return True
+        return self.mla and i >= self.first_dense and i % self.moe_freq == 0
+
+    @property
     def moe(self):
-        return self.family == "qwen3_moe"
+        return any(self.moe_layer(i) for i in range(self.layers))
 
     @property
     def qk_norm(self):
@@ -156,8 +188,10 @@ class Job:
                 raise ValueError(f"moe_intermediate_size {self.moe_ffn} not divisible by tp {tp}")
             if self.ep == tp and self.experts % tp:
                 raise ValueError(f"num_experts {self.experts} not divisible by ep {tp}")
-        elif self.ffn % tp:
+        if any(not self.moe_layer(i) for i in range(self.layers)) and self.ffn % tp:
             raise ValueError(f"intermediate_size {self.ffn} not divisible by tp {tp}")
+        if self.mla and (self.shared * self.moe_ffn) % tp:
+            raise ValueError(f"shared experts' width {self.shared * self.moe_ffn} not divisible by tp {tp}")
         if self.precision not in ("bf16", "mxfp8"):
             raise ValueError(f"refit.precision {self.precision!r}: expected bf16 or mxfp8")
         if self.linear_backend not in _LINEAR_BACKENDS:
@@ -183,6 +217,18 @@ def _layer(i, rest):
     return f"model.layers.{i}.{rest}"
 
 
+# DeepSeek's router score-correction bias (topk_method noaux_tc): float32
+# [E] in the checkpoint, in vLLM (DeepseekV2MoE: nn.Parameter of dtype
+# float32, loaded by a copy) and in Megatron (TopKRouter.expert_bias, an FP32
+# buffer). Every other tensor is bfloat16.
+EXPERT_BIAS = "mlp.gate.e_score_correction_bias"
+
+
+def is_float32(name):
+    """Is Hugging Face (or vLLM) tensor `name` float32 (EXPERT_BIAS)?"""
+    return name.endswith("." + EXPERT_BIAS)
+
+
 def hf_tensor_shapes(cfg):
     """Every Hugging Face tensor of the model with its full shape (sharding.md)."""
     job = _job(cfg)
@@ -192,6 +238,8 @@ def hf_tensor_shapes(cfg):
     for i in range(job.layers):
         attn = {"q_proj": (job.heads * d, h), "k_proj": (job.kv_heads * d, h),
                 "v_proj": (job.kv_heads * d, h), "o_proj": (h, job.heads * d)}
+        if job.mla:
+            attn = _mla_hf_shapes(job)
         if job.qk_norm:
             attn.update({"q_norm": (d,), "k_norm": (d,)})
         for name, shape in attn.items():
@@ -203,13 +251,20 @@ def hf_tensor_shapes(cfg):
                 shapes[_layer(i, f"self_attn.{name}.bias")] = (n * d,)
         shapes[_layer(i, "input_layernorm.weight")] = (h,)
         shapes[_layer(i, "post_attention_layernorm.weight")] = (h,)
-        if job.moe:
+        if job.moe_layer(i):
             shapes[_layer(i, "mlp.gate.weight")] = (job.experts, h)
+            if job.expert_bias:
+                shapes[_layer(i, EXPERT_BIAS)] = (job.experts,)
             for e in range(job.experts):
                 expert = f"mlp.experts.{e}"
                 shapes[_layer(i, f"{expert}.gate_proj.weight")] = (job.moe_ffn, h)
                 shapes[_layer(i, f"{expert}.up_proj.weight")] = (job.moe_ffn, h)
                 shapes[_layer(i, f"{expert}.down_proj.weight")] = (h, job.moe_ffn)
+            if job.mla and job.shared:
+                fs = job.shared * job.moe_ffn
+                shapes[_layer(i, "mlp.shared_experts.gate_proj.weight")] = (fs, h)
+                shapes[_layer(i, "mlp.shared_experts.up_proj.weight")] = (fs, h)
+                shapes[_layer(i, "mlp.shared_experts.down_proj.weight")] = (h, fs)
         else:
             shapes[_layer(i, "mlp.gate_proj.weight")] = (job.ffn, h)
             shapes[_layer(i, "mlp.up_proj.weight")] = (job.ffn, h)
@@ -220,14 +275,36 @@ def hf_tensor_shapes(cfg):
     return shapes
 
 
+def _mla_hf_shapes(job):
+    """DeepSeek's attention in the checkpoint (model-families.md 3.1): with q
+    LoRA q_a_proj [q_r, H], q_a_layernorm [q_r], q_b_proj [N(P+R), q_r],
+    else q_proj [N(P+R), H]; kv_a_proj_with_mqa [kv_r + R, H],
+    kv_a_layernorm [kv_r], kv_b_proj [N(P+Vd), kv_r], o_proj [H, N Vd]."""
+    h, n, r = job.hidden, job.heads, job.head_dim
+    attn = {}
+    if job.q_lora:
+        attn["q_a_proj"] = (job.q_lora, h)
+        attn["q_a_layernorm"] = (job.q_lora,)
+        attn["q_b_proj"] = (n * (job.nope + r), job.q_lora)
+    else:
+        attn["q_proj"] = (n * (job.nope + r), h)
+    attn["kv_a_proj_with_mqa"] = (job.kv_lora + r, h)
+    attn["kv_a_layernorm"] = (job.kv_lora,)
+    attn["kv_b_proj"] = (n * (job.nope + job.v_dim), job.kv_lora)
+    attn["o_proj"] = (h, n * job.v_dim)
+    return attn
+
+
 # ---------------------------------------------------------------------------
 # Which modules are MXFP8
 # ---------------------------------------------------------------------------
 
-# Qwen3MoeForCausalLM.packed_modules_mapping: the checkpoint modules that a
-# fused vLLM module is made of.
+# Qwen3MoeForCausalLM.packed_modules_mapping (and DeepseekV2ForCausalLM's,
+# which adds fused_qkv_a_proj): the checkpoint modules that a fused vLLM
+# module is made of.
 _PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"),
-           "gate_up_proj": ("gate_proj", "up_proj")}
+           "gate_up_proj": ("gate_proj", "up_proj"),
+           "fused_qkv_a_proj": ("q_a_proj", "kv_a_proj_with_mqa")}
 
 
 def _matches(module, pattern):
@@ -523,6 +600,18 @@ def runtime_tensors(cfg, full_weights, tp_rank):
     out = collections.OrderedDict()
     out["model.embed_tokens.weight"] = _vocab_shard(job, w["model.embed_tokens.weight"], t)
     for i in range(job.layers):
+        if job.mla:
+            out[_layer(i, "input_layernorm.weight")] = w[_layer(i, "input_layernorm.weight")]
+            _mla(job, out, w, i, t)
+            out[_layer(i, "post_attention_layernorm.weight")] = \
+                w[_layer(i, "post_attention_layernorm.weight")]
+            if job.moe_layer(i):
+                _moe(job, out, w, i, t)
+                if job.shared:
+                    _gated_mlp(job, out, w, i, t, "mlp.shared_experts", job.shared * job.moe_ffn)
+            else:
+                _gated_mlp(job, out, w, i, t, "mlp", job.ffn)
+            continue
         _linear(job, out, _layer(i, "self_attn.qkv_proj"), _qkv(job, w, i, t))
         if job.qkv_bias:
             # Not a weight: MXFP8 (Mxfp8OnlineLinearMethod) quantizes only
@@ -553,9 +642,91 @@ def runtime_tensors(cfg, full_weights, tp_rank):
     return out
 
 
+def _gated_mlp(job, out, w, i, t, module, width):
+    """DeepseekV2MLP (the dense layers, and reduce_results=False for the
+    shared experts, which stay on the dense tp group whatever the routed
+    experts' ep): gate_up_proj = MergedColumnParallelLinear [gate_t; up_t],
+    down_proj = RowParallelLinear, column block t."""
+    gate_up = _column_pair(job, w[_layer(i, f"{module}.gate_proj.weight")],
+                           w[_layer(i, f"{module}.up_proj.weight")], t, width)
+    _linear(job, out, _layer(i, f"{module}.gate_up_proj"), gate_up)
+    n = width // job.tp
+    _linear(job, out, _layer(i, f"{module}.down_proj"),
+            _cols(w[_layer(i, f"{module}.down_proj.weight")], t * n, n))
+
+
+def _mla(job, out, w, i, t):
+    """DeepseekV2MLAAttention (model-families.md 3.3) on tp rank t:
+    fused_qkv_a_proj = [q_a_proj; kv_a_proj_with_mqa], whole on every rank
+    (MergedColumnParallelLinear with disable_tp), then q_a_layernorm and
+    q_b_proj (ColumnParallelLinear: row block t, whole heads); without q
+    LoRA q_proj (row block t) and kv_a_proj_with_mqa (ReplicatedLinear);
+    kv_a_layernorm; kv_b_proj (row block t); o_proj (RowParallelLinear:
+    column block t). Every one of these linears is a LinearBase, which the
+    MXFP8 config quantizes unless ignored (section 3.5); the norms never."""
+    n_loc = job.heads // job.tp
+    q_rows = n_loc * (job.nope + job.head_dim)
+    kvb_rows = n_loc * (job.nope + job.v_dim)
+    attn = lambda rest: w[_layer(i, f"self_attn.{rest}")]  # noqa: E731
+    if job.q_lora:
+        _linear(job, out, _layer(i, "self_attn.fused_qkv_a_proj"),
+                np.concatenate([attn("q_a_proj.weight"), attn("kv_a_proj_with_mqa.weight")]))
+        out[_layer(i, "self_attn.q_a_layernorm.weight")] = attn("q_a_layernorm.weight")
+        _linear(job, out, _layer(i, "self_attn.q_b_proj"),
+                _rows(attn("q_b_proj.weight"), t * q_rows, q_rows))
+    else:
+        _linear(job, out, _layer(i, "self_attn.q_proj"),
+                _rows(attn("q_proj.weight"), t * q_rows, q_rows))
+        _linear(job, out, _layer(i, "self_attn.kv_a_proj_with_mqa"),
+                attn("kv_a_proj_with_mqa.weight"))
+    out[_layer(i, "self_attn.kv_a_layernorm.weight")] = attn("kv_a_layernorm.weight")
+    _linear(job, out, _layer(i, "self_attn.kv_b_proj"),
+            _rows(attn("kv_b_proj.weight"), t * kvb_rows, kvb_rows))
+    o_cols = n_loc * job.v_dim
+    _linear(job, out, _layer(i, "self_attn.o_proj"), _cols(attn("o_proj.weight"), t * o_cols, o_cols))
+
+
+def mla_derived(job, kv_b_proj):
+    """W_UK_T and W_UV as MLAAttention.process_weights_after_loading makes
+    them from a BF16 kv_b_proj shard [N_loc (P + Vd), kv_r]
+    (layers/attention/mla_attention.py; model-families.md 3.4):
+    W.T.view(kv_r, N_loc, P + Vd).split([P, Vd], -1), then W_UK permuted to
+    [N_loc, P, kv_r] and W_UV transposed to [N_loc, kv_r, Vd]. get_and_maybe_
+    dequant_weights returns the weight itself when its dtype is already the
+    activation dtype, and none of these steps copies: both are strided views
+    of kv_b_proj's storage, so numpy views stand for them here."""
+    n_loc = job.heads // job.tp
+    view = kv_b_proj.T.reshape(job.kv_lora, n_loc, job.nope + job.v_dim)
+    w_uk, w_uv = view[..., :job.nope], view[..., job.nope:]
+    return w_uk.transpose(1, 2, 0), w_uv.transpose(1, 0, 2)
+
+
+def mla_derived_expected(job, full_weights, layer, tp_rank):
+    """W_UK_T and W_UV of one rank from the checkpoint, element by element
+    (W_UK_T[n, p, l] = kv_b_proj[(n0 + n)(P + Vd) + p, l] and W_UV[n, l, v] =
+    kv_b_proj[(n0 + n)(P + Vd) + P + v, l], n0 = t N / tp): written from the
+    formula, not from the view chain above."""
+    n_loc = job.heads // job.tp
+    per = job.nope + job.v_dim
+    kv_b = full_weights[_layer(layer, "self_attn.kv_b_proj.weight")]
+    uk = np.empty((n_loc, job.nope, job.kv_lora), dtype=kv_b.dtype)
+    uv = np.empty((n_loc, job.kv_lora, job.v_dim), dtype=kv_b.dtype)
+    for n in range(n_loc):
+        head = (tp_rank * n_loc + n) * per
+        for p in range(job.nope):
+            uk[n, p, :] = kv_b[head + p, :]
+        for v in range(job.v_dim):
+            uv[n, :, v] = kv_b[head + job.nope + v, :]
+    return uk, uv
+
+
 def _moe(job, out, w, i, t):
-    # The router: ReplicatedLinear(quant_config=None), replicated and BF16.
+    # The router: ReplicatedLinear(quant_config=None) (Qwen3-MoE; DeepSeek's
+    # GateLinear likewise), replicated and BF16; DeepSeek's score-correction
+    # bias beside it, replicated and float32 under every quantization.
     out[_layer(i, "mlp.gate.weight")] = w[_layer(i, "mlp.gate.weight")]
+    if job.expert_bias:
+        out[_layer(i, EXPERT_BIAS)] = w[_layer(i, EXPERT_BIAS)]
     w13, w2 = _experts(job, w, i, t)
     module = _layer(i, "mlp.experts")
     if not _quantized(job, module):
@@ -572,4 +743,6 @@ def dtype_name(name, array):
     """The element type a runtime store holds, as refit's dump names it."""
     if array.dtype == np.uint16:
         return "bfloat16"
+    if array.dtype == np.float32:
+        return "float32"
     return "e8m0" if name.endswith("_scale") else "float8_e4m3fn"

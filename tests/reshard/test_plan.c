@@ -242,6 +242,53 @@ static void test_grid_dense(void **state) {
   assert_int_equal(tally.layouts, 4 * 3 * 2 * 4 * 2);
 }
 
+/* DeepSeek-V3's architecture (MLA with and without q LoRA, a dense first
+ * layer, routed and shared experts, the routers' FP32 bias) over trainer
+ * tp, pp, ep, dp and generator tp, ep and engines; every segment checked
+ * against the from-definition reference (Hugging Face names: Megatron's
+ * are checked by the caller tests against tests/caller/megatron_rules.py). */
+static void test_grid_deepseek(void **state) {
+  (void)state;
+  static const int tps[] = {1, 2, 4}, eps[] = {1, 2, 4};
+  grid_tally_t tally = {0};
+  refit_model_t m = {.family = REFIT_FAMILY_DEEPSEEK_V3,
+                     .hidden_size = 32,
+                     .num_layers = 4,
+                     .num_attention_heads = 8,
+                     .num_kv_heads = 8,
+                     .head_dim = 4,
+                     .vocab_size = 64,
+                     .intermediate_size = 32,
+                     .num_experts = 8,
+                     .moe_intermediate_size = 16,
+                     .kv_lora_rank = 16,
+                     .qk_nope_head_dim = 4,
+                     .v_head_dim = 4,
+                     .num_shared_experts = 1,
+                     .first_k_dense_replace = 1,
+                     .expert_bias = 1};
+  for (int q_lora = 0; q_lora <= 16; q_lora += 16)
+    for (int etp = 1; etp <= 2; etp++)
+      for (int a = 0; a < 3; a++)
+        for (int pp = 1; pp <= 2; pp++)
+          for (int c = 0; c < 3; c++)
+            for (int dp = 1; dp <= 2; dp++)
+              for (int d = 0; d < 3; d++)
+                for (int gep = 0; gep < 2; gep++) {
+                  m.q_lora_rank = q_lora;
+                  refit_trainer_layout_t tl = {
+                      .tp = tps[a], .pp = pp, .ep = eps[c], .etp = etp, .dp = dp};
+                  refit_generator_layout_t gl = {
+                      .tp = tps[d], .ep = gep ? tps[d] : 1, .engines = 1 + dp % 2};
+                  if (gep && tps[d] == 1)
+                    continue;
+                  plan_and_check(&m, &tl, &gl, 2048, &tally);
+                }
+  print_message("deepseek grid: %lld layouts, %lld chunks\n", (long long)tally.layouts,
+                (long long)tally.chunks);
+  assert_true(tally.layouts > 200);
+}
+
 /* tp_gen > num_kv_heads: ranks that share a KV head all receive it. */
 static void test_kv_replication(void **state) {
   (void)state;
@@ -696,6 +743,7 @@ static void test_layout_rules(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_catalog_qwen3_30b),
+      cmocka_unit_test(test_grid_deepseek),
       cmocka_unit_test(test_huge_rows),
       cmocka_unit_test(test_bucket_balance),
       cmocka_unit_test(test_predict_nodes),

@@ -77,18 +77,29 @@ static void test_field_names(void **state) {
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_MODEL_NUM_EXPERTS), 8);
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_TRAINER_EP), 2);
   assert_int_equal(refit_field_value(&m, &t, &gen2, REFIT_FIELD_GENERATOR_ENGINES), 1);
-  /* Only the MLP's dimensions belong to some families: the dense MLP's
-   * width to qwen3, llama and qwen2, the experts to qwen3_moe. */
+  /* Only the MLP's and MLA's dimensions belong to some families: the dense
+   * MLP's width to qwen3, llama, qwen2 and deepseek_v3 (its dense first
+   * layers), the experts to qwen3_moe and deepseek_v3, MLA and DeepSeek's
+   * MoE layout to deepseek_v3 alone. */
   for (int f = REFIT_FIELD_NONE + 1; f < REFIT_FIELD_COUNT; f++) {
     const int dense = f == REFIT_FIELD_MODEL_INTERMEDIATE_SIZE;
     const int moe = f == REFIT_FIELD_MODEL_NUM_EXPERTS ||
                     f == REFIT_FIELD_MODEL_MOE_INTERMEDIATE_SIZE;
-    assert_int_equal(refit_field_family_specific((refit_field_t)f), dense || moe);
-    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN3), !moe);
-    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_LLAMA), !moe);
-    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN2), !moe);
+    const int deepseek =
+        f == REFIT_FIELD_MODEL_Q_LORA_RANK || f == REFIT_FIELD_MODEL_KV_LORA_RANK ||
+        f == REFIT_FIELD_MODEL_QK_NOPE_HEAD_DIM || f == REFIT_FIELD_MODEL_V_HEAD_DIM ||
+        f == REFIT_FIELD_MODEL_NUM_SHARED_EXPERTS ||
+        f == REFIT_FIELD_MODEL_FIRST_K_DENSE_REPLACE ||
+        f == REFIT_FIELD_MODEL_MOE_LAYER_FREQ || f == REFIT_FIELD_MODEL_EXPERT_BIAS;
+    const int only = moe || deepseek;
+    assert_int_equal(refit_field_family_specific((refit_field_t)f), dense || only);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN3), !only);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_LLAMA), !only);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN2), !only);
     assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_QWEN3_MOE),
-                     !dense);
+                     !dense && !deepseek);
+    assert_int_equal(refit_field_in_family((refit_field_t)f, REFIT_FAMILY_DEEPSEEK_V3),
+                     1);
   }
 }
 
@@ -281,12 +292,75 @@ static void test_catalog_refuses(void **state) {
   assert_non_null(strstr(refit_last_error(), "at most 64 stages"));
 }
 
+/* DeepSeek-V3's rules: its MLA and MoE dimensions, num_kv_heads = heads,
+ * the shared experts and the dense layers split by tp, the local spec's
+ * row-split down projections. */
+static void test_deepseek_rules(void **state) {
+  (void)state;
+  const refit_model_t ds = {.family = REFIT_FAMILY_DEEPSEEK_V3,
+                            .hidden_size = 128,
+                            .num_layers = 3,
+                            .num_attention_heads = 4,
+                            .num_kv_heads = 4,
+                            .head_dim = 32,
+                            .vocab_size = 512,
+                            .intermediate_size = 256,
+                            .num_experts = 8,
+                            .moe_intermediate_size = 64,
+                            .q_lora_rank = 64,
+                            .kv_lora_rank = 64,
+                            .qk_nope_head_dim = 32,
+                            .v_head_dim = 32,
+                            .num_shared_experts = 1,
+                            .first_k_dense_replace = 1};
+  const refit_trainer_layout_t t = trainer_layout();
+  refit_model_t m = ds;
+  expect_rules(&m, &t, &gen2, 0, REFIT_FIELD_NONE, REFIT_FIELD_NONE, NULL);
+  /* Layers 0 dense, 1 and 2 MoE; moe_layer_freq 2 makes 1 dense too. */
+  assert_false(refit_layer_is_moe(&m, 0));
+  assert_true(refit_layer_is_moe(&m, 1));
+  m.moe_layer_freq = 2;
+  assert_false(refit_layer_is_moe(&m, 1));
+  assert_true(refit_layer_is_moe(&m, 2));
+  m = ds;
+  m.num_kv_heads = 2;
+  expect_rules(&m, &t, &gen2, 0, REFIT_FIELD_MODEL_NUM_KV_HEADS, REFIT_FIELD_NONE,
+               "model.num_kv_heads: expected model.num_attention_heads (4) for "
+               "model.family deepseek_v3, got 2");
+  m = ds;
+  m.kv_lora_rank = 0;
+  expect_rules(&m, &t, &gen2, 0, REFIT_FIELD_MODEL_KV_LORA_RANK, REFIT_FIELD_MODEL_FAMILY,
+               "model.kv_lora_rank: a positive value is required when model.family is "
+               "deepseek_v3");
+  m = ds;
+  m.q_lora_rank = 0; /* V2-Lite: q_proj */
+  expect_rules(&m, &t, &gen2, 0, REFIT_FIELD_NONE, REFIT_FIELD_NONE, NULL);
+  m = ds;
+  m.num_shared_experts = 3;
+  m.moe_intermediate_size = 34; /* 102 shared rows split over tp 2, not 4 */
+  const refit_generator_layout_t gen4 = {.tp = 4, .ep = 4, .engines = 1};
+  expect_rules(&m, &t, &gen4, 0, REFIT_FIELD_GENERATOR_TP, REFIT_FIELD_NONE,
+               "generator.tp: 4 does not divide model.num_shared_experts * "
+               "model.moe_intermediate_size = 102");
+  /* The local spec splits the down projections by rows over tp. */
+  m = ds;
+  m.q_lora_rank = 48;
+  refit_trainer_layout_t local = t;
+  local.names = REFIT_TRAINER_NAMES_MEGATRON;
+  local.spec = REFIT_SPEC_LOCAL;
+  local.tp = 4;
+  local.ep = 4;
+  expect_rules(&m, &t, &gen2, 0, REFIT_FIELD_NONE, REFIT_FIELD_NONE, NULL);
+  m.q_lora_rank = 50;
+  expect_rules(&m, &local, &gen2, 0, REFIT_FIELD_TRAINER_TP, REFIT_FIELD_NONE,
+               "trainer.tp: 4 does not divide model.q_lora_rank = 50");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_field_names),
-      cmocka_unit_test(test_stage_split),
-      cmocka_unit_test(test_rules_blame),
-      cmocka_unit_test(test_catalog_refuses),
+      cmocka_unit_test(test_field_names),    cmocka_unit_test(test_stage_split),
+      cmocka_unit_test(test_rules_blame),    cmocka_unit_test(test_catalog_refuses),
+      cmocka_unit_test(test_deepseek_rules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

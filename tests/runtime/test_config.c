@@ -387,7 +387,7 @@ static const mistake_t mistakes[] = {
                   "got '32.0'"}),
     CASE(.base = moe, .edit = {{"qwen3_moe", "gemma3"}},
          .want = {"demo.yaml:2:11: model.family: expected one of qwen3, "
-                  "qwen3_moe, llama, qwen2, got 'gemma3'"}),
+                  "qwen3_moe, llama, qwen2, deepseek_v3, got 'gemma3'"}),
     CASE(.base = moe, .append = "verify: maybe\n",
          .want = {"demo.yaml:21:9: verify: expected true or false, got 'maybe'"}),
     CASE(.base = moe, .append = "refit:\n  timeout_s: soon\n",

@@ -150,7 +150,8 @@ static void test_unsupported_values(void **state) {
   } cases[] = {
       {"\"Qwen3MoeForCausalLM\"", "\"MixtralForCausalLM\"",
        "architectures: [\"MixtralForCausalLM\"] is not supported; refit reads "
-       "Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM or Qwen2ForCausalLM"},
+       "Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM or "
+       "DeepseekV3ForCausalLM"},
       {"\"model_type\": \"qwen3_moe\"", "\"model_type\": \"qwen3\"",
        "model_type: \"qwen3\" disagrees with architectures Qwen3MoeForCausalLM"},
       {"\"attention_bias\": false", "\"attention_bias\": true",
@@ -425,6 +426,110 @@ static void test_qwen2_config(void **state) {
   layout = "trainer:\n  tp: 2\n  ep: 2\ngenerator:\n  tp: 2\n  ep: 2\n";
 }
 
+/* DeepSeek-R1's published keys that size tensors (configs/hf/DeepSeek-R1),
+ * with some that do not. */
+static const char *deepseek_v3_json =
+    "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\",\n"
+    " \"hidden_size\": 7168, \"num_hidden_layers\": 61, \"num_attention_heads\": 128,\n"
+    " \"num_key_value_heads\": 128, \"q_lora_rank\": 1536, \"kv_lora_rank\": 512,\n"
+    " \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, \"v_head_dim\": 128,\n"
+    " \"intermediate_size\": 18432, \"moe_intermediate_size\": 2048,\n"
+    " \"n_routed_experts\": 256, \"n_shared_experts\": 1, \"first_k_dense_replace\": 3,\n"
+    " \"moe_layer_freq\": 1, \"topk_method\": \"noaux_tc\", \"n_group\": 8,\n"
+    " \"num_nextn_predict_layers\": 1, \"vocab_size\": 129280,\n"
+    " \"tie_word_embeddings\": false, \"quantization_config\": {\"quant_method\": "
+    "\"fp8\"}}\n";
+
+/* DeepSeek-V2-Lite's shape (no q LoRA, two shared experts, greedy routing
+ * without the score-correction bias). */
+static const char *deepseek_v2_lite_json =
+    "{\"architectures\": [\"DeepseekV2ForCausalLM\"], \"model_type\": \"deepseek_v2\",\n"
+    " \"hidden_size\": 2048, \"num_hidden_layers\": 27, \"num_attention_heads\": 16,\n"
+    " \"num_key_value_heads\": 16, \"q_lora_rank\": null, \"kv_lora_rank\": 512,\n"
+    " \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, \"v_head_dim\": 128,\n"
+    " \"intermediate_size\": 10944, \"moe_intermediate_size\": 1408,\n"
+    " \"n_routed_experts\": 64, \"n_shared_experts\": 2, \"first_k_dense_replace\": 1,\n"
+    " \"topk_method\": \"greedy\", \"vocab_size\": 102400}\n";
+
+static void test_deepseek_config(void **state) {
+  (void)state;
+  refit_model_t m = parse_json(deepseek_v3_json);
+  assert_int_equal(m.family, REFIT_FAMILY_DEEPSEEK_V3);
+  assert_int_equal(m.hidden_size, 7168);
+  assert_int_equal(m.num_layers, 61);
+  assert_int_equal(m.num_attention_heads, 128);
+  assert_int_equal(m.num_kv_heads, 128);
+  assert_int_equal(m.head_dim, 64); /* qk_rope_head_dim */
+  assert_int_equal(m.q_lora_rank, 1536);
+  assert_int_equal(m.kv_lora_rank, 512);
+  assert_int_equal(m.qk_nope_head_dim, 128);
+  assert_int_equal(m.v_head_dim, 128);
+  assert_int_equal(m.intermediate_size, 18432);
+  assert_int_equal(m.moe_intermediate_size, 2048);
+  assert_int_equal(m.num_experts, 256); /* n_routed_experts */
+  assert_int_equal(m.num_shared_experts, 1);
+  assert_int_equal(m.first_k_dense_replace, 3);
+  assert_int_equal(m.moe_layer_freq, 1);
+  assert_int_equal(m.expert_bias, 1); /* noaux_tc */
+  assert_int_equal(m.vocab_size, 129280);
+  assert_int_equal(m.tie_word_embeddings, 0);
+
+  /* Kimi-K2: DeepseekV3ForCausalLM under model_type kimi_k2. */
+  char text[4096];
+  snprintf(text, sizeof(text), "%s", deepseek_v3_json);
+  memcpy(strstr(text, "\"deepseek_v3\""), "\"kimi_k2\"    ", 13);
+  m = parse_json(text);
+  assert_int_equal(m.family, REFIT_FAMILY_DEEPSEEK_V3);
+
+  /* V2-Lite: no q LoRA (null), greedy routing (no bias), moe_layer_freq
+   * absent (1); num_key_value_heads may be left out (the heads). */
+  m = parse_json(deepseek_v2_lite_json);
+  assert_int_equal(m.family, REFIT_FAMILY_DEEPSEEK_V3);
+  assert_int_equal(m.q_lora_rank, 0);
+  assert_int_equal(m.num_shared_experts, 2);
+  assert_int_equal(m.moe_layer_freq, 1);
+  assert_int_equal(m.expert_bias, 0);
+  assert_int_equal(m.head_dim, 64);
+
+  /* topk_method absent: the config class's default (V3 noaux_tc). */
+  snprintf(text, sizeof(text), "%s", deepseek_v3_json);
+  char *at = strstr(text, "\"topk_method\": \"noaux_tc\", ");
+  memmove(at, at + 27, strlen(at + 27) + 1);
+  assert_int_equal(parse_json(text).expert_bias, 1);
+
+  expect_refused(
+      deepseek_v3_json, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true",
+      "tie_word_embeddings: true is not supported (DeepseekV3ForCausalLM never "
+      "ties lm_head to embed_tokens)");
+  expect_refused(
+      deepseek_v3_json, "\"model_type\": \"deepseek_v3\"", "\"model_type\": \"qwen2\"",
+      "model_type: \"qwen2\" disagrees with architectures DeepseekV3ForCausalLM "
+      "(expected \"deepseek_v3\" or one of kimi_k2 deepseek_v2)");
+  expect_refused(deepseek_v3_json, "\"topk_method\": \"noaux_tc\"", "\"topk_method\": 1",
+                 "topk_method: expected a string, got 1");
+  expect_refused(deepseek_v3_json, "\"q_lora_rank\": 1536, ", "",
+                 "key 'q_lora_rank' is missing");
+  expect_refused(deepseek_v3_json, "\"qk_rope_head_dim\": 64, ", "",
+                 "key 'qk_rope_head_dim' is missing");
+  expect_refused(deepseek_v3_json, "\"n_routed_experts\": 256, ", "",
+                 "key 'n_routed_experts' is missing");
+  expect_refused(deepseek_v3_json, "\"first_k_dense_replace\": 3",
+                 "\"first_k_dense_replace\": -1",
+                 "first_k_dense_replace: expected an integer from 0");
+
+  /* Through a job: the YAML's family agrees, the layout rules apply (tp
+   * splits the 128 heads, the shared experts and the dense layers). */
+  write_file("config.json", deepseek_v3_json);
+  layout = "trainer:\n  tp: 8\n  ep: 8\ngenerator:\n  tp: 8\n  ep: 8\n";
+  refit_config_t cfg;
+  char *errors = parse("model:\n  hf_config: .\n  family: deepseek_v3\n", REFIT_OK, &cfg);
+  assert_null(errors);
+  assert_int_equal(cfg.model.expert_bias, 1);
+  errors = parse("model:\n  hf_config: .\n  head_dim: 128\n", REFIT_ERR_CONFIG, NULL);
+  expect(errors, "head_dim");
+  free(errors);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_shape_from_config_json, setup, teardown),
@@ -437,6 +542,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_dense_family, setup, teardown),
       cmocka_unit_test_setup_teardown(test_llama_config, setup, teardown),
       cmocka_unit_test_setup_teardown(test_qwen2_config, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_deepseek_config, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
