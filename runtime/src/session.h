@@ -26,7 +26,8 @@
 enum {
   REFIT_CTRL_TAG_HEADER = 0x7100, /* begin: header exchange */
   REFIT_CTRL_TAG_REPAIR = 0x7101, /* begin: transport repair's outcome */
-  REFIT_CTRL_TAG_VOTE = 0x7102    /* commit vote */
+  REFIT_CTRL_TAG_VOTE = 0x7102,   /* commit vote */
+  REFIT_CTRL_TAG_FIRST = 0x7103   /* first begin: every rank is here */
 };
 
 /* Seconds per phase of one refit, as seen by one rank. */

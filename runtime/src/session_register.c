@@ -306,6 +306,20 @@ refit_status_t refit_session_settle_precision(refit_session_t *s) {
   memset(mine, 0, (size_t)(2 * n + 2));
   for (int64_t i = 0; i < s->nregs; i++)
     mine[s->regs[i].gen] |= (unsigned char)s->regs[i].form;
+  /* Every rank's first begin, named: a rank that does not come is named here
+   * (the reduction below could say only that not every rank joined). On the
+   * heap: a late rank may still write it. */
+  int *here = malloc((size_t)(s->size + 1) * sizeof(int));
+  if (here == NULL) {
+    s->broken = 1; /* the peers wait for this rank in vain */
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "first begin: %d ranks", s->size);
+  }
+  here[0] = 1;
+  void *blocks[] = {here};
+  REFIT_CHECK(
+      refit_session_gather(s, &here[0], &here[1], (int)sizeof(int), REFIT_CTRL_TAG_FIRST,
+                           MPI_Wtime() + s->startup_timeout_s, "first begin", blocks, 1));
+  free(here);
   MPI_Request req;
   REFIT_CHECK(refit_session_startup_wait(
       s, &req,

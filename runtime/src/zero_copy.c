@@ -487,15 +487,17 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
        * entries on the heap: a send that misses its deadline keeps them. */
       MPI_Request req;
       void *blocks[] = {e};
+      char what[128], name[64];
+      refit_session_rank_name(s, peers[i], name, sizeof(name));
+      snprintf(what, sizeof(what), "zero-copy: sending the tensors to %s", name);
       MPI_Isend(&s->zc_count, 1, MPI_INT64_T, peers[i], REFIT_ZC_TAG, s->ctrl, &req);
-      wst = refit_session_join_wait(s, &req, deadline, "zero-copy: sending the tensors",
-                                    "refit.timeout_s", s->cfg.refit.timeout_s);
+      wst = refit_session_join_wait(s, &req, deadline, what, "refit.timeout_s",
+                                    s->cfg.refit.timeout_s);
       if (wst != REFIT_OK || s->zc_count < 0)
         continue;
       MPI_Isend(e, (int)(s->nshards * (int64_t)sizeof(*e)), MPI_BYTE, peers[i],
                 REFIT_ZC_TAG, s->ctrl, &req);
-      wst = refit_session_join_wait_blocks(s, &req, blocks, 1, deadline,
-                                           "zero-copy: sending the tensors",
+      wst = refit_session_join_wait_blocks(s, &req, blocks, 1, deadline, what,
                                            "refit.timeout_s", s->cfg.refit.timeout_s);
       handed = wst != REFIT_OK;
     }
@@ -517,6 +519,9 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
     /* The count and the entries on the heap: a receive that misses its
      * deadline keeps them (outlive.h). */
     MPI_Request req;
+    char what[128], name[64];
+    refit_session_rank_name(s, peers[i], name, sizeof(name));
+    snprintf(what, sizeof(what), "zero-copy: receiving the tensors from %s", name);
     int64_t *got = malloc(sizeof(*got));
     if (got == NULL) {
       st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "zero-copy: count");
@@ -524,8 +529,7 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
     }
     void *count_block[] = {got};
     MPI_Irecv(got, 1, MPI_INT64_T, peers[i], REFIT_ZC_TAG, s->ctrl, &req);
-    st = refit_session_join_wait_blocks(s, &req, count_block, 1, deadline,
-                                        "zero-copy: receiving the tensors",
+    st = refit_session_join_wait_blocks(s, &req, count_block, 1, deadline, what,
                                         "refit.timeout_s", s->cfg.refit.timeout_s);
     if (st != REFIT_OK)
       break; /* got is parked */
@@ -546,8 +550,7 @@ refit_status_t refit_zc_exchange(refit_session_t *s, double deadline) {
     void *blocks[] = {e};
     MPI_Irecv(e, (int)(count * (int64_t)sizeof(*e)), MPI_BYTE, peers[i], REFIT_ZC_TAG, s->ctrl,
               &req);
-    st = refit_session_join_wait_blocks(s, &req, blocks, 1, deadline,
-                                        "zero-copy: receiving the tensors",
+    st = refit_session_join_wait_blocks(s, &req, blocks, 1, deadline, what,
                                         "refit.timeout_s", s->cfg.refit.timeout_s);
     if (st != REFIT_OK)
       break; /* e is parked */

@@ -49,6 +49,7 @@
  *                                 rank's dump fails by name, none hangs
  *   test-lifecycle CONFIG header-late  generator rank 1 begins after its
  *                                 peers' deadline: their error names it
+ *   test-lifecycle CONFIG first-late  the same at the first begin
  *   test-lifecycle CONFIG startup-env  REFIT_STARTUP_TIMEOUT_S=inf on rank
  *                                 1 alone: every rank's open fails, rank 1's
  *                                 naming the variable, the others' naming the
@@ -503,23 +504,30 @@ static void scenario_dump_late(refit_session_h s, int world_rank, double timeout
 }
 
 /* Defect 9: a rank that begins after its peers' deadline is named by the
- * header exchange's error on each of them; the late rank itself fails the
- * refit it began alone. */
-static void scenario_header_late(refit_session_h s, int world_rank, double timeout_s) {
-  run_refit(s, 1);
-  expect_holds(s, 1);
+ * header exchange's error on each of them (`first`: by the first begin's,
+ * which settles the engines' precisions first); the late rank itself fails
+ * the refit it began alone. */
+static void scenario_header_late(refit_session_h s, int world_rank, double timeout_s,
+                                 int first) {
+  const uint64_t version = first ? 1 : 2;
+  if (!first) {
+    run_refit(s, 1);
+    expect_holds(s, 1);
+  }
   if (world_rank == 2) {
     nap_s(timeout_s + 1.0);
     int done = 0;
-    refit_status_t st = refit_begin(s, 2, NULL);
+    refit_status_t st = refit_begin(s, version, NULL);
     while (st == REFIT_OK && !done)
       st = refit_progress(s, &done);
-    EXPECT(refit_commit(s, NULL) != REFIT_OK, "the late rank committed version 2 alone");
+    EXPECT(refit_commit(s, NULL) != REFIT_OK, "the late rank committed version %llu alone",
+           (unsigned long long)version);
   } else
-    expect_late_named(refit_begin(s, 2, NULL), "begin: header exchange",
+    expect_late_named(refit_begin(s, version, NULL),
+                      first ? "first begin" : "begin: header exchange",
                       "generator rank 1 (world rank 2)");
   progress_barrier();
-  EXPECT(refit_committed_version(s) == 1, "committed %llu",
+  EXPECT(refit_committed_version(s) == version - 1, "committed %llu",
          (unsigned long long)refit_committed_version(s));
   refit_session_close(s);
 }
@@ -578,9 +586,8 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   if (argc != 3 && argc != 4) {
     fprintf(stderr, "usage: test-lifecycle CONFIG basic|async|poison|cycles|close-mid|"
-                    "begin-again|moved-delta|repair-late|dump-late|header-late|ucx-repair|"
-                    "startup-env "
-                    "[TIMEOUT_S]\n");
+                    "begin-again|moved-delta|repair-late|dump-late|header-late|first-late|"
+                    "ucx-repair|startup-env [TIMEOUT_S]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   if (strcmp(argv[2], "startup-dead") == 0) {
@@ -643,8 +650,8 @@ int main(int argc, char **argv) {
     scenario_repair_late(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
   else if (strcmp(argv[2], "dump-late") == 0)
     scenario_dump_late(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
-  else if (strcmp(argv[2], "header-late") == 0)
-    scenario_header_late(s, rank_, argc > 3 ? atof(argv[3]) : 1.0);
+  else if (strcmp(argv[2], "header-late") == 0 || strcmp(argv[2], "first-late") == 0)
+    scenario_header_late(s, rank_, argc > 3 ? atof(argv[3]) : 1.0, argv[2][0] == 'f');
   else if (strncmp(argv[2], "cycles", 6) == 0)
     scenario_cycles(s, rank_, argc > 3 ? atof(argv[3]) : 1.0, 10, 0);
   else
