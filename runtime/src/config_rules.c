@@ -749,7 +749,7 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
                       "generator assembles and quantizes it); remove it");
   /* deepseek_v3's MLA projections, shared experts and derived W_UK_T /
    * W_UV have no block FP8 statement yet (on either side of the check). */
-  if (ROWS_OK(ROW(REFIT_MODEL_FAMILY), ROW(REFIT_PRECISION)) &&
+  if (ROWS_OK(ROW(MODEL_FAMILY), ROW(REFIT_PRECISION)) &&
       cfg->model.family == REFIT_FAMILY_DEEPSEEK_V3 &&
       cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
     refit_config_rule(c, ROW(REFIT_PRECISION),
