@@ -6,8 +6,8 @@
 
 Draws `count` layouts (trainer tp, pp with uneven first and last stages,
 ep, etp, dp; generator tp, ep and engines; BF16, MXFP8 and prequantized
-MXFP8) of two models, a DeepSeek-V3-sized Qwen3-MoE and a Qwen3-32B-sized
-dense model, at the default refit.arena_bytes and bucket_bytes 1 GiB, runs
+MXFP8) of three models, DeepSeek-V3 (its real architecture), Qwen3-235B-A22B
+and a Qwen3-32B-sized dense model, at the default refit.arena_bytes and bucket_bytes 1 GiB, runs
 `refit-plan` on each, and prints the floor, the prediction, their ratio,
 the schedule spread and the planning time: the benchmark of issue 41 (every
 layout within 1.2x of its floor, planned within 5 s). Layouts the config
@@ -26,14 +26,25 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MODELS = {
-    # DeepSeek-V3's widths as a Qwen3-MoE (the planner's MoE family today).
-    "moe-671b": dict(family="qwen3_moe", hidden_size=7168, num_layers=61,
-                     num_attention_heads=128, num_kv_heads=8, head_dim=128,
-                     vocab_size=129280, num_experts=256, moe_intermediate_size=2048),
+    # DeepSeek-V3's architecture (configs/deepseek-v3.yaml): MLA, 3 dense
+    # layers, 256 routed experts and a shared one, the FP32 router bias.
+    "deepseek-v3": dict(family="deepseek_v3", hidden_size=7168, num_layers=61,
+                        num_attention_heads=128, num_kv_heads=128, head_dim=64,
+                        q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+                        v_head_dim=128, intermediate_size=18432, num_experts=256,
+                        moe_intermediate_size=2048, num_shared_experts=1,
+                        first_k_dense_replace=3, moe_layer_freq=1, expert_bias="true",
+                        vocab_size=129280),
+    "qwen3-235b": dict(family="qwen3_moe", hidden_size=4096, num_layers=94,
+                       num_attention_heads=64, num_kv_heads=4, head_dim=128,
+                       vocab_size=151936, num_experts=128, moe_intermediate_size=1536),
     "dense-32b": dict(family="qwen3", hidden_size=5120, num_layers=64,
                       num_attention_heads=64, num_kv_heads=8, head_dim=128,
                       vocab_size=151936, intermediate_size=25600),
 }
+# MLA's W_UK_T / W_UV are views of a BF16 kv_b_proj only: an MXFP8 refit
+# of DeepSeek keeps it BF16 (configs/deepseek-v3.yaml).
+QUANTIZATION_IGNORE = {"deepseek-v3": "[lm_head, self_attn.kv_b_proj]"}
 
 
 def stages(rng, layers, pp):
@@ -55,7 +66,7 @@ def stages(rng, layers, pp):
 
 
 def draw(rng):
-    name = "moe-671b" if rng.random() < 0.65 else "dense-32b"
+    name = rng.choice(["deepseek-v3", "deepseek-v3", "qwen3-235b", "dense-32b"])
     m = MODELS[name]
     t = {"tp": rng.choice([1, 2, 4, 8]), "pp": rng.choice([1, 2, 4, 8, 16]),
          "dp": rng.choice([1, 2, 4])}
@@ -81,6 +92,8 @@ def yaml_of(name, t, g, precision):
               "  precision: %s" % ("bf16" if precision == "bf16" else "mxfp8")]
     if precision.endswith("prequantized"):
         lines.append("  prequantize: true")
+    if precision != "bf16" and name in QUANTIZATION_IGNORE:
+        lines.append("  quantization_ignore: %s" % QUANTIZATION_IGNORE[name])
     return "\n".join(lines) + "\n"
 
 
