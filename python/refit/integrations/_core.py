@@ -179,8 +179,13 @@ class Endpoint:
         c.refit(self.tried)
         return c.metrics()
 
-    async def trainer_refit_async(self):
-        """trainer_refit on a thread, for frameworks that await send_weights."""
+    async def trainer_refit_async(self, streamed=None):
+        """trainer_refit on a thread, for frameworks that await send_weights.
+        `streamed`, the framework's generator of gathered tensors, is closed
+        unread: refit reads the trainer's own shards in place."""
+        close = getattr(streamed, "close", None)
+        if close is not None:
+            close()
         return await asyncio.get_running_loop().run_in_executor(None, self.trainer_refit)
 
     # -- engines -----------------------------------------------------------------

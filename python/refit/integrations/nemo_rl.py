@@ -86,11 +86,7 @@ class RefitCheckpointEngine(CheckpointEngine):
     async def send_weights(self, weights):
         """Refit the next version from this policy worker's shards. The
         generator of gathered tensors is closed unread."""
-        e = self._live("trainer")
-        close = getattr(weights, "close", None)
-        if close is not None:
-            close()
-        self.last_metrics = await e.trainer_refit_async()
+        self.last_metrics = await self._live("trainer").trainer_refit_async(weights)
 
     async def receive_weight_batches(self):
         """Refit this rollout worker's runtime parameters in place; no batch
