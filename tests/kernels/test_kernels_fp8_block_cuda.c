@@ -67,7 +67,10 @@ static void test_cuda_fp8_block(void **state) {
   (void)state;
   static const int64_t shapes[][3] = {{128, 128, 128}, {1280, 1152, 1152},
                                       {200, 130, 130}, {130, 257, 300},
-                                      {1, 1, 1},       {300, 8400, 8400}};
+                                      {1, 1, 1},       {300, 8400, 8400},
+                                      /* whole blocks, a padded row stride
+                                       * (16-byte rows) and an odd one */
+                                      {256, 384, 392}, {256, 256, 260}};
   for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
     for (int mode = 0; mode < 2; mode++)
       for (int shift = 0; shift < 2; shift++)
