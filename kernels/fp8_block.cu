@@ -77,9 +77,9 @@ __device__ inline uint32_t key_max(uint32_t a, uint32_t b) { return a > b ? a : 
 
 /* The block's scale from each thread's largest key: thread 0 also stores
  * scale_inv. Every thread of the block must call it. */
-__device__ inline float block_scale_of(const refit_fp8_block_dev_t &m, uint32_t key, int64_t br,
-                                       int64_t bc, int partial, uint32_t *warp_keys,
-                                       float *block_scale) {
+__device__ inline float block_scale_of(const refit_fp8_block_dev_t &m, uint32_t key,
+                                       int64_t br, int64_t bc, int partial,
+                                       uint32_t *warp_keys, float *block_scale) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int o = 16; o > 0; o /= 2)
@@ -92,7 +92,8 @@ __device__ inline float block_scale_of(const refit_fp8_block_dev_t &m, uint32_t 
     for (int w = 0; w < kWarps; w++)
       k = key_max(k, warp_keys[w]);
     if (partial) /* padded with the matrix's last element */
-      k = key_max(k, refit_fp8_block_amax_key(m.src[(m.rows - 1) * m.src_stride + m.k - 1]));
+      k = key_max(k,
+                  refit_fp8_block_amax_key(m.src[(m.rows - 1) * m.src_stride + m.k - 1]));
     float scale, inv;
     refit_fp8_block_scale_rule(k, m.mode, &scale, &inv);
     m.scale_inv[br * m.scale_stride + bc] = inv;
@@ -117,8 +118,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t blk = blockIdx.x; blk < m.nbr * m.nbc; blk += gridDim.x) {
     const int64_t br = blk / m.nbc, bc = blk - br * m.nbc;
     const int64_t r0 = br * REFIT_FP8_BLOCK;
-    const int whole =
-        r0 + REFIT_FP8_BLOCK <= m.rows && (bc + 1) * REFIT_FP8_BLOCK <= m.k;
+    const int whole = r0 + REFIT_FP8_BLOCK <= m.rows && (bc + 1) * REFIT_FP8_BLOCK <= m.k;
     if (whole && m.aligned) {
       /* One read: the block in registers. */
       const int row = threadIdx.x / 16, col = 8 * (threadIdx.x % 16);

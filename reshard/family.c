@@ -13,20 +13,24 @@
  */
 #include "reshard/family.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 const refit_family_desc_t refit_families[] = {
-    [REFIT_FAMILY_QWEN3] = {"qwen3", "Qwen3ForCausalLM", "qwen3", 0, 1, 0, 0, 0, NULL,
+    [REFIT_FAMILY_QWEN3] = {"qwen3", "Qwen3ForCausalLM", "qwen3", 0, 1, 0, 0, 0, 0, NULL,
                             NULL},
     [REFIT_FAMILY_QWEN3_MOE] = {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3_moe", 1, 1, 0,
-                                0, 0, NULL, NULL},
-    [REFIT_FAMILY_LLAMA] = {"llama", "LlamaForCausalLM", "llama", 0, 0, 0, 0, 0, NULL,
+                                0, 0, 0, NULL, NULL},
+    [REFIT_FAMILY_LLAMA] = {"llama", "LlamaForCausalLM", "llama", 0, 0, 0, 0, 0, 0, NULL,
                             NULL},
-    [REFIT_FAMILY_QWEN2] = {"qwen2", "Qwen2ForCausalLM", "qwen2", 0, 0, 1, 0, 0, NULL,
+    [REFIT_FAMILY_QWEN2] = {"qwen2", "Qwen2ForCausalLM", "qwen2", 0, 0, 1, 0, 0, 0, NULL,
                             NULL},
     [REFIT_FAMILY_DEEPSEEK_V3] = {"deepseek_v3", "DeepseekV3ForCausalLM", "deepseek_v3",
-                                  1, 0, 0, 1, 1, "DeepseekV2ForCausalLM",
+                                  1, 0, 0, 1, 1, 1, "DeepseekV2ForCausalLM",
                                   "kimi_k2 deepseek_v2"},
 };
 const int refit_nfamilies = (int)(sizeof(refit_families) / sizeof(refit_families[0]));
@@ -102,4 +106,31 @@ int refit_model_has_dense_layers(const refit_model_t *m) {
     if (!refit_layer_is_moe(m, l))
       return 1;
   return 0;
+}
+
+const char *refit_family_skipped(const refit_model_t *m, const refit_trainer_layout_t *tr,
+                                 const char *name) {
+  const refit_family_desc_t *d = refit_family_desc(m->family);
+  if (d == NULL || !d->mtp)
+    return NULL;
+  const size_t np = strlen(tr->name_prefix);
+  const char *rest = strncmp(name, tr->name_prefix, np) == 0 ? name + np : NULL;
+  if (rest != NULL && strncmp(rest, "mtp.layers.", 11) == 0)
+    return "a multi-token-prediction layer (Megatron-Core mtp.layers.*), which vLLM's "
+           "main model skips: not a refit target";
+  /* Hugging Face: model.layers.{l}. with l >= num_layers (the published
+   * checkpoints put the MTP layer there; vLLM skips it by that index). */
+  const char *hf = "model.layers.";
+  if (strncmp(name, hf, strlen(hf)) != 0)
+    return NULL;
+  const char *p = name + strlen(hf);
+  char *end = NULL;
+  errno = 0;
+  const long long l = strtoll(p, &end, 10);
+  if (end == p || *end != '.' || errno != 0 || !isdigit((unsigned char)*p))
+    return NULL;
+  return l >= m->num_layers
+             ? "a multi-token-prediction layer (Hugging Face model.layers.{l} with l >= "
+               "num_hidden_layers), which vLLM's main model skips: not a refit target"
+             : NULL;
 }

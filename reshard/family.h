@@ -40,6 +40,12 @@ typedef struct {
    * (and off the moe_layer_freq grid) beside the MoE layers, and shared
    * experts in every MoE layer (num_shared_experts, 0 for none). */
   int deepseek_moe;
+  /* Multi-token-prediction layers may sit beside the model
+   * (num_nextn_predict_layers): Hugging Face model.layers.{num_layers + i}.*,
+   * Megatron-Core mtp.layers.{i}.*. vLLM's main model skips them by name,
+   * so they are no refit target: a trainer's registration of one is
+   * skipped, not refused (refit_family_skipped). */
+  int mtp;
   /* A second config.json architecture that maps the same way
    * (DeepseekV2ForCausalLM, which vLLM serves with the same class), and
    * further "model_type" values, space-separated (Kimi-K2 writes kimi_k2
@@ -80,6 +86,13 @@ int refit_field_may_be_zero(refit_field_t f);
  * layers l >= first_k_dense_replace with l % moe_layer_freq == 0 (vLLM
  * DeepseekV2DecoderLayer; moe_layer_freq 0 reads as 1). */
 int refit_layer_is_moe(const refit_model_t *m, int64_t l);
+
+/* Why a trainer tensor `name` (as registered, trainer.name_prefix
+ * included) is no refit target although the trainer holds it: the reason
+ * for a multi-token-prediction layer's tensor of a family with `mtp`,
+ * NULL for every other name. */
+const char *refit_family_skipped(const refit_model_t *m, const refit_trainer_layout_t *tr,
+                                 const char *name);
 
 /* Does model m have any dense MLP layer? */
 int refit_model_has_dense_layers(const refit_model_t *m);

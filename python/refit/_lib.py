@@ -109,6 +109,7 @@ tensor_get = _proto("refit_tensor_get", _status, _session, ctypes.c_int64,
                     ctypes.POINTER(Tensor))
 tensor_find = _proto("refit_tensor_find", _status, _session, ctypes.c_char_p,
                      ctypes.POINTER(Tensor))
+tensor_skipped = _proto("refit_tensor_skipped", ctypes.c_char_p, _session, ctypes.c_char_p)
 tensor_register = _proto("refit_tensor_register", _status, _session,
                          ctypes.POINTER(Tensor))
 progress = _proto("refit_progress", _status, _session, ctypes.POINTER(ctypes.c_int))

@@ -533,10 +533,16 @@ itself as a dict or a mapping (OmegaConf's DictConfig). Collective.
         as uint8 views), where the session runs. On trainers, calling it
         again between refits moves the tensor to a new address. The same
         tensor registered again under its name is a no-op."""
-        if self._same_registration(name, tensor):
+        if self._same_registration(name, tensor) or self._skipped(name):
             return
         t, expected = self._prepare(name, tensor)
         self._c_register(name, tensor, t, expected)
+
+    def _skipped(self, name):
+        """Is `name` a trainer tensor refit takes and does not move (a
+        DeepSeek multi-token-prediction layer, which vLLM skips)?"""
+        why = _lib.tensor_skipped(self._handle(), name.encode())
+        return why is not None
 
     def register_all(self, named_tensors, strip_prefix=None):
         """register() every (name, tensor) of an iterable or a mapping, e.g.
@@ -553,7 +559,7 @@ itself as a dict or a mapping (OmegaConf's DictConfig). Collective.
                 problems.append("register %s: given twice" % name)
                 continue
             seen.add(name)
-            if self._same_registration(name, tensor):
+            if self._same_registration(name, tensor) or self._skipped(name):
                 continue
             try:
                 todo.append((name, tensor) + self._prepare(name, tensor))

@@ -114,6 +114,13 @@ refit_status_t refit_tensor_find(refit_session_h s, const char *name,
                    s->is_trainer ? "trainer" : "generator", s->role_rank, name);
 }
 
+const char *refit_tensor_skipped(refit_session_h s, const char *name) {
+  if (s == NULL || name == NULL || !s->is_trainer ||
+      refit_catalog_find_src(s->cat, name, s->role_rank) >= 0)
+    return NULL;
+  return refit_family_skipped(&s->cfg.model, &s->cfg.trainer, name);
+}
+
 refit_status_t refit_tensor_register(refit_session_h s, const refit_tensor_t *t) {
   REFIT_API_HANDLE(s);
   if (t == NULL || t->name == NULL || t->data == NULL)

@@ -10,6 +10,7 @@
 #include "precision.h"
 
 #include "core/log.h"
+#include "reshard/family.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -152,6 +153,13 @@ refit_status_t refit_session_register(refit_session_t *s, const refit_tensor_t *
   int64_t index = -1;
   if (s->is_trainer) {
     index = refit_catalog_find_src(s->cat, name, s->role_rank);
+    const char *skip =
+        index < 0 ? refit_family_skipped(&s->cfg.model, &s->cfg.trainer, name) : NULL;
+    if (skip != NULL) { /* held, but no refit target: taken and not kept */
+      REFIT_TRACE("register: trainer rank %d: '%s' skipped: %s", s->role_rank, name,
+                  skip);
+      return REFIT_OK;
+    }
     if (index < 0)
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                        "register: trainer rank %d holds no tensor '%s' (an "

@@ -681,6 +681,7 @@ static json_t *agent_register(agent_t *a, refit_agent_msg_t *msg) {
   char problems[2048] = "";
   size_t used = 0;
   int bad = 0;
+  size_t skipped = 0;
 #define AGENT_PROBLEM(...)                                                               \
   do {                                                                                   \
     if (bad++ < 8 && used < sizeof(problems))                                            \
@@ -703,6 +704,10 @@ static json_t *agent_register(agent_t *a, refit_agent_msg_t *msg) {
           "float8_e8m0fnu, float32), bytes > 0, offset >= 0 and a shape of at most 3 "
           "dimensions",
           i);
+      continue;
+    }
+    if (name != NULL && refit_tensor_skipped(a->s, name) != NULL) {
+      skipped++; /* held by the trainer, no refit target: nothing to map */
       continue;
     }
     refit_tensor_t want;
@@ -759,8 +764,11 @@ static json_t *agent_register(agent_t *a, refit_agent_msg_t *msg) {
   } else {
     refit_status_t st = REFIT_OK;
     for (size_t i = 0; i < n && st == REFIT_OK; i++)
-      st = refit_tensor_register(a->s, &ts[i]);
-    reply = st == REFIT_OK ? json_pack("{s:b,s:I}", "ok", 1, "registered", (json_int_t)n)
+      if (ts[i].name != NULL)
+        st = refit_tensor_register(a->s, &ts[i]);
+    reply = st == REFIT_OK ? json_pack("{s:b,s:I,s:I}", "ok", 1, "registered",
+                                       (json_int_t)(n - skipped), "skipped",
+                                       (json_int_t)skipped)
                            : agent_err(st, "register on %s rank %d: %s", a->side,
                                        a->role_rank, refit_last_error());
   }

@@ -68,6 +68,12 @@ if args.side == "trainer":
     tensors = megatron_rules.trainer_tensors(cfg, full_weights(cfg, SEED, 1), args.rank, rng)
     model = {n: from_bits(a).to(device) for n, a in tensors.items()}
     assert sorted(model) == sorted(n for n, _, _ in c.expected())
+    if cfg["model"]["family"] == "deepseek_v3":
+        # The trainer's multi-token-prediction layer (Megatron-Core
+        # mtp.layers.*): the agent takes it and refits nothing of it.
+        mtp = cfg["trainer"].get("name_prefix", "") + "mtp.layers.0.enorm.weight"
+        model[mtp] = torch.ones(cfg["model"]["hidden_size"], dtype=torch.bfloat16,
+                                device=device)
     c.register_all(model)
 else:
     held = {n: torch_like(shape, dt).to(device) for n, shape, dt in c.expected()}

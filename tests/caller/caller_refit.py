@@ -347,6 +347,24 @@ def main():
     expect_error("wrong dtype", lambda: s.register(first, mem.bad_dtype(held[first])), first,
                  "dtype")
     s.register(first, held[first])
+    if s.side == "trainer" and cfg["model"]["family"] == "deepseek_v3":
+        # A multi-token-prediction layer (Megatron-Core's mtp.layers.*) is
+        # the trainer's and not vLLM's main model's: register_all takes it
+        # beside a tensor refit expects and keeps nothing of it.
+        prefix = cfg["trainer"].get("name_prefix", "")
+        hidden = cfg["model"]["hidden_size"]
+        mtp = {prefix + "mtp.layers.0.enorm.weight": mem.zeros((hidden,), "bfloat16"),
+               prefix + "mtp.layers.0.eh_proj.weight": mem.zeros((hidden, 2 * hidden),
+                                                                 "bfloat16")}
+        s.register_all(dict(mtp, **{first: held[first]}))
+        for name in mtp:
+            s.register(name, mtp[name])
+            if name in dict((n, 0) for n, _, _ in s.expected()):
+                fail("%s: a multi-token-prediction tensor among the expected ones" % name)
+        expect_error("a look-alike of an MTP name",
+                     lambda: s.register(prefix + "mtpx.layers.0.enorm.weight",
+                                        mtp[prefix + "mtp.layers.0.enorm.weight"]),
+                     "mtpx.layers.0.enorm.weight")
     # A second tensor under a registered name (the same tensor again is a
     # no-op in the binding: Session.register).
     other = mem.fresh(mem.numpy(held[first]))

@@ -17,6 +17,7 @@
 #include "reshard/family.h"
 #include "reshard/rules.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static refit_model_t moe_model(void) {
@@ -356,11 +357,33 @@ static void test_deepseek_rules(void **state) {
                "trainer.tp: 4 does not divide model.q_lora_rank = 50");
 }
 
+/* The multi-token-prediction layer: skipped by name for deepseek_v3 (under
+ * either naming, after the wrapper's prefix), never for another family or
+ * a name that only looks alike. */
+static void test_mtp_skipped(void **state) {
+  (void)state;
+  refit_model_t m = {.family = REFIT_FAMILY_DEEPSEEK_V3, .num_layers = 61};
+  refit_trainer_layout_t t = trainer_layout();
+  assert_non_null(refit_family_skipped(&m, &t, "model.layers.61.enorm.weight"));
+  assert_non_null(refit_family_skipped(&m, &t, "model.layers.61.mlp.experts.3.w1.weight"));
+  assert_null(refit_family_skipped(&m, &t, "model.layers.60.mlp.gate.weight"));
+  assert_null(refit_family_skipped(&m, &t, "model.layers.x1.enorm.weight"));
+  assert_null(refit_family_skipped(&m, &t, "model.layers.-62.enorm.weight"));
+  assert_non_null(refit_family_skipped(&m, &t, "mtp.layers.0.eh_proj.weight"));
+  snprintf(t.name_prefix, sizeof(t.name_prefix), "module.module.");
+  assert_non_null(refit_family_skipped(&m, &t, "module.module.mtp.layers.0.hnorm.weight"));
+  assert_null(refit_family_skipped(&m, &t, "module.mtp.layers.0.hnorm.weight"));
+  assert_null(refit_family_skipped(&m, &t, "mtpx.layers.0.hnorm.weight"));
+  m.family = REFIT_FAMILY_QWEN3_MOE;
+  assert_null(refit_family_skipped(&m, &t, "model.layers.61.enorm.weight"));
+  assert_null(refit_family_skipped(&m, &t, "module.module.mtp.layers.0.hnorm.weight"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_field_names),    cmocka_unit_test(test_stage_split),
       cmocka_unit_test(test_rules_blame),    cmocka_unit_test(test_catalog_refuses),
-      cmocka_unit_test(test_deepseek_rules),
+      cmocka_unit_test(test_deepseek_rules), cmocka_unit_test(test_mtp_skipped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

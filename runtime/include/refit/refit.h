@@ -138,6 +138,13 @@ refit_status_t refit_tensor_get(refit_session_h s, int64_t index,
 /* Look a tensor up by name; REFIT_ERR_INVALID_ARGUMENT names it if absent. */
 refit_status_t refit_tensor_find(refit_session_h s, const char *name,
                                  refit_tensor_t *out);
+/* Why the trainer tensor `name` is no refit target although a trainer holds
+ * it (a DeepSeek multi-token-prediction layer: Megatron-Core mtp.layers.*,
+ * Hugging Face model.layers.{l >= num_layers}.*, which vLLM's main model
+ * skips), or NULL: refit_tensor_register takes such a tensor on a trainer
+ * and keeps nothing of it. NULL on generators and for every other name.
+ * The string is static. Not collective. */
+const char *refit_tensor_skipped(refit_session_h s, const char *name);
 
 /*
  * Start refitting `version`: collective. Every rank checks that all agree on
