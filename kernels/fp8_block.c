@@ -151,3 +151,20 @@ refit_status_t refit_fp8_block_quantize(const uint16_t *src, int64_t rows, int64
                              refit_fp8_block_range, &job);
   return REFIT_OK;
 }
+
+refit_status_t refit_fp8_block_dequantize(const uint8_t *q, int64_t rows, int64_t k,
+                                          int64_t q_stride, const float *scale_inv,
+                                          int64_t scale_stride, uint16_t *out,
+                                          int64_t out_stride_elems) {
+  /* The quantizer's argument rule, read the other way. */
+  REFIT_CHECK(refit_fp8_block_check("fp8_block dequantize", out, rows, k,
+                                    out_stride_elems, REFIT_FP8_SCALE_FP32, q, q_stride,
+                                    scale_inv, scale_stride));
+  for (int64_t r = 0; r < rows; r++) {
+    const float *s = scale_inv + (r / REFIT_FP8_BLOCK) * scale_stride;
+    for (int64_t c = 0; c < k; c++)
+      out[r * out_stride_elems + c] =
+          refit_fp8_block_dequant_rule(q[r * q_stride + c], s[c / REFIT_FP8_BLOCK]);
+  }
+  return REFIT_OK;
+}

@@ -168,6 +168,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+/* One thread per 4 elements of a row (grid-stride), the shared rule. */
+__global__ void refit_fp8_block_dequantize_kernel(const uint8_t *q, int64_t rows,
+                                                  int64_t k, int64_t q_stride,
+                                                  const float *scale_inv,
+                                                  int64_t scale_stride, uint16_t *out,
+                                                  int64_t out_stride) {
+  const int64_t per_row = (k + 3) / 4, total = rows * per_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, c0 = (i - r * per_row) * 4;
+    const float *s = scale_inv + (r / REFIT_FP8_BLOCK) * scale_stride;
+    for (int64_t c = c0; c < c0 + 4 && c < k; c++)
+      out[r * out_stride + c] =
+          refit_fp8_block_dequant_rule(q[r * q_stride + c], s[c / REFIT_FP8_BLOCK]);
+  }
+}
+
 } // namespace
 
 extern "C" refit_status_t
@@ -200,4 +217,20 @@ refit_fp8_block_quantize_cuda(const uint16_t *src, int64_t rows, int64_t k,
   refit_fp8_block_quantize_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       m);
   return refit_cuda_launch_check("fp8_block quantize");
+}
+
+extern "C" refit_status_t refit_fp8_block_dequantize_cuda(
+    const uint8_t *q, int64_t rows, int64_t k, int64_t q_stride, const float *scale_inv,
+    int64_t scale_stride, uint16_t *out, int64_t out_stride_elems, cudaStream_t stream) {
+  REFIT_CHECK(refit_fp8_block_check("fp8_block dequantize (cuda)", out, rows, k,
+                                    out_stride_elems, REFIT_FP8_SCALE_FP32, q, q_stride,
+                                    scale_inv, scale_stride));
+  if (rows == 0 || k == 0)
+    return REFIT_OK;
+  const int64_t work = rows * ((k + 3) / 4);
+  const int64_t fill = refit_cuda_filling_grid(refit_fp8_block_dequantize_kernel, 256);
+  const int64_t blocks = (work + 255) / 256 < fill ? (work + 255) / 256 : fill;
+  refit_fp8_block_dequantize_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      q, rows, k, q_stride, scale_inv, scale_stride, out, out_stride_elems);
+  return refit_cuda_launch_check("fp8_block dequantize");
 }

@@ -90,6 +90,24 @@ refit_status_t refit_fp8_block_quantize(const uint16_t *src, int64_t rows, int64
                                         uint8_t *q, int64_t q_stride, float *scale_inv,
                                         int64_t scale_stride);
 
+/*
+ * Dequantize block FP8 back to BF16 as vLLM's scaled_dequantize does for
+ * MLA's W_UK_T / W_UV (model-families.md 3.4): out[r, c] = bf16_rne(float(
+ * q[r, c]) * scale_inv[r / 128, c / 128]) (kernels/fp8_block_rules.h).
+ *
+ *   q, q_stride      E4M3 [rows, k]; row r at q + r * q_stride bytes.
+ *   scale_inv        FP32 [ceil(rows/128), ceil(k/128)], block row b at
+ *                    scale_inv + b * scale_stride elements.
+ *   out              BF16 bits [rows, k]; row r at out + r * out_stride
+ *                    elements.
+ *
+ * Errors: REFIT_ERR_INVALID_ARGUMENT as refit_fp8_block_quantize's.
+ */
+refit_status_t refit_fp8_block_dequantize(const uint8_t *q, int64_t rows, int64_t k,
+                                          int64_t q_stride, const float *scale_inv,
+                                          int64_t scale_stride, uint16_t *out,
+                                          int64_t out_stride_elems);
+
 /* The argument rule of refit_fp8_block_quantize and its CUDA twin; `who`
  * names the caller in the message. */
 refit_status_t refit_fp8_block_check(const char *who, const void *src, int64_t rows,

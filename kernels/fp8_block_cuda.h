@@ -26,6 +26,13 @@ refit_status_t refit_fp8_block_quantize_cuda(const uint16_t *src, int64_t rows, 
                                              int64_t q_stride, float *scale_inv,
                                              int64_t scale_stride, cudaStream_t stream);
 
+/* refit_fp8_block_dequantize on the device. */
+refit_status_t refit_fp8_block_dequantize_cuda(const uint8_t *q, int64_t rows, int64_t k,
+                                               int64_t q_stride, const float *scale_inv,
+                                               int64_t scale_stride, uint16_t *out,
+                                               int64_t out_stride_elems,
+                                               cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

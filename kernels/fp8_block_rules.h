@@ -67,4 +67,31 @@ static inline REFIT_HD void refit_fp8_block_scale_rule(uint32_t key, int mode,
   *scale_inv = 1.0f / s;
 }
 
+/* The BF16 NaN that vLLM's GPU conversion (__float2bfloat16) writes. */
+#define REFIT_FP8_BLOCK_BF16_NAN 0x7fffu
+
+/*
+ * One element of vLLM's scaled_dequantize (fp8_utils.py):
+ * (e4m3 q as float32) * scale_inv in float32, then bfloat16 round to
+ * nearest even. The E4M3 value is exact in float32 (normal: (1 + m/8)
+ * 2^(e-7); subnormal: m 2^-9; 0x7F / 0xFF: NaN); a NaN product is
+ * REFIT_FP8_BLOCK_BF16_NAN, whatever its sign.
+ */
+static inline REFIT_HD uint16_t refit_fp8_block_dequant_rule(uint8_t q, float scale_inv) {
+  const uint32_t e = (q >> 3) & 0xfu, mant = q & 7u;
+  float v;
+  if ((q & 0x7fu) == 0x7fu)
+    v = refit_f32_from_bits(0x7fc00000u);
+  else if (e == 0)
+    v = (float)mant * 0.001953125f; /* m * 2^-9, exact */
+  else
+    v = refit_f32_from_bits((e + 120u) << 23 | mant << 20);
+  if (q & 0x80u)
+    v = -v;
+  const uint32_t b = refit_f32_bits(v * scale_inv);
+  if ((b & 0x7fffffffu) > 0x7f800000u)
+    return REFIT_FP8_BLOCK_BF16_NAN;
+  return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
 #endif /* REFIT_KERNELS_FP8_BLOCK_RULES_H */

@@ -440,8 +440,9 @@ static bool refit_config_check_derived(refit_config_ctx_t *c,
                                        const refit_gen_tensor_t *g) {
   const char *module = ".self_attn.kv_b_proj.weight";
   const size_t n = strlen(module), len = strlen(g->name);
-  if (!g->quantized || len < n || strcmp(g->name + len - n, module) != 0)
-    return true;
+  if (!g->quantized || len < n || strcmp(g->name + len - n, module) != 0 ||
+      c->cfg.refit.precision == REFIT_PRECISION_FP8_BLOCK)
+    return true; /* block FP8: refit rewrites the copy (loader.c, "_dequant") */
   char tensor[REFIT_NAME_MAX + 8];
   refit_config_tensor_pattern(g->name, tensor, sizeof(tensor));
   refit_config_rule(c, ROW(REFIT_PRECISION),
@@ -747,15 +748,6 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
                       "refit.prequantize: true is not supported with refit.precision "
                       "fp8_block (a 128 x 128 block can span trainer shards; the "
                       "generator assembles and quantizes it); remove it");
-  /* deepseek_v3's MLA projections, shared experts and derived W_UK_T /
-   * W_UV have no block FP8 statement yet (on either side of the check). */
-  if (ROWS_OK(ROW(MODEL_FAMILY), ROW(REFIT_PRECISION)) &&
-      cfg->model.family == REFIT_FAMILY_DEEPSEEK_V3 &&
-      cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
-    refit_config_rule(c, ROW(REFIT_PRECISION),
-                      "refit.precision fp8_block is not supported for model.family "
-                      "deepseek_v3 yet (MLA and its derived W_UK_T / W_UV are not "
-                      "quantized to block FP8); use bf16 or mxfp8");
   if (ROWS_OK(ROW(REFIT_DELTA), ROW(REFIT_PRECISION)) &&
       cfg->refit.delta != REFIT_DELTA_MODE_OFF &&
       cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)

@@ -64,7 +64,20 @@ static refit_store_t *refit_loader_add_store(refit_loader_t *l, int64_t gen,
   return st;
 }
 
-/* Describe the stores of tensor `gen`: one BF16 store, or weight + scale. */
+/* Does tensor g carry MLA's dequantized copy (a third store)? kv_b_proj
+ * under block FP8: vLLM's MLAAttention keeps W_UK_T and W_UV as views of
+ * scaled_dequantize(kv_b_proj), a BF16 buffer of kv_b_proj's shape that
+ * is not the weight's storage (model-families.md 3.4); refit rewrites it
+ * in place from the new e4m3 bytes and scales. */
+static int refit_loader_has_dequant(const refit_gen_tensor_t *g) {
+  static const char kvb[] = ".self_attn.kv_b_proj.weight";
+  const size_t n = strlen(kvb), len = strlen(g->name);
+  return g->quantized == REFIT_QUANT_FP8_BLOCK && len >= n &&
+         strcmp(g->name + len - n, kvb) == 0;
+}
+
+/* Describe the stores of tensor `gen`: one BF16 store, or weight + scale
+ * (+ MLA's dequantized copy). */
 static refit_status_t refit_loader_describe(refit_loader_t *l, int64_t gen) {
   const refit_gen_tensor_t *g = &l->cat->gen[gen];
   if (!g->quantized) {
@@ -90,6 +103,9 @@ static refit_status_t refit_loader_describe(refit_loader_t *l, int64_t gen) {
     refit_loader_add_store(l, gen, "_scale_inv", REFIT_DTYPE_F32, "block_128x128",
                            g->ndim, g->ndim == 3 ? e : sr, g->ndim == 3 ? sr : sc,
                            g->ndim == 3 ? sc : 0, (size_t)(e * sr * sc) * sizeof(float));
+    if (refit_loader_has_dequant(g))
+      refit_loader_add_store(l, gen, "_dequant", REFIT_DTYPE_BF16, "linear", 2, g->rows,
+                             g->cols, 0, (size_t)(g->rows * g->cols) * 2);
     return REFIT_OK;
   }
   if (g->kind == REFIT_GEN_LINEAR) {
@@ -147,7 +163,8 @@ refit_status_t refit_loader_create(const refit_catalog_t *cat,
   l->trailer = plan->options.chunk_trailer;
   l->first = cat->gen_begin[tp_rank];
   l->ntensors = cat->gen_begin[tp_rank + 1] - l->first;
-  l->stores = calloc((size_t)(2 * l->ntensors), sizeof(*l->stores));
+  /* At most 3 stores a tensor: weight, scale, MLA's dequantized copy. */
+  l->stores = calloc((size_t)(3 * l->ntensors), sizeof(*l->stores));
   l->store_of = calloc((size_t)l->ntensors, sizeof(*l->store_of));
   l->filled = calloc((size_t)l->ntensors, sizeof(*l->filled));
   l->arena_off = malloc((size_t)l->ntensors * sizeof(*l->arena_off));
@@ -463,6 +480,23 @@ static refit_status_t refit_loader_fp8_block(const refit_loader_t *l, int64_t i,
   return REFIT_OK;
 }
 
+/* MLA's dequantized copy of tensor i (refit_loader_has_dequant) from its
+ * e4m3 weight and scale_inv, piece by piece as they were quantized. */
+static refit_status_t refit_loader_fp8_dequant(const refit_loader_t *l, int64_t i,
+                                               const uint8_t *w, const float *s,
+                                               uint16_t *out) {
+  const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
+  const int64_t n = g->rows / refit_block_matrices(g), sc = refit_block_scale_cols(g);
+  for (int64_t k = 0; k < l->npieces[i]; k++) {
+    const refit_block_piece_t *p = &l->pieces[i][k];
+    const int64_t row = p->matrix * n + p->row0;
+    REFIT_CHECK(refit_mem_fp8_block_dequantize(l->mem, w + row * g->cols, p->rows, g->cols,
+                                               g->cols, s + p->scale_row0 * sc, sc,
+                                               out + row * g->cols, g->cols));
+  }
+  return REFIT_OK;
+}
+
 /* Canonical q + linear scales -> the runtime layout of tensor i (for block
  * FP8, q is the BF16 matrix and scale unused). */
 static refit_status_t refit_loader_transform(const refit_loader_t *l, int64_t i,
@@ -527,8 +561,12 @@ refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
   REFIT_CHECK(refit_loader_touch(l, &w[0]));
   REFIT_CHECK(refit_loader_touch(l, &w[1]));
   const uint8_t *q = l->arena + l->arena_off[i];
-  return refit_loader_transform(l, i, q, q + g->rows * g->cols, w[0].target,
-                                w[1].target);
+  REFIT_CHECK(refit_loader_transform(l, i, q, q + g->rows * g->cols, w[0].target,
+                                     w[1].target));
+  if (!refit_loader_has_dequant(g))
+    return REFIT_OK;
+  REFIT_CHECK(refit_loader_touch(l, &w[2]));
+  return refit_loader_fp8_dequant(l, i, w[0].target, w[1].target, w[2].target);
 }
 
 void refit_loader_chunk_str(const refit_loader_t *l, int64_t k, char *buf, size_t len) {
@@ -758,7 +796,8 @@ refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
     const refit_store_t *w = &l->stores[l->store_of[i]];
     size_t need = (size_t)(g->rows * g->cols) * 2;
     if (g->quantized == REFIT_QUANT_FP8_BLOCK)
-      need += w[0].bytes + w[1].bytes + 512;
+      need += w[0].bytes + w[1].bytes + 512 +
+              (refit_loader_has_dequant(g) ? w[2].bytes + 256 : 0);
     else if (g->quantized)
       need += (size_t)refit_loader_assembly_bytes(g) + w[0].bytes + w[1].bytes + 1024;
     if (need > scratch_bytes)
@@ -782,6 +821,13 @@ refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
           out);
       REFIT_CHECK_GOTO(refit_loader_compare(l, &w[0], w_out, 1, version, &bad), st, out);
       REFIT_CHECK_GOTO(refit_loader_compare(l, &w[1], s_out, 4, version, &bad), st, out);
+      if (refit_loader_has_dequant(g)) {
+        uint16_t *d_out = (uint16_t *)(void *)(s_out + (w[1].bytes + 255) / 256 * 256);
+        REFIT_CHECK_GOTO(
+            refit_loader_fp8_dequant(l, i, w_out, (const float *)(void *)s_out, d_out), st,
+            out);
+        REFIT_CHECK_GOTO(refit_loader_compare(l, &w[2], d_out, 2, version, &bad), st, out);
+      }
       continue;
     }
     /* The whole tensor at once, unlike the data path's chunk by chunk. */

@@ -442,6 +442,20 @@ refit_status_t refit_mem_fp8_block_quantize(refit_mem_t *m, const uint16_t *src,
                                   q_stride, scale_inv, scale_stride);
 }
 
+refit_status_t refit_mem_fp8_block_dequantize(refit_mem_t *m, const uint8_t *q,
+                                              int64_t rows, int64_t k, int64_t q_stride,
+                                              const float *scale_inv, int64_t scale_stride,
+                                              uint16_t *out, int64_t out_stride) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    return refit_fp8_block_dequantize_cuda(q, rows, k, q_stride, scale_inv, scale_stride,
+                                           out, out_stride, m->stream);
+#endif
+  (void)m;
+  return refit_fp8_block_dequantize(q, rows, k, q_stride, scale_inv, scale_stride, out,
+                                    out_stride);
+}
+
 refit_status_t refit_mem_dense_transform(refit_mem_t *m,
                                          refit_kernels_dense_backend_t backend,
                                          int64_t n, int64_t k, const uint8_t *q,

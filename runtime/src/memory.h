@@ -133,6 +133,12 @@ refit_status_t refit_mem_fp8_block_quantize(refit_mem_t *m, const uint16_t *src,
                                             int64_t rows, int64_t k, int64_t src_stride,
                                             int mode, uint8_t *q, int64_t q_stride,
                                             float *scale_inv, int64_t scale_stride);
+/* Block FP8 -> BF16 as vLLM's scaled_dequantize (kernels/fp8_block.h), on
+ * the device or the host as m is. */
+refit_status_t refit_mem_fp8_block_dequantize(refit_mem_t *m, const uint8_t *q,
+                                              int64_t rows, int64_t k, int64_t q_stride,
+                                              const float *scale_inv, int64_t scale_stride,
+                                              uint16_t *out, int64_t out_stride);
 refit_status_t refit_mem_dense_transform(refit_mem_t *m,
                                          refit_kernels_dense_backend_t backend,
                                          int64_t n, int64_t k, const uint8_t *q,

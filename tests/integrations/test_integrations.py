@@ -180,6 +180,42 @@ def test_vllm_sleep_mode_refused():
     assert "sleep mode" in str(info.value) and "CuMemAllocator" in str(info.value)
 
 
+def test_vllm_mla_dequantized_copy():
+    """Block FP8 DeepSeek: the engine hands refit the BF16 buffer W_UK_T and
+    W_UV are views of (built as MLAAttention builds them), under
+    kv_b_proj.weight_dequant, beside the model's parameters."""
+    import torch
+    from refit.integrations.vllm import runtime_tensors
+    n, p, v, r = 2, 4, 4, 8  # heads, nope, v_head, kv_lora_rank
+
+    class MLA(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            w = torch.randn(n * (p + v), r).to(torch.bfloat16)
+            w_uk, w_uv = w.T.view(r, n, p + v).split([p, v], dim=-1)
+            self.W_UK_T, self.W_UV = w_uk.permute(1, 2, 0), w_uv.transpose(0, 1)
+
+    model = torch.nn.Module()
+    model.model = torch.nn.Module()
+    model.model.layers = torch.nn.ModuleList([torch.nn.Module()])
+    attn = model.model.layers[0].self_attn = torch.nn.Module()
+    attn.kv_b_proj = torch.nn.Linear(r, n * (p + v), bias=False)
+    attn.mla_attn = MLA()
+    name = "model.layers.0.self_attn.kv_b_proj.weight_dequant"
+    got = dict(runtime_tensors(model)([("model.layers.0.self_attn.kv_b_proj.weight", None,
+                                        None), (name, None, None)]))
+    base = got[name]
+    assert base.shape == (n * (p + v), r) and base.dtype == torch.bfloat16
+    base.add_(1)  # a write in place is seen through both views
+    assert torch.equal(attn.mla_attn.W_UK_T, base.T.view(r, n, p + v)[..., :p].permute(1, 2, 0))
+    assert torch.equal(attn.mla_attn.W_UV, base.T.view(r, n, p + v)[..., p:].transpose(0, 1))
+    assert attn.mla_attn.W_UV.data_ptr() == base.data_ptr() + p * r * base.element_size()
+    with pytest.raises(KeyError) as info:
+        runtime_tensors(model)([("model.layers.1.self_attn.kv_b_proj.weight_dequant", None,
+                                 None)])
+    assert "weight_dequant" in str(info.value)
+
+
 def test_vllm_backend(tmp):
     """vLLM: the `refit` backend from the entry point, created by the worker
     after load; trainer_init on every trainer rank (rank 0 sends init_info

@@ -7,12 +7,12 @@
 #include "fp8_block_scenario.h"
 #include "kernels/fp8_block_cuda.h"
 
+#include <cmocka.h>
 #include <cuda_runtime_api.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
-#include <cmocka.h>
 
 #define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
 
@@ -53,6 +53,19 @@ static void compare(int64_t rows, int64_t k, int64_t sk, int shift, int mode) {
       fail();
     }
   assert_memory_equal(s, hs, ns * 4);
+  /* The dequantization of the same bytes (MLA's W_UK_T / W_UV buffer). */
+  uint16_t *y = malloc(nq * 2), *hy = malloc(nq * 2), *dy = NULL;
+  assert_int_equal(refit_fp8_block_dequantize(q, rows, k, k, s, nbc, y, k), REFIT_OK);
+  CK(cudaMalloc((void **)&dy, nq * 2 + 16));
+  assert_int_equal(
+      refit_fp8_block_dequantize_cuda(dq + shift, rows, k, k, ds, nbc, dy + shift, k, 0),
+      REFIT_OK);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(hy, dy + shift, nq * 2, cudaMemcpyDeviceToHost));
+  assert_memory_equal(y, hy, nq * 2);
+  CK(cudaFree(dy));
+  free(y);
+  free(hy);
   CK(cudaFree(dx));
   CK(cudaFree(dq));
   CK(cudaFree(ds));
@@ -65,12 +78,16 @@ static void compare(int64_t rows, int64_t k, int64_t sk, int shift, int mode) {
 
 static void test_cuda_fp8_block(void **state) {
   (void)state;
-  static const int64_t shapes[][3] = {{128, 128, 128}, {1280, 1152, 1152},
-                                      {200, 130, 130}, {130, 257, 300},
-                                      {1, 1, 1},       {300, 8400, 8400},
+  static const int64_t shapes[][3] = {{128, 128, 128},
+                                      {1280, 1152, 1152},
+                                      {200, 130, 130},
+                                      {130, 257, 300},
+                                      {1, 1, 1},
+                                      {300, 8400, 8400},
                                       /* whole blocks, a padded row stride
                                        * (16-byte rows) and an odd one */
-                                      {256, 384, 392}, {256, 256, 260}};
+                                      {256, 384, 392},
+                                      {256, 256, 260}};
   for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
     for (int mode = 0; mode < 2; mode++)
       for (int shift = 0; shift < 2; shift++)

@@ -121,14 +121,27 @@ def check_mla_derived(report, job, weights, rank, tp_rank, group):
     checkpoint's kv_b_proj gives by their definition."""
     for layer in range(job.layers):
         name = f"model.layers.{layer}.self_attn.kv_b_proj.weight"
-        if name not in group or _attr_str(group[name], "dtype") != "bfloat16":
-            continue  # reported above, or quantized (refused by refit's config)
+        if name not in group:
+            continue  # reported above
+        quantized = _attr_str(group[name], "dtype") != "bfloat16"
+        if quantized:
+            # Block FP8: the views are of the BF16 dequantized copy refit
+            # rewrites, expected as scaled_dequantize of the checkpoint's
+            # kv_b_proj quantized whole and sharded (vllm_rules).
+            name += "_dequant"
+            if name not in group:
+                continue  # reported above
         kv_b = group[name][()]
         w_uk_t, w_uv = vllm_rules.mla_derived(job, kv_b)
         report.checked += 2
         if not (np.shares_memory(w_uk_t, kv_b) and np.shares_memory(w_uv, kv_b)):
             report.problem(rank, name, "W_UK_T / W_UV are not views of kv_b_proj")
-        want_uk, want_uv = vllm_rules.mla_derived_expected(job, weights, layer, tp_rank)
+        source = weights
+        if quantized:
+            source = dict(weights)
+            source[f"model.layers.{layer}.self_attn.kv_b_proj.weight"] = \
+                vllm_rules.kv_b_proj_dequantized(job, weights, layer)
+        want_uk, want_uv = vllm_rules.mla_derived_expected(job, source, layer, tp_rank)
         for what, got, want in (("W_UK_T", w_uk_t, want_uk), ("W_UV", w_uv, want_uv)):
             if got.shape != want.shape or np.count_nonzero(got != want):
                 report.problem(rank, f"model.layers.{layer}.self_attn.{what}",

@@ -199,8 +199,6 @@ class Job:
             raise ValueError(f"shared experts' width {self.shared * self.moe_ffn} not divisible by tp {tp}")
         if self.precision not in ("bf16", "mxfp8", "fp8_block"):
             raise ValueError(f"refit.precision {self.precision!r}: expected bf16, mxfp8 or fp8_block")
-        if self.mla and self.precision == "fp8_block":
-            raise ValueError("refit.precision fp8_block: deepseek_v3 is not stated here yet")
         if self.fp8_scale not in ("fp32", "pow2"):
             raise ValueError(f"refit.fp8_scale {self.fp8_scale!r}: expected fp32 or pow2")
         if self.linear_backend not in _LINEAR_BACKENDS:
@@ -556,6 +554,37 @@ def fp8_block_quantize(bits, pow2=False):
     return np.ascontiguousarray(q[:m, :k]), scale_inv
 
 
+def e4m3_decode(codes):
+    """float8_e4m3fn bytes to float32 values, from the format's definition:
+    sign, 4 exponent bits of bias 7, 3 mantissa bits; exponent 0 is
+    subnormal (m / 8 * 2^-6); S.1111.111 is NaN and there is no infinity."""
+    c = codes.astype(np.int64)
+    sign = np.where(c & 0x80, -1.0, 1.0)
+    e, m = (c >> 3) & 0xF, c & 7
+    mag = np.where(e == 0, m / 8.0 * 2.0 ** -6, (1.0 + m / 8.0) * 2.0 ** (e - 7))
+    return np.where((c & 0x7F) == 0x7F, np.nan, sign * mag).astype(np.float32)
+
+
+def _bf16_rne(values):
+    """float32 -> bfloat16 bits, round to nearest even; NaN is 0x7FFF, what
+    CUDA's __float2bfloat16 writes (vLLM dequantizes on the GPU)."""
+    u = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0x7FFF), r)
+
+
+def fp8_block_dequantize(codes, scale_inv):
+    """vLLM's scaled_dequantize(weight, weight_scale_inv, group_shape
+    [128, 128], out_dtype=bfloat16) (model-families.md 3.4): each element's
+    E4M3 value times its block's scale_inv, one float32 multiply, then
+    rounded to bfloat16."""
+    rows, cols = codes.shape
+    per_elem = np.repeat(np.repeat(scale_inv, FP8_BLOCK, axis=0), FP8_BLOCK, axis=1)
+    with np.errstate(all="ignore"):
+        prod = e4m3_decode(codes) * per_elem[:rows, :cols].astype(np.float32)
+    return _bf16_rne(prod.astype(np.float32))
+
+
 # ---------------------------------------------------------------------------
 # FlashInfer layouts
 # ---------------------------------------------------------------------------
@@ -812,6 +841,13 @@ def _gated_mlp(job, out, w, i, t, module, width):
     shared experts, which stay on the dense tp group whatever the routed
     experts' ep): gate_up_proj = MergedColumnParallelLinear [gate_t; up_t],
     down_proj = RowParallelLinear, column block t."""
+    if job.fp8_block and _quantized(job, _layer(i, f"{module}.gate_up_proj")):
+        _fp8_store(out, _layer(i, f"{module}.gate_up_proj"), "weight",
+                   *_fp8_column_pair(job, w, _layer(i, f"{module}.gate_proj.weight"),
+                                     _layer(i, f"{module}.up_proj.weight"), t, width))
+        _fp8_store(out, _layer(i, f"{module}.down_proj"), "weight",
+                   *_fp8_row_parallel(job, w, _layer(i, f"{module}.down_proj.weight"), t))
+        return
     gate_up = _column_pair(job, w[_layer(i, f"{module}.gate_proj.weight")],
                            w[_layer(i, f"{module}.up_proj.weight")], t, width)
     _linear(job, out, _layer(i, f"{module}.gate_up_proj"), gate_up)
@@ -833,6 +869,9 @@ def _mla(job, out, w, i, t):
     q_rows = n_loc * (job.nope + job.head_dim)
     kvb_rows = n_loc * (job.nope + job.v_dim)
     attn = lambda rest: w[_layer(i, f"self_attn.{rest}")]  # noqa: E731
+    if job.fp8_block:
+        _mla_fp8_block(job, out, w, i, t, q_rows, kvb_rows, n_loc * job.v_dim)
+        return
     if job.q_lora:
         _linear(job, out, _layer(i, "self_attn.fused_qkv_a_proj"),
                 np.concatenate([attn("q_a_proj.weight"), attn("kv_a_proj_with_mqa.weight")]))
@@ -851,6 +890,50 @@ def _mla(job, out, w, i, t):
     _linear(job, out, _layer(i, "self_attn.o_proj"), _cols(attn("o_proj.weight"), t * o_cols, o_cols))
 
 
+def _mla_fp8_block(job, out, w, i, t, q_rows, kvb_rows, o_cols):
+    """_mla under block FP8 (Fp8LinearMethod for every MLA linear not
+    ignored, model-families.md 3.5 and 4.1): each HF tensor quantized whole,
+    then loaded as the BF16 weight is, its scale rows by block; the fused
+    fused_qkv_a_proj keeps one run of scale rows per piece; kv_b_proj adds
+    the BF16 buffer W_UK_T and W_UV are views of, scaled_dequantize of the
+    rank's kv_b_proj (3.4), as "kv_b_proj.weight_dequant"."""
+    def name(rest):
+        return _layer(i, f"self_attn.{rest}")
+
+    def column(module, hf, rows):
+        if not _quantized(job, name(module)):
+            _linear(job, out, name(module), _rows(w[name(hf)], t * rows, rows))
+            return
+        q, s = _fp8_q(job, w, name(hf))
+        values, scales = _rows(q, t * rows, rows), _scale_rows(s, t, rows)
+        _fp8_store(out, name(module), "weight", values, scales)
+        if module == "kv_b_proj":
+            out[name("kv_b_proj.weight_dequant")] = fp8_block_dequantize(values, scales)
+
+    def replicated(module, pieces):
+        if not _quantized(job, name(module)):
+            _linear(job, out, name(module), np.concatenate([w[name(p)] for p in pieces]))
+            return
+        qs = [_fp8_q(job, w, name(p)) for p in pieces]
+        _fp8_store(out, name(module), "weight", np.concatenate([q for q, _ in qs]),
+                   np.concatenate([s for _, s in qs]))
+
+    if job.q_lora:
+        replicated("fused_qkv_a_proj", ["q_a_proj.weight", "kv_a_proj_with_mqa.weight"])
+        out[name("q_a_layernorm.weight")] = w[name("q_a_layernorm.weight")]
+        column("q_b_proj", "q_b_proj.weight", q_rows)
+    else:
+        column("q_proj", "q_proj.weight", q_rows)
+        replicated("kv_a_proj_with_mqa", ["kv_a_proj_with_mqa.weight"])
+    out[name("kv_a_layernorm.weight")] = w[name("kv_a_layernorm.weight")]
+    column("kv_b_proj", "kv_b_proj.weight", kvb_rows)
+    if _quantized(job, name("o_proj")):
+        _fp8_store(out, name("o_proj"), "weight",
+                   *_fp8_row_parallel(job, w, name("o_proj.weight"), t))
+    else:
+        _linear(job, out, name("o_proj"), _cols(w[name("o_proj.weight")], t * o_cols, o_cols))
+
+
 def mla_derived(job, kv_b_proj):
     """W_UK_T and W_UV as MLAAttention.process_weights_after_loading makes
     them from a BF16 kv_b_proj shard [N_loc (P + Vd), kv_r]
@@ -864,6 +947,16 @@ def mla_derived(job, kv_b_proj):
     view = kv_b_proj.T.reshape(job.kv_lora, n_loc, job.nope + job.v_dim)
     w_uk, w_uv = view[..., :job.nope], view[..., job.nope:]
     return w_uk.transpose(1, 2, 0), w_uv.transpose(1, 0, 2)
+
+
+def kv_b_proj_dequantized(job, full_weights, layer):
+    """The whole kv_b_proj as block FP8 makes it: quantized whole (NeMo-RL),
+    then dequantized by scaled_dequantize. Row blocks of 128 never straddle
+    two tp ranks' shards (vLLM's block check), so each rank's dequantized
+    shard is these rows of it."""
+    q, s = fp8_block_quantize(full_weights[_layer(layer, "self_attn.kv_b_proj.weight")],
+                              pow2=job.fp8_scale == "pow2")
+    return fp8_block_dequantize(q, s)
 
 
 def mla_derived_expected(job, full_weights, layer, tp_rank):

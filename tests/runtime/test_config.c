@@ -1553,10 +1553,17 @@ static void test_mxfp8_presets_pass(void **state) {
     EXPECT_OK(edit(yaml, "precision: mxfp8", "precision: mxfp8\n  prequantize: true"), 0,
               NULL);
   }
-  /* deepseek_v3 has no block FP8 statement yet: refused at the key. */
-  EXPECT_ERR(edit(preset_text("deepseek-v3.yaml"), "precision: mxfp8", "precision: fp8_block"),
-             0, REFIT_ERR_CONFIG,
-             "refit.precision fp8_block is not supported for model.family deepseek_v3 yet");
+  /* deepseek_v3 under block FP8 quantizes kv_b_proj too (refit rewrites
+   * the dequantized copy behind W_UK_T / W_UV); under MXFP8 it must stay
+   * ignored. */
+  const char *ds_fp8 =
+      edit(edit(preset_text("deepseek-v3.yaml"), "precision: mxfp8", "precision: fp8_block"),
+           "quantization_ignore: [lm_head, self_attn.kv_b_proj]", "quantization_ignore: [lm_head]");
+  EXPECT_OK(ds_fp8, 0, NULL);
+  EXPECT_ERR(edit(preset_text("deepseek-v3.yaml"),
+                  "quantization_ignore: [lm_head, self_attn.kv_b_proj]",
+                  "quantization_ignore: [lm_head]"),
+             0, REFIT_ERR_CONFIG, "add self_attn.kv_b_proj to refit.quantization_ignore");
   /* demo.yaml with trtllm GEMMs: with one rank per engine o_proj's K is the
    * whole 256 and passes; with tp 2 it is 128 per rank and is refused. */
   const char *demo = edit(preset_mxfp8("demo.yaml"), "precision: mxfp8",

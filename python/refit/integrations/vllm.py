@@ -107,6 +107,28 @@ def _weights_asleep():
     return None
 
 
+# MLA under block FP8 (model-families.md 3.4): MLAAttention keeps W_UK_T and
+# W_UV as views of scaled_dequantize(kv_b_proj), a BF16 buffer that is no
+# parameter; refit rewrites it in place under this name.
+_DEQUANT = ".kv_b_proj.weight_dequant"
+
+
+def _mla_dequantized(model, attn_prefix):
+    """The BF16 buffer behind an MLA layer's W_UK_T / W_UV (the root tensor
+    of the view chain vLLM builds in process_weights_after_loading), or
+    None where `attn_prefix` (model.layers.{l}.self_attn) has none."""
+    try:
+        attn = model.get_submodule(attn_prefix)
+    except AttributeError:
+        return None
+    for module in attn.modules():
+        w = getattr(module, "W_UK_T", None)
+        base = getattr(w, "_base", None)
+        if base is not None and base.is_contiguous():
+            return base
+    return None
+
+
 def runtime_tensors(model):
     """A callable for provide(): given the agent's expected() list, the
     model's parameters and buffers under those (vLLM's) names; float8
@@ -117,6 +139,11 @@ def runtime_tensors(model):
         held = dict(model.named_parameters())
         for name, t in model.named_buffers():
             held.setdefault(name, t)
+        for name, _, _ in expected:
+            if name.endswith(_DEQUANT) and name not in held:
+                base = _mla_dequantized(model, name[:-len(_DEQUANT)])
+                if base is not None:
+                    held[name] = base
         missing = [n for n, _, _ in expected if n not in held]
         if missing:
             raise KeyError("refit vLLM backend: the model has no tensor named %s%s (refit "
