@@ -10,12 +10,13 @@
 #include "kernels/nvfp4.h"
 #include "nvfp4_scenario.h"
 
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+/* cmocka.h needs the headers above first. */
+#include <cmocka.h>
 
 static void test_nvfp4_arguments(void **state) {
   (void)state;
