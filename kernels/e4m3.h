@@ -1,14 +1,16 @@
 /*
- * The branch-free E4M3 "fn" encoder of the C references (internal, host
- * code): kernels/mxfp8.c and kernels/fp8_block.c share it, so that both
- * formats round elements the same way; the CUDA twins use the hardware
- * conversion and the tests hold them equal.
+ * The branch-free E4M3 "fn" encoder of the C references (internal):
+ * kernels/mxfp8.c and kernels/fp8_block.c share it, so that both formats
+ * round elements the same way; their CUDA twins use the hardware conversion
+ * and the tests hold them equal. It is host and device code because NVFP4's
+ * block scale rule (kernels/nvfp4_rules.h) encodes one E4M3 scale per block
+ * with it on both sides.
  */
 #ifndef REFIT_KERNELS_E4M3_H
 #define REFIT_KERNELS_E4M3_H
 
 #include "kernels/mxfp8.h"
-#include "kernels/mxfp8_rules.h" /* refit_f32_bits */
+#include "kernels/mxfp8_rules.h" /* refit_f32_bits, REFIT_HD */
 
 #include <stdint.h>
 
@@ -20,12 +22,12 @@
  *   subnormal (|v| < 2^-6): |v| + 2^14 in fp32 has an ulp of exactly 2^-9, the
  *     E4M3 subnormal step, so the FPU's own RNE yields the 0..8 code.
  */
-static inline uint32_t refit_select(uint32_t cond, uint32_t a, uint32_t b) {
+static inline REFIT_HD uint32_t refit_select(uint32_t cond, uint32_t a, uint32_t b) {
   /* cond ? a : b without a branch, so the element loop vectorizes. */
   return b ^ ((a ^ b) & (0u - cond));
 }
 
-static inline uint8_t refit_e4m3_encode_inline(float v) {
+static inline REFIT_HD uint8_t refit_e4m3_encode_inline(float v) {
   uint32_t u = refit_f32_bits(v);
   uint32_t sign = (u >> 24) & 0x80;
   uint32_t a = u & 0x7fffffffu;

@@ -26,6 +26,9 @@
  * each as one matrix of 128 x 128 blocks; bytes = BF16 read once + e4m3 and
  * FP32 scales written (the kernels read each block twice, the second time
  * from cache).
+ * NVFP4 (kernels/nvfp4.h): the same layer, w13 and w2 each as one matrix
+ * under its own global scale; bytes = BF16 read once + packed E2M1 (half a
+ * byte an element) and E4M3 scales (one per 16) written.
  * Zero-copy path (kernels/direct_cuda.h): the whole model landed from BF16
  * trainer tensors straight into the runtime layouts (bench_model_direct).
  * Usage: refit-bench-kernels [E H I]
@@ -34,11 +37,13 @@
 #include "kernels/fp8_block.h"
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
+#include "kernels/nvfp4.h"
 #ifdef REFIT_HAVE_CUDA
 #include "kernels/datapath_cuda.h"
 #include "kernels/direct_cuda.h"
 #include "kernels/fp8_block_cuda.h"
 #include "kernels/mxfp8_cuda.h"
+#include "kernels/nvfp4_cuda.h"
 #endif
 
 #include <stdio.h>
@@ -655,6 +660,31 @@ static void fp8_layer(const refit_kernels_moe_shape_t *s, int64_t n13, int64_t n
         "fp8_block");
 }
 
+/* The layer in NVFP4 with the C reference, or the CUDA twin (device buffers,
+ * on stream 0) when `cuda`: w13 [n13 / H, H] under gsf[0], then w2
+ * [n2 / I, I] under gsf[1]; values at q, q + n13 / 2, scales at sf,
+ * sf + n13 / 16. */
+static void nvfp4_layer(const refit_kernels_moe_shape_t *s, int64_t n13, int64_t n2,
+                        const uint16_t *bf, const float gsf[2], uint8_t *q, uint8_t *sf,
+                        int cuda) {
+  const int64_t h = s->hidden, i = s->intermediate;
+#ifdef REFIT_HAVE_CUDA
+  if (cuda) {
+    check(refit_nvfp4_quantize_cuda(bf, n13 / h, h, h, gsf[0], q, h / 2, sf, h / 16, 0),
+          "nvfp4 cuda");
+    check(refit_nvfp4_quantize_cuda(bf + n13, n2 / i, i, i, gsf[1], q + n13 / 2, i / 2,
+                                    sf + n13 / 16, i / 16, 0),
+          "nvfp4 cuda");
+    return;
+  }
+#endif
+  (void)cuda;
+  check(refit_nvfp4_quantize(bf, n13 / h, h, h, gsf[0], q, h / 2, sf, h / 16), "nvfp4");
+  check(refit_nvfp4_quantize(bf + n13, n2 / i, i, i, gsf[1], q + n13 / 2, i / 2,
+                             sf + n13 / 16, i / 16),
+        "nvfp4");
+}
+
 int main(int argc, char **argv) {
   refit_kernels_moe_shape_t s = {128, 2048, 768, 1};
   if (argc == 4) {
@@ -760,6 +790,30 @@ int main(int argc, char **argv) {
   }
   refit_kernels_threads_set(nthreads);
 
+  /* NVFP4 of the layer: one thread (the reference bytes), then all. */
+  const float ngsf[2] = {
+      refit_nvfp4_global_scale(
+          refit_nvfp4_amax_key(bf, n13 / s.hidden, s.hidden, s.hidden, NULL)),
+      refit_nvfp4_global_scale(refit_nvfp4_amax_key(bf + n13, n2 / s.intermediate,
+                                                    s.intermediate, s.intermediate, NULL))};
+  const int64_t nbytes = nel * 2 + nel / 2 + nel / 16;
+  uint8_t *nq1 = xmalloc((size_t)nel / 2), *nq = xmalloc((size_t)nel / 2);
+  uint8_t *nsf1 = xmalloc((size_t)nel / 16), *nsf = xmalloc((size_t)nel / 16);
+  for (int pass = 0; pass < 2; pass++) {
+    refit_kernels_threads_set(pass == 0 ? 1 : nthreads);
+    best = 1e30;
+    for (int r = 0; r < reps; r++) {
+      t = now_s();
+      nvfp4_layer(&s, n13, n2, bf, ngsf, pass == 0 ? nq1 : nq, pass == 0 ? nsf1 : nsf, 0);
+      t = now_s() - t;
+      best = t < best ? t : best;
+    }
+    snprintf(name, sizeof(name), "C nvfp4 quantize, %d thread(s)", pass == 0 ? 1 : nthreads);
+    row(name, nbytes, best,
+        pass == 0 ? 0 : diff_bytes(nq, nq1, nel / 2) + diff_bytes(nsf, nsf1, nel / 16));
+  }
+  refit_kernels_threads_set(nthreads);
+
   /* MoE layout: batched (4 gathers) vs per-expert oracle. */
   uint8_t *o[4], *w[4];
   int64_t osz[4] = {z.w13_weight, z.w13_weight_scale, z.w2_weight, z.w2_weight_scale};
@@ -837,6 +891,15 @@ int main(int argc, char **argv) {
               diff_bytes((uint8_t *)hfsc, (uint8_t *)fsc1, nfsc * 4));
       cudaFree(dfsc);
       free(hfsc);
+      /* NVFP4: values in dq's first half, scales in their own buffer. */
+      uint8_t *dnsf = dmalloc((size_t)nel / 16), *hnsf = xmalloc((size_t)nel / 16);
+      GPU_TIME(nvfp4_layer(&s, n13, n2, dbf, ngsf, dq, dnsf, 1));
+      cudaMemcpy(hq, dq, (size_t)nel / 2, cudaMemcpyDeviceToHost);
+      cudaMemcpy(hnsf, dnsf, (size_t)nel / 16, cudaMemcpyDeviceToHost);
+      row("CUDA nvfp4 quantize", nbytes, bms * 1e-3,
+          diff_bytes(hq, nq1, nel / 2) + diff_bytes(hnsf, nsf1, nel / 16));
+      cudaFree(dnsf);
+      free(hnsf);
       /* The MXFP8 rows after this one read dq's MXFP8 bytes again. */
       GPU_TIME(
           check(refit_mxfp8_quantize_rows_cuda(dbf, n13 / s.hidden, s.hidden, s.hidden,
@@ -924,6 +987,10 @@ int main(int argc, char **argv) {
   free(fq1);
   free(fq);
   free(fsc1);
+  free(nq1);
+  free(nq);
+  free(nsf1);
+  free(nsf);
   free(fsc);
   free(cp);
   printf("# wrong bytes in total: %lld\n", (long long)total_wrong);

@@ -175,7 +175,7 @@
     "schedule spreads buckets over fewer trainers when spreading them over "   \
     "all would need more")                                                     \
   X(REFIT_PRECISION, "refit", "precision", ENUM, refit.precision, "bf16", 0,   \
-    0, "bf16|mxfp8|fp8_block", 0,                                              \
+    0, "bf16|mxfp8|fp8_block|nvfp4", 0,                                        \
     "what the generator holds: bf16, or quantized weights")                    \
   X(REFIT_FP8_SCALE, "refit", "fp8_scale", ENUM, refit.fp8_scale, "fp32", 0,   \
     0, "fp32|pow2", 0,                                                         \

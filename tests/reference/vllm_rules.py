@@ -586,6 +586,97 @@ def fp8_block_dequantize(codes, scale_inv):
 
 
 # ---------------------------------------------------------------------------
+# NVFP4 (docs/nvfp4.md): FlashInfer cvt_warp_fp16_to_fp4 with
+# DISABLE_FP4_QUANT_FAST_MATH, the global scale as torch computes
+# (448 * 6) / amax, vLLM's ModelOpt NVFP4 tensors
+# ---------------------------------------------------------------------------
+
+NVFP4_BLOCK = 16
+# The E2M1 values of codes 0..7 (bit 3 is the sign).
+E2M1_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+_F32 = np.float32
+_FLT_MAX = np.finfo(np.float32).max
+
+
+def _e2m1_encode(v):
+    """float32 values to E2M1 codes (uint8, low nibble): the nearest of the
+    eight magnitudes, a tie to the even code, beyond 6 (and +-Inf) 6; the
+    sign bit of v is kept, also on zero; NaN is code 7 (refit's rule, the
+    format has no NaN)."""
+    mag = np.abs(v.astype(np.float64))
+    nan = np.isnan(mag)
+    # Saturate first: far beyond 6 every distance rounds to the same float.
+    mag = np.where(nan, 6.0, np.minimum(mag, 6.0))
+    dist = np.abs(mag[..., None] - E2M1_VALUES)
+    best = dist.min(axis=-1, keepdims=True)
+    # Among the nearest codes take the even one (two tie at most, and they
+    # are neighbours, so exactly one is even).
+    near = dist == best
+    even = near & (np.arange(8) % 2 == 0)
+    code = np.where(even.any(axis=-1), np.argmax(even, axis=-1), np.argmax(near, axis=-1))
+    code = code | (np.signbit(v).astype(np.int64) << 3)
+    return np.where(nan, 7, code).astype(np.uint8)
+
+
+def _e4m3_value(code):
+    """The exact value of a non-negative E4M3 byte below 0x7F."""
+    code = code.astype(np.int64)
+    e, m = code >> 3, code & 7
+    return np.where(e == 0, m * 2.0 ** -9, (1.0 + m / 8.0) * np.exp2(e - 7.0))
+
+
+def nvfp4_amax(bits):
+    """The amax of a BF16 tensor as float32: NaN ignored, 0 when empty."""
+    x = np.abs(bf16_to_float(np.asarray(bits)))
+    x = x[~np.isnan(x)]
+    return _F32(x.max()) if x.size else _F32(0.0)
+
+
+def nvfp4_global_scale(amax):
+    """(gsf, weight_scale_2) of a tensor whose whole amax is `amax`:
+    gsf = (448 * 6) / amax as torch computes a scalar over a tensor
+    (reciprocal, then multiply: Tensor.__rtruediv__), amax after
+    nan_to_num (+Inf -> FLT_MAX); weight_scale_2 = 1 / gsf."""
+    a = _F32(_FLT_MAX) if np.isinf(amax) else _F32(amax)
+    with np.errstate(all="ignore"):
+        gsf = (_F32(1.0) / a) * _F32(448.0 * 6.0)
+        return _F32(gsf), _F32(_F32(1.0) / gsf)
+
+
+def nvfp4_quantize(bits, gsf):
+    """BF16 [M, K] -> (packed E2M1 uint8 [M, ceil(K/2)], E4M3 scales uint8
+    [M, ceil(K/16)] linear) under global scale gsf (float32), in float32 as
+    cvt_warp_fp16_to_fp4 computes with fast math off
+    (quantization_utils.cuh):
+      vmax  = max |x| over 16 elements of a row (a partial last block: its
+              own elements; NaN ignored);
+      sf    = e4m3_satfinite(vmax * (gsf * fl(1/6))), 0 when vmax == 0;
+      out   = min(1 / (float(sf) * (1 / gsf)), FLT_MAX), 0 when vmax == 0;
+      q     = e2m1(x * out), element 2i in the low nibble of byte i."""
+    m, k = bits.shape
+    kp = _round_up(k, NVFP4_BLOCK)
+    x = np.zeros((m, kp), dtype=np.float32)
+    x[:, :k] = (bits.astype(np.uint32) << 16).view(np.float32)
+    blocks = x.reshape(m, kp // NVFP4_BLOCK, NVFP4_BLOCK)
+    gsf = _F32(gsf)
+    with np.errstate(all="ignore"):
+        vmax = np.nanmax(np.where(np.isnan(blocks), _F32(0), np.abs(blocks)), axis=-1)
+        per = gsf * (_F32(1.0) / _F32(6.0))
+        want = (vmax * per).astype(np.float32)
+        sf = _e4m3_encode(want.astype(np.float64))
+        sf = np.where(vmax == 0, 0, sf).astype(np.uint8)
+        sfd = (_e4m3_value(sf).astype(np.float32) * (_F32(1.0) / gsf)).astype(np.float32)
+        out = np.minimum(_F32(1.0) / sfd, _F32(_FLT_MAX)).astype(np.float32)
+        out = np.where(vmax == 0, _F32(0), out).astype(np.float32)
+        v = (blocks * out[..., None]).astype(np.float32)
+    codes = _e2m1_encode(v).reshape(m, kp)[:, :k]
+    if k % 2:
+        codes = np.concatenate([codes, np.zeros((m, 1), dtype=np.uint8)], axis=1)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    return packed, sf
+
+
+# ---------------------------------------------------------------------------
 # FlashInfer layouts
 # ---------------------------------------------------------------------------
 

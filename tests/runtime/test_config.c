@@ -1564,6 +1564,9 @@ static void test_mxfp8_presets_pass(void **state) {
                   "quantization_ignore: [lm_head, self_attn.kv_b_proj]",
                   "quantization_ignore: [lm_head]"),
              0, REFIT_ERR_CONFIG, "add self_attn.kv_b_proj to refit.quantization_ignore");
+  /* nvfp4 is a known value, refused at the key until its runtime path exists. */
+  EXPECT_ERR(edit(preset_mxfp8("demo.yaml"), "precision: mxfp8", "precision: nvfp4"), 0,
+             REFIT_ERR_CONFIG, "refit.precision nvfp4 is not supported yet");
   /* demo.yaml with trtllm GEMMs: with one rank per engine o_proj's K is the
    * whole 256 and passes; with tp 2 it is 128 per rank and is refused. */
   const char *demo = edit(preset_mxfp8("demo.yaml"), "precision: mxfp8",

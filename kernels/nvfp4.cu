@@ -1,0 +1,115 @@
+/*
+ * NVFP4 quantization, CUDA twin of kernels/nvfp4.c.
+ *
+ * Kernel refit_nvfp4_quantize_kernel
+ *   computes  per block of 16 elements of a row: the amax key (|bf16| bits,
+ *             NaN ignored), the E4M3 scale byte and the output scale by the
+ *             shared rule (kernels/nvfp4_rules.h), then the E2M1 code of each
+ *             element times that scale, two to a byte - the rules of
+ *             kernels/nvfp4.h.
+ *   layout    in: BF16 [rows, k] with row stride src_stride elements;
+ *             out: packed E2M1 [rows, ceil(k/2)] (stride q_stride bytes),
+ *             E4M3 scales [rows, ceil(k/16)] (stride sf_stride bytes).
+ *   mapping   one thread per block (a grid-stride loop over rows * blocks):
+ *             a full block at a 16-byte-aligned address is two 16-byte loads
+ *             and, at an 8-byte-aligned output, one 8-byte store, so a warp
+ *             reads 1 KiB and writes 256 contiguous bytes of a row; a partial
+ *             block or an unaligned address takes element-wise loads and
+ *             byte stores.
+ *   constraints any shape and alignment.
+ */
+#include "kernels/cuda_launch.cuh"
+#include "kernels/nvfp4_cuda.h"
+#include "kernels/nvfp4_rules.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+struct refit_nvfp4_dev_t {
+  const uint16_t *src;
+  int64_t src_stride; /* elements */
+  uint8_t *q;
+  int64_t q_stride; /* bytes */
+  uint8_t *sf;
+  int64_t sf_stride; /* bytes */
+  int64_t rows, k, nb;
+  float gsf;
+};
+
+__global__ void __launch_bounds__(kThreads)
+    refit_nvfp4_quantize_kernel(refit_nvfp4_dev_t m) {
+  const int64_t total = m.rows * m.nb;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / m.nb, b = i - r * m.nb;
+    const int64_t x0 = b * REFIT_NVFP4_BLOCK;
+    const int n =
+        m.k - x0 < REFIT_NVFP4_BLOCK ? static_cast<int>(m.k - x0) : REFIT_NVFP4_BLOCK;
+    const uint16_t *s = m.src + r * m.src_stride + x0;
+    uint16_t v[REFIT_NVFP4_BLOCK];
+    if (n == REFIT_NVFP4_BLOCK && (reinterpret_cast<uintptr_t>(s) & 15) == 0) {
+      const uint4 a = reinterpret_cast<const uint4 *>(s)[0];
+      const uint4 c = reinterpret_cast<const uint4 *>(s)[1];
+      const uint32_t w[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        v[2 * j] = static_cast<uint16_t>(w[j]);
+        v[2 * j + 1] = static_cast<uint16_t>(w[j] >> 16);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < REFIT_NVFP4_BLOCK; j++)
+        v[j] = j < n ? s[j] : 0;
+    }
+    uint32_t key = 0;
+#pragma unroll
+    for (int j = 0; j < REFIT_NVFP4_BLOCK; j++)
+      key = max(key, refit_nvfp4_key(v[j]));
+    uint8_t code;
+    const float out = refit_nvfp4_block_rule(key, m.gsf, &code);
+    m.sf[r * m.sf_stride + b] = code;
+    uint32_t packed[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < REFIT_NVFP4_BLOCK; j++)
+      if (j < n)
+        packed[j / 8] |=
+            refit_nvfp4_e2m1(__uint_as_float(static_cast<uint32_t>(v[j]) << 16) * out)
+            << (4 * (j % 8));
+    uint8_t *d = m.q + r * m.q_stride + x0 / 2;
+    const int bytes = (n + 1) / 2;
+    if (bytes == 8 && (reinterpret_cast<uintptr_t>(d) & 7) == 0) {
+      *reinterpret_cast<uint2 *>(d) = make_uint2(packed[0], packed[1]);
+    } else {
+      for (int j = 0; j < bytes; j++)
+        d[j] = static_cast<uint8_t>(packed[j / 4] >> (8 * (j % 4)));
+    }
+  }
+}
+
+} // namespace
+
+extern "C" refit_status_t refit_nvfp4_quantize_cuda(
+    const uint16_t *src, int64_t rows, int64_t k, int64_t src_stride_elems, float gsf,
+    uint8_t *q, int64_t q_stride, uint8_t *sf, int64_t sf_stride, cudaStream_t stream) {
+  REFIT_CHECK(refit_nvfp4_check("nvfp4 quantize (cuda)", src, rows, k, src_stride_elems,
+                                gsf, q, q_stride, sf, sf_stride));
+  if (rows == 0 || k == 0)
+    return REFIT_OK;
+  refit_nvfp4_dev_t m;
+  m.src = src;
+  m.src_stride = src_stride_elems;
+  m.q = q;
+  m.q_stride = q_stride;
+  m.sf = sf;
+  m.sf_stride = sf_stride;
+  m.rows = rows;
+  m.k = k;
+  m.nb = refit_nvfp4_scale_cols(k);
+  m.gsf = gsf;
+  int64_t blocks = (rows * m.nb + kThreads - 1) / kThreads;
+  const int64_t fill = refit_cuda_filling_grid(refit_nvfp4_quantize_kernel, kThreads);
+  blocks = blocks < fill ? blocks : fill;
+  refit_nvfp4_quantize_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(m);
+  return refit_cuda_launch_check("nvfp4 quantize");
+}

@@ -1,0 +1,91 @@
+/*
+ * The rules of NVFP4 (kernels/nvfp4.h) as inline host and device code shared
+ * by the C reference and the CUDA twin (internal), so the two cannot drift
+ * apart: the amax key, the global scale, the block scale and the E2M1
+ * element encoding (the GPUs refit runs on have no E2M1 conversion
+ * instruction before sm_100, so both sides use this one).
+ *
+ * Every operation is a single IEEE float32 multiply or division rounded to
+ * nearest even, which C gives on the host and nvcc's defaults
+ * (-prec-div=true, no fast math in kernels/) give on the device; no multiply
+ * is followed by an add, so no FMA contraction can change a result.
+ */
+#ifndef REFIT_KERNELS_NVFP4_RULES_H
+#define REFIT_KERNELS_NVFP4_RULES_H
+
+#include "kernels/e4m3.h"        /* refit_e4m3_encode_inline */
+#include "kernels/mxfp8_rules.h" /* refit_f32_bits, REFIT_HD */
+#include "kernels/nvfp4.h"
+
+#include <stdint.h>
+
+/* 448 * 6: the largest E4M3 scale times the largest E2M1 value. */
+#define REFIT_NVFP4_GLOBAL_NUMERATOR 2688.0f
+/* FLT_MAX, which an infinite amax becomes, and the bits of fl(1/6). */
+#define REFIT_NVFP4_FLT_MAX_BITS 0x7f7fffffu
+#define REFIT_NVFP4_INV6_BITS 0x3e2aaaabu
+/* The E2M1 code a NaN element encodes as: +6. */
+#define REFIT_NVFP4_E2M1_NAN_CODE 0x7u
+
+/* |bf16| bits as an amax key: orders like the magnitudes; NaN counts 0. */
+static inline REFIT_HD uint32_t refit_nvfp4_key(uint16_t b) {
+  const uint32_t a = b & 0x7fffu;
+  return a > 0x7f80u ? 0u : a;
+}
+
+/* gsf of a tensor whose amax key is `key`: fl(fl(1 / a) * 2688), +Inf amax
+ * taken as FLT_MAX; 0 gives +Inf. */
+static inline REFIT_HD float refit_nvfp4_global_rule(uint32_t key) {
+  const float a = key == 0x7f80u ? refit_f32_from_bits(REFIT_NVFP4_FLT_MAX_BITS)
+                                 : refit_f32_from_bits(key << 16);
+  const float r = 1.0f / a;
+  return r * REFIT_NVFP4_GLOBAL_NUMERATOR;
+}
+
+/* The value of a non-negative, non-NaN E4M3 byte (0x00 .. 0x7E), exactly. */
+static inline REFIT_HD float refit_nvfp4_e4m3_value(uint32_t code) {
+  const uint32_t e = code >> 3, m = code & 7u;
+  if (e == 0) /* subnormal: m * 2^-9 */
+    return (float)m * refit_f32_from_bits(0x3b000000u);
+  return refit_f32_from_bits(((e + 120u) << 23) | (m << 20));
+}
+
+/*
+ * The block rule: for a block whose amax key is `key` under global scale gsf,
+ * *sf gets the stored E4M3 byte and the return value is what the elements
+ * are multiplied by before their E2M1 encoding.
+ */
+static inline REFIT_HD float refit_nvfp4_block_rule(uint32_t key, float gsf,
+                                                    uint8_t *sf) {
+  if (key == 0) {
+    *sf = 0;
+    return 0.0f;
+  }
+  const float vmax = refit_f32_from_bits(key << 16);
+  const float per = gsf * refit_f32_from_bits(REFIT_NVFP4_INV6_BITS);
+  const float want = vmax * per;
+  const uint8_t code = refit_e4m3_encode_inline(want);
+  *sf = code;
+  const float decode = 1.0f / gsf;
+  const float sfd = refit_nvfp4_e4m3_value(code) * decode;
+  const float out = 1.0f / sfd;
+  const float flt_max = refit_f32_from_bits(REFIT_NVFP4_FLT_MAX_BITS);
+  return out > flt_max ? flt_max : out;
+}
+
+/* E2M1 code (low 4 bits) of v: round to nearest, ties to the even code,
+ * saturate to +-6, the sign kept on zero, NaN -> +6. Written as comparisons
+ * with the midpoints between neighbours; `<=` where the lower neighbour has
+ * the even code, `<` where the upper one has. */
+static inline REFIT_HD uint32_t refit_nvfp4_e2m1(float v) {
+  const uint32_t u = refit_f32_bits(v);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u)
+    return REFIT_NVFP4_E2M1_NAN_CODE;
+  const float m = refit_f32_from_bits(a);
+  const uint32_t code = (m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) +
+                        (m > 2.5f) + (m >= 3.5f) + (m > 5.0f);
+  return code | ((u >> 28) & 0x8u);
+}
+
+#endif /* REFIT_KERNELS_NVFP4_RULES_H */

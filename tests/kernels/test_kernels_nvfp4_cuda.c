@@ -1,0 +1,135 @@
+/*
+ * The NVFP4 CUDA twin == the C reference, byte for byte: adversarial blocks
+ * (zeros, subnormals, huge and tiny, +-Inf, NaN), partial blocks and odd K,
+ * several global scales (the tensor's own, 1, +Inf, tiny), strided and
+ * unaligned buffers. Exits 77 (skipped) without a GPU.
+ */
+#include "kernels/nvfp4_cuda.h"
+#include "nvfp4_scenario.h"
+
+#include <cuda_runtime_api.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+/* cmocka.h needs the headers above first. */
+#include <cmocka.h>
+
+#define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
+
+/* rows x k from a source of row stride sk, src shifted by `shift` elements
+ * and q and sf by `shift` bytes on the device (0: aligned); gsf 0 means the
+ * matrix's own global scale. */
+static void compare(int64_t rows, int64_t k, int64_t sk, int shift, float gsf) {
+  const int64_t qb = refit_nvfp4_row_bytes(k), nb = refit_nvfp4_scale_cols(k);
+  const size_t n = (size_t)(rows * sk), nq = (size_t)(rows * qb),
+               ns = (size_t)(rows * nb);
+  uint16_t *x = malloc(n * 2);
+  uint8_t *q = malloc(nq), *hq = malloc(nq), *s = malloc(ns), *hs = malloc(ns);
+  nvs_fill(x, rows, sk);
+  if (gsf == 0.0f)
+    gsf = refit_nvfp4_global_scale(refit_nvfp4_amax_key(x, rows, k, sk, NULL));
+  assert_int_equal(refit_nvfp4_quantize(x, rows, k, sk, gsf, q, qb, s, nb), REFIT_OK);
+  uint16_t *dx = NULL;
+  uint8_t *dq = NULL, *ds = NULL;
+  CK(cudaMalloc((void **)&dx, (n + 8) * 2));
+  CK(cudaMalloc((void **)&dq, nq + 8));
+  CK(cudaMalloc((void **)&ds, ns + 8));
+  CK(cudaMemcpy(dx + shift, x, n * 2, cudaMemcpyHostToDevice));
+  assert_int_equal(refit_nvfp4_quantize_cuda(dx + shift, rows, k, sk, gsf, dq + shift, qb,
+                                             ds + shift, nb, 0),
+                   REFIT_OK);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(hq, dq + shift, nq, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hs, ds + shift, ns, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < nq; i++)
+    if (q[i] != hq[i]) {
+      printf("[%lld, %lld] gsf %g shift %d: first value diff at byte (%lld, %lld): "
+             "cpu 0x%02x gpu 0x%02x\n",
+             (long long)rows, (long long)k, (double)gsf, shift,
+             (long long)(i / (size_t)qb), (long long)(i % (size_t)qb), q[i], hq[i]);
+      fail();
+    }
+  for (size_t i = 0; i < ns; i++)
+    if (s[i] != hs[i]) {
+      printf("[%lld, %lld] gsf %g shift %d: first scale diff at (%lld, %lld): "
+             "cpu 0x%02x gpu 0x%02x\n",
+             (long long)rows, (long long)k, (double)gsf, shift,
+             (long long)(i / (size_t)nb), (long long)(i % (size_t)nb), s[i], hs[i]);
+      fail();
+    }
+  CK(cudaFree(dx));
+  CK(cudaFree(dq));
+  CK(cudaFree(ds));
+  free(x);
+  free(q);
+  free(hq);
+  free(s);
+  free(hs);
+}
+
+static void test_cuda_nvfp4(void **state) {
+  (void)state;
+  static const int64_t shapes[][3] = {
+      {128, 128, 128}, {1280, 1152, 1152}, {200, 130, 130},  {130, 257, 300},
+      {1, 1, 1},       {7, 33, 40},        {300, 8400, 8400}};
+  const float scales[] = {0.0f, 1.0f, __builtin_inff(), 1e-30f};
+  for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+    for (size_t g = 0; g < sizeof(scales) / sizeof(scales[0]); g++)
+      for (int shift = 0; shift < 2; shift++)
+        compare(shapes[i][0], shapes[i][1], shapes[i][2], shift, scales[g]);
+}
+
+/* Every BF16 value as an element, and as a block's amax, under gsf 1 and the
+ * global scales of amax 1 and 1e30: rows of 16 hold consecutive patterns. */
+static void test_cuda_nvfp4_every_bf16(void **state) {
+  (void)state;
+  const int64_t rows = 4096, k = 16;
+  uint16_t *x = malloc((size_t)(rows * k) * 2);
+  uint8_t *q = malloc((size_t)(rows * 8)), *hq = malloc((size_t)(rows * 8));
+  uint8_t *s = malloc((size_t)rows), *hs = malloc((size_t)rows);
+  for (int64_t i = 0; i < rows * k; i++)
+    x[i] = (uint16_t)i;
+  const float scales[] = {1.0f, refit_nvfp4_global_scale(0x3f80),
+                          refit_nvfp4_global_scale(0x7149)};
+  uint16_t *dx = NULL;
+  uint8_t *dq = NULL, *ds = NULL;
+  CK(cudaMalloc((void **)&dx, (size_t)(rows * k) * 2));
+  CK(cudaMalloc((void **)&dq, (size_t)(rows * 8)));
+  CK(cudaMalloc((void **)&ds, (size_t)rows));
+  CK(cudaMemcpy(dx, x, (size_t)(rows * k) * 2, cudaMemcpyHostToDevice));
+  for (size_t g = 0; g < sizeof(scales) / sizeof(scales[0]); g++) {
+    assert_int_equal(refit_nvfp4_quantize(x, rows, k, k, scales[g], q, 8, s, 1),
+                     REFIT_OK);
+    assert_int_equal(
+        refit_nvfp4_quantize_cuda(dx, rows, k, k, scales[g], dq, 8, ds, 1, 0), REFIT_OK);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(hq, dq, (size_t)(rows * 8), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hs, ds, (size_t)rows, cudaMemcpyDeviceToHost));
+    assert_memory_equal(q, hq, (size_t)(rows * 8));
+    assert_memory_equal(s, hs, (size_t)rows);
+  }
+  CK(cudaFree(dx));
+  CK(cudaFree(dq));
+  CK(cudaFree(ds));
+  free(x);
+  free(q);
+  free(hq);
+  free(s);
+  free(hs);
+}
+
+int main(void) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    printf("test_kernels_nvfp4_cuda: no CUDA device, skipped\n");
+    return 77;
+  }
+  kt_seed("test_kernels_nvfp4_cuda");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cuda_nvfp4),
+      cmocka_unit_test(test_cuda_nvfp4_every_bf16),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
