@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Colocated refit of Qwen3-30B-A3B on one GPU in each precision
+# (docs/benchmarks.md, issue 39): configs/qwen3-30b-a3b-disagg.yaml with both
+# ranks on the one visible GPU, staged (zero_copy: off; block FP8 has no zero
+# copy path), restore: none, digests off, 6 refits (1 warm-up + 5 timed),
+# and the copy ceiling of the same run (refit-bench-kernels).
+#
+#   launch/bench-precisions.sh BUILD_DIR OUT_DIR
+set -uo pipefail
+build=$1 out=$2
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+mkdir -p "$out"
+base=$root/configs/qwen3-30b-a3b-disagg.yaml
+run() { # name precision verify steps [zero_copy]
+  local cfg=$out/$1.yaml
+  sed -e "s/^verify: false.*/verify: $3/" -e "s/^  steps: 6/  steps: $4/" \
+    -e "s/^  precision: mxfp8/  precision: $2/" \
+    -e "s/^  timeout_s: 300/  timeout_s: 120\n  restore: none\n  zero_copy: ${5:-off}\n  digests: false/" \
+    "$base" >"$cfg"
+  timeout 300 "$root/launch/refit-launch" --build-dir "$build" "$cfg" >"$out/$1.log" 2>&1
+  echo "== $1: exit $?"
+  grep -E "^ +refit|^ +[0-9]+ +[0-9]+ |verified|FAILED|error|memory" "$out/$1.log" | head -12
+}
+timeout 240 "$build/kernels/refit-bench-kernels" >"$out/kernels.log" 2>&1
+grep -E "^cudaMemcpy D2D \(GPU ceiling\)|fp8_block|nvfp4" "$out/kernels.log"
+run fp8_block-verify fp8_block true 2
+run fp8_block fp8_block false 6
+run mxfp8 mxfp8 false 6
+run bf16 bf16 false 6
+run mxfp8-zero-copy mxfp8 false 6 on
