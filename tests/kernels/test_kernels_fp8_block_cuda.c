@@ -7,12 +7,13 @@
 #include "fp8_block_scenario.h"
 #include "kernels/fp8_block_cuda.h"
 
-#include <cmocka.h>
 #include <cuda_runtime_api.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
+
+#include <cmocka.h> /* after setjmp.h and stdarg.h */
 
 #define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
 
