@@ -3,7 +3,9 @@
 # (docs/benchmarks.md, issue 39): configs/qwen3-30b-a3b-disagg.yaml with both
 # ranks on the one visible GPU, staged (zero_copy: off; block FP8 has no zero
 # copy path), restore: none, digests off, 6 refits (1 warm-up + 5 timed),
-# and the copy ceiling of the same run (refit-bench-kernels).
+# and the copy ceiling of the same run (refit-bench-kernels). LAYERS (default
+# 24 of the model's 48, so that the trainer's BF16 copy and the runtime
+# tensors fit one 80 GB H100 together) sets num_layers.
 #
 #   launch/bench-precisions.sh BUILD_DIR OUT_DIR
 set -uo pipefail
@@ -15,6 +17,7 @@ run() { # name precision verify steps [zero_copy]
   local cfg=$out/$1.yaml
   sed -e "s/^verify: false.*/verify: $3/" -e "s/^  steps: 6/  steps: $4/" \
     -e "s/^  precision: mxfp8/  precision: $2/" \
+    -e "s/^  num_layers: 48 /  num_layers: ${LAYERS:-24} /" \
     -e "s/^  timeout_s: 300/  timeout_s: 120\n  restore: none\n  zero_copy: ${5:-off}\n  digests: false/" \
     "$base" >"$cfg"
   timeout 300 "$root/launch/refit-launch" --build-dir "$build" "$cfg" >"$out/$1.log" 2>&1
