@@ -379,8 +379,10 @@ void refit_mpi_library(char *version, size_t version_len, char *path, size_t pat
   int n = 0;
   if (MPI_Get_library_version(text, &n) != MPI_SUCCESS)
     snprintf(text, sizeof text, "(MPI_Get_library_version failed)");
-  /* Open MPI ends its text with a newline; the caller compares texts. */
-  for (size_t end = strlen(text); end > 0 && (text[end - 1] == '\n' || text[end - 1] == ' ');)
+  /* MPICH ends its text with a newline: dropped, as trailing blanks, so that
+   * callers compare the texts alone. */
+  for (size_t end = strlen(text);
+       end > 0 && (text[end - 1] == '\n' || text[end - 1] == ' ');)
     text[--end] = '\0';
   if (version != NULL && version_len > 0)
     snprintf(version, version_len, "%s", text);
@@ -388,7 +390,8 @@ void refit_mpi_library(char *version, size_t version_len, char *path, size_t pat
     /* The address this library's calls resolve to: the MPI it runs on, not
      * merely the one it was built against. */
     Dl_info info;
-    const int found = dladdr((void *)(uintptr_t)&MPI_Init, &info) != 0 && info.dli_fname != NULL;
+    const int found =
+        dladdr((void *)(uintptr_t)&MPI_Init, &info) != 0 && info.dli_fname != NULL;
     snprintf(path, path_len, "%s", found ? info.dli_fname : "");
   }
 }
