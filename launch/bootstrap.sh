@@ -7,7 +7,10 @@
 #   launch/bootstrap.sh build  install what is missing and build only
 #
 # Builds go to build/ (and build-asan/ for the sanitizer run). REFIT_CUDA
-# (AUTO, ON, OFF; default AUTO) is passed to CMake.
+# (AUTO, ON, OFF; default AUTO) is passed to CMake. The Python package goes
+# into a venv, build/venv, with build/'s librefit.so inside it: after any of
+# the three, `build/venv/bin/python` (or `. build/venv/bin/activate`) imports
+# refit; nothing is installed outside the clone but Debian's packages.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,14 +20,14 @@ jobs=$(nproc)
 
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
           libyaml-dev libjansson-dev libhdf5-dev libucx-dev libcmocka-dev libssl-dev
-          python3 python3-numpy python3-mpi4py)  # what `import refit` needs
+          python3 python3-numpy python3-mpi4py python3-venv)  # what `import refit` needs
 # Test-only packages: a one-node Slurm cluster for tests/launch (label slurm),
 # what the Python tests import (label python), and clang for the libFuzzer
 # harnesses (label fuzz, built only where clang is found). Installed by `test`
 # only; nothing at build or run time needs them.
 test_packages=(slurmctld slurmd slurm-client munge clang libclang-rt-14-dev gdb
                python3-numpy python3-h5py python3-yaml python3-pytest python3-mpi4py
-               python3-torch python3-venv)
+               python3-torch)
 
 install_missing() { # install_missing [PACKAGE...] (default: packages)
   local missing=() want=("${@:-}")
@@ -55,36 +58,45 @@ build() { # build DIR [cmake args...]
   cmake --build "$dir" -j "$jobs"
 }
 
-# `import refit` for Debian's python3: a .pth file putting python/ on its
-# path; the package finds build/runtime/librefit.so beside it (REFIT_LIBRARY
-# overrides).
-install_python_path() {
-  local py=/usr/bin/python3 site
-  [ -x "$py" ] || return 0
-  site=$("$py" -c 'import site; print(site.getsitepackages()[0])')
+# `import refit`: the package installed into the venv build/venv (made with
+# --system-site-packages, so that Debian's numpy, mpi4py and torch serve it;
+# Debian's own python3 takes no pip installs, PEP 668), with build/'s
+# librefit.so inside it (pyproject.toml's backend, config setting
+# build-dir). Offline, and again on every run: the venv then carries the
+# library just built. A refit.pth an earlier bootstrap put into the system's
+# python3 for this clone is removed.
+install_python_package() {
+  local venv=$root/build/venv site
+  [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-deps \
+    --force-reinstall --config-settings build-dir=build "$root"
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo=sudo
-  $sudo mkdir -p "$site"
-  echo "$root/python" | $sudo tee "$site/refit.pth" >/dev/null
+  for site in $(/usr/bin/python3 -c 'import site; print(*site.getsitepackages())'); do
+    if [ "$(cat "$site/refit.pth" 2>/dev/null)" = "$root/python" ]; then
+      $sudo rm -f "$site/refit.pth"
+    fi
+  done
+  echo "bootstrap: refit installed in $venv (librefit.so of build/ inside it)"
 }
 
 case "$what" in
   build)
     install_missing
     build build
-    install_python_path
+    install_python_package
     ;;
   demo)
     install_missing
     build build
-    install_python_path
+    install_python_package
     exec "$root/launch/refit-launch" --build-dir "$root/build" "$root/configs/demo.yaml"
     ;;
   test)
     install_missing
     install_missing "${test_packages[@]}"
     build build
-    install_python_path
+    install_python_package
     (cd build && ctest --output-on-failure -j "$jobs")
     # The sanitizer build runs the same suite. Open MPI keeps some memory
     # until exit by design: the fault tests (100 refits with injected

@@ -6,7 +6,7 @@ the committed version stays intact until commit). After each commit it
 checks its block against the one the trainer computed from its
 Megatron-Core tensors, and prints the per-step refit times.
 
-    python3 examples/python/engine.py CONFIG --join PORT_FILE   # a separate engine job
+    build/venv/bin/python examples/python/engine.py CONFIG --join PORT_FILE   # a separate engine job
 """
 
 import argparse

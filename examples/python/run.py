@@ -1,7 +1,7 @@
 """One MPI job, both roles: the first ranks train (train.py), the others
 serve (engine.py), as the config's trainer and generator sections say.
 
-    launch/refit-launch examples/python/moe.yaml -- python3 examples/python/run.py examples/python/moe.yaml [--steps N]
+    launch/refit-launch examples/python/moe.yaml -- build/venv/bin/python examples/python/run.py examples/python/moe.yaml [--steps N]
 """
 
 import argparse

@@ -9,8 +9,8 @@ As in Megatron's mixed precision, the optimizer updates float32 main
 parameters and copies them into the bfloat16 model parameters; those are
 what refit reads, in place (source.kind caller).
 
-    launch/refit-launch examples/python/moe.yaml -- python3 examples/python/run.py examples/python/moe.yaml
-    python3 examples/python/train.py CONFIG --join PORT_FILE   # a separate trainer job
+    launch/refit-launch examples/python/moe.yaml -- build/venv/bin/python examples/python/run.py examples/python/moe.yaml
+    build/venv/bin/python examples/python/train.py CONFIG --join PORT_FILE   # a separate trainer job
 
 With refit.delta: on in the config, every refit after the first sends only
 the bytes the optimizer step changed (at --lr 1e-5 a small share of the

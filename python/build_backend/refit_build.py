@@ -7,13 +7,26 @@ It packs python/refit/ (its .py files, subpackages included) into a
 pure-Python wheel (py3-none-any) with the metadata below and the entry
 points pyproject.toml declares (vLLM finds refit's weight-transfer backend
 through one). The package's agent client (refit.attach) needs nothing
-else; the in-process MPI binding (refit.Session) finds librefit.so through
-REFIT_LIBRARY or, for a package used from this checkout, build/.
+else; the in-process MPI binding (refit.Session) needs librefit.so.
+
+One config setting, `build-dir`: a CMake build of this tree (absolute, or
+relative to the tree), whose runtime/librefit.so the wheel then carries as
+refit/_native/librefit.so, tagged for this platform (py3-none-linux_x86_64:
+ctypes loads it, so it fits any Python 3):
+
+    pip install --config-settings build-dir=build .
+
+Without it the wheel is pure Python and refit.Session looks for librefit.so
+on the dynamic loader's path (`cmake --install build`, then ldconfig) or at
+REFIT_LIBRARY (python/refit/_lib.py says the order). The library links the
+MPI, YAML, HDF5 and UCX libraries of the machine it was built on; the
+wheel bundles none of them.
 """
 
 import base64
 import hashlib
 import os
+import sysconfig
 import zipfile
 
 NAME = "refit"
@@ -31,7 +44,31 @@ Provides-Extra: torch
 Requires-Dist: torch; extra == "torch"
 Requires-Dist: numpy; extra == "torch"
 """.format(v=VERSION)
-WHEEL = "Wheel-Version: 1.0\nGenerator: refit_build\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+NATIVE = "%s/_native/librefit.so" % NAME
+
+
+def _library(config_settings):
+    """The librefit.so the wheel carries (None: a pure wheel)."""
+    build = (config_settings or {}).get("build-dir")
+    if not build:
+        return None
+    path = os.path.join(ROOT, build, "runtime", "librefit.so")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            "refit_build: build-dir=%s has no runtime/librefit.so (looked at %s): "
+            "build it first (cmake -S . -B %s && cmake --build %s)" % (build, path, build, build))
+    return path
+
+
+def _tag(config_settings):
+    if _library(config_settings) is None:
+        return "py3-none-any"
+    return "py3-none-" + sysconfig.get_platform().replace("-", "_").replace(".", "_")
+
+
+def _wheel_text(config_settings):
+    return ("Wheel-Version: 1.0\nGenerator: refit_build\nRoot-Is-Purelib: %s\nTag: %s\n"
+            % ("true" if _library(config_settings) is None else "false", _tag(config_settings)))
 
 
 def _files():
@@ -75,6 +112,14 @@ def _record_line(path, data):
     return "%s,sha256=%s,%d" % (path, digest, len(data))
 
 
+def _add(z, path, data):
+    info = zipfile.ZipInfo(path, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_DEFLATED
+    # Executable bits for the library, as a linker leaves it.
+    info.external_attr = (0o755 if path == NATIVE else 0o644) << 16
+    z.writestr(info, data)
+
+
 def _dist_info():
     return "%s-%s.dist-info" % (NAME, VERSION)
 
@@ -89,24 +134,28 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     with open(os.path.join(d, "METADATA"), "w") as f:
         f.write(METADATA)
     with open(os.path.join(d, "WHEEL"), "w") as f:
-        f.write(WHEEL)
+        f.write(_wheel_text(config_settings))
     with open(os.path.join(d, "entry_points.txt"), "w") as f:
         f.write(_entry_points())
     return _dist_info()
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    name = "%s-%s-py3-none-any.whl" % (NAME, VERSION)
+    name = "%s-%s-%s.whl" % (NAME, VERSION, _tag(config_settings))
+    library = _library(config_settings)
     records = []
     with zipfile.ZipFile(os.path.join(wheel_directory, name), "w",
                          zipfile.ZIP_DEFLATED) as z:
         entries = list(_files()) + [
             ("%s/METADATA" % _dist_info(), METADATA.encode()),
-            ("%s/WHEEL" % _dist_info(), WHEEL.encode()),
+            ("%s/WHEEL" % _dist_info(), _wheel_text(config_settings).encode()),
             ("%s/entry_points.txt" % _dist_info(), _entry_points().encode())]
+        if library is not None:
+            with open(library, "rb") as f:  # the file a versioned symlink names
+                entries.append((NATIVE, f.read()))
         for path, data in entries:
-            z.writestr(path, data)
+            _add(z, path, data)
             records.append(_record_line(path, data))
         records.append("%s/RECORD,," % _dist_info())
-        z.writestr("%s/RECORD" % _dist_info(), "\n".join(records) + "\n")
+        _add(z, "%s/RECORD" % _dist_info(), ("\n".join(records) + "\n").encode())
     return name

@@ -12,6 +12,7 @@
 #include "reshard/family.h"
 #include "session.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,4 +379,26 @@ refit_status_t refit_checkpoint_write(refit_config_h c, const char *path,
                      opt->shards,
                      opt->format == REFIT_CHECKPOINT_HDF5 ? "hdf5" : "safetensors");
   return refit_checkpoint_write_config(&c->cfg, path, opt, info);
+}
+
+void refit_mpi_library(char *version, size_t version_len, char *path, size_t path_len) {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+  int n = 0;
+  if (MPI_Get_library_version(text, &n) != MPI_SUCCESS)
+    snprintf(text, sizeof text, "(MPI_Get_library_version failed)");
+  /* MPICH ends its text with a newline: dropped, as trailing blanks, so that
+   * callers compare the texts alone. */
+  for (size_t end = strlen(text);
+       end > 0 && (text[end - 1] == '\n' || text[end - 1] == ' ');)
+    text[--end] = '\0';
+  if (version != NULL && version_len > 0)
+    snprintf(version, version_len, "%s", text);
+  if (path != NULL && path_len > 0) {
+    /* The address this library's calls resolve to: the MPI it runs on, not
+     * merely the one it was built against. */
+    Dl_info info;
+    const int found =
+        dladdr((void *)(uintptr_t)&MPI_Init, &info) != 0 && info.dli_fname != NULL;
+    snprintf(path, path_len, "%s", found ? info.dli_fname : "");
+  }
 }

@@ -129,3 +129,39 @@ def test_missing_library_is_named():
                        env=env, capture_output=True, text=True)
     assert r.returncode != 0 and "/nonexistent/librefit.so" in r.stderr, r.stderr
     assert "ImportError" in r.stderr, r.stderr
+
+
+def test_mpi_library_is_mpi4pys():
+    """librefit.so calls the MPI library mpi4py initialized: the same
+    MPI_Get_library_version text, from a libmpi mapped in this process."""
+    from mpi4py import MPI
+    version, where = _lib.mpi_library
+    assert version == MPI.Get_library_version().replace("\x00", "").strip(), _lib.mpi_library
+    assert where and os.path.realpath(where) in _lib._mapped_mpi(), (where, _lib._mapped_mpi())
+
+
+STANDIN_MPI4PY = '''
+def get_config():
+    return {"mpicc": "/opt/mpich/bin/mpicc"}
+'''
+STANDIN_MPI = '''
+def Get_library_version():
+    return "MPICH Version:\\t4.1.2\\nMPICH Release date: Wed Jun  7 15:22:45 CDT 2023\\x00"
+'''
+
+
+def test_other_mpi_in_mpi4py_is_refused(tmp_path):
+    """An mpi4py on another MPI than librefit's (here a stand-in that
+    reports MPICH, without starting MPI) is refused at the binding's first
+    use, naming both libraries and what to do, before any session opens."""
+    (tmp_path / "mpi4py").mkdir()
+    (tmp_path / "mpi4py" / "__init__.py").write_text(STANDIN_MPI4PY)
+    (tmp_path / "mpi4py" / "MPI.py").write_text(STANDIN_MPI)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", "import refit; refit.Session"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "ImportError: refit: mpi4py and librefit.so use " \
+        "different MPI libraries" in r.stderr, r.stderr
+    assert "MPICH Version:\t4.1.2" in r.stderr and _lib.mpi_library[0] in r.stderr, r.stderr
+    assert "/opt/mpich/bin/mpicc" in r.stderr and _lib.path in r.stderr, r.stderr

@@ -508,6 +508,17 @@ refit_status_t refit_comm_join(MPI_Comm local, refit_side_t side,
                                const char *port_file, double timeout_s,
                                MPI_Comm *merged);
 
+/*
+ * The MPI library this librefit.so calls, for a caller that brings its own
+ * MPI (Python's mpi4py) to check that both are one library: writes
+ * MPI_Get_library_version's text into `version` and the file that defines
+ * MPI_Init for this library (as the dynamic loader resolved it; "" where it
+ * cannot tell) into `path`, each truncated to its length and terminated
+ * (either may be NULL with length 0). Callable before MPI_Init, from any
+ * thread; does not block.
+ */
+void refit_mpi_library(char *version, size_t version_len, char *path, size_t path_len);
+
 #ifdef __cplusplus
 }
 #endif
