@@ -74,18 +74,23 @@ static inline REFIT_HD float refit_nvfp4_block_rule(uint32_t key, float gsf,
 }
 
 /* E2M1 code (low 4 bits) of v: round to nearest, ties to the even code,
- * saturate to +-6, the sign kept on zero, NaN -> +6. Written as comparisons
- * with the midpoints between neighbours; `<=` where the lower neighbour has
- * the even code, `<` where the upper one has. */
+ * saturate to +-6, the sign kept on zero, NaN -> +6. E2M1 is a float with
+ * 2 exponent bits of bias 1 and 1 mantissa bit, so it is computed on v's
+ * bits without a branch, as kernels/e4m3.h does for E4M3:
+ *   normal (|v| >= 1): round the float32 mantissa to 1 bit (RNE: add
+ *     0x1FFFFF plus the lowest kept bit), rebias the exponent 127 -> 1;
+ *   subnormal (|v| < 1): |v| + 2^22 in float32 has an ulp of exactly 0.5,
+ *     the E2M1 subnormal step, so the FPU's own RNE yields the 0..2 code;
+ *   |v| >= 6 (and Inf) is code 7. */
 static inline REFIT_HD uint32_t refit_nvfp4_e2m1(float v) {
   const uint32_t u = refit_f32_bits(v);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u)
-    return REFIT_NVFP4_E2M1_NAN_CODE;
-  const float m = refit_f32_from_bits(a);
-  const uint32_t code = (m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) +
-                        (m > 2.5f) + (m >= 3.5f) + (m > 5.0f);
-  return code | ((u >> 28) & 0x8u);
+  const uint32_t normal = ((a + 0x1fffffu + ((a >> 22) & 1u)) >> 22) - (126u << 1);
+  const uint32_t sub = refit_f32_bits(refit_f32_from_bits(a) + 4194304.0f) - 0x4a800000u;
+  uint32_t code = a < 0x3f800000u ? sub : normal; /* 1.0 */
+  code = a >= 0x40c00000u ? 7u : code;            /* >= 6.0 */
+  code |= (u >> 28) & 0x8u;
+  return a > 0x7f800000u ? REFIT_NVFP4_E2M1_NAN_CODE : code;
 }
 
 #endif /* REFIT_KERNELS_NVFP4_RULES_H */
