@@ -104,7 +104,9 @@ typedef enum {
 typedef enum {
   REFIT_QUANT_NONE = 0,
   REFIT_QUANT_MXFP8 = 1,    /* E4M3 + E8M0 per 32 along K, laid out for FlashInfer */
-  REFIT_QUANT_FP8_BLOCK = 2 /* E4M3 + FP32 per 128 x 128 block (reshard/blocks.h) */
+  REFIT_QUANT_FP8_BLOCK = 2, /* E4M3 + FP32 per 128 x 128 block (reshard/blocks.h) */
+  REFIT_QUANT_NVFP4 = 3      /* E2M1 + E4M3 per 16 along K + FP32 per tensor
+                                (kernels/nvfp4.h) */
 } refit_quant_t;
 
 typedef struct {

@@ -145,8 +145,9 @@ refit_status_t refit_plan_assembly(const refit_plan_t *plan, const refit_catalog
                                    int32_t gen_rank, int64_t *offsets, int64_t *bytes);
 
 /* Bytes a quantized tensor assembles in: MXFP8's canonical e4m3 values then
- * linear scales, or block FP8's BF16 matrix (a 128 x 128 block spans
- * chunks; it is quantized once the tensor is complete). */
+ * linear scales, or block FP8's and NVFP4's BF16 matrix (a 128 x 128 block
+ * spans chunks, an NVFP4 tensor needs its global scale: either is quantized
+ * once the tensor is complete). */
 int64_t refit_plan_assembly_bytes(const refit_gen_tensor_t *gen);
 
 /* The network a prediction assumes. Ranks are placed in blocks of

@@ -12,8 +12,14 @@
 #include <string.h>
 
 int64_t refit_plan_assembly_bytes(const refit_gen_tensor_t *g) {
+  /* BF16: block FP8's blocks span chunks, and NVFP4's global scale needs
+   * the whole tensor's amax: both are quantized once the tensor is whole.
+   * NVFP4 adds its linear scales, one byte per 16 along K, swizzled from
+   * there. */
   if (g->quantized == REFIT_QUANT_FP8_BLOCK)
-    return g->rows * g->cols * 2; /* BF16: blocks are quantized whole */
+    return g->rows * g->cols * 2;
+  if (g->quantized == REFIT_QUANT_NVFP4)
+    return g->rows * g->cols * 2 + g->rows * ((g->cols + 15) / 16);
   return g->rows * g->cols + g->rows * (g->cols / 32);
 }
 

@@ -313,6 +313,8 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
   else if (c->refit.precision == REFIT_PRECISION_FP8_BLOCK)
     precision = c->refit.fp8_scale == REFIT_FP8_SCALE_MODE_POW2 ? "fp8_block (pow2)"
                                                                 : "fp8_block";
+  else if (c->refit.precision == REFIT_PRECISION_NVFP4)
+    precision = "nvfp4";
   const char *delta = c->refit.delta == REFIT_DELTA_MODE_ON     ? ", delta on"
                       : c->refit.delta == REFIT_DELTA_MODE_AUTO ? ", delta auto"
                                                                 : "";

@@ -29,9 +29,8 @@ typedef enum {
   REFIT_PRECISION_BF16 = 0,
   REFIT_PRECISION_MXFP8 = 1,
   REFIT_PRECISION_FP8_BLOCK = 2, /* 128 x 128 blocks, FP32 weight_scale_inv */
-  /* E2M1 + E4M3 per 16 + FP32 global scale: the kernels exist
-   * (kernels/nvfp4.h); the runtime path does not yet, so the config refuses
-   * it at the key. */
+  /* E2M1 + E4M3 per 16 along K + FP32 global scale from each whole tensor's
+   * amax (kernels/nvfp4.h, docs/nvfp4.md): dense layers of qwen3 and llama. */
   REFIT_PRECISION_NVFP4 = 3
 } refit_precision_t;
 

@@ -20,6 +20,7 @@
 #include "config_table.h"
 #include "core/error.h"
 #include "kernels/fp8_block.h"
+#include "kernels/nvfp4.h"
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
 #include "reshard/blocks.h"
@@ -682,6 +683,78 @@ static void refit_config_check_fp8_block(refit_config_ctx_t *c) {
   refit_catalog_destroy(cat);
 }
 
+/* ---- NVFP4 ------------------------------------------------------------------ */
+
+/*
+ * NVFP4 (docs/nvfp4.md) for the dense families only: qwen3_moe's experts
+ * need FlashInfer's NVFP4 MoE layouts, which refit does not build yet, and
+ * no other family's NVFP4 statement exists on either side of the check.
+ * vLLM's ModelOptNvFp4LinearMethod.create_weights refuses an input
+ * partition that is not a multiple of 16 ("Unsupported model when in
+ * features size is not multiple of 16"): every quantized K of every
+ * generator rank must be one (a trainer shard may split a block: the
+ * generator assembles the tensor first). True when g (or, g NULL, every
+ * quantized tensor of `cat`) passes; one problem per K.
+ */
+static bool refit_config_check_nvfp4_k(refit_config_ctx_t *c, const refit_catalog_t *cat,
+                                       const refit_gen_tensor_t *g) {
+  bool reported[REFIT_FIELD_COUNT] = {0}, ok = true;
+  const int64_t first = g != NULL ? g - cat->gen : 0;
+  const int64_t end = g != NULL ? first + 1 : cat->gen_begin[cat->generator.tp];
+  for (int64_t i = first; i < end; i++) {
+    const refit_gen_tensor_t *t = &cat->gen[i];
+    if ((g == NULL && !t->quantized) || t->cols % REFIT_NVFP4_BLOCK == 0)
+      continue;
+    ok = false;
+    if (reported[t->k_field])
+      continue;
+    reported[t->k_field] = true;
+    refit_config_kdim_t k;
+    char tensor[REFIT_NAME_MAX + 8];
+    refit_config_kdim(c, cat, t, &k);
+    refit_config_tensor_pattern(t->name, tensor, sizeof(tensor));
+    if (k.gen_split > 1 && k.k % REFIT_NVFP4_BLOCK == 0)
+      refit_config_rule(c, ROW(GENERATOR_TP),
+                        "%s: K = %s split over generator.tp %" PRId64 " gives %" PRId64
+                        " per rank, not a multiple of %d (vLLM's NVFP4 linear refuses "
+                        "an input partition that is not; refit.precision nvfp4)",
+                        tensor, k.expr, k.gen_split, t->cols, REFIT_NVFP4_BLOCK);
+    else
+      refit_config_rule(c, k.model_row,
+                        "%s: K = %s is not a multiple of %d, the NVFP4 block (vLLM's "
+                        "NVFP4 linear refuses it; refit.precision nvfp4)",
+                        tensor, k.expr, REFIT_NVFP4_BLOCK);
+  }
+  return ok;
+}
+
+/* Runs when the layout rules hold, so that the catalog can be built. */
+static void refit_config_check_nvfp4(refit_config_ctx_t *c) {
+  if (!ROWS_OK(ROW(REFIT_PRECISION), ROW(REFIT_QUANTIZATION_IGNORE), ROW(MODEL_FAMILY)) ||
+      c->cfg.refit.precision != REFIT_PRECISION_NVFP4)
+    return;
+  const char *family = refit_family_desc(c->cfg.model.family)->name;
+  if (strcmp(family, "qwen3") != 0 && strcmp(family, "llama") != 0) {
+    refit_config_rule(c, ROW(REFIT_PRECISION),
+                      "refit.precision nvfp4 is not supported for model.family %s yet: "
+                      "it covers the dense qwen3 and llama (%s); use bf16, mxfp8 or "
+                      "fp8_block",
+                      family,
+                      refit_family_desc(c->cfg.model.family)->moe
+                          ? "the experts need FlashInfer's NVFP4 MoE layouts, which "
+                            "refit does not build yet"
+                          : "no NVFP4 statement of this family exists yet");
+    return;
+  }
+  if (!c->layout_ok)
+    return;
+  refit_catalog_t *cat = refit_config_quantized_catalog(c);
+  if (cat == NULL)
+    return;
+  refit_config_check_nvfp4_k(c, cat, NULL);
+  refit_catalog_destroy(cat);
+}
+
 refit_status_t refit_config_check_quantizable(const refit_config_t *cfg,
                                               const refit_catalog_t *cat,
                                               const refit_gen_tensor_t *g) {
@@ -703,6 +776,8 @@ refit_status_t refit_config_check_quantizable(const refit_config_t *cfg,
                          g->name);
   else if (cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
     refit_config_check_blocks(c, cat, g - cat->gen, g - cat->gen + 1, false);
+  else if (cfg->refit.precision == REFIT_PRECISION_NVFP4)
+    refit_config_check_nvfp4_k(c, cat, g);
   else if (refit_config_check_kdim(c, cat, g) && g->kind != REFIT_GEN_LINEAR)
     refit_config_check_moe_layout(c, g);
   if (g->kind != REFIT_GEN_PLAIN) {
@@ -739,42 +814,37 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
                       "refit.prequantize: true needs refit.precision mxfp8, "
                       "got %s (a %s refit has nothing to quantize)",
                       precision, precision);
-  /* NVFP4's kernels exist (kernels/nvfp4.h, docs/nvfp4.md), but its global
-   * scale needs the amax of each whole tensor (and of a fused layer's
-   * pieces), which no rank holds: until that collective, the catalog's
-   * weight_scale / weight_scale_2 tensors and the FlashInfer layouts exist,
-   * it is refused here rather than planned as something else. */
-  if (ROWS_OK(ROW(REFIT_PRECISION)) && cfg->refit.precision == REFIT_PRECISION_NVFP4)
-    refit_config_rule(c, ROW(REFIT_PRECISION),
-                      "refit.precision nvfp4 is not supported yet: its quantizer exists, "
-                      "but the runtime path (the global-amax collective over each "
-                      "tensor's trainer shards, the weight_scale and weight_scale_2 "
-                      "tensors, the FlashInfer layouts) does not; use bf16, mxfp8 or "
-                      "fp8_block");
-  /* A block of 128 x 128 spans trainer shards (rows over trainer.tp, columns
-   * of a row-parallel layer): the generator assembles every block before it
-   * quantizes, so neither the trainer nor a delta of wire bytes can. */
+  /* Block FP8's 128 x 128 block spans trainer shards (rows over trainer.tp,
+   * columns of a row-parallel layer), and NVFP4's global scale is the whole
+   * tensor's: the generator assembles each tensor before it quantizes, so
+   * neither the trainer nor a delta of wire bytes can. */
+  const bool gen_side = cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK ||
+                        cfg->refit.precision == REFIT_PRECISION_NVFP4;
+  const char *gen_why = cfg->refit.precision == REFIT_PRECISION_NVFP4
+                            ? "an NVFP4 global scale comes from the amax of the whole "
+                              "tensor, which no trainer holds"
+                            : "a 128 x 128 block can span trainer shards";
   if (ROWS_OK(ROW(REFIT_PREQUANTIZE), ROW(REFIT_PRECISION)) && cfg->refit.prequantize &&
-      cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
+      gen_side)
     refit_config_rule(c, ROW(REFIT_PREQUANTIZE),
                       "refit.prequantize: true is not supported with refit.precision "
-                      "fp8_block (a 128 x 128 block can span trainer shards; the "
-                      "generator assembles and quantizes it); remove it");
+                      "%s (%s; the generator assembles and quantizes it); remove it",
+                      precision, gen_why);
   if (ROWS_OK(ROW(REFIT_DELTA), ROW(REFIT_PRECISION)) &&
-      cfg->refit.delta != REFIT_DELTA_MODE_OFF &&
-      cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
+      cfg->refit.delta != REFIT_DELTA_MODE_OFF && gen_side)
     refit_config_rule(c, ROW(REFIT_DELTA),
-                      "refit.delta: %s is not supported with refit.precision fp8_block "
-                      "(delta refits compare quantized wire bytes, and block FP8 "
+                      "refit.delta: %s is not supported with refit.precision %s "
+                      "(delta refits compare quantized wire bytes, and %s "
                       "quantizes on the generator); use delta: off",
-                      cfg->refit.delta == REFIT_DELTA_MODE_ON ? "on" : "auto");
+                      cfg->refit.delta == REFIT_DELTA_MODE_ON ? "on" : "auto", precision,
+                      precision);
   if (ROWS_OK(ROW(REFIT_ZERO_COPY), ROW(REFIT_PRECISION)) &&
-      cfg->refit.zero_copy == REFIT_ZERO_COPY_ON &&
-      cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
+      cfg->refit.zero_copy == REFIT_ZERO_COPY_ON && gen_side)
     refit_config_rule(c, ROW(REFIT_ZERO_COPY),
                       "refit.zero_copy: on is not supported with refit.precision "
-                      "fp8_block (a tensor is quantized once it is whole, from its "
-                      "assembly area, not read in place); use zero_copy: auto or off");
+                      "%s (a tensor is quantized once it is whole, from its "
+                      "assembly area, not read in place); use zero_copy: auto or off",
+                      precision);
   if (ROWS_OK(ROW(REFIT_FP8_SCALE), ROW(REFIT_PRECISION)) &&
       cfg->refit.fp8_scale != REFIT_FP8_SCALE_MODE_FP32 &&
       cfg->refit.precision != REFIT_PRECISION_FP8_BLOCK)
@@ -798,6 +868,7 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
                       cfg->refit.delta_full_every);
   refit_config_check_mxfp8(c);
   refit_config_check_fp8_block(c);
+  refit_config_check_nvfp4(c);
 
   if (!cfg->refit.fault.enabled)
     return;
@@ -812,7 +883,7 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
     refit_config_rule(c, ROW(REFIT_FAULT_PHASE),
                       "refit.fault.phase: a %s refit has no quantize phase, "
                       "so the fault would never fire; use refit.precision "
-                      "mxfp8 or fp8_block, or another phase",
+                      "mxfp8, fp8_block or nvfp4, or another phase",
                       precision);
 }
 
@@ -833,8 +904,9 @@ int refit_config_quant_format(const refit_config_t *cfg) {
     return REFIT_QUANT_MXFP8;
   case REFIT_PRECISION_FP8_BLOCK:
     return REFIT_QUANT_FP8_BLOCK;
+  case REFIT_PRECISION_NVFP4:
+    return REFIT_QUANT_NVFP4;
   case REFIT_PRECISION_BF16:
-  case REFIT_PRECISION_NVFP4: /* refused by the config, never planned */
     break;
   }
   return REFIT_QUANT_NONE;

@@ -330,6 +330,15 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
   } else {
     refit_loader_begin(s->loader);
   }
+  /* NVFP4's global scales come from whole tensors no rank holds: every rank
+   * takes part, also one whose source failed, so that none waits in vain. */
+  if (s->cfg.refit.precision == REFIT_PRECISION_NVFP4) {
+    const refit_status_t ast = refit_session_nvfp4_amax(s, st == REFIT_OK, version);
+    if (s->broken)
+      return ast;
+    if (st == REFIT_OK)
+      st = ast;
+  }
   if (st != REFIT_OK) {
     snprintf(s->failure, sizeof(s->failure), "%s", refit_last_error());
     refit_session_abort(s); /* votes no: peers learn at their commit */

@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
+#include "kernels/nvfp4.h"
 #include "reshard/plan.h"
 #include "reshard/reference.h"
 
@@ -22,6 +23,8 @@ const char *refit_dtype_name(refit_dtype_t dtype) {
     return "e8m0";
   case REFIT_DTYPE_F32:
     return "float32";
+  case REFIT_DTYPE_U8:
+    return "uint8";
   }
   return "?";
 }
@@ -59,7 +62,8 @@ static refit_store_t *refit_loader_add_store(refit_loader_t *l, int64_t gen,
   st->shape[1] = d1;
   st->shape[2] = d2;
   st->gen = gen;
-  st->is_scale = dtype == REFIT_DTYPE_E8M0 || dtype == REFIT_DTYPE_F32;
+  st->is_scale = dtype == REFIT_DTYPE_E8M0 || dtype == REFIT_DTYPE_F32 ||
+                 strncmp(suffix, "_scale", 6) == 0;
   st->bytes = bytes;
   return st;
 }
@@ -106,6 +110,25 @@ static refit_status_t refit_loader_describe(refit_loader_t *l, int64_t gen) {
     if (refit_loader_has_dequant(g))
       refit_loader_add_store(l, gen, "_dequant", REFIT_DTYPE_BF16, "linear", 2, g->rows,
                              g->cols, 0, (size_t)(g->rows * g->cols) * 2);
+    return REFIT_OK;
+  }
+  if (g->quantized == REFIT_QUANT_NVFP4) {
+    /* vLLM's ModelOptNvFp4LinearMethod after loading, as FlashInfer's
+     * CUTLASS FP4 GEMM reads it (docs/nvfp4.md): the packed weight as it
+     * is, the E4M3 block scales 128x4-swizzled, and the one global decode
+     * scale (weight_scale_2.max() over a fused layer's pieces). */
+    const int64_t n = g->rows, k = g->cols, kb = refit_nvfp4_scale_cols(k);
+    refit_block_piece_t *p = NULL;
+    REFIT_CHECK(refit_block_pieces(l->cat, gen, &p, &l->npieces[gen - l->first]));
+    l->pieces[gen - l->first] = p;
+    refit_loader_add_store(l, gen, "", REFIT_DTYPE_U8, "linear", 2, n,
+                           refit_nvfp4_row_bytes(k), 0,
+                           (size_t)(n * refit_nvfp4_row_bytes(k)));
+    refit_loader_add_store(l, gen, "_scale", REFIT_DTYPE_E4M3, "swizzle_128x4", 2,
+                           refit_round_up(n, 128), refit_round_up(kb, 4), 0,
+                           (size_t)refit_kernels_swizzle_bytes(n, kb));
+    refit_loader_add_store(l, gen, "_scale_2", REFIT_DTYPE_F32, "scalar", 1, 1, 0, 0,
+                           sizeof(float));
     return REFIT_OK;
   }
   if (g->kind == REFIT_GEN_LINEAR) {
@@ -170,8 +193,9 @@ refit_status_t refit_loader_create(const refit_catalog_t *cat,
   l->arena_off = malloc((size_t)l->ntensors * sizeof(*l->arena_off));
   l->pieces = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof(*l->pieces));
   l->npieces = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof(*l->npieces));
+  l->gsf = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof(*l->gsf));
   if (l->stores == NULL || l->store_of == NULL || l->filled == NULL ||
-      l->arena_off == NULL || l->pieces == NULL || l->npieces == NULL) {
+      l->arena_off == NULL || l->pieces == NULL || l->npieces == NULL || l->gsf == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "loader tables");
     goto err;
   }
@@ -238,7 +262,7 @@ static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
     d->digest = l->trailer > 0;
     d->seal_key = refit_seal_key(l->run_id, ch->bucket, ch->src_tensor, ch->src_row,
                                  ch->src_col);
-    if (g->quantized == REFIT_QUANT_FP8_BLOCK) {
+    if (g->quantized == REFIT_QUANT_FP8_BLOCK || g->quantized == REFIT_QUANT_NVFP4) {
       /* BF16 rows into the tensor's assembly area. */
       d->op = REFIT_CHUNK_COPY;
       d->dst = l->arena + l->arena_off[i] + (ch->dst_row * g->cols + ch->dst_col) * 2;
@@ -380,6 +404,7 @@ void refit_loader_destroy(refit_loader_t *l) {
     free(l->pieces[i]);
   free(l->pieces);
   free(l->npieces);
+  free(l->gsf);
   free(l->place);
   free(l->sum[0]);
   free(l->sum[1]);
@@ -497,6 +522,35 @@ static refit_status_t refit_loader_fp8_dequant(const refit_loader_t *l, int64_t 
   return REFIT_OK;
 }
 
+void refit_loader_nvfp4_scales(refit_loader_t *l, const uint16_t *hf_keys) {
+  for (int64_t i = 0; i < l->ntensors; i++) {
+    if (l->cat->gen[l->first + i].quantized != REFIT_QUANT_NVFP4)
+      continue;
+    uint16_t key = 0;
+    for (int64_t k = 0; k < l->npieces[i]; k++)
+      key = hf_keys[l->pieces[i][k].hf] > key ? hf_keys[l->pieces[i][k].hf] : key;
+    l->gsf[i] = refit_nvfp4_global_scale(key);
+  }
+}
+
+/* NVFP4: tensor i's BF16 matrix `bf16` -> its packed weight, swizzled
+ * scales (through `lin`, the linear scales [rows, ceil(K/16)]) and global
+ * decode scale, under the tensor's global scale `gsf`. */
+static refit_status_t refit_loader_nvfp4(const refit_loader_t *l, int64_t i, float gsf,
+                                         const uint16_t *bf16, uint8_t *lin, uint8_t *w_out,
+                                         uint8_t *s_out, float *s2_out) {
+  const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
+  if (!(gsf > 0.0f))
+    return REFIT_ERR(REFIT_ERR_INTERNAL,
+                     "generator rank %d: %s has no NVFP4 global scale this refit",
+                     l->generator_rank, g->name);
+  const float decode = refit_nvfp4_global_decode(gsf);
+  REFIT_CHECK(refit_mem_nvfp4_quantize(l->mem, bf16, g->rows, g->cols, gsf, w_out, lin));
+  REFIT_CHECK(refit_mem_scale_swizzle(l->mem, lin, 1, g->rows,
+                                      refit_nvfp4_scale_cols(g->cols), s_out));
+  return refit_mem_from_host(l->mem, s2_out, &decode, sizeof(decode));
+}
+
 /* Canonical q + linear scales -> the runtime layout of tensor i (for block
  * FP8, q is the BF16 matrix and scale unused). */
 static refit_status_t refit_loader_transform(const refit_loader_t *l, int64_t i,
@@ -561,6 +615,12 @@ refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
   REFIT_CHECK(refit_loader_touch(l, &w[0]));
   REFIT_CHECK(refit_loader_touch(l, &w[1]));
   const uint8_t *q = l->arena + l->arena_off[i];
+  if (g->quantized == REFIT_QUANT_NVFP4) {
+    REFIT_CHECK(refit_loader_touch(l, &w[2]));
+    return refit_loader_nvfp4(l, i, l->gsf[i], (const uint16_t *)(const void *)q,
+                              l->arena + l->arena_off[i] + g->rows * g->cols * 2,
+                              w[0].target, w[1].target, w[2].target);
+  }
   REFIT_CHECK(refit_loader_transform(l, i, q, q + g->rows * g->cols, w[0].target,
                                      w[1].target));
   if (!refit_loader_has_dequant(g))
@@ -782,6 +842,34 @@ static refit_status_t refit_loader_compare(const refit_loader_t *l,
   return REFIT_OK;
 }
 
+/* NVFP4, for verify: the global scale of tensor i from the source's whole
+ * Hugging Face tensors of its pieces (read on the host, independent of the
+ * begin collective); keys[h] caches them (-1: not read yet). */
+static refit_status_t refit_loader_verify_gsf(const refit_loader_t *l, refit_source_t *src,
+                                              uint64_t version, int64_t i, int32_t *keys,
+                                              float *gsf) {
+  const refit_catalog_t *cat = l->cat;
+  uint16_t key = 0;
+  refit_status_t st = REFIT_OK;
+  for (int64_t k = 0; k < l->npieces[i] && st == REFIT_OK; k++) {
+    const int32_t h = l->pieces[i][k].hf;
+    if (keys[h] < 0) {
+      const refit_src_tensor_t *t = &cat->hf[h];
+      uint16_t *host = malloc((size_t)(t->rows * t->cols) * sizeof(uint16_t) + 2);
+      if (host == NULL)
+        return REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: %s on the host", t->name);
+      st = src->ops->read(src->ctx, t, version, 0, 0, t->rows, t->cols, host);
+      if (st == REFIT_OK)
+        keys[h] = refit_nvfp4_amax_key(host, t->rows, t->cols, t->cols, &st);
+      free(host);
+    }
+    if (st == REFIT_OK && keys[h] > key)
+      key = (uint16_t)keys[h];
+  }
+  *gsf = refit_nvfp4_global_scale(key);
+  return st;
+}
+
 refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
                                    uint64_t version, int64_t *mismatches) {
   refit_status_t st = REFIT_OK;
@@ -798,12 +886,20 @@ refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
     if (g->quantized == REFIT_QUANT_FP8_BLOCK)
       need += w[0].bytes + w[1].bytes + 512 +
               (refit_loader_has_dequant(g) ? w[2].bytes + 256 : 0);
+    else if (g->quantized == REFIT_QUANT_NVFP4)
+      need += (size_t)(g->rows * refit_nvfp4_scale_cols(g->cols)) + w[0].bytes +
+              w[1].bytes + w[2].bytes + 1024;
     else if (g->quantized)
       need += (size_t)refit_loader_assembly_bytes(g) + w[0].bytes + w[1].bytes + 1024;
     if (need > scratch_bytes)
       scratch_bytes = need;
   }
-  REFIT_CHECK(refit_mem_alloc(l->mem, scratch_bytes, (void **)&scratch));
+  int32_t *keys = malloc((size_t)(l->cat->nhf ? l->cat->nhf : 1) * sizeof(*keys));
+  if (keys == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: amax keys");
+  for (int64_t h = 0; h < l->cat->nhf; h++)
+    keys[h] = -1;
+  REFIT_CHECK_GOTO(refit_mem_alloc(l->mem, scratch_bytes, (void **)&scratch), st, out);
   for (int64_t i = 0; i < l->ntensors && st == REFIT_OK; i++) {
     const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
     const refit_store_t *w = &l->stores[l->store_of[i]];
@@ -811,6 +907,22 @@ refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
     REFIT_CHECK_GOTO(refit_loader_expected(l, src, version, i, want), st, out);
     if (!g->quantized) {
       REFIT_CHECK_GOTO(refit_loader_compare(l, w, want, 2, version, &bad), st, out);
+      continue;
+    }
+    if (g->quantized == REFIT_QUANT_NVFP4) {
+      uint8_t *lin = scratch + ((size_t)(g->rows * g->cols) * 2 + 255) / 256 * 256;
+      uint8_t *w_out =
+          lin + ((size_t)(g->rows * refit_nvfp4_scale_cols(g->cols)) + 255) / 256 * 256;
+      uint8_t *s_out = w_out + (w[0].bytes + 255) / 256 * 256;
+      uint8_t *s2_out = s_out + (w[1].bytes + 255) / 256 * 256;
+      float gsf = 0.0f;
+      REFIT_CHECK_GOTO(refit_loader_verify_gsf(l, src, version, i, keys, &gsf), st, out);
+      REFIT_CHECK_GOTO(refit_loader_nvfp4(l, i, gsf, want, lin, w_out, s_out,
+                                          (float *)(void *)s2_out),
+                       st, out);
+      REFIT_CHECK_GOTO(refit_loader_compare(l, &w[0], w_out, 1, version, &bad), st, out);
+      REFIT_CHECK_GOTO(refit_loader_compare(l, &w[1], s_out, 1, version, &bad), st, out);
+      REFIT_CHECK_GOTO(refit_loader_compare(l, &w[2], s2_out, 4, version, &bad), st, out);
       continue;
     }
     if (g->quantized == REFIT_QUANT_FP8_BLOCK) {
@@ -844,7 +956,9 @@ refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
     REFIT_CHECK_GOTO(refit_loader_compare(l, &w[1], s_out, 1, version, &bad), st, out);
   }
 out:
-  refit_mem_free(l->mem, scratch);
+  if (scratch != NULL)
+    refit_mem_free(l->mem, scratch);
+  free(keys);
   *mismatches = bad;
   return st;
 }

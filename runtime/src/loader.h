@@ -35,7 +35,8 @@ typedef enum {
   REFIT_DTYPE_BF16 = 0, /* uint16 bit patterns */
   REFIT_DTYPE_E4M3 = 1, /* float8_e4m3fn bytes */
   REFIT_DTYPE_E8M0 = 2, /* block scale exponent bytes */
-  REFIT_DTYPE_F32 = 3   /* float32 bits (REFIT_ROLE_F32 tensors, fp8_block's weight_scale_inv) */
+  REFIT_DTYPE_F32 = 3,  /* float32 bits (REFIT_ROLE_F32 tensors, fp8_block's weight_scale_inv) */
+  REFIT_DTYPE_U8 = 4    /* uint8: NVFP4's E2M1 values two to a byte */
 } refit_dtype_t;
 
 const char *refit_dtype_name(refit_dtype_t dtype);
@@ -60,7 +61,7 @@ typedef struct {
   int saved_valid; /* sync: saved holds data's previous bytes this refit */
   size_t bytes;
   int64_t gen;   /* index into catalog->gen */
-  int is_scale;  /* the _scale (or _scale_inv) beside a quantized weight */
+  int is_scale;  /* the _scale (_scale_inv, _scale_2) beside a quantized weight */
 } refit_store_t;
 
 typedef struct {
@@ -87,9 +88,13 @@ typedef struct {
   uint8_t *arena;
   int64_t arena_bytes;
   int64_t *arena_off; /* -1 for tensors that are not quantized */
-  /* Block FP8: tensor i's pieces (reshard/blocks.h), NULL for others. */
+  /* Block FP8 and NVFP4: tensor i's pieces (reshard/blocks.h), NULL for
+   * others. */
   refit_block_piece_t **pieces;
   int64_t *npieces;
+  /* NVFP4: tensor i's global scale this refit (refit_loader_nvfp4_scales),
+   * 0 until set. */
+  float *gsf;
 
   /* One land descriptor per chunk this rank receives, bucket by bucket. */
   refit_mem_table_t land;
@@ -180,6 +185,16 @@ refit_status_t refit_loader_acquire(refit_loader_t *l);
 /* Start a refit: forget partial assemblies, count from zero, point every
  * store's target at runtime storage (sync) or its shadow (async). */
 void refit_loader_begin(refit_loader_t *l);
+
+/*
+ * NVFP4: the global scale of every quantized tensor of this rank from the
+ * amax keys of the whole Hugging Face tensors (hf_keys[h] for catalog->hf
+ * h, the max over every trainer shard: the begin collective): a tensor
+ * takes the max over its pieces (q, k, v of qkv_proj; gate and up of
+ * gate_up_proj), as vLLM keeps the max of a fused layer's weight_scale_2.
+ * Set before anything of the refit lands.
+ */
+void refit_loader_nvfp4_scales(refit_loader_t *l, const uint16_t *hf_keys);
 
 /* Test seam: what landing does to one chunk of the next message. */
 typedef enum {

@@ -139,6 +139,19 @@ refit_status_t refit_mem_fp8_block_dequantize(refit_mem_t *m, const uint8_t *q,
                                               int64_t rows, int64_t k, int64_t q_stride,
                                               const float *scale_inv, int64_t scale_stride,
                                               uint16_t *out, int64_t out_stride);
+/* NVFP4 (kernels/nvfp4.h) of a contiguous [rows, k] BF16 matrix under
+ * global scale gsf: packed E2M1 q [rows, ceil(k/2)], linear E4M3 scales sf
+ * [rows, ceil(k/16)]. */
+refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src, int64_t rows,
+                                        int64_t k, float gsf, uint8_t *q, uint8_t *sf);
+/* kernels/layout.h's 128x4 swizzle of num linear scale matrices [rows, cols]. */
+refit_status_t refit_mem_scale_swizzle(refit_mem_t *m, const uint8_t *lin, int64_t num,
+                                       int64_t rows, int64_t cols, uint8_t *out);
+/* The NVFP4 amax key (refit_nvfp4_amax_key) of a [rows, k] BF16 matrix, row
+ * stride in elements, into *key (blocking: the device's work queued so far
+ * is waited for). */
+refit_status_t refit_mem_amax_key(refit_mem_t *m, const uint16_t *src, int64_t rows,
+                                  int64_t k, int64_t stride, uint16_t *key);
 refit_status_t refit_mem_dense_transform(refit_mem_t *m,
                                          refit_kernels_dense_backend_t backend,
                                          int64_t n, int64_t k, const uint8_t *q,

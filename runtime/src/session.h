@@ -27,7 +27,8 @@ enum {
   REFIT_CTRL_TAG_HEADER = 0x7100, /* begin: header exchange */
   REFIT_CTRL_TAG_REPAIR = 0x7101, /* begin: transport repair's outcome */
   REFIT_CTRL_TAG_VOTE = 0x7102,   /* commit vote */
-  REFIT_CTRL_TAG_FIRST = 0x7103   /* first begin: every rank is here */
+  REFIT_CTRL_TAG_FIRST = 0x7103,  /* first begin: every rank is here */
+  REFIT_CTRL_TAG_AMAX = 0x7104    /* begin: NVFP4's global amax keys */
 };
 
 /* Seconds per phase of one refit, as seen by one rank. */
@@ -277,6 +278,14 @@ refit_status_t refit_session_gather(refit_session_t *s, const void *mine, void *
  * on against the start-up deadline. */
 refit_status_t refit_session_startup_wait(refit_session_t *s, MPI_Request *req, int rc,
                                           const char *what);
+
+/* NVFP4, at begin once the trainers' weights of `version` are in place
+ * (nvfp4_amax.c): every rank's amax keys of the Hugging Face tensors NVFP4
+ * reads, exchanged by the begin deadline; a generator sets its loader's
+ * global scales from their maxima. `ok`: this rank got this far (a rank
+ * that did not still takes part, so that its peers learn it). Blocking;
+ * a timeout names the ranks that did not answer and breaks the session. */
+refit_status_t refit_session_nvfp4_amax(refit_session_t *s, int ok, uint64_t version);
 
 /* Every rank learns whether any rank failed `phase` (st: this rank's
  * outcome); a rank that did not fail itself returns REFIT_ERR_PEER. */

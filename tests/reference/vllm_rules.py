@@ -175,6 +175,10 @@ class Job:
     def fp8_block(self):
         return self.precision == "fp8_block"
 
+    @property
+    def nvfp4(self):
+        return self.precision == "nvfp4"
+
     def _validate(self):
         tp = self.tp
         # qwen3_moe.py Qwen3MoeAttention: heads split evenly; KV heads either
@@ -197,8 +201,14 @@ class Job:
             raise ValueError(f"intermediate_size {self.ffn} not divisible by tp {tp}")
         if self.mla and (self.shared * self.moe_ffn) % tp:
             raise ValueError(f"shared experts' width {self.shared * self.moe_ffn} not divisible by tp {tp}")
-        if self.precision not in ("bf16", "mxfp8", "fp8_block"):
-            raise ValueError(f"refit.precision {self.precision!r}: expected bf16, mxfp8 or fp8_block")
+        if self.precision not in ("bf16", "mxfp8", "fp8_block", "nvfp4"):
+            raise ValueError(f"refit.precision {self.precision!r}: expected bf16, mxfp8, "
+                             f"fp8_block or nvfp4")
+        if self.nvfp4 and self.family not in ("qwen3", "llama"):
+            # Only the dense families' NVFP4 linears are stated here (no
+            # NVFP4 MoE layout yet), as refit's config accepts.
+            raise ValueError(f"refit.precision nvfp4 for model.family {self.family!r}: "
+                             f"only qwen3 and llama are stated")
         if self.fp8_scale not in ("fp32", "pow2"):
             raise ValueError(f"refit.fp8_scale {self.fp8_scale!r}: expected fp32 or pow2")
         if self.linear_backend not in _LINEAR_BACKENDS:
@@ -342,7 +352,7 @@ def _quantized(job, module):
     Qwen3MoeSparseMoeBlock), and VocabParallelEmbedding / ParallelLMHead are
     not LinearBase, so neither ever reaches that method: callers pass only the
     attention, dense-MLP and expert modules here."""
-    return (job.mxfp8 or job.fp8_block) and not _ignored(job, module)
+    return (job.mxfp8 or job.fp8_block or job.nvfp4) and not _ignored(job, module)
 
 
 # ---------------------------------------------------------------------------
@@ -846,9 +856,62 @@ def _fp8_store(out, module, suffix, values, scales):
     out[module + "." + suffix + "_scale_inv"] = scales
 
 
-def _linear(job, out, module, weight):
+class _Typed(np.ndarray):
+    """An expected store whose element type refit names apart from what its
+    numpy dtype says (NVFP4's packed uint8 weight, its E4M3 scales)."""
+    refit_dtype = None
+
+
+def _typed(array, name):
+    view = np.ascontiguousarray(array).view(_Typed)
+    view.refit_dtype = name
+    return view
+
+
+def _nvfp4_scale(job, w, pieces):
+    """(gsf, weight_scale_2) of a runtime tensor made of the HF tensors
+    `pieces`: each piece's amax over the WHOLE tensor (ModelOpt calibrates
+    the unsharded weight), then their maximum, as
+    ModelOptNvFp4LinearMethod.process_weights_after_loading keeps
+    weight_scale_2.max() of a fused layer; the smallest gsf is the largest
+    decode scale. Cached on the job."""
+    cache = getattr(job, "_nvfp4_cache", None)
+    if cache is None or cache[0] is not w:
+        cache = (w, {})
+        job._nvfp4_cache = cache
+    table = cache[1]
+    for name in pieces:
+        if name not in table:
+            table[name] = nvfp4_amax(w[name])
+    return nvfp4_global_scale(max(table[name] for name in pieces))
+
+
+def _nvfp4_linear(job, out, module, weight, pieces):
+    """ModelOptNvFp4LinearMethod with FlashInfer's CUTLASS FP4 GEMM: the
+    rank's BF16 shard quantized under the whole layer's global scale,
+    weight uint8 [N, K/2] as loaded, weight_scale [N, K/16] E4M3 in the
+    128x4 layout (rows padded to 128, scale columns to 4), weight_scale_2
+    the one float32 decode scale [1]."""
+    if weight.shape[1] % NVFP4_BLOCK:
+        raise ValueError(f"{module}: K = {weight.shape[1]} is not a multiple of 16 "
+                         f"(ModelOptNvFp4LinearMethod.create_weights refuses it)")
+    gsf, decode = _nvfp4_scale(job, job._weights, pieces)
+    packed, scales = nvfp4_quantize(weight, gsf)
+    n = weight.shape[0]
+    out[module + ".weight"] = _typed(packed, "uint8")
+    out[module + ".weight_scale"] = _typed(
+        swizzle_128x4(scales).reshape(_round_up(n, SF_TILE_ROWS), -1), "float8_e4m3fn")
+    out[module + ".weight_scale_2"] = np.array([decode], dtype=np.float32)
+
+
+def _linear(job, out, module, weight, pieces=()):
+    """A linear's runtime tensors from its BF16 shard; `pieces` names the
+    HF tensors it is made of (NVFP4's global scale is theirs, whole)."""
     if job.fp8_block and _quantized(job, module):
         raise ValueError(f"{module}: block FP8 quantizes whole HF tensors (_fp8_* helpers)")
+    if job.nvfp4 and _quantized(job, module):
+        _nvfp4_linear(job, out, module, weight, pieces)
+        return
     if _quantized(job, module):
         values, scales = _dense_layout(job, *mxfp8_quantize(weight))
         out[module + ".weight"] = values
@@ -866,6 +929,7 @@ def runtime_tensors(cfg, full_weights, tp_rank):
     if not 0 <= tp_rank < job.tp:
         raise ValueError(f"tp_rank {tp_rank} outside generator tp {job.tp}")
     w, t = full_weights, tp_rank
+    job._weights = w
     out = collections.OrderedDict()
     out["model.embed_tokens.weight"] = _vocab_shard(job, w["model.embed_tokens.weight"], t)
     for i in range(job.layers):
@@ -884,7 +948,8 @@ def runtime_tensors(cfg, full_weights, tp_rank):
         if job.fp8_block and _quantized(job, _layer(i, "self_attn.qkv_proj")):
             _fp8_store(out, _layer(i, "self_attn.qkv_proj"), "weight", *_fp8_qkv(job, w, i, t))
         else:
-            _linear(job, out, _layer(i, "self_attn.qkv_proj"), _qkv(job, w, i, t))
+            _linear(job, out, _layer(i, "self_attn.qkv_proj"), _qkv(job, w, i, t),
+                    [_layer(i, f"self_attn.{p}_proj.weight") for p in "qkv"])
         if job.qkv_bias:
             # Not a weight: MXFP8 (Mxfp8OnlineLinearMethod) quantizes only
             # the weight and keeps the layer's bias as it was created, BF16.
@@ -895,7 +960,8 @@ def runtime_tensors(cfg, full_weights, tp_rank):
             _fp8_store(out, _layer(i, "self_attn.o_proj"), "weight",
                        *_fp8_row_parallel(job, w, _layer(i, "self_attn.o_proj.weight"), t))
         else:
-            _linear(job, out, _layer(i, "self_attn.o_proj"), _cols(o, t * o_loc, o_loc))
+            _linear(job, out, _layer(i, "self_attn.o_proj"), _cols(o, t * o_loc, o_loc),
+                    [_layer(i, "self_attn.o_proj.weight")])
         norms = ("self_attn.q_norm", "self_attn.k_norm") if job.qk_norm else ()
         for norm in norms + ("input_layernorm", "post_attention_layernorm"):
             out[_layer(i, norm + ".weight")] = w[_layer(i, norm + ".weight")]
@@ -909,14 +975,16 @@ def runtime_tensors(cfg, full_weights, tp_rank):
             else:
                 gate_up = _column_pair(job, w[_layer(i, "mlp.gate_proj.weight")],
                                        w[_layer(i, "mlp.up_proj.weight")], t, job.ffn)
-                _linear(job, out, _layer(i, "mlp.gate_up_proj"), gate_up)
+                _linear(job, out, _layer(i, "mlp.gate_up_proj"), gate_up,
+                        [_layer(i, "mlp.gate_proj.weight"), _layer(i, "mlp.up_proj.weight")])
             if job.fp8_block and _quantized(job, _layer(i, "mlp.down_proj")):
                 _fp8_store(out, _layer(i, "mlp.down_proj"), "weight",
                            *_fp8_row_parallel(job, w, _layer(i, "mlp.down_proj.weight"), t))
             else:
                 down = w[_layer(i, "mlp.down_proj.weight")]
                 f_loc = job.ffn // job.tp
-                _linear(job, out, _layer(i, "mlp.down_proj"), _cols(down, t * f_loc, f_loc))
+                _linear(job, out, _layer(i, "mlp.down_proj"), _cols(down, t * f_loc, f_loc),
+                        [_layer(i, "mlp.down_proj.weight")])
     out["model.norm.weight"] = w["model.norm.weight"]
     if not job.tied:
         # Qwen3MoeForCausalLM (and Qwen2ForCausalLM, LlamaForCausalLM): with
@@ -1116,6 +1184,8 @@ def _fp8_experts(job, out, w, i, t, module):
 
 def dtype_name(name, array):
     """The element type a runtime store holds, as refit's dump names it."""
+    if getattr(array, "refit_dtype", None):
+        return array.refit_dtype
     if array.dtype == np.uint16:
         return "bfloat16"
     if array.dtype == np.float32:

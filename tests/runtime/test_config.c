@@ -158,6 +158,7 @@ static const char dense[] = "model:\n"                   /* 1 */
 #define GEN_EP "  ep: 2\n  engines"
 #define MXFP8 "refit:\n  precision: mxfp8\n"
 #define FP8_BLOCK "refit:\n  precision: fp8_block\n"
+#define NVFP4 "refit:\n  precision: nvfp4\n"
 
 /* A fault appended to moe (lines 21-25). */
 #define FAULT                                                                            \
@@ -914,6 +915,27 @@ static const mistake_t mistakes[] = {
          .append = FP8_BLOCK "  zero_copy: on\n", .lines = 1,
          .want = {"demo.yaml:23:3: refit.zero_copy: on is not supported with "
                   "refit.precision fp8_block"}),
+    /* ---- NVFP4: what vLLM's NVFP4 linear and refit refuse ---- */
+    CASE(.base = moe, .append = NVFP4, .lines = 1,
+         .want = {"demo.yaml:22:3: refit.precision nvfp4 is not supported for "
+                  "model.family qwen3_moe yet"}),
+    /* down_proj's K = 520 is no multiple of 16, at the model key. */
+    CASE(.base = dense, .edit = {{"  intermediate_size: 512\n", "  intermediate_size: 520\n"}},
+         .append = NVFP4, .lines = 1, .ok_without_append = true,
+         .want = {"demo.yaml:9:3: model.layers.*.mlp.down_proj.weight: K = "}),
+    /* 528 is, but not the 264 of each of 2 generator ranks. */
+    CASE(.base = dense, .edit = {{"  intermediate_size: 512\n", "  intermediate_size: 528\n"}},
+         .append = NVFP4, .lines = 1, .ok_without_append = true,
+         .want = {"demo.yaml:15:3: model.layers.*.mlp.down_proj.weight: K = "}),
+    CASE(.base = dense, .append = NVFP4 "  prequantize: true\n", .lines = 1,
+         .want = {"demo.yaml:19:3: refit.prequantize: true is not supported with "
+                  "refit.precision nvfp4"}),
+    CASE(.base = dense, .append = NVFP4 "  delta: on\n", .lines = 1,
+         .want = {"demo.yaml:19:3: refit.delta: on is not supported with "
+                  "refit.precision nvfp4"}),
+    CASE(.base = dense, .append = NVFP4 "  zero_copy: on\n", .lines = 1,
+         .want = {"demo.yaml:19:3: refit.zero_copy: on is not supported with "
+                  "refit.precision nvfp4"}),
     CASE(.base = moe, .append = MXFP8 "  fp8_scale: pow2\n", .lines = 1,
          .want = {"demo.yaml:23:3: refit.fp8_scale: pow2 has no effect with "
                   "refit.precision mxfp8"}),
@@ -1474,6 +1496,11 @@ static void test_fp8_block_accepted(void **state) {
                      "  moe_intermediate_size: 128\n", "  moe_intermediate_size: 256\n"),
                 FP8_BLOCK),
             0, &cfg);
+  /* NVFP4: a dense qwen3 and llama at generator tp 2, K of 128 and 256. */
+  EXPECT_OK(cat(dense, NVFP4), 0, &cfg);
+  assert_int_equal(cfg.refit.precision, REFIT_PRECISION_NVFP4);
+  assert_int_equal(refit_config_quant_format(&cfg), REFIT_QUANT_NVFP4);
+  EXPECT_OK(cat(edit(dense, "  family: qwen3\n", "  family: llama\n"), NVFP4), 0, &cfg);
   /* qkv_proj kept in bf16: its KV shards of 64 rows are not quantized. */
   EXPECT_OK(
       cat(dense, FP8_BLOCK "  quantization_ignore: [lm_head, self_attn.qkv_proj]\n"), 0,
@@ -1564,9 +1591,10 @@ static void test_mxfp8_presets_pass(void **state) {
                   "quantization_ignore: [lm_head, self_attn.kv_b_proj]",
                   "quantization_ignore: [lm_head]"),
              0, REFIT_ERR_CONFIG, "add self_attn.kv_b_proj to refit.quantization_ignore");
-  /* nvfp4 is a known value, refused at the key until its runtime path exists. */
+  /* nvfp4 covers the dense families: the MoE demo is refused at the key. */
   EXPECT_ERR(edit(preset_mxfp8("demo.yaml"), "precision: mxfp8", "precision: nvfp4"), 0,
-             REFIT_ERR_CONFIG, "refit.precision nvfp4 is not supported yet");
+             REFIT_ERR_CONFIG,
+             "refit.precision nvfp4 is not supported for model.family qwen3_moe yet");
   /* demo.yaml with trtllm GEMMs: with one rank per engine o_proj's K is the
    * whole 256 and passes; with tp 2 it is 128 per rank and is refused. */
   const char *demo = edit(preset_mxfp8("demo.yaml"), "precision: mxfp8",
