@@ -18,6 +18,7 @@
 #include "config_rules.h"
 
 #include "config_table.h"
+#include "fault.h"
 #include "core/error.h"
 #include "kernels/fp8_block.h"
 #include "kernels/nvfp4.h"
@@ -872,6 +873,13 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
 
   if (!cfg->refit.fault.enabled)
     return;
+  if (!REFIT_FAULTS_BUILT) {
+    refit_config_rule(c, ROW(REFIT_FAULT_PHASE),
+                      "refit.fault: this build has no fault seam, which makes refits "
+                      "fail on purpose (a test build has it: configure with "
+                      "-DREFIT_TESTS=ON); remove the section");
+    return;
+  }
   if (ROWS_OK(ROW(REFIT_FAULT_RANK)) &&
       !refit_fault_rank_exists(cfg->refit.fault.rank, world_size))
     refit_config_rule(c, ROW(REFIT_FAULT_RANK),

@@ -1,5 +1,6 @@
 /*
  * The fault seam (tests): where and how a refit is made to fail on purpose.
+ * Compiled into test builds only (CMake option REFIT_TESTS).
  * It comes from the config's refit.fault section, or from the environment
  * variable REFIT_FAULT, which a production binary ignores unless the seam
  * is switched on (REFIT_ENABLE_FAULTS=1, or a refit.fault section in the
@@ -9,6 +10,14 @@
  */
 #ifndef REFIT_FAULT_H
 #define REFIT_FAULT_H
+
+/* Is the seam compiled in (test builds: CMake option REFIT_TESTS)? A
+ * constant, so that without it every fault branch is dead code. */
+#ifdef REFIT_HAVE_FAULTS
+#define REFIT_FAULTS_BUILT 1
+#else
+#define REFIT_FAULTS_BUILT 0
+#endif
 
 #include "config.h"
 #include "refit/status.h"

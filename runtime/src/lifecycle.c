@@ -56,7 +56,7 @@ static int refit_session_fault_here(const refit_session_t *s, int phase) {
   const refit_fault_t *f = &s->fault;
   /* The repair runs in begin, before the attempt it begins is counted. */
   const uint64_t attempt = s->attempt + (phase == REFIT_FAULT_PHASE_REPAIR);
-  if (!f->enabled || f->phase != phase || f->rank != s->rank)
+  if (!REFIT_FAULTS_BUILT || !f->enabled || f->phase != phase || f->rank != s->rank)
     return 0;
   if (f->refit != 0 && (uint64_t)f->refit != attempt)
     return 0;

@@ -603,7 +603,7 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   REFIT_CHECK_GOTO(refit_zc_merge(s), st, err);
   /* Fault seam: a rank that dies (or stalls) just as the transports start
    * up; its peers' start-up collectives must end at their deadline. */
-  if (s->fault.enabled && s->fault.phase == REFIT_FAULT_PHASE_OPEN &&
+  if (REFIT_FAULTS_BUILT && s->fault.enabled && s->fault.phase == REFIT_FAULT_PHASE_OPEN &&
       s->fault.rank == s->rank)
     REFIT_CHECK_GOTO(refit_session_fault_act(s, "opening the transport"), st, err);
   REFIT_CHECK_GOTO(refit_session_open_transport(s), st, err);
