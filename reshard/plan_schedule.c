@@ -83,84 +83,16 @@ static void refit_sched_free(refit_sched_t *w) {
   free(w->offsets);
 }
 
-/*
- * The rank's tensor order, balanced over its streams: the offsets (bytes
- * before each piece) of an order that keeps every tensor's pieces together,
- * as tensor order does (so a tensor is assembled soon after it starts and
- * the arena stays small), but takes the next tensor from the stream that is
- * furthest behind (bytes taken over its bytes), so that every stretch of the
- * order draws on every trainer rank in proportion, not on one pipeline stage
- * at a time. A run of pieces of one tensor goes with the stream of its first
- * piece. `stream` gives each piece's stream (ns of them); out[i] is piece
- * i's offset.
- */
-static refit_status_t refit_sched_balanced(const refit_chunk_t *pc, int64_t n,
-                                           const int32_t *stream, int64_t ns, double *out) {
-  int64_t *next = malloc((size_t)(n + 1) * sizeof(int64_t));
-  int64_t *head = malloc((size_t)(ns + 1) * sizeof(int64_t));
-  int64_t *tail = malloc((size_t)(ns + 1) * sizeof(int64_t));
-  double *total = calloc((size_t)(ns + 1), sizeof(double));
-  double *taken = calloc((size_t)(ns + 1), sizeof(double));
-  refit_status_t st = REFIT_OK;
-  if (next == NULL || head == NULL || tail == NULL || total == NULL || taken == NULL) {
-    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "plan: balanced order of %lld pieces",
-                   (long long)n);
-    goto out;
-  }
-  for (int64_t k = 0; k < ns; k++)
-    head[k] = tail[k] = -1;
-  /* Runs of one tensor (next[] links a run's first piece to the next run of
-   * its stream), queued on their first piece's stream in tensor order. */
-  for (int64_t i = 0; i < n; i++) {
-    total[stream[i]] += (double)(pc[i].rows * pc[i].row_bytes);
-    if (i > 0 && pc[i].dst_tensor == pc[i - 1].dst_tensor)
-      continue;
-    const int64_t k = stream[i];
-    next[i] = -1;
-    if (tail[k] < 0)
-      head[k] = i;
-    else
-      next[tail[k]] = i;
-    tail[k] = i;
-  }
-  double seq = 0;
-  for (;;) {
-    int64_t best = -1;
-    for (int64_t k = 0; k < ns; k++)
-      if (head[k] >= 0 &&
-          (best < 0 || taken[k] * total[best] < taken[best] * total[k]))
-        best = k;
-    if (best < 0)
-      break;
-    const int64_t first = head[best];
-    head[best] = next[first];
-    for (int64_t i = first; i < n && (i == first || pc[i].dst_tensor == pc[first].dst_tensor);
-         i++) {
-      const double bytes = (double)(pc[i].rows * pc[i].row_bytes);
-      out[i] = seq;
-      seq += bytes;
-      taken[stream[i]] += bytes;
-    }
-  }
-out:
-  free(next);
-  free(head);
-  free(tail);
-  free(total);
-  free(taken);
-  return st;
-}
-
 /* Streams and positions of generator rank g at spread a. Every byte gets a
  * position in [0, 1): a * (its offset in the stream of its trainer rank /
- * that stream's bytes) + (1 - a) * (its offset in the rank's balanced
- * tensor order / the rank's bytes). */
-static refit_status_t refit_sched_setup_rank(const refit_planner_t *p, refit_sched_t *w,
-                                             int32_t g, double a) {
+ * that stream's bytes) + (1 - a) * (its offset in the rank's tensor order /
+ * the rank's bytes). */
+static void refit_sched_setup_rank(const refit_planner_t *p, refit_sched_t *w, int32_t g,
+                                   double a) {
   const int64_t p0 = p->piece_begin[g], n = p->piece_begin[g + 1] - p0;
   const refit_chunk_t *pc = p->pieces.v + p0;
   const int64_t s0 = w->stream_first[g];
-  int64_t ns = 0, total = 0;
+  int64_t ns = 0, total = 0, seq = 0;
 
   for (int64_t i = 0; i < n; i++) {
     total += pc[i].rows * pc[i].row_bytes;
@@ -180,20 +112,12 @@ static refit_status_t refit_sched_setup_rank(const refit_planner_t *p, refit_sch
     at += count[k];
     count[k] = w->stream_begin[s0 + k];
   }
-  /* Each piece's stream (in rate[] for now), then its offset in the
-   * balanced tensor order (in base[] for now). */
-  int32_t *stream = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
-  if (stream == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "plan: streams of %lld pieces", (long long)n);
   for (int64_t i = 0; i < n; i++) {
     const int64_t k = w->stream_of_rank[pc[i].src_rank];
     w->by_stream[count[k]++] = p0 + i;
-    stream[i] = (int32_t)k;
+    w->base[p0 + i] = (double)seq; /* tensor-order offset for now */
+    seq += pc[i].rows * pc[i].row_bytes;
   }
-  const refit_status_t st = refit_sched_balanced(pc, n, stream, ns, w->base + p0);
-  free(stream);
-  if (st != REFIT_OK)
-    return st;
   for (int64_t k = 0; k < ns; k++) {
     const int64_t j0 = w->stream_begin[s0 + k], j1 = count[k];
     int64_t off = 0, bytes = 0;
@@ -213,7 +137,6 @@ static refit_status_t refit_sched_setup_rank(const refit_planner_t *p, refit_sch
   w->left[g] = ns;
   for (int64_t i = 0; i < n; i++)
     w->stream_of_rank[pc[i].src_rank] = -1;
-  return REFIT_OK;
 }
 
 /*
@@ -321,7 +244,7 @@ static refit_status_t refit_planner_schedule(refit_planner_t *p, refit_sched_t *
   } else {
     int64_t busy = 0;
     for (int32_t g = 0; g < g_end; g++) {
-      REFIT_CHECK(refit_sched_setup_rank(p, w, g, a));
+      refit_sched_setup_rank(p, w, g, a);
       busy += w->left[g] > 0;
     }
     for (int32_t b = 0; busy > 0; b++) {
