@@ -192,7 +192,7 @@ typedef struct {
     char quantization_ignore[REFIT_QUANT_IGNORE_MAX][REFIT_MODULE_NAME_MAX];
     int quantization_ignore_count;
     refit_restore_t restore; /* full (default) | none */
-    int digests;             /* per-tensor integrity digests; default true */
+    int digests;             /* per-chunk integrity digests; default true */
     int keep_staging;        /* default true */
     /* Every exchange sends its messages' lengths ahead over MPI
      * (transport_lengths.c) even where the transport reports lengths

@@ -213,7 +213,7 @@
   X(REFIT_RESTORE, "refit", "restore", ENUM, refit.restore, "full", 0, 0,      \
     "full|none", 0, "what a generator keeps to roll back a failed refit")      \
   X(REFIT_DIGESTS, "refit", "digests", BOOL, refit.digests, "true", 0, 0, "",  \
-    0, "per-tensor integrity digests")                                         \
+    0, "per-chunk integrity digests")                                          \
   X(REFIT_KEEP_STAGING, "refit", "keep_staging", BOOL, refit.keep_staging,     \
     "true", 0, 0, "", 0, "keep staging buffers allocated between refits")      \
   X(REFIT_BASELINE, "refit", "baseline", BOOL, refit.baseline, "false", 0, 0,  \
