@@ -131,6 +131,10 @@ typedef struct {
    * the wire and the assembly arena. Only kinds other than REFIT_GEN_PLAIN
    * may be set. */
   int quantized;
+  /* vLLM derives tensors from this one after loading (MLA's kv_b_proj:
+   * W_UK_T and W_UV, model-families.md 3.4): views of its storage while it
+   * stays BF16, a separate dequantized copy once it is quantized. */
+  int mla_derived;
 } refit_gen_tensor_t;
 
 typedef struct {

@@ -63,11 +63,13 @@ static refit_status_t refit_build_gen_mla(refit_catalog_builder_t *b, int l, int
   /* W_UK_T and W_UV, which MLAAttention derives from kv_b_proj after
    * loading, are strided views of this tensor's storage when it stays BF16
    * (model-families.md 3.4): writing it in place updates them. A quantized
-   * kv_b_proj gets a separate dequantized copy that refit does not write;
-   * the config refuses that (config_rules.c). */
+   * kv_b_proj gets a separate dequantized copy: refit rewrites it under
+   * block FP8 (the loader's "_dequant" store), and the config refuses the
+   * other precisions (config_rules.c). */
   REFIT_GEN("self_attn.kv_b_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2,
             kvb_rows, kvr, 0);
   g->k_field = REFIT_FIELD_MODEL_KV_LORA_RANK;
+  g->mla_derived = 1;
   REFIT_CHECK(refit_add_seg(b, g, ls->kv_b, t * kvb_rows, 0, kvb_rows, kvr, 0, 0));
   REFIT_GEN("self_attn.o_proj.weight", REFIT_ROLE_LINEAR, REFIT_GEN_LINEAR, 2, H, o_cols,
             0);

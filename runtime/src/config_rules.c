@@ -440,9 +440,7 @@ static void refit_config_kdim(const refit_config_ctx_t *c, const refit_catalog_t
  */
 static bool refit_config_check_derived(refit_config_ctx_t *c,
                                        const refit_gen_tensor_t *g) {
-  const char *module = ".self_attn.kv_b_proj.weight";
-  const size_t n = strlen(module), len = strlen(g->name);
-  if (!g->quantized || len < n || strcmp(g->name + len - n, module) != 0 ||
+  if (!g->quantized || !g->mla_derived ||
       c->cfg.refit.precision == REFIT_PRECISION_FP8_BLOCK)
     return true; /* block FP8: refit rewrites the copy (loader.c, "_dequant") */
   char tensor[REFIT_NAME_MAX + 8];

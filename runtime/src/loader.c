@@ -74,10 +74,7 @@ static refit_store_t *refit_loader_add_store(refit_loader_t *l, int64_t gen,
  * is not the weight's storage (model-families.md 3.4); refit rewrites it
  * in place from the new e4m3 bytes and scales. */
 static int refit_loader_has_dequant(const refit_gen_tensor_t *g) {
-  static const char kvb[] = ".self_attn.kv_b_proj.weight";
-  const size_t n = strlen(kvb), len = strlen(g->name);
-  return g->quantized == REFIT_QUANT_FP8_BLOCK && len >= n &&
-         strcmp(g->name + len - n, kvb) == 0;
+  return g->quantized == REFIT_QUANT_FP8_BLOCK && g->mla_derived;
 }
 
 /* Describe the stores of tensor `gen`: one BF16 store, or weight + scale
