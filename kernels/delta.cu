@@ -73,7 +73,6 @@ constexpr int kUnits = kTileBytes / 16 / kThreads; /* 16-byte loads per thread *
 constexpr unsigned kFull = 0xffffffffu;
 constexpr uint64_t kNoKey = UINT64_MAX;
 constexpr uint64_t kPlanFailed = UINT64_MAX;
-constexpr int kMaxDevices = 64;
 
 static_assert(kTileBlocks == 4 * kThreads, "a thread owns 4 blocks of a tile");
 static_assert(kTileList >= kThreads, "the write pass loads a list entry a thread");
@@ -1082,20 +1081,11 @@ __global__ void __launch_bounds__(kThreads)
 
 /* A machine-filling grid for `kernel`, queried once per device. */
 template <typename K>
-int64_t filling_grid(K kernel, std::atomic<int64_t> (&cache)[kMaxDevices]) {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices)
-    return refit_cuda_filling_grid(kernel, kThreads);
-  int64_t g = cache[dev].load(std::memory_order_relaxed);
-  if (g == 0) {
-    g = refit_cuda_filling_grid(kernel, kThreads);
-    cache[dev].store(g, std::memory_order_relaxed);
-  }
-  return g;
+int64_t filling_grid(K kernel, refit_cuda_grid_cache_t &cache) {
+  return refit_cuda_cached_grid(kernel, kThreads, cache);
 }
 
-std::atomic<int64_t> g_count_grid[kMaxDevices], g_write_grid[kMaxDevices],
-    g_check_grid[kMaxDevices], g_apply_grid[kMaxDevices];
+refit_cuda_grid_cache_t g_count_grid, g_write_grid, g_check_grid, g_apply_grid;
 
 unsigned grid_of(int64_t filling, uint64_t max_tiles) {
   const uint64_t g = static_cast<uint64_t>(filling) < max_tiles

@@ -211,11 +211,10 @@ refit_fp8_block_quantize_cuda(const uint16_t *src, int64_t rows, int64_t k,
   m.mode = static_cast<int>(mode);
   m.aligned = (reinterpret_cast<uintptr_t>(src) & 15) == 0 && src_stride_elems % 8 == 0 &&
               (reinterpret_cast<uintptr_t>(q) & 7) == 0 && q_stride % 8 == 0;
-  int64_t blocks = m.nbr * m.nbc;
-  const int64_t fill = refit_cuda_filling_grid(refit_fp8_block_quantize_kernel, kThreads);
-  blocks = blocks < fill ? blocks : fill;
-  refit_fp8_block_quantize_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      m);
+  static refit_cuda_grid_cache_t grid;
+  refit_fp8_block_quantize_kernel<<<refit_cuda_grid(refit_fp8_block_quantize_kernel,
+                                                    kThreads, grid, m.nbr * m.nbc),
+                                    kThreads, 0, stream>>>(m);
   return refit_cuda_launch_check("fp8_block quantize");
 }
 
@@ -228,9 +227,11 @@ extern "C" refit_status_t refit_fp8_block_dequantize_cuda(
   if (rows == 0 || k == 0)
     return REFIT_OK;
   const int64_t work = rows * ((k + 3) / 4);
-  const int64_t fill = refit_cuda_filling_grid(refit_fp8_block_dequantize_kernel, 256);
-  const int64_t blocks = (work + 255) / 256 < fill ? (work + 255) / 256 : fill;
-  refit_fp8_block_dequantize_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+  static refit_cuda_grid_cache_t grid;
+  refit_fp8_block_dequantize_kernel<<<refit_cuda_grid(refit_fp8_block_dequantize_kernel,
+                                                      kThreads, grid,
+                                                      (work + kThreads - 1) / kThreads),
+                                      kThreads, 0, stream>>>(
       q, rows, k, q_stride, scale_inv, scale_stride, out, out_stride_elems);
   return refit_cuda_launch_check("fp8_block dequantize");
 }

@@ -40,12 +40,12 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_quantize(const refit_mxfp8_dev_rows_t &m, cudaStream_t stream) {
   const int64_t tile = 8 * kUnroll, warps = (m.total + tile - 1) / tile;
-  int64_t blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
-  const int64_t fill =
-      refit_cuda_filling_grid(refit_mxfp8_quantize_kernel, kThreads);
-  blocks = blocks < fill ? blocks : fill;
-  refit_mxfp8_quantize_kernel<<<static_cast<unsigned>(blocks), kThreads, 0,
-                                stream>>>(m);
+  static refit_cuda_grid_cache_t grid;
+  refit_mxfp8_quantize_kernel<<<refit_cuda_grid(refit_mxfp8_quantize_kernel, kThreads,
+                                                grid,
+                                                (warps + kThreads / 32 - 1) /
+                                                    (kThreads / 32)),
+                                kThreads, 0, stream>>>(m);
 }
 
 } // namespace

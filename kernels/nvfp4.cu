@@ -107,9 +107,10 @@ extern "C" refit_status_t refit_nvfp4_quantize_cuda(
   m.k = k;
   m.nb = refit_nvfp4_scale_cols(k);
   m.gsf = gsf;
-  int64_t blocks = (rows * m.nb + kThreads - 1) / kThreads;
-  const int64_t fill = refit_cuda_filling_grid(refit_nvfp4_quantize_kernel, kThreads);
-  blocks = blocks < fill ? blocks : fill;
-  refit_nvfp4_quantize_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(m);
+  static refit_cuda_grid_cache_t grid;
+  refit_nvfp4_quantize_kernel<<<refit_cuda_grid(refit_nvfp4_quantize_kernel, kThreads,
+                                                grid,
+                                                (rows * m.nb + kThreads - 1) / kThreads),
+                                kThreads, 0, stream>>>(m);
   return refit_cuda_launch_check("nvfp4 quantize");
 }
