@@ -3,7 +3,7 @@ torch is present and has the type (torch.bfloat16; torch.float8_e4m3fn and
 torch.float8_e8m0fnu from PyTorch 2.1 and 2.7), else refit's name for it
 ("float8_e4m3fn"). dtype_name() reads either back."""
 
-NAMES = ("bfloat16", "float8_e4m3fn", "float8_e8m0fnu", "float32")
+NAMES = ("bfloat16", "float8_e4m3fn", "float8_e8m0fnu", "float32", "uint8")
 
 
 def framework(name):

@@ -144,7 +144,7 @@ SIDES = {SIDE_TRAINER: "trainer", SIDE_GENERATOR: "generator"}
 STATES = ("idle", "receiving", "ready", "committing", "poisoned")
 
 # refit_tensor_dtype_t
-DTYPES = {0: "bfloat16", 1: "float8_e4m3fn", 2: "float8_e8m0fnu", 3: "float32"}
+DTYPES = {0: "bfloat16", 1: "float8_e4m3fn", 2: "float8_e8m0fnu", 3: "float32", 4: "uint8"}
 
 
 class Tensor(ctypes.Structure):

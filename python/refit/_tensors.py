@@ -9,7 +9,8 @@ refit's dtypes and the framework types that carry them:
   float8_e8m0fnu  torch.float8_e8m0fnu where torch has it; torch/numpy uint8
   float32         torch.float32; numpy float32 (DeepSeek's e_score_correction_bias,
                   block FP8's weight_scale_inv)
-uint8 stands for either float8 type: PyTorch's DLPack export refuses float8,
+  uint8           torch/numpy uint8 (NVFP4's weight: E2M1 values two to a byte)
+uint8 also stands for either float8 type: PyTorch's DLPack export refuses float8,
 so engines pass uint8 views of them.
 """
 
@@ -113,7 +114,7 @@ def _dtype_ok(actual, expected):
     if actual in ("bfloat16", "bfloat16(uint16)"):
         return expected == "bfloat16"
     if actual == "uint8":
-        return expected in _BYTE_TYPES
+        return expected in _BYTE_TYPES or expected == "uint8"
     return actual == expected
 
 
@@ -162,12 +163,13 @@ def check(name, d, expected_dtype, side, session_device):
 
 def refit_dtype(d, expected_dtype):
     """The refit dtype code of a described tensor: uint8 stands for the
-    float8 type expected."""
+    float8 type expected, or for itself (NVFP4's packed weight)."""
     codes = {v: k for k, v in _lib.DTYPES.items()}
     if d.dtype in ("bfloat16", "bfloat16(uint16)"):
         return codes["bfloat16"]
     if d.dtype == "uint8":
-        return codes[expected_dtype if expected_dtype in _BYTE_TYPES else "float8_e4m3fn"]
+        return codes[expected_dtype if expected_dtype in _BYTE_TYPES + ("uint8",)
+                     else "float8_e4m3fn"]
     return codes.get(d.dtype, codes["bfloat16"])
 
 

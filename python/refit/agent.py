@@ -40,7 +40,7 @@ _BYTES_MAX = 16 << 20
 _FDS_MAX = 64
 
 # The element types refit_tensor_dtype_t knows, by the agent's names.
-DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e8m0fnu", "float32")
+DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e8m0fnu", "float32", "uint8")
 
 
 class AgentError(_status.Error):

@@ -43,7 +43,7 @@ struct refit_agent_client {
 };
 
 static const char *const client_dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu",
-                                            "float32"};
+                                            "float32", "uint8"};
 #define CLIENT_NDTYPES ((int)(sizeof(client_dtypes) / sizeof(client_dtypes[0])))
 
 const char *refit_agent_dtype_name(refit_agent_dtype_t dtype) {
@@ -211,7 +211,7 @@ static refit_status_t client_parse_expected(refit_agent_client_h c) {
       return REFIT_ERR(REFIT_ERR_INTERNAL,
                        "hello: expected tensor %zu of the agent's reply is not {name, "
                        "shape (at most %d dimensions), dtype (bfloat16, float8_e4m3fn, "
-                       "float8_e8m0fnu), bytes}",
+                       "float8_e8m0fnu, float32, uint8), bytes}",
                        i, REFIT_AGENT_MAX_DIMS);
     t->dtype = (refit_agent_dtype_t)d;
     t->bytes = (size_t)json_integer_value(json_object_get(e, "bytes"));

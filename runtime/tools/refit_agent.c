@@ -640,7 +640,7 @@ static void agent_go(agent_t *a, uint64_t v) {
 
 /* The protocol's names of refit_tensor_dtype_t, in its order. */
 static const char *const agent_dtypes[] = {"bfloat16", "float8_e4m3fn", "float8_e8m0fnu",
-                                           "float32"};
+                                           "float32", "uint8"};
 #define AGENT_NDTYPES ((int)(sizeof(agent_dtypes) / sizeof(agent_dtypes[0])))
 
 static json_t *agent_expected(agent_t *a) {
@@ -701,7 +701,7 @@ static json_t *agent_register(agent_t *a, refit_agent_msg_t *msg) {
         bytes <= 0 || offset < 0 || !json_is_array(shape) || json_array_size(shape) > 3) {
       AGENT_PROBLEM(
           "entry %zu: needs name, dtype (bfloat16, float8_e4m3fn, "
-          "float8_e8m0fnu, float32), bytes > 0, offset >= 0 and a shape of at most 3 "
+          "float8_e8m0fnu, float32, uint8), bytes > 0, offset >= 0 and a shape of at most 3 "
           "dimensions",
           i);
       continue;

@@ -449,7 +449,7 @@ def test_pip_installed_client_in_a_fresh_venv(tmp):
 
 
 MATRIX = sorted(os.path.join(d, f) if d else f
-                for d in ("", "fp8_block")
+                for d in ("", "fp8_block", "nvfp4")
                 for f in os.listdir(os.path.join(ROOT, "tests", "mpi", d)) if f.endswith(".yaml"))
 
 
@@ -459,7 +459,8 @@ MATRIX = sorted(os.path.join(d, f) if d else f
 def test_mpi_matrix_through_agents(tmp, config):
     """Every layout of the MPI test matrix (tests/mpi: tp, pp with uneven
     stages, ep, dp replicas, engines, BF16 and MXFP8 in each backend,
-    prequantized, async; block FP8 in tests/mpi/fp8_block) refits two
+    prequantized, async; block FP8 and NVFP4 in tests/mpi/fp8_block and
+    tests/mpi/nvfp4) refits two
     versions through agents: the agents make
     the weights (synthetic source) and hold the engines' storage; each engine
     process asks its agent to verify every byte against the reference."""

@@ -40,7 +40,7 @@ def test_structs_match_header():
 def test_enums_match_header():
     for value, name in _lib.DTYPES.items():
         tag = {"bfloat16": "BF16", "float8_e4m3fn": "E4M3", "float8_e8m0fnu": "E8M0",
-               "float32": "F32"}[name]
+               "float32": "F32", "uint8": "U8"}[name]
         assert re.search(r"REFIT_TENSOR_%s = %d\b" % (tag, value), HEADER)
     states = re.search(r"#define REFIT_STATE_MAP\(X\)(.*?)\n\n", HEADER, re.S).group(1)
     assert tuple(n.lower() for n in re.findall(r"X\((\w+),", states)) == _lib.STATES

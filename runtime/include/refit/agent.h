@@ -77,12 +77,14 @@ typedef enum { REFIT_AGENT_TRAINER = 0, REFIT_AGENT_GENERATOR = 1 } refit_agent_
 
 /* The element types of refit's tensors, in refit_tensor_dtype_t's order.
  * float8 tensors are bytes; bfloat16 are uint16 bit patterns; float32 is
- * DeepSeek's e_score_correction_bias. */
+ * DeepSeek's e_score_correction_bias and block FP8's weight_scale_inv;
+ * uint8 is NVFP4's packed weight. */
 typedef enum {
   REFIT_AGENT_BFLOAT16 = 0,
   REFIT_AGENT_FLOAT8_E4M3FN = 1,
   REFIT_AGENT_FLOAT8_E8M0FNU = 2,
-  REFIT_AGENT_FLOAT32 = 3
+  REFIT_AGENT_FLOAT32 = 3,
+  REFIT_AGENT_UINT8 = 4
 } refit_agent_dtype_t;
 
 /* The protocol's name of a dtype ("bfloat16"); "?" for a value out of range. */

@@ -81,7 +81,8 @@ typedef enum {
   REFIT_TENSOR_BF16 = 0, /* uint16 bit patterns */
   REFIT_TENSOR_E4M3 = 1, /* float8_e4m3fn */
   REFIT_TENSOR_E8M0 = 2, /* block scale exponents */
-  REFIT_TENSOR_F32 = 3   /* float32 (DeepSeek's e_score_correction_bias, fp8_block's weight_scale_inv) */
+  REFIT_TENSOR_F32 = 3,  /* float32 (DeepSeek's e_score_correction_bias, fp8_block's weight_scale_inv) */
+  REFIT_TENSOR_U8 = 4    /* uint8 (NVFP4's weight: E2M1 values two to a byte, the even element low) */
 } refit_tensor_dtype_t;
 
 /* A tensor a side holds: trainer shards under the trainer's names
