@@ -120,10 +120,11 @@ typedef enum {
   REFIT_FAULT_PHASE_VOTE = 4,  /* the commit vote: stall holds this rank's
                                   vote back for 2 x timeout_s + 1 s */
   REFIT_FAULT_PHASE_OPEN = 5,  /* refit_session_open, as the transport opens */
-  REFIT_FAULT_PHASE_REPAIR = 6 /* a begin's transport repair (after a failed
-                                  refit): stall holds this rank for timeout_s
-                                  + 1 s, past every peer's deadline, then it
-                                  goes on */
+  REFIT_FAULT_PHASE_REPAIR = 6, /* a begin's transport repair (after a failed
+                                   refit): stall holds this rank for timeout_s
+                                   + 1 s, past every peer's deadline, then it
+                                   goes on */
+  REFIT_FAULT_PHASE_AMAX = 7     /* begin: NVFP4's global amax exchange */
 } refit_fault_phase_t;
 
 /* ... and what it does there. */
@@ -142,12 +143,15 @@ typedef enum {
 
 /* The rules a fault obeys wherever it is given (refit.fault, REFIT_FAULT):
  * it fires on a rank of the job (world_size 0: not known yet), and in a
- * phase that runs (quantize only under a quantizing refit.precision). */
+ * phase that runs (quantize only under a quantizing refit.precision, amax
+ * only under nvfp4). */
 static inline int refit_fault_rank_exists(int rank, int world_size) {
   return world_size <= 0 || rank < world_size;
 }
 
 static inline int refit_fault_phase_runs(int phase, int precision) {
+  if (phase == REFIT_FAULT_PHASE_AMAX)
+    return precision == REFIT_PRECISION_NVFP4;
   return phase != REFIT_FAULT_PHASE_QUANTIZE || precision != REFIT_PRECISION_BF16;
 }
 

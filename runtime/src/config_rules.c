@@ -887,9 +887,13 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
   if (ROWS_OK(ROW(REFIT_FAULT_PHASE), ROW(REFIT_PRECISION)) &&
       !refit_fault_phase_runs(cfg->refit.fault.phase, cfg->refit.precision))
     refit_config_rule(c, ROW(REFIT_FAULT_PHASE),
-                      "refit.fault.phase: a %s refit has no quantize phase, "
-                      "so the fault would never fire; use refit.precision "
-                      "mxfp8, fp8_block or nvfp4, or another phase",
+                      cfg->refit.fault.phase == REFIT_FAULT_PHASE_AMAX
+                          ? "refit.fault.phase: a %s refit has no NVFP4 amax exchange, "
+                            "so the fault would never fire; use refit.precision nvfp4, "
+                            "or another phase"
+                          : "refit.fault.phase: a %s refit has no quantize phase, "
+                            "so the fault would never fire; use refit.precision "
+                            "mxfp8, fp8_block or nvfp4, or another phase",
                       precision);
 }
 

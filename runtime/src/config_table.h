@@ -231,7 +231,7 @@
   X(REFIT_FAULT, "refit", "fault", SECTION, refit.fault.enabled, NULL, 0, 0,   \
     "", 0, "fault injection seam for tests")                                   \
   X(REFIT_FAULT_PHASE, "refit.fault", "phase", ENUM, refit.fault.phase, NULL,  \
-    0, 0, "transfer|quantize|commit|verify|vote|open|repair",                  \
+    0, 0, "transfer|quantize|commit|verify|vote|open|repair|amax",            \
     REFIT_CONFIG_REQUIRED,                                                     \
     "phase the fault fires in")                                                \
   X(REFIT_FAULT_RANK, "refit.fault", "rank", INT, refit.fault.rank, NULL, 0,   \

@@ -158,9 +158,11 @@ refit_status_t refit_fault_parse(const char *text, int world_size, int precision
         value[KEY_RANK], world_size, world_size - 1);
   if (given[KEY_PHASE] == 1 && precision >= 0 &&
       !refit_fault_phase_runs((int)value[KEY_PHASE], precision))
-    refit_fault_problem(&p,
-                        "phase: a refit without refit.precision mxfp8 has no quantize "
-                        "phase, so the fault would never fire");
+    refit_fault_problem(&p, (int)value[KEY_PHASE] == REFIT_FAULT_PHASE_AMAX
+                                ? "phase: a refit without refit.precision nvfp4 has no "
+                                  "amax exchange, so the fault would never fire"
+                                : "phase: a bf16 refit has no quantize phase, so the "
+                                  "fault would never fire");
   if (p.count > 0)
     return REFIT_ERR(REFIT_ERR_CONFIG, "REFIT_FAULT: %s", p.text);
   out->enabled = 1;

@@ -333,11 +333,18 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
   /* NVFP4's global scales come from whole tensors no rank holds: every rank
    * takes part, also one whose source failed, so that none waits in vain. */
   if (s->cfg.refit.precision == REFIT_PRECISION_NVFP4) {
+    if (st == REFIT_OK && refit_session_fault_here(s, REFIT_FAULT_PHASE_AMAX))
+      st = refit_session_fault_act(s, "the NVFP4 amax exchange");
+    /* This rank's own error, which the exchange's would overwrite. */
+    if (st != REFIT_OK)
+      snprintf(s->failure, sizeof(s->failure), "%s", refit_last_error());
     const refit_status_t ast = refit_session_nvfp4_amax(s, st == REFIT_OK, version);
     if (s->broken)
       return ast;
     if (st == REFIT_OK)
       st = ast;
+    else
+      refit_error_set(st, "%s", s->failure);
   }
   if (st != REFIT_OK) {
     snprintf(s->failure, sizeof(s->failure), "%s", refit_last_error());

@@ -62,11 +62,8 @@ void refit_session_rank_name(const refit_session_t *s, int r, char *out, size_t 
     snprintf(out, len, "generator rank %d (world rank %d)", r - s->ntrainer, r);
 }
 
-/* The ranks whose requests among reqs[0..n) (to or from peer[i]) are still
- * pending, named into out: "generator rank 1 (world rank 3), ..."; their
- * count. */
-static int refit_session_name_pending(const refit_session_t *s, MPI_Request *reqs,
-                                      const int *peer, int n, char *out, size_t len) {
+int refit_session_name_pending(const refit_session_t *s, MPI_Request *reqs, const int *peer,
+                               int n, char *out, size_t len) {
   int count = 0;
   size_t at = 0;
   out[0] = '\0';

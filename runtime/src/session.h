@@ -262,6 +262,12 @@ refit_status_t refit_session_join_wait_blocks(refit_session_t *s, MPI_Request *r
 /* World rank r as messages name it: "generator rank 1 (world rank 3)". */
 void refit_session_rank_name(const refit_session_t *s, int r, char *out, size_t len);
 
+/* The ranks whose requests among reqs[0..n) (to or from peer[i]) are still
+ * pending, named into out: "generator rank 1 (world rank 3), ..."; their
+ * count. */
+int refit_session_name_pending(const refit_session_t *s, MPI_Request *reqs, const int *peer,
+                               int n, char *out, size_t len);
+
 /* Every rank's `bytes` at `mine` into all + r * bytes for each world rank r
  * (this rank's copied there), point to point on s->ctrl with `tag`, by
  * `deadline`: a message that did not arrive is an error that names the

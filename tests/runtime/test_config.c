@@ -228,7 +228,7 @@ static const mistake_t mistakes[] = {
                    "    action: kill\n",
          .lines = 1,
          .want = {"demo.yaml:23:12: refit.fault.phase: expected one of transfer, "
-                  "quantize, commit, verify, vote, open, repair, got 'transfr' (did you "
+                  "quantize, commit, verify, vote, open, repair, amax, got 'transfr' (did you "
                   "mean "
                   "'transfer'?)"}),
     CASE(.base = moe,

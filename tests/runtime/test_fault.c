@@ -104,7 +104,14 @@ static void test_fault_parse_rules(void **state) {
   REFUSED("phase=transfer,rank=4,action=kill", 4, -1,
           "rank: 4 is not a rank of this job (world size 4, ranks 0..3)");
   REFUSED("phase=quantize,rank=0,action=drop", 4, REFIT_PRECISION_BF16,
-          "phase: a refit without refit.precision mxfp8 has no quantize phase");
+          "phase: a bf16 refit has no quantize phase");
+  REFUSED("phase=amax,rank=0,action=kill", 4, REFIT_PRECISION_MXFP8,
+          "phase: a refit without refit.precision nvfp4 has no amax exchange");
+  refit_fault_t a = untouched;
+  assert_int_equal(refit_fault_parse("phase=amax,rank=1,action=stall", 4,
+                                     REFIT_PRECISION_NVFP4, &a),
+                   REFIT_OK);
+  assert_int_equal(a.phase, REFIT_FAULT_PHASE_AMAX);
   refit_fault_t f = untouched;
   assert_int_equal(refit_fault_parse("phase=transfer,rank=4,action=kill", 0, -1, &f),
                    REFIT_OK); /* world size 0: not checked */
