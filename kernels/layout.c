@@ -29,6 +29,8 @@ static const char *refit_kernels_perm_kind_name(refit_kernels_perm_kind_t k) {
     return "dst32";
   case REFIT_KERNELS_PERM_SRC13:
     return "src13";
+  case REFIT_KERNELS_PERM_SWAP13:
+    return "swap13";
   }
   return "?";
 }
@@ -46,8 +48,10 @@ static refit_kernels_perm_entry_t *refit_kernels_perm_head = NULL;
 
 static refit_status_t refit_kernels_perm_check(refit_kernels_perm_kind_t kind,
                                                int64_t rows) {
-  int64_t mult = kind == REFIT_KERNELS_PERM_SRC13 ? 64 : 32;
-  if ((unsigned)kind > REFIT_KERNELS_PERM_SRC13)
+  int64_t mult = kind == REFIT_KERNELS_PERM_SRC13    ? 64
+                 : kind == REFIT_KERNELS_PERM_SWAP13 ? 2
+                                                     : 32;
+  if ((unsigned)kind > REFIT_KERNELS_PERM_SWAP13)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "permutation: unknown kind %d", (int)kind);
   if (rows <= 0 || rows % mult != 0 || rows > INT32_MAX)
@@ -293,6 +297,66 @@ refit_status_t refit_kernels_moe_transform(const refit_kernels_moe_shape_t *s,
                                                  w13_scale_out));
   return refit_kernels_moe_transform_tensor(s, REFIT_KERNELS_MOE_W2, w2,
                                             w2_scale, w2_out, w2_scale_out);
+}
+
+/* ---- NVFP4 MoE --------------------------------------------------------- */
+
+refit_status_t refit_kernels_nvfp4_moe_check_shape(refit_kernels_moe_backend_t backend,
+                                                   const refit_kernels_moe_shape_t *s,
+                                                   const char *name) {
+  const char *bname = backend == REFIT_KERNELS_MOE_FLASHINFER_TRTLLM   ? "flashinfer_trtllm"
+                      : backend == REFIT_KERNELS_MOE_FLASHINFER_CUTLASS ? "flashinfer_cutlass"
+                                                                        : NULL;
+  if (s == NULL || bname == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "nvfp4 moe %s: NULL shape or backend %d",
+                     REFIT_NAME(name), (int)backend);
+  const int64_t E = s->num_experts, H = s->hidden, I = s->intermediate;
+  const char *rule = NULL;
+  if (E < 1 || H < 1 || I < 1 || !s->gated)
+    rule = "E, H and I positive, gated w13 ([gate; up])";
+  else if (H % 16 != 0)
+    rule = "H % 16 == 0 (one E4M3 scale per 16 elements along K of w13)";
+  else if (I % 16 != 0)
+    rule = "I % 16 == 0 (one E4M3 scale per 16 elements along K of w2)";
+  else if ((2 * I) % 128 != 0)
+    rule = backend == REFIT_KERNELS_MOE_FLASHINFER_TRTLLM
+               ? "2I % 128 == 0 (shuffle_matrix_sf_a's 128-row tiles; vLLM pads I "
+                 "to a multiple of 64 otherwise, which refit does not)"
+               : "2I % 128 == 0 (vLLM raises for a gated w13 whose swizzled scale "
+                 "rows need padding)";
+  else if (backend == REFIT_KERNELS_MOE_FLASHINFER_TRTLLM && H % 256 != 0)
+    rule = "H % 256 == 0 (vLLM pads the experts' hidden size to 256 for the TRTLLM "
+           "NVFP4 MoE kernels otherwise, which refit does not)";
+  if (rule != NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s: experts [E=%lld, H=%lld, I=%lld] cannot use NVFP4 MoE backend "
+                     "%s: needs %s",
+                     REFIT_NAME(name), (long long)E, (long long)H, (long long)I, bname,
+                     rule);
+  return REFIT_OK;
+}
+
+refit_status_t refit_kernels_nvfp4_moe_transform(refit_kernels_moe_backend_t backend,
+                                                 const refit_kernels_moe_shape_t *s,
+                                                 refit_kernels_moe_tensor_t which,
+                                                 const uint8_t *packed, const uint8_t *lin,
+                                                 uint8_t *w_out, uint8_t *s_out) {
+  REFIT_CHECK(refit_kernels_nvfp4_moe_check_shape(backend, s, NULL));
+  int64_t rows, k;
+  refit_kernels_perm_kind_t unused;
+  if (!refit_kernels_moe_tensor_dims(s, which, &rows, &k, &unused))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "nvfp4 moe: unknown tensor %d", (int)which);
+  if (packed == NULL || lin == NULL || w_out == NULL || s_out == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "nvfp4 moe %s: NULL buffer",
+                     which == REFIT_KERNELS_MOE_W13 ? "w13" : "w2");
+  int kind;
+  const int32_t *perm = NULL;
+  refit_kernels_nvfp4_moe_perm(backend, which, &kind);
+  if (kind >= 0)
+    REFIT_CHECK(refit_kernels_perm_get((refit_kernels_perm_kind_t)kind, rows, &perm));
+  refit_kernels_gather_rows(packed, s->num_experts, rows, (k + 1) / 2, perm, rows, w_out);
+  refit_kernels_gather_swizzle(lin, s->num_experts, rows, (k + 15) / 16, perm, s_out);
+  return REFIT_OK;
 }
 
 /* ---- Dense ------------------------------------------------------------- */

@@ -318,6 +318,31 @@ extern "C" refit_status_t refit_kernels_moe_transform_tensor_cuda(
   return gather_swizzle(scales, s->num_experts, rows, k / 32, kind, scales_out, stream, what);
 }
 
+extern "C" refit_status_t refit_kernels_nvfp4_moe_transform_cuda(
+    refit_kernels_moe_backend_t backend, const refit_kernels_moe_shape_t *s,
+    refit_kernels_moe_tensor_t which, const uint8_t *packed, const uint8_t *lin,
+    uint8_t *w_out, uint8_t *s_out, cudaStream_t stream) {
+  refit_status_t st = refit_kernels_nvfp4_moe_check_shape(backend, s, NULL);
+  if (st != REFIT_OK)
+    return st;
+  int64_t rows, k;
+  refit_kernels_perm_kind_t unused;
+  if (!refit_kernels_moe_tensor_dims(s, which, &rows, &k, &unused))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "nvfp4 moe (cuda): unknown tensor %d",
+                     static_cast<int>(which));
+  if (packed == NULL || lin == NULL || w_out == NULL || s_out == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "nvfp4 moe (cuda): NULL buffer");
+  int kind;
+  refit_kernels_nvfp4_moe_perm(backend, which, &kind);
+  const char *what = which == REFIT_KERNELS_MOE_W13 ? "nvfp4 moe w13" : "nvfp4 moe w2";
+  st = gather_rows(packed, s->num_experts, rows, (k + 1) / 2, kind, rows, w_out, stream,
+                   what);
+  if (st != REFIT_OK)
+    return st;
+  return gather_swizzle(lin, s->num_experts, rows, (k + 15) / 16, kind, s_out, stream,
+                        what);
+}
+
 extern "C" refit_status_t refit_kernels_moe_transform_cuda(
     const refit_kernels_moe_shape_t *s, const uint8_t *w13, const uint8_t *w13_scale,
     const uint8_t *w2, const uint8_t *w2_scale, uint8_t *w13_out, uint8_t *w13_scale_out,

@@ -69,6 +69,7 @@ typedef enum {
   REFIT_KERNELS_PERM_SRC32 = 0, /* rows % 32 == 0 */
   REFIT_KERNELS_PERM_DST32 = 1, /* rows % 32 == 0; inverse of SRC32 */
   REFIT_KERNELS_PERM_SRC13 = 2, /* rows % 64 == 0 (two halves of 32k rows) */
+  REFIT_KERNELS_PERM_SWAP13 = 3, /* rows % 2 == 0: [gate; up] -> [up; gate] */
 } refit_kernels_perm_kind_t;
 
 /* One entry of a permutation, computed from the formula (no cache). */
@@ -83,6 +84,8 @@ static inline REFIT_HD int64_t refit_kernels_perm_index(
   case REFIT_KERNELS_PERM_SRC13:
     r = 32 * (j / 32) + 4 * (j % 8) + (j % 32) / 8;
     return (r % 2 == 0) ? rows / 2 + r / 2 : r / 2;
+  case REFIT_KERNELS_PERM_SWAP13:
+    return j < rows / 2 ? rows / 2 + j : j - rows / 2;
   }
   return -1;
 }
@@ -101,6 +104,8 @@ static inline REFIT_HD int64_t refit_kernels_perm_inverse_index(
   case REFIT_KERNELS_PERM_SRC13:
     r = i >= rows / 2 ? 2 * (i - rows / 2) : 2 * i + 1;
     return refit_kernels_perm_index(REFIT_KERNELS_PERM_DST32, rows, r);
+  case REFIT_KERNELS_PERM_SWAP13: /* its own inverse */
+    return refit_kernels_perm_index(REFIT_KERNELS_PERM_SWAP13, rows, i);
   }
   return -1;
 }
@@ -110,7 +115,8 @@ static inline REFIT_HD int64_t refit_kernels_perm_inverse_index(
  * output row j takes input row perm[j]. The array lives in a process-wide
  * cache (thread-safe; computed on first use) and stays valid until
  * refit_kernels_perm_cache_clear(). *out is set only on success.
- * Errors: rows not a positive multiple of 32 (64 for SRC13), rows > INT32_MAX,
+ * Errors: rows not a positive multiple of 32 (64 for SRC13, 2 for SWAP13),
+ * rows > INT32_MAX,
  * out of memory.
  */
 refit_status_t refit_kernels_perm_get(refit_kernels_perm_kind_t kind,
@@ -213,6 +219,63 @@ refit_status_t refit_kernels_moe_transform_oracle(
     const uint8_t *w13_scale, const uint8_t *w2, const uint8_t *w2_scale,
     uint8_t *w13_out, uint8_t *w13_scale_out, uint8_t *w2_out,
     uint8_t *w2_scale_out);
+
+/* ---- NVFP4 MoE expert layouts (docs/nvfp4.md, "MoE") ------------------ */
+
+/* The FlashInfer NVFP4 MoE backend a generator's experts are laid out for
+ * (refit.moe_backend; the config's order). */
+typedef enum {
+  REFIT_KERNELS_MOE_FLASHINFER_TRTLLM = 0,
+  REFIT_KERNELS_MOE_FLASHINFER_CUTLASS = 1,
+} refit_kernels_moe_backend_t;
+
+/* The row permutation of an NVFP4 expert tensor's weight rows and scale
+ * rows under `backend` (*kind = -1: none). vLLM's
+ * prepare_nvfp4_moe_layer_for_fi_or_cutlass first swaps [gate; up] to
+ * [up; gate] for both backends; flashinfer_trtllm then applies the
+ * gated-activation interleave and the epilogue-tile shuffle (the swap, the
+ * interleave and the shuffle together are SRC13, as for MXFP8) to w13 and
+ * the shuffle (SRC32) to w2; flashinfer_cutlass keeps the swapped rows
+ * (SWAP13) and w2 as it is. */
+static inline REFIT_HD void refit_kernels_nvfp4_moe_perm(refit_kernels_moe_backend_t backend,
+                                                         refit_kernels_moe_tensor_t which,
+                                                         int *kind) {
+  const int trtllm = backend == REFIT_KERNELS_MOE_FLASHINFER_TRTLLM;
+  if (which == REFIT_KERNELS_MOE_W13)
+    *kind = trtllm ? (int)REFIT_KERNELS_PERM_SRC13 : (int)REFIT_KERNELS_PERM_SWAP13;
+  else
+    *kind = trtllm ? (int)REFIT_KERNELS_PERM_SRC32 : -1;
+}
+
+/*
+ * Can the experts of `s` (gated, I per rank) take `backend` under NVFP4?
+ * Rules (each vLLM's or FlashInfer's, docs/nvfp4.md): H % 16 and I % 16
+ * (one scale per 16 along K); 2I % 128 (flashinfer_cutlass: vLLM does not
+ * pad a gated w13 and raises; flashinfer_trtllm: shuffle_matrix_sf_a
+ * asserts 128-row scale tiles, and vLLM pads I to 64 otherwise, which refit
+ * does not); flashinfer_trtllm also H % 256 (vLLM pads the hidden size of
+ * the experts otherwise). The message names `name`, the backend and the
+ * rule. name may be NULL.
+ */
+refit_status_t refit_kernels_nvfp4_moe_check_shape(refit_kernels_moe_backend_t backend,
+                                                   const refit_kernels_moe_shape_t *s,
+                                                   const char *name);
+
+/*
+ * One NVFP4 expert tensor of a layer, all experts at once, into `backend`'s
+ * layout: packed E2M1 rows of ceil(K/2) bytes gathered by the backend's
+ * permutation, and the linear E4M3 scales [E, rows, ceil(K/16)] gathered by
+ * the same permutation and written 128x4-swizzled per expert
+ * ([E, round_up(rows, 128) * round_up(ceil(K/16), 4)] bytes).
+ *   packed [E, rows, ceil(K/2)];  lin [E, rows, ceil(K/16)]
+ * Rows and K are refit_kernels_moe_tensor_dims'. Outputs must not overlap
+ * inputs. Errors: the shape rules above, a NULL buffer.
+ */
+refit_status_t refit_kernels_nvfp4_moe_transform(refit_kernels_moe_backend_t backend,
+                                                 const refit_kernels_moe_shape_t *s,
+                                                 refit_kernels_moe_tensor_t which,
+                                                 const uint8_t *packed, const uint8_t *lin,
+                                                 uint8_t *w_out, uint8_t *s_out);
 
 /* ---- Dense MXFP8 linear backends -------------------------------------- */
 

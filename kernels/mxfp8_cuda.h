@@ -48,6 +48,12 @@ refit_status_t refit_kernels_moe_transform_tensor_cuda(
     const uint8_t *values, const uint8_t *scales, uint8_t *values_out,
     uint8_t *scales_out, cudaStream_t stream);
 
+/* refit_kernels_nvfp4_moe_transform on the device (two kernels). */
+refit_status_t refit_kernels_nvfp4_moe_transform_cuda(
+    refit_kernels_moe_backend_t backend, const refit_kernels_moe_shape_t *s,
+    refit_kernels_moe_tensor_t which, const uint8_t *packed, const uint8_t *lin,
+    uint8_t *w_out, uint8_t *s_out, cudaStream_t stream);
+
 /* refit_kernels_moe_transform on the device (four kernels). */
 refit_status_t refit_kernels_moe_transform_cuda(
     const refit_kernels_moe_shape_t *s, const uint8_t *w13,

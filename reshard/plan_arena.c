@@ -15,11 +15,16 @@ int64_t refit_plan_assembly_bytes(const refit_gen_tensor_t *g) {
   /* BF16: block FP8's blocks span chunks, and NVFP4's global scale needs
    * the whole tensor's amax: both are quantized once the tensor is whole.
    * NVFP4 adds its linear scales, one byte per 16 along K, swizzled from
-   * there. */
+   * there (experts: below). */
   if (g->quantized == REFIT_QUANT_FP8_BLOCK)
     return g->rows * g->cols * 2;
-  if (g->quantized == REFIT_QUANT_NVFP4)
+  if (g->quantized == REFIT_QUANT_NVFP4 && g->kind == REFIT_GEN_LINEAR)
     return g->rows * g->cols * 2 + g->rows * ((g->cols + 15) / 16);
+  /* NVFP4 experts: the packed values too, in canonical order, which the
+   * expert layout then gathers into the runtime weight. */
+  if (g->quantized == REFIT_QUANT_NVFP4)
+    return g->rows * g->cols * 2 + g->rows * ((g->cols + 15) / 16) +
+           g->rows * ((g->cols + 1) / 2);
   return g->rows * g->cols + g->rows * (g->cols / 32);
 }
 

@@ -30,7 +30,7 @@ typedef enum {
   REFIT_PRECISION_MXFP8 = 1,
   REFIT_PRECISION_FP8_BLOCK = 2, /* 128 x 128 blocks, FP32 weight_scale_inv */
   /* E2M1 + E4M3 per 16 along K + FP32 global scale from each whole tensor's
-   * amax (kernels/nvfp4.h, docs/nvfp4.md): dense layers of qwen3 and llama. */
+   * amax (kernels/nvfp4.h, docs/nvfp4.md): qwen3, llama and qwen3_moe. */
   REFIT_PRECISION_NVFP4 = 3
 } refit_precision_t;
 
@@ -57,8 +57,13 @@ typedef enum {
   REFIT_LINEAR_FLASHINFER_TRTLLM = 2
 } refit_linear_backend_t;
 
-/* MXFP8 MoE backend of the generator (the TRTLLM-gen expert layout). */
-typedef enum { REFIT_MOE_FLASHINFER_TRTLLM = 0 } refit_moe_backend_t;
+/* MoE backend of the generator: the expert layout of MXFP8 (TRTLLM-gen
+ * only) and NVFP4 (either; kernels/layout.h refit_kernels_moe_backend_t,
+ * same order). */
+typedef enum {
+  REFIT_MOE_FLASHINFER_TRTLLM = 0,
+  REFIT_MOE_FLASHINFER_CUTLASS = 1
+} refit_moe_backend_t;
 
 /* What a generator keeps to roll back a failed refit. */
 typedef enum { REFIT_RESTORE_FULL = 0, REFIT_RESTORE_NONE = 1 } refit_restore_t;
@@ -178,7 +183,7 @@ typedef struct {
     double timeout_s;                 /* default 300; > 0 */
     int steps;                        /* refits refit-run performs, default 3 */
     refit_linear_backend_t linear_backend; /* flashinfer_cutlass (default) */
-    refit_moe_backend_t moe_backend;       /* flashinfer_trtllm (only) */
+    refit_moe_backend_t moe_backend;       /* flashinfer_trtllm | flashinfer_cutlass */
     int prequantize; /* quantize on the trainer before sending; default false */
     refit_delta_mode_t delta; /* off (default) | on | auto */
     refit_delta_baseline_t delta_baseline; /* auto (default) | device | host */

@@ -510,8 +510,21 @@ static bool refit_config_check_kdim(refit_config_ctx_t *c, const refit_catalog_t
   return true;
 }
 
-/* The generator's experts (expert stack g, w13 or w2) in the TRTLLM-gen MoE
- * layout (refit.moe_backend). */
+/* The shape rules of the expert layout of the configured precision and
+ * refit.moe_backend (MXFP8: the TRTLLM-gen MoE layout; NVFP4: the FlashInfer
+ * NVFP4 MoE backends), with the message in refit_last_error(). */
+static bool refit_config_moe_shape_ok(const refit_config_t *cfg,
+                                      const refit_kernels_moe_shape_t *shape,
+                                      const char *module) {
+  if (cfg->refit.precision == REFIT_PRECISION_NVFP4)
+    return refit_kernels_nvfp4_moe_check_shape(
+               (refit_kernels_moe_backend_t)cfg->refit.moe_backend, shape, module) ==
+           REFIT_OK;
+  return refit_kernels_moe_check_shape(shape, module, NULL) == REFIT_OK;
+}
+
+/* The generator's experts (expert stack g, w13 or w2) in the expert layout
+ * of refit.moe_backend. */
 static void refit_config_check_moe_layout(refit_config_ctx_t *c,
                                           const refit_gen_tensor_t *g) {
   const refit_model_t *m = &c->cfg.model;
@@ -522,9 +535,9 @@ static void refit_config_check_moe_layout(refit_config_ctx_t *c,
   char tensor[REFIT_NAME_MAX + 8], module[REFIT_NAME_MAX + 8];
   refit_config_tensor_pattern(g->name, tensor, sizeof(tensor));
   refit_config_tensor_module(tensor, module, sizeof(module));
-  if (refit_kernels_moe_check_shape(&shape, module, NULL) == REFIT_OK)
+  if (refit_config_moe_shape_ok(&c->cfg, &shape, module))
     return;
-  char why[512], expr[160];
+  char why[512], expr[160], backend[32], precision[32];
   snprintf(why, sizeof(why), "%s", refit_last_error());
   /* Blame what a person would change: H, else the tp split, else I. H is
    * not to blame when the kernels take it with I = H (their rules for I
@@ -532,10 +545,10 @@ static void refit_config_check_moe_layout(refit_config_ctx_t *c,
   int blame = ROW(MODEL_HIDDEN_SIZE);
   refit_kernels_moe_shape_t probe = shape;
   probe.intermediate = shape.hidden;
-  if (refit_kernels_moe_check_shape(&probe, NULL, NULL) == REFIT_OK) {
+  if (refit_config_moe_shape_ok(&c->cfg, &probe, NULL)) {
     refit_kernels_moe_shape_t whole = shape;
     whole.intermediate = m->moe_intermediate_size;
-    blame = split > 1 && refit_kernels_moe_check_shape(&whole, NULL, NULL) == REFIT_OK
+    blame = split > 1 && refit_config_moe_shape_ok(&c->cfg, &whole, NULL)
                 ? ROW(GENERATOR_TP)
                 : ROW(MODEL_MOE_INTERMEDIATE_SIZE);
   }
@@ -549,10 +562,12 @@ static void refit_config_check_moe_layout(refit_config_ctx_t *c,
              "I = model.moe_intermediate_size %" PRId64
              ", whole experts on each generator rank",
              m->moe_intermediate_size);
-  refit_config_rule(c, blame,
-                    "%s (%s; refit.moe_backend flashinfer_trtllm, "
-                    "refit.precision mxfp8)",
-                    why, expr);
+  refit_config_choice_name(refit_config_rows[ROW(REFIT_MOE_BACKEND)].choices,
+                           c->cfg.refit.moe_backend, backend, sizeof(backend));
+  refit_config_choice_name(refit_config_rows[ROW(REFIT_PRECISION)].choices,
+                           c->cfg.refit.precision, precision, sizeof(precision));
+  refit_config_rule(c, blame, "%s (%s; refit.moe_backend %s, refit.precision %s)", why,
+                    expr, backend, precision);
 }
 
 /* The catalog of a quantizing config, its tensors marked and the ignore
@@ -582,6 +597,13 @@ static void refit_config_check_mxfp8(refit_config_ctx_t *c) {
                ROW(REFIT_QUANTIZATION_IGNORE)) ||
       c->cfg.refit.precision != REFIT_PRECISION_MXFP8 || !c->layout_ok)
     return;
+  if (c->cfg.refit.moe_backend != REFIT_MOE_FLASHINFER_TRTLLM &&
+      refit_family_desc(c->cfg.model.family)->moe) {
+    refit_config_rule(c, ROW(REFIT_MOE_BACKEND),
+                      "refit.moe_backend flashinfer_cutlass is built for refit.precision "
+                      "nvfp4 only; MXFP8 experts take flashinfer_trtllm");
+    return;
+  }
   refit_catalog_t *cat = refit_config_quantized_catalog(c);
   if (cat == NULL)
     return;
@@ -685,9 +707,9 @@ static void refit_config_check_fp8_block(refit_config_ctx_t *c) {
 /* ---- NVFP4 ------------------------------------------------------------------ */
 
 /*
- * NVFP4 (docs/nvfp4.md) for the dense families only: qwen3_moe's experts
- * need FlashInfer's NVFP4 MoE layouts, which refit does not build yet, and
- * no other family's NVFP4 statement exists on either side of the check.
+ * NVFP4 (docs/nvfp4.md) for qwen3, llama and qwen3_moe (its experts in
+ * FlashInfer's NVFP4 MoE layouts, refit.moe_backend); no other family's
+ * NVFP4 statement exists on either side of the check.
  * vLLM's ModelOptNvFp4LinearMethod.create_weights refuses an input
  * partition that is not a multiple of 16 ("Unsupported model when in
  * features size is not multiple of 16"): every quantized K of every
@@ -733,24 +755,29 @@ static void refit_config_check_nvfp4(refit_config_ctx_t *c) {
       c->cfg.refit.precision != REFIT_PRECISION_NVFP4)
     return;
   const char *family = refit_family_desc(c->cfg.model.family)->name;
-  if (strcmp(family, "qwen3") != 0 && strcmp(family, "llama") != 0) {
+  if (strcmp(family, "qwen3") != 0 && strcmp(family, "llama") != 0 &&
+      strcmp(family, "qwen3_moe") != 0) {
     refit_config_rule(c, ROW(REFIT_PRECISION),
                       "refit.precision nvfp4 is not supported for model.family %s yet: "
-                      "it covers the dense qwen3 and llama (%s); use bf16, mxfp8 or "
-                      "fp8_block",
-                      family,
-                      refit_family_desc(c->cfg.model.family)->moe
-                          ? "the experts need FlashInfer's NVFP4 MoE layouts, which "
-                            "refit does not build yet"
-                          : "no NVFP4 statement of this family exists yet");
+                      "it covers qwen3, llama and qwen3_moe (no NVFP4 statement of this "
+                      "family exists yet); use bf16, mxfp8 or fp8_block",
+                      family);
     return;
   }
-  if (!c->layout_ok)
+  if (!c->layout_ok || !ROWS_OK(ROW(REFIT_MOE_BACKEND)))
     return;
   refit_catalog_t *cat = refit_config_quantized_catalog(c);
   if (cat == NULL)
     return;
-  refit_config_check_nvfp4_k(c, cat, NULL);
+  /* K of every tensor first; the experts' layout rules (which include it)
+   * only when K holds, so that one cause gives one message. */
+  if (refit_config_check_nvfp4_k(c, cat, NULL))
+    for (int64_t i = cat->gen_begin[0]; i < cat->gen_begin[1]; i++)
+      if (cat->gen[i].quantized && cat->gen[i].kind != REFIT_GEN_LINEAR &&
+          cat->gen[i].kind != REFIT_GEN_PLAIN) {
+        refit_config_check_moe_layout(c, &cat->gen[i]);
+        break;
+      }
   refit_catalog_destroy(cat);
 }
 
@@ -775,8 +802,10 @@ refit_status_t refit_config_check_quantizable(const refit_config_t *cfg,
                          g->name);
   else if (cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
     refit_config_check_blocks(c, cat, g - cat->gen, g - cat->gen + 1, false);
-  else if (cfg->refit.precision == REFIT_PRECISION_NVFP4)
-    refit_config_check_nvfp4_k(c, cat, g);
+  else if (cfg->refit.precision == REFIT_PRECISION_NVFP4) {
+    if (refit_config_check_nvfp4_k(c, cat, g) && g->kind != REFIT_GEN_LINEAR)
+      refit_config_check_moe_layout(c, g);
+  }
   else if (refit_config_check_kdim(c, cat, g) && g->kind != REFIT_GEN_LINEAR)
     refit_config_check_moe_layout(c, g);
   if (g->kind != REFIT_GEN_PLAIN) {

@@ -189,8 +189,8 @@
     "flashinfer_cutlass|flashinfer_cutedsl|flashinfer_trtllm", 0,              \
     "generator GEMM backend for dense MXFP8 weights")                          \
   X(REFIT_MOE_BACKEND, "refit", "moe_backend", ENUM, refit.moe_backend,        \
-    "flashinfer_trtllm", 0, 0, "flashinfer_trtllm", 0,                         \
-    "generator MoE backend for MXFP8 experts")                                 \
+    "flashinfer_trtllm", 0, 0, "flashinfer_trtllm|flashinfer_cutlass", 0,      \
+    "generator MoE backend (expert layout): MXFP8 flashinfer_trtllm only")     \
   X(REFIT_PREQUANTIZE, "refit", "prequantize", BOOL, refit.prequantize,        \
     "false", 0, 0, "", 0,                                                      \
     "quantize on the trainer before sending (needs precision mxfp8)")          \

@@ -33,6 +33,10 @@ static refit_kernels_dense_backend_t refit_loader_backend(const refit_loader_t *
   return (refit_kernels_dense_backend_t)l->cfg->refit.linear_backend;
 }
 
+static refit_kernels_moe_backend_t refit_loader_moe_backend(const refit_loader_t *l) {
+  return (refit_kernels_moe_backend_t)l->cfg->refit.moe_backend;
+}
+
 refit_kernels_moe_shape_t refit_loader_moe_shape(const refit_gen_tensor_t *g) {
   refit_kernels_moe_shape_t m;
   m.num_experts = g->shape[0];
@@ -77,6 +81,33 @@ static int refit_loader_has_dequant(const refit_gen_tensor_t *g) {
   return g->quantized == REFIT_QUANT_FP8_BLOCK && g->mla_derived;
 }
 
+/* NVFP4 experts (vLLM's ModelOptNvFp4FusedMoE after
+ * process_weights_after_loading, docs/nvfp4.md "MoE"): the packed weight
+ * [E, rows, K/2] in refit.moe_backend's row order, the E4M3 scales
+ * [E, round_up(rows, 128), round_up(K/16, 4)] 128x4-swizzled per expert
+ * after the same row order, and one FP32 decode scale per expert
+ * ([E]: w13's is the max over the expert's gate and up). */
+static refit_status_t refit_loader_describe_nvfp4_moe(refit_loader_t *l, int64_t gen) {
+  const refit_gen_tensor_t *g = &l->cat->gen[gen];
+  const refit_kernels_moe_backend_t backend = refit_loader_moe_backend(l);
+  const refit_kernels_moe_shape_t m = refit_loader_moe_shape(g);
+  REFIT_CHECK(refit_kernels_nvfp4_moe_check_shape(backend, &m, g->name));
+  const int64_t e = g->shape[0], n = g->rows / e, k = g->cols;
+  const int64_t kb = refit_nvfp4_scale_cols(k), rb = refit_nvfp4_row_bytes(k);
+  const int w13 = g->kind == REFIT_GEN_MOE_W13;
+  const char *layout = backend == REFIT_KERNELS_MOE_FLASHINFER_TRTLLM
+                           ? (w13 ? "trtllm_moe_w13" : "trtllm_moe_w2")
+                           : (w13 ? "cutlass_moe_w31" : "linear");
+  refit_loader_add_store(l, gen, "", REFIT_DTYPE_U8, layout, 3, e, n, rb,
+                         (size_t)(e * n * rb));
+  refit_loader_add_store(l, gen, "_scale", REFIT_DTYPE_E4M3, "swizzle_128x4", 3, e,
+                         refit_round_up(n, 128), refit_round_up(kb, 4),
+                         (size_t)(e * refit_kernels_swizzle_bytes(n, kb)));
+  refit_loader_add_store(l, gen, "_scale_2", REFIT_DTYPE_F32, "per_expert", 1, e, 0, 0,
+                         (size_t)e * sizeof(float));
+  return REFIT_OK;
+}
+
 /* Describe the stores of tensor `gen`: one BF16 store, or weight + scale
  * (+ MLA's dequantized copy). */
 static refit_status_t refit_loader_describe(refit_loader_t *l, int64_t gen) {
@@ -118,6 +149,8 @@ static refit_status_t refit_loader_describe(refit_loader_t *l, int64_t gen) {
     refit_block_piece_t *p = NULL;
     REFIT_CHECK(refit_block_pieces(l->cat, gen, &p, &l->npieces[gen - l->first]));
     l->pieces[gen - l->first] = p;
+    if (g->kind != REFIT_GEN_LINEAR)
+      return refit_loader_describe_nvfp4_moe(l, gen);
     refit_loader_add_store(l, gen, "", REFIT_DTYPE_U8, "linear", 2, n,
                            refit_nvfp4_row_bytes(k), 0,
                            (size_t)(n * refit_nvfp4_row_bytes(k)));
@@ -190,9 +223,17 @@ refit_status_t refit_loader_create(const refit_catalog_t *cat,
   l->arena_off = malloc((size_t)l->ntensors * sizeof(*l->arena_off));
   l->pieces = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof(*l->pieces));
   l->npieces = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof(*l->npieces));
-  l->gsf = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof(*l->gsf));
+  /* One global scale per stacked matrix (expert) of each tensor. */
+  l->gsf_at = malloc((size_t)(l->ntensors ? l->ntensors : 1) * sizeof(*l->gsf_at));
+  int64_t nscales = 0;
+  for (int64_t i = 0; l->gsf_at != NULL && i < l->ntensors; i++) {
+    l->gsf_at[i] = nscales;
+    nscales += refit_block_matrices(&cat->gen[l->first + i]);
+  }
+  l->gsf = calloc((size_t)(nscales ? nscales : 1), sizeof(*l->gsf));
   if (l->stores == NULL || l->store_of == NULL || l->filled == NULL ||
-      l->arena_off == NULL || l->pieces == NULL || l->npieces == NULL || l->gsf == NULL) {
+      l->arena_off == NULL || l->pieces == NULL || l->npieces == NULL || l->gsf == NULL ||
+      l->gsf_at == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "loader tables");
     goto err;
   }
@@ -402,6 +443,7 @@ void refit_loader_destroy(refit_loader_t *l) {
   free(l->pieces);
   free(l->npieces);
   free(l->gsf);
+  free(l->gsf_at);
   free(l->place);
   free(l->sum[0]);
   free(l->sum[1]);
@@ -519,33 +561,86 @@ static refit_status_t refit_loader_fp8_dequant(const refit_loader_t *l, int64_t 
   return REFIT_OK;
 }
 
+/* NVFP4: the global scale of each stacked matrix of tensor i into gsf[]
+ * from the amax keys of its pieces' whole Hugging Face tensors (keys[h]):
+ * a matrix takes the max over its pieces (q, k, v; gate and up of one
+ * expert), so every piece dequantizes under the one decode scale vLLM
+ * keeps. Pieces are in row order, so a matrix's pieces are consecutive. */
+static void refit_loader_gsf_of(const refit_loader_t *l, int64_t i, const int32_t *keys,
+                                float *gsf) {
+  int32_t key = 0;
+  for (int64_t k = 0; k < l->npieces[i]; k++) {
+    const refit_block_piece_t *p = &l->pieces[i][k];
+    key = keys[p->hf] > key ? keys[p->hf] : key;
+    if (k + 1 == l->npieces[i] || l->pieces[i][k + 1].matrix != p->matrix) {
+      gsf[p->matrix] = refit_nvfp4_global_scale((uint16_t)key);
+      key = 0;
+    }
+  }
+}
+
 void refit_loader_nvfp4_scales(refit_loader_t *l, const uint16_t *hf_keys) {
+  int32_t *keys = malloc((size_t)(l->cat->nhf ? l->cat->nhf : 1) * sizeof(*keys));
+  for (int64_t h = 0; keys != NULL && h < l->cat->nhf; h++)
+    keys[h] = hf_keys[h];
   for (int64_t i = 0; i < l->ntensors; i++) {
     if (l->cat->gen[l->first + i].quantized != REFIT_QUANT_NVFP4)
       continue;
-    uint16_t key = 0;
-    for (int64_t k = 0; k < l->npieces[i]; k++)
-      key = hf_keys[l->pieces[i][k].hf] > key ? hf_keys[l->pieces[i][k].hf] : key;
-    l->gsf[i] = refit_nvfp4_global_scale(key);
+    float *gsf = l->gsf + l->gsf_at[i];
+    const int64_t e = refit_block_matrices(&l->cat->gen[l->first + i]);
+    if (keys == NULL) /* no scale: the tensor's quantization refuses it */
+      memset(gsf, 0, (size_t)e * sizeof(*gsf));
+    else
+      refit_loader_gsf_of(l, i, keys, gsf);
   }
+  free(keys);
 }
 
 /* NVFP4: tensor i's BF16 matrix `bf16` -> its packed weight, swizzled
  * scales (through `lin`, the linear scales [rows, ceil(K/16)]) and global
- * decode scale, under the tensor's global scale `gsf`. */
-static refit_status_t refit_loader_nvfp4(const refit_loader_t *l, int64_t i, float gsf,
-                                         const uint16_t *bf16, uint8_t *lin, uint8_t *w_out,
-                                         uint8_t *s_out, float *s2_out) {
+ * decode scales, each stacked matrix under its global scale gsf[e]. Experts
+ * are quantized into `packed` ([rows, ceil(K/2)], canonical order) first,
+ * then laid out for refit.moe_backend. */
+static refit_status_t refit_loader_nvfp4(const refit_loader_t *l, int64_t i, const float *gsf,
+                                         const uint16_t *bf16, uint8_t *lin, uint8_t *packed,
+                                         uint8_t *w_out, uint8_t *s_out, float *s2_out) {
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
-  if (!(gsf > 0.0f))
-    return REFIT_ERR(REFIT_ERR_INTERNAL,
-                     "generator rank %d: %s has no NVFP4 global scale this refit",
-                     l->generator_rank, g->name);
-  const float decode = refit_nvfp4_global_decode(gsf);
-  REFIT_CHECK(refit_mem_nvfp4_quantize(l->mem, bf16, g->rows, g->cols, gsf, w_out, lin));
-  REFIT_CHECK(refit_mem_scale_swizzle(l->mem, lin, 1, g->rows,
-                                      refit_nvfp4_scale_cols(g->cols), s_out));
-  return refit_mem_from_host(l->mem, s2_out, &decode, sizeof(decode));
+  const int64_t e = refit_block_matrices(g), n = g->rows / e, k = g->cols;
+  const int64_t kb = refit_nvfp4_scale_cols(k), rb = refit_nvfp4_row_bytes(k);
+  float one, *decode = e == 1 ? &one : malloc((size_t)e * sizeof(float));
+  if (decode == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "generator rank %d: %s: %lld decode scales",
+                     l->generator_rank, g->name, (long long)e);
+  refit_status_t st = REFIT_OK;
+  for (int64_t m = 0; m < e && st == REFIT_OK; m++) {
+    if (!(gsf[m] > 0.0f))
+      st = REFIT_ERR(REFIT_ERR_INTERNAL,
+                     "generator rank %d: %s (matrix %lld) has no NVFP4 global scale this "
+                     "refit",
+                     l->generator_rank, g->name, (long long)m);
+    else
+      decode[m] = refit_nvfp4_global_decode(gsf[m]);
+  }
+  if (st == REFIT_OK && g->kind == REFIT_GEN_LINEAR) {
+    st = refit_mem_nvfp4_quantize(l->mem, bf16, n, k, gsf[0], w_out, lin);
+    if (st == REFIT_OK)
+      st = refit_mem_scale_swizzle(l->mem, lin, 1, n, kb, s_out);
+  } else if (st == REFIT_OK) {
+    for (int64_t m = 0; m < e && st == REFIT_OK; m++)
+      st = refit_mem_nvfp4_quantize(l->mem, bf16 + m * n * k, n, k, gsf[m],
+                                    packed + m * n * rb, lin + m * n * kb);
+    const refit_kernels_moe_shape_t shape = refit_loader_moe_shape(g);
+    if (st == REFIT_OK)
+      st = refit_mem_nvfp4_moe_transform(
+          l->mem, refit_loader_moe_backend(l), &shape,
+          g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_MOE_W13 : REFIT_KERNELS_MOE_W2,
+          packed, lin, w_out, s_out);
+  }
+  if (st == REFIT_OK)
+    st = refit_mem_from_host(l->mem, s2_out, decode, (size_t)e * sizeof(float));
+  if (decode != &one)
+    free(decode);
+  return st;
 }
 
 /* Canonical q + linear scales -> the runtime layout of tensor i (for block
@@ -614,8 +709,9 @@ refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
   const uint8_t *q = l->arena + l->arena_off[i];
   if (g->quantized == REFIT_QUANT_NVFP4) {
     REFIT_CHECK(refit_loader_touch(l, &w[2]));
-    return refit_loader_nvfp4(l, i, l->gsf[i], (const uint16_t *)(const void *)q,
-                              l->arena + l->arena_off[i] + g->rows * g->cols * 2,
+    uint8_t *lin = l->arena + l->arena_off[i] + g->rows * g->cols * 2;
+    return refit_loader_nvfp4(l, i, l->gsf + l->gsf_at[i], (const uint16_t *)(const void *)q,
+                              lin, lin + g->rows * refit_nvfp4_scale_cols(g->cols),
                               w[0].target, w[1].target, w[2].target);
   }
   REFIT_CHECK(refit_loader_transform(l, i, q, q + g->rows * g->cols, w[0].target,
@@ -839,31 +935,30 @@ static refit_status_t refit_loader_compare(const refit_loader_t *l,
   return REFIT_OK;
 }
 
-/* NVFP4, for verify: the global scale of tensor i from the source's whole
- * Hugging Face tensors of its pieces (read on the host, independent of the
- * begin collective); keys[h] caches them (-1: not read yet). */
+/* NVFP4, for verify: the global scales of tensor i (one per stacked
+ * matrix) from the source's whole Hugging Face tensors of its pieces (read
+ * on the host, independent of the begin collective); keys[h] caches them
+ * (-1: not read yet). */
 static refit_status_t refit_loader_verify_gsf(const refit_loader_t *l, refit_source_t *src,
                                               uint64_t version, int64_t i, int32_t *keys,
                                               float *gsf) {
   const refit_catalog_t *cat = l->cat;
-  uint16_t key = 0;
   refit_status_t st = REFIT_OK;
   for (int64_t k = 0; k < l->npieces[i] && st == REFIT_OK; k++) {
     const int32_t h = l->pieces[i][k].hf;
-    if (keys[h] < 0) {
-      const refit_src_tensor_t *t = &cat->hf[h];
-      uint16_t *host = malloc((size_t)(t->rows * t->cols) * sizeof(uint16_t) + 2);
-      if (host == NULL)
-        return REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: %s on the host", t->name);
-      st = src->ops->read(src->ctx, t, version, 0, 0, t->rows, t->cols, host);
-      if (st == REFIT_OK)
-        keys[h] = refit_nvfp4_amax_key(host, t->rows, t->cols, t->cols, &st);
-      free(host);
-    }
-    if (st == REFIT_OK && keys[h] > key)
-      key = (uint16_t)keys[h];
+    if (keys[h] >= 0)
+      continue;
+    const refit_src_tensor_t *t = &cat->hf[h];
+    uint16_t *host = malloc((size_t)(t->rows * t->cols) * sizeof(uint16_t) + 2);
+    if (host == NULL)
+      return REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: %s on the host", t->name);
+    st = src->ops->read(src->ctx, t, version, 0, 0, t->rows, t->cols, host);
+    if (st == REFIT_OK)
+      keys[h] = refit_nvfp4_amax_key(host, t->rows, t->cols, t->cols, &st);
+    free(host);
   }
-  *gsf = refit_nvfp4_global_scale(key);
+  if (st == REFIT_OK)
+    refit_loader_gsf_of(l, i, keys, gsf);
   return st;
 }
 
@@ -884,8 +979,9 @@ refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
       need += w[0].bytes + w[1].bytes + 512 +
               (refit_loader_has_dequant(g) ? w[2].bytes + 256 : 0);
     else if (g->quantized == REFIT_QUANT_NVFP4)
-      need += (size_t)(g->rows * refit_nvfp4_scale_cols(g->cols)) + w[0].bytes +
-              w[1].bytes + w[2].bytes + 1024;
+      need += (size_t)(g->rows * refit_nvfp4_scale_cols(g->cols)) +
+              (size_t)(g->rows * refit_nvfp4_row_bytes(g->cols)) + w[0].bytes +
+              w[1].bytes + w[2].bytes + 1280;
     else if (g->quantized)
       need += (size_t)refit_loader_assembly_bytes(g) + w[0].bytes + w[1].bytes + 1024;
     if (need > scratch_bytes)
@@ -908,15 +1004,24 @@ refit_status_t refit_loader_verify(refit_loader_t *l, refit_source_t *src,
     }
     if (g->quantized == REFIT_QUANT_NVFP4) {
       uint8_t *lin = scratch + ((size_t)(g->rows * g->cols) * 2 + 255) / 256 * 256;
-      uint8_t *w_out =
+      uint8_t *packed =
           lin + ((size_t)(g->rows * refit_nvfp4_scale_cols(g->cols)) + 255) / 256 * 256;
+      uint8_t *w_out =
+          packed + ((size_t)(g->rows * refit_nvfp4_row_bytes(g->cols)) + 255) / 256 * 256;
       uint8_t *s_out = w_out + (w[0].bytes + 255) / 256 * 256;
       uint8_t *s2_out = s_out + (w[1].bytes + 255) / 256 * 256;
-      float gsf = 0.0f;
-      REFIT_CHECK_GOTO(refit_loader_verify_gsf(l, src, version, i, keys, &gsf), st, out);
-      REFIT_CHECK_GOTO(refit_loader_nvfp4(l, i, gsf, want, lin, w_out, s_out,
-                                          (float *)(void *)s2_out),
-                       st, out);
+      float *gsf = malloc((size_t)refit_block_matrices(g) * sizeof(float));
+      if (gsf == NULL) {
+        st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "verify: global scales of %s", g->name);
+        goto out;
+      }
+      st = refit_loader_verify_gsf(l, src, version, i, keys, gsf);
+      if (st == REFIT_OK)
+        st = refit_loader_nvfp4(l, i, gsf, want, lin, packed, w_out, s_out,
+                                (float *)(void *)s2_out);
+      free(gsf);
+      if (st != REFIT_OK)
+        goto out;
       REFIT_CHECK_GOTO(refit_loader_compare(l, &w[0], w_out, 1, version, &bad), st, out);
       REFIT_CHECK_GOTO(refit_loader_compare(l, &w[1], s_out, 1, version, &bad), st, out);
       REFIT_CHECK_GOTO(refit_loader_compare(l, &w[2], s2_out, 4, version, &bad), st, out);

@@ -51,6 +51,7 @@ typedef struct {
   refit_dtype_t dtype;
   const char *layout; /* "linear", "linear_kn", "swizzle_128x4",
                          "trtllm_dense", "trtllm_moe_w13", "trtllm_moe_w2",
+                         "cutlass_moe_w31", "per_expert",
                          "block_128x128" */
   int ndim;
   int64_t shape[3];
@@ -92,9 +93,11 @@ typedef struct {
    * others. */
   refit_block_piece_t **pieces;
   int64_t *npieces;
-  /* NVFP4: tensor i's global scale this refit (refit_loader_nvfp4_scales),
-   * 0 until set. */
+  /* NVFP4: the global scales this refit (refit_loader_nvfp4_scales), 0
+   * until set: tensor i's at gsf + gsf_at[i], one per stacked matrix
+   * (expert; one for a 2-D tensor). */
   float *gsf;
+  int64_t *gsf_at;
 
   /* One land descriptor per chunk this rank receives, bucket by bucket. */
   refit_mem_table_t land;
@@ -190,8 +193,10 @@ void refit_loader_begin(refit_loader_t *l);
  * NVFP4: the global scale of every quantized tensor of this rank from the
  * amax keys of the whole Hugging Face tensors (hf_keys[h] for catalog->hf
  * h, the max over every trainer shard: the begin collective): a tensor
- * takes the max over its pieces (q, k, v of qkv_proj; gate and up of
- * gate_up_proj), as vLLM keeps the max of a fused layer's weight_scale_2.
+ * (each expert of a stack) takes the max over its pieces (q, k, v of
+ * qkv_proj; gate and up of gate_up_proj and of an expert's w13), as vLLM
+ * keeps the max of a fused layer's weight_scale_2 (and w13's one decode
+ * scale per expert).
  * Set before anything of the refit lands.
  */
 void refit_loader_nvfp4_scales(refit_loader_t *l, const uint16_t *hf_keys);

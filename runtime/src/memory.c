@@ -545,6 +545,22 @@ refit_status_t refit_mem_moe_transform(refit_mem_t *m,
   return refit_kernels_moe_transform_tensor(shape, which, q, scale, w_out, s_out);
 }
 
+refit_status_t refit_mem_nvfp4_moe_transform(refit_mem_t *m,
+                                             refit_kernels_moe_backend_t backend,
+                                             const refit_kernels_moe_shape_t *shape,
+                                             refit_kernels_moe_tensor_t which,
+                                             const uint8_t *packed, const uint8_t *lin,
+                                             uint8_t *w_out, uint8_t *s_out) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    return refit_kernels_nvfp4_moe_transform_cuda(backend, shape, which, packed, lin,
+                                                  w_out, s_out, m->stream);
+#endif
+  (void)m;
+  return refit_kernels_nvfp4_moe_transform(backend, shape, which, packed, lin, w_out,
+                                           s_out);
+}
+
 refit_status_t refit_mem_synth_rect(refit_mem_t *m, const refit_synth_key_t *key,
                                     int64_t tensor_cols, int64_t row0, int64_t col0,
                                     int64_t rows, int64_t cols, uint16_t *dst) {

@@ -162,6 +162,14 @@ refit_status_t refit_mem_moe_transform(refit_mem_t *m,
                                        refit_kernels_moe_tensor_t which,
                                        const uint8_t *q, const uint8_t *scale,
                                        uint8_t *w_out, uint8_t *s_out);
+/* An NVFP4 expert tensor (packed E2M1 and linear E4M3 scales of every
+ * expert) into `backend`'s layout (refit_kernels_nvfp4_moe_transform). */
+refit_status_t refit_mem_nvfp4_moe_transform(refit_mem_t *m,
+                                             refit_kernels_moe_backend_t backend,
+                                             const refit_kernels_moe_shape_t *shape,
+                                             refit_kernels_moe_tensor_t which,
+                                             const uint8_t *packed, const uint8_t *lin,
+                                             uint8_t *w_out, uint8_t *s_out);
 
 /* Synthetic weights straight into this rank's memory. */
 refit_status_t refit_mem_synth_rect(refit_mem_t *m, const refit_synth_key_t *key,

@@ -3,9 +3,11 @@
  * output, bytes that do not depend on the number of worker threads, and the
  * shard rule (a tensor's amax key is the maximum of its shards' keys, and
  * shards cut on block boundaries quantize under the whole tensor's global
- * scale to the whole tensor's bytes). The rule itself is checked against an
+ * scale to the whole tensor's bytes), and the NVFP4 MoE expert layouts of
+ * both FlashInfer backends. The rule itself is checked against an
  * independent statement in Python (tests/reference/test_nvfp4_kernel.py).
  */
+#include "kernels/layout.h"
 #include "kernels/mxfp8.h" /* refit_kernels_threads_set */
 #include "kernels/nvfp4.h"
 #include "nvfp4_scenario.h"
@@ -168,13 +170,103 @@ static void test_nvfp4_shards(void **state) {
   free(s);
 }
 
+/* FlashInfer's 32-row epilogue-tile map (srcToDstBlk32RowMap): source row i
+ * of a block lands on row kBlk32[i]. Written out here, not taken from
+ * kernels/layout.h. */
+static const int kBlk32[32] = {0,  8,  16, 24, 1,  9,  17, 25, 2,  10, 18,
+                               26, 3,  11, 19, 27, 4,  12, 20, 28, 5,  13,
+                               21, 29, 6,  14, 22, 30, 7,  15, 23, 31};
+
+/* The input row that output row j of an expert takes, step by step as vLLM
+ * and FlashInfer state it: [gate; up] -> [up; gate] (reorder_w1w3_to_w3w1),
+ * then for TRTLLM the gated interleave (rows 2i, 2i+1 <- i, m/2 + i) and the
+ * shuffle (output row (r/32)*32 + kBlk32[r%32] <- row r). */
+static int64_t nvfp4_moe_source_row(int trtllm, int w13, int64_t m, int64_t j) {
+  int64_t r = j;
+  if (trtllm) {
+    for (int64_t old = 0; old < m; old++)
+      if ((old / 32) * 32 + kBlk32[old % 32] == j)
+        r = old;
+  }
+  if (trtllm && w13)
+    r = r % 2 == 0 ? r / 2 : m / 2 + r / 2;
+  if (w13)
+    r = r < m / 2 ? m / 2 + r : r - m / 2;
+  return r;
+}
+
+/* Both backends' expert layouts on tagged rows: every output row holds the
+ * input row the rules name, and every scale its row's tag at the 128x4
+ * offset (kernels/layout.h); the shape rules refuse what vLLM would pad. */
+static void test_nvfp4_moe_layout(void **state) {
+  (void)state;
+  const refit_kernels_moe_shape_t s = {2, 256, 64, 1};
+  for (int trtllm = 0; trtllm <= 1; trtllm++) {
+    const refit_kernels_moe_backend_t b = trtllm ? REFIT_KERNELS_MOE_FLASHINFER_TRTLLM
+                                                 : REFIT_KERNELS_MOE_FLASHINFER_CUTLASS;
+    for (int w13 = 0; w13 <= 1; w13++) {
+      const int64_t m = w13 ? 2 * s.intermediate : s.hidden;
+      const int64_t k = w13 ? s.hidden : s.intermediate, rb = k / 2, kb = k / 16;
+      const int64_t kp = (kb + 3) / 4 * 4, mp = (m + 127) / 128 * 128;
+      uint8_t *packed = malloc((size_t)(s.num_experts * m * rb));
+      uint8_t *lin = malloc((size_t)(s.num_experts * m * kb));
+      uint8_t *w_out = malloc((size_t)(s.num_experts * m * rb));
+      uint8_t *s_out = calloc((size_t)(s.num_experts * mp * kp), 1);
+      assert_non_null(packed);
+      assert_non_null(lin);
+      assert_non_null(w_out);
+      assert_non_null(s_out);
+      for (int64_t e = 0; e < s.num_experts; e++)
+        for (int64_t r = 0; r < m; r++) {
+          memset(packed + (e * m + r) * rb, (int)((r + 7 * e) & 0xff), (size_t)rb);
+          for (int64_t c = 0; c < kb; c++)
+            lin[(e * m + r) * kb + c] = (uint8_t)((r * 3 + c + e) & 0xff);
+        }
+      assert_int_equal(refit_kernels_nvfp4_moe_transform(
+                           b, &s, w13 ? REFIT_KERNELS_MOE_W13 : REFIT_KERNELS_MOE_W2,
+                           packed, lin, w_out, s_out),
+                       REFIT_OK);
+      for (int64_t e = 0; e < s.num_experts; e++)
+        for (int64_t j = 0; j < m; j++) {
+          const int64_t r = nvfp4_moe_source_row(trtllm, w13, m, j);
+          assert_int_equal(w_out[(e * m + j) * rb], (r + 7 * e) & 0xff);
+          assert_int_equal(w_out[(e * m + j) * rb + rb - 1], (r + 7 * e) & 0xff);
+          for (int64_t c = 0; c < kb; c++)
+            assert_int_equal(s_out[e * mp * kp + refit_kernels_swizzle_offset(j, c, kp)],
+                             (r * 3 + c + e) & 0xff);
+        }
+      free(packed);
+      free(lin);
+      free(w_out);
+      free(s_out);
+    }
+  }
+  /* H 320: CUTLASS serves it, TRTLLM would pad it to 512. */
+  const refit_kernels_moe_shape_t h320 = {2, 320, 64, 1};
+  assert_int_equal(refit_kernels_nvfp4_moe_check_shape(
+                       REFIT_KERNELS_MOE_FLASHINFER_CUTLASS, &h320, "x"),
+                   REFIT_OK);
+  assert_int_equal(refit_kernels_nvfp4_moe_check_shape(
+                       REFIT_KERNELS_MOE_FLASHINFER_TRTLLM, &h320, "x"),
+                   REFIT_ERR_INVALID_ARGUMENT);
+  /* I 48: 2I = 96 is no multiple of 128 for either; I 40: no multiple of 16. */
+  const refit_kernels_moe_shape_t i48 = {2, 256, 48, 1}, i40 = {2, 256, 40, 1};
+  for (int b = 0; b <= 1; b++) {
+    assert_int_equal(
+        refit_kernels_nvfp4_moe_check_shape((refit_kernels_moe_backend_t)b, &i48, "x"),
+        REFIT_ERR_INVALID_ARGUMENT);
+    assert_int_equal(
+        refit_kernels_nvfp4_moe_check_shape((refit_kernels_moe_backend_t)b, &i40, "x"),
+        REFIT_ERR_INVALID_ARGUMENT);
+  }
+}
+
 int main(void) {
   kt_seed("test_kernels_nvfp4");
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_nvfp4_arguments),
-      cmocka_unit_test(test_nvfp4_strides),
-      cmocka_unit_test(test_nvfp4_threads),
-      cmocka_unit_test(test_nvfp4_shards),
+      cmocka_unit_test(test_nvfp4_arguments),  cmocka_unit_test(test_nvfp4_strides),
+      cmocka_unit_test(test_nvfp4_threads),    cmocka_unit_test(test_nvfp4_shards),
+      cmocka_unit_test(test_nvfp4_moe_layout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

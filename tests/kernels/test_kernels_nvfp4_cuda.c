@@ -2,8 +2,11 @@
  * The NVFP4 CUDA twin == the C reference, byte for byte: adversarial blocks
  * (zeros, subnormals, huge and tiny, +-Inf, NaN), partial blocks and odd K,
  * several global scales (the tensor's own, 1, +Inf, tiny), strided and
- * unaligned buffers. Exits 77 (skipped) without a GPU.
+ * unaligned buffers; and the NVFP4 MoE expert layouts of both FlashInfer
+ * backends equal to the C ones. Exits 77 (skipped) without a GPU.
  */
+#include "kernels/layout.h"
+#include "kernels/mxfp8_cuda.h"
 #include "kernels/nvfp4_cuda.h"
 #include "nvfp4_scenario.h"
 
@@ -120,6 +123,60 @@ static void test_cuda_nvfp4_every_bf16(void **state) {
   free(hs);
 }
 
+/* refit_kernels_nvfp4_moe_transform_cuda == the C layout, every backend and
+ * tensor, on random bytes with a K whose scale columns pad (H 336: 21). */
+static void test_cuda_nvfp4_moe_layout(void **state) {
+  (void)state;
+  const refit_kernels_moe_shape_t s = {3, 336, 64, 1}, t = {3, 512, 64, 1};
+  for (int b = 0; b <= 1; b++) {
+    const refit_kernels_moe_shape_t *sh = b == 0 ? &t : &s; /* TRTLLM needs H % 256 */
+    for (int w13 = 0; w13 <= 1; w13++) {
+      const int64_t m = w13 ? 2 * sh->intermediate : sh->hidden;
+      const int64_t k = w13 ? sh->hidden : sh->intermediate;
+      const size_t nw = (size_t)(sh->num_experts * m * (k / 2));
+      const size_t nl = (size_t)(sh->num_experts * m * (k / 16));
+      const size_t ns =
+          (size_t)(sh->num_experts * ((m + 127) / 128 * 128) * ((k / 16 + 3) / 4 * 4));
+      uint8_t *hw = malloc(nw), *hl = malloc(nl), *cw = malloc(nw), *cs = malloc(ns);
+      uint8_t *gw = malloc(nw), *gs = malloc(ns), *dw, *dl, *dwo, *dso;
+      assert_true(hw && hl && cw && cs && gw && gs);
+      for (size_t i = 0; i < nw; i++)
+        hw[i] = (uint8_t)rand();
+      for (size_t i = 0; i < nl; i++)
+        hl[i] = (uint8_t)rand();
+      const refit_kernels_moe_tensor_t which =
+          w13 ? REFIT_KERNELS_MOE_W13 : REFIT_KERNELS_MOE_W2;
+      assert_int_equal(refit_kernels_nvfp4_moe_transform((refit_kernels_moe_backend_t)b,
+                                                         sh, which, hw, hl, cw, cs),
+                       REFIT_OK);
+      CK(cudaMalloc((void **)&dw, nw));
+      CK(cudaMalloc((void **)&dl, nl));
+      CK(cudaMalloc((void **)&dwo, nw));
+      CK(cudaMalloc((void **)&dso, ns));
+      CK(cudaMemcpy(dw, hw, nw, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dl, hl, nl, cudaMemcpyHostToDevice));
+      assert_int_equal(
+          refit_kernels_nvfp4_moe_transform_cuda((refit_kernels_moe_backend_t)b, sh,
+                                                 which, dw, dl, dwo, dso, 0),
+          REFIT_OK);
+      CK(cudaMemcpy(gw, dwo, nw, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(gs, dso, ns, cudaMemcpyDeviceToHost));
+      assert_memory_equal(gw, cw, nw);
+      assert_memory_equal(gs, cs, ns);
+      CK(cudaFree(dw));
+      CK(cudaFree(dl));
+      CK(cudaFree(dwo));
+      CK(cudaFree(dso));
+      free(hw);
+      free(hl);
+      free(cw);
+      free(cs);
+      free(gw);
+      free(gs);
+    }
+  }
+}
+
 int main(void) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -130,6 +187,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cuda_nvfp4),
       cmocka_unit_test(test_cuda_nvfp4_every_bf16),
+      cmocka_unit_test(test_cuda_nvfp4_moe_layout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

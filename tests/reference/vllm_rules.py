@@ -85,6 +85,9 @@ _DEFAULTS = {
 }
 
 _LINEAR_BACKENDS = ("flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm")
+# FlashInfer's fused-MoE backends vLLM's ModelOptNvFp4FusedMoE can use
+# (oracle/nvfp4.py NvFp4MoeBackend FLASHINFER_TRTLLM, FLASHINFER_CUTLASS).
+_MOE_BACKENDS = ("flashinfer_trtllm", "flashinfer_cutlass")
 
 # Which tensors each family's attention has beyond q/k/v/o (vLLM qwen3.py,
 # qwen3_moe.py, llama.py, qwen2.py).
@@ -204,17 +207,21 @@ class Job:
         if self.precision not in ("bf16", "mxfp8", "fp8_block", "nvfp4"):
             raise ValueError(f"refit.precision {self.precision!r}: expected bf16, mxfp8, "
                              f"fp8_block or nvfp4")
-        if self.nvfp4 and self.family not in ("qwen3", "llama"):
-            # Only the dense families' NVFP4 linears are stated here (no
-            # NVFP4 MoE layout yet), as refit's config accepts.
+        if self.nvfp4 and self.family not in ("qwen3", "llama", "qwen3_moe"):
+            # The dense families' NVFP4 linears and qwen3_moe's experts
+            # (_nvfp4_experts) are stated here, as refit's config accepts.
             raise ValueError(f"refit.precision nvfp4 for model.family {self.family!r}: "
-                             f"only qwen3 and llama are stated")
+                             f"only qwen3, llama and qwen3_moe are stated")
         if self.fp8_scale not in ("fp32", "pow2"):
             raise ValueError(f"refit.fp8_scale {self.fp8_scale!r}: expected fp32 or pow2")
         if self.linear_backend not in _LINEAR_BACKENDS:
             raise ValueError(f"refit.linear_backend {self.linear_backend!r}")
-        if self.moe_backend != "flashinfer_trtllm":
-            raise ValueError(f"refit.moe_backend {self.moe_backend!r}: expected flashinfer_trtllm")
+        if self.moe_backend not in _MOE_BACKENDS:
+            raise ValueError(f"refit.moe_backend {self.moe_backend!r}: expected one of "
+                             f"{_MOE_BACKENDS}")
+        if self.mxfp8 and self.moe and self.moe_backend != "flashinfer_trtllm":
+            raise ValueError(f"refit.moe_backend {self.moe_backend!r}: MXFP8 experts are "
+                             f"stated for flashinfer_trtllm only")
 
 
 def _job(cfg):
@@ -1152,6 +1159,9 @@ def _moe(job, out, w, i, t):
     if job.fp8_block:
         _fp8_experts(job, out, w, i, t, module)
         return
+    if job.nvfp4:
+        _nvfp4_experts(job, out, w, i, t, module)
+        return
     # Mxfp8OnlineMoEMethod quantizes expert by expert along K (H for w13, I
     # for w2); blocks never span rows, so quantizing the stack is the same.
     v13, s13, v2, s2 = _moe_layout(*mxfp8_quantize(w13), *mxfp8_quantize(w2))
@@ -1191,3 +1201,74 @@ def dtype_name(name, array):
     if array.dtype == np.float32:
         return "float32"
     return "e8m0" if name.endswith("_scale") else "float8_e4m3fn"
+
+
+def _nvfp4_moe_check(job, rows13, hidden, inter):
+    """The shapes vLLM serves without padding the experts (flashinfer_fp4_moe.py
+    prepare_nvfp4_moe_layer_for_fi_or_cutlass): group size 16 along both K;
+    the CUTLASS path raises NotImplementedError when a gated w13's swizzled
+    scale has more rows than w13 (2I not a multiple of 128); the TRTLLM path
+    pads the intermediate size to 64 (align_fp4_moe_weights_for_fi) and the
+    hidden size to 256 (align_trtllm_fp4_moe_hidden_dim_for_fi), and
+    shuffle_matrix_sf_a asserts 128-row scale tiles. Padding is refused
+    here, as refit's config refuses it."""
+    if hidden % NVFP4_BLOCK or inter % NVFP4_BLOCK:
+        raise ValueError(f"NVFP4 experts need H and I multiples of 16, got {hidden}, {inter}")
+    if rows13 % SF_TILE_ROWS:
+        raise ValueError(f"NVFP4 experts need 2I % 128 == 0, got 2I = {rows13}")
+    if job.moe_backend == "flashinfer_trtllm" and hidden % 256:
+        raise ValueError(f"flashinfer_trtllm NVFP4 experts need H % 256 == 0, got {hidden}")
+
+
+def _nvfp4_experts(job, out, w, i, t, module):
+    """ModelOptNvFp4FusedMoE (modelopt.py) after process_weights_after_loading.
+    create_weights: w13_weight uint8 [E, 2I, H/2] ([gate; up] per expert as
+    the loaders place them), w13_weight_scale E4M3 [E, 2I, H/16],
+    w13_weight_scale_2 [E, 2]; w2 likewise [E, H, I/2], [E, H, I/16], [E].
+    Each expert's gate, up and down are quantized by ModelOpt as whole
+    tensors, so each piece's global scale comes from its whole HF tensor;
+    vLLM then keeps w13_weight_scale_2[:, 0] (the gate's) and warns when it
+    differs from the up's, so the scale written is one value for both:
+    the max of their amax (the smallest gsf). Then
+    prepare_nvfp4_moe_layer_for_fi_or_cutlass: reorder_w1w3_to_w3w1 on the
+    packed rows and the linear scale rows ([up; gate]); TRTLLM:
+    prepare_static_weights_for_trtllm_fp4_moe per expert, rows of w13
+    (weight and linear scales) gathered by the gated-activation interleave
+    then the 128-tile epilogue shuffle (_maybe_get_cached_w3_w1_permute_
+    indices composes them as interleave[shuffle]), w2's by the shuffle alone,
+    scales then block_scale_interleave'd (128x4) per expert; CUTLASS: weights
+    as swapped, scales swizzle_blockscale'd (128x4) per expert."""
+    shard_tp = job.tp if job.ep == 1 else 1
+    shard_t = t if job.ep == 1 else 0
+    n = job.moe_ffn // shard_tp
+    _nvfp4_moe_check(job, 2 * n, job.hidden, n)
+    trtllm = job.moe_backend == "flashinfer_trtllm"
+    idx13 = (gated_interleave_rows(2 * n)[shuffle_rows(2 * n)] if trtllm
+             else np.arange(2 * n))
+    idx2 = shuffle_rows(job.hidden) if trtllm else np.arange(job.hidden)
+
+    def swap(x):
+        return np.concatenate([x[n:], x[:n]])
+
+    p13, s13, d13, p2, s2, d2 = [], [], [], [], [], []
+    for e in _expert_range(job, t):
+        pre = f"mlp.experts.{e}"
+        gate, up = _layer(i, f"{pre}.gate_proj.weight"), _layer(i, f"{pre}.up_proj.weight")
+        down = _layer(i, f"{pre}.down_proj.weight")
+        gsf, decode = _nvfp4_scale(job, w, [gate, up])
+        shard = np.concatenate([_rows(w[gate], shard_t * n, n), _rows(w[up], shard_t * n, n)])
+        packed, scales = nvfp4_quantize(shard, gsf)
+        p13.append(swap(packed)[idx13])
+        s13.append(swizzle_128x4(swap(scales)[idx13]).reshape(
+            _round_up(2 * n, SF_TILE_ROWS), -1))
+        d13.append(decode)
+        gsf, decode = _nvfp4_scale(job, w, [down])
+        packed, scales = nvfp4_quantize(_cols(w[down], shard_t * n, n), gsf)
+        p2.append(packed[idx2])
+        s2.append(swizzle_128x4(scales[idx2]).reshape(_round_up(job.hidden, SF_TILE_ROWS), -1))
+        d2.append(decode)
+    for name, packed, scales, decode in (("w13_weight", p13, s13, d13),
+                                         ("w2_weight", p2, s2, d2)):
+        out[f"{module}.{name}"] = _typed(np.stack(packed), "uint8")
+        out[f"{module}.{name}_scale"] = _typed(np.stack(scales), "float8_e4m3fn")
+        out[f"{module}.{name}_scale_2"] = np.array(decode, dtype=np.float32)

@@ -213,10 +213,13 @@ static const mistake_t mistakes[] = {
          .want = {"demo.yaml:22:19: refit.linear_backend: expected one of "
                   "flashinfer_cutlass, flashinfer_cutedsl, flashinfer_trtllm, got "
                   "'cublas'\n"}),
-    CASE(.base = moe, .append = "refit:\n  moe_backend: flashinfer_cutlass\n", .lines = 1,
-         .want =
-             {"demo.yaml:22:16: refit.moe_backend: expected one of flashinfer_trtllm, "
-              "got 'flashinfer_cutlass'"}),
+    CASE(.base = moe, .append = "refit:\n  moe_backend: cutlass\n", .lines = 1,
+         .want = {"demo.yaml:22:16: refit.moe_backend: expected one of flashinfer_trtllm, "
+                  "flashinfer_cutlass, got 'cutlass'"}),
+    /* flashinfer_cutlass is NVFP4's only: MXFP8 experts are TRTLLM's. */
+    CASE(.base = moe, .append = MXFP8 "  moe_backend: flashinfer_cutlass\n", .lines = 1,
+         .want = {"demo.yaml:23:3: refit.moe_backend flashinfer_cutlass is built for "
+                  "refit.precision nvfp4 only"}),
     CASE(.base = moe, .append = "refit:\n  restore: ful\n", .lines = 1,
          .want = {"demo.yaml:22:12: refit.restore: expected one of full, none, got 'ful' "
                   "(did you mean 'full'?)"}),
@@ -916,9 +919,41 @@ static const mistake_t mistakes[] = {
          .want = {"demo.yaml:23:3: refit.zero_copy: on is not supported with "
                   "refit.precision fp8_block"}),
     /* ---- NVFP4: what vLLM's NVFP4 linear and refit refuse ---- */
-    CASE(.base = moe, .append = NVFP4, .lines = 1,
-         .want = {"demo.yaml:22:3: refit.precision nvfp4 is not supported for "
-                  "model.family qwen3_moe yet"}),
+    CASE(.base = dense, .edit = {{"  family: qwen3\n", "  family: qwen2\n"}},
+         .append = NVFP4, .lines = 1, .ok_without_append = true,
+         .want = {"demo.yaml:18:3: refit.precision nvfp4 is not supported for "
+                  "model.family qwen2 yet"}),
+    /* ---- NVFP4 experts: what vLLM's ModelOptNvFp4FusedMoE serves unpadded ---- */
+    /* w2's K = I = 200 is no multiple of 16, at the model key. */
+    CASE(.base = moe,
+         .edit = {{"  moe_intermediate_size: 128\n", "  moe_intermediate_size: 200\n"}},
+         .append = NVFP4, .lines = 1, .ok_without_append = true,
+         .want = {"demo.yaml:10:3: model.layers.*.mlp.experts.w2_weight: K = "
+                  "model.moe_intermediate_size 200 is not a multiple of 16"}),
+    /* TRTLLM: H 320 would be padded to 256's multiple by vLLM. */
+    CASE(.base = moe, .edit = {{"  hidden_size: 256\n", "  hidden_size: 320\n"}},
+         .append = NVFP4, .lines = 1, .ok_without_append = true,
+         .want = {"demo.yaml:3:3: model.layers.*.mlp.experts: experts [E=4, H=320, I=128] "
+                  "cannot use NVFP4 MoE backend flashinfer_trtllm: needs H % 256 == 0",
+                  "refit.moe_backend flashinfer_trtllm, refit.precision nvfp4)"}),
+    /* Whole experts of I 96: 2I = 192 is no multiple of 128 (either backend). */
+    CASE(.base = moe,
+         .edit = {{"  moe_intermediate_size: 128\n", "  moe_intermediate_size: 96\n"}},
+         .append = NVFP4 "  moe_backend: flashinfer_cutlass\n", .lines = 1,
+         .ok_without_append = true,
+         .want = {"demo.yaml:10:3: model.layers.*.mlp.experts: experts [E=4, H=256, I=96] "
+                  "cannot use NVFP4 MoE backend flashinfer_cutlass: needs 2I % 128 == 0",
+                  "(I = model.moe_intermediate_size 96, whole experts on each generator "
+                  "rank; refit.moe_backend flashinfer_cutlass, refit.precision nvfp4)"}),
+    /* I 192 is fine whole, but 96 per rank of generator tp 2 with ep 1 is not. */
+    CASE(.base = moe,
+         .edit = {{"  moe_intermediate_size: 128\n", "  moe_intermediate_size: 192\n"},
+                  {GEN_EP, "  ep: 1\n  engines"}},
+         .append = NVFP4, .lines = 1, .ok_without_append = true,
+         .want = {"demo.yaml:18:3: model.layers.*.mlp.experts: experts [E=8, H=256, I=96] "
+                  "cannot use NVFP4 MoE backend flashinfer_trtllm: needs 2I % 128 == 0",
+                  "(I per generator rank = model.moe_intermediate_size 192 / generator.tp "
+                  "2 with generator.ep 1;"}),
     /* down_proj's K = 520 is no multiple of 16, at the model key. */
     CASE(.base = dense, .edit = {{"  intermediate_size: 512\n", "  intermediate_size: 520\n"}},
          .append = NVFP4, .lines = 1, .ok_without_append = true,
@@ -1591,10 +1626,18 @@ static void test_mxfp8_presets_pass(void **state) {
                   "quantization_ignore: [lm_head, self_attn.kv_b_proj]",
                   "quantization_ignore: [lm_head]"),
              0, REFIT_ERR_CONFIG, "add self_attn.kv_b_proj to refit.quantization_ignore");
-  /* nvfp4 covers the dense families: the MoE demo is refused at the key. */
-  EXPECT_ERR(edit(preset_mxfp8("demo.yaml"), "precision: mxfp8", "precision: nvfp4"), 0,
-             REFIT_ERR_CONFIG,
-             "refit.precision nvfp4 is not supported for model.family qwen3_moe yet");
+  /* nvfp4 covers qwen3_moe: the MoE demo passes under either MoE backend. */
+  const char *demo_nvfp4 =
+      edit(preset_mxfp8("demo.yaml"), "precision: mxfp8", "precision: nvfp4");
+  EXPECT_OK(demo_nvfp4, 0, NULL);
+  EXPECT_OK(edit(demo_nvfp4, "precision: nvfp4",
+                 "precision: nvfp4\n  moe_backend: flashinfer_cutlass"),
+            0, NULL);
+  /* H 320 is refused under flashinfer_trtllm (test_mistakes) but served
+   * unpadded by flashinfer_cutlass. */
+  EXPECT_OK(edit(cat(moe, NVFP4 "  moe_backend: flashinfer_cutlass\n"),
+                 "  hidden_size: 256\n", "  hidden_size: 320\n"),
+            0, NULL);
   /* demo.yaml with trtllm GEMMs: with one rank per engine o_proj's K is the
    * whole 256 and passes; with tp 2 it is 128 per rank and is refused. */
   const char *demo = edit(preset_mxfp8("demo.yaml"), "precision: mxfp8",
