@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Colocated refit of Qwen3-30B-A3B on one GPU in each precision
 # (docs/benchmarks.md, issue 39): configs/qwen3-30b-a3b-disagg.yaml with both
-# ranks on the one visible GPU, staged (zero_copy: off; block FP8 has no zero
-# copy path), restore: none, digests off, 6 refits (1 warm-up + 5 timed),
+# ranks on the one visible GPU, staged (zero_copy: off; block FP8 and NVFP4
+# have no zero copy path), restore: none, digests off, 6 refits (1 warm-up + 5 timed),
 # and the copy ceiling of the same run (refit-bench-kernels). LAYERS (default
 # 24 of the model's 48, so that the trainer's BF16 copy and the runtime
 # tensors fit one 80 GB H100 together) sets num_layers.
@@ -28,6 +28,8 @@ timeout 240 "$build/kernels/refit-bench-kernels" >"$out/kernels.log" 2>&1
 grep -E "^cudaMemcpy D2D \(GPU ceiling\)|fp8_block|nvfp4" "$out/kernels.log"
 run fp8_block-verify fp8_block true 2
 run fp8_block fp8_block false 6
+run nvfp4-verify nvfp4 true 2
+run nvfp4 nvfp4 false 6
 run mxfp8 mxfp8 false 6
 run bf16 bf16 false 6
 run mxfp8-zero-copy mxfp8 false 6 on
