@@ -19,12 +19,8 @@ import ctypes
 import numpy as np
 
 from . import _lib
+from ._dtype import torch_if_used
 from .errors import error
-
-try:
-    import torch
-except ImportError:  # numpy-only use
-    torch = None
 
 _BYTE_TYPES = ("float8_e4m3fn", "float8_e8m0fnu")
 
@@ -39,6 +35,7 @@ class Described:
 
 
 def _torch_dtype(t):
+    torch = torch_if_used()
     if t.dtype == torch.bfloat16:
         return "bfloat16"
     if t.dtype == torch.uint8:
@@ -52,6 +49,7 @@ def _torch_dtype(t):
 def describe(obj):
     """Pointer, size, shape, dtype and device of a torch tensor or numpy
     array; TypeError for anything else."""
+    torch = torch_if_used()  # a torch tensor means torch is imported
     if torch is not None and isinstance(obj, torch.Tensor):
         dev = obj.device.index if obj.device.type == "cuda" else -1
         if obj.device.type not in ("cpu", "cuda"):
@@ -83,6 +81,7 @@ def fingerprint(obj):
 def storage_of(obj):
     """The object that owns `obj`'s memory: held while refit may touch it,
     so that a storage the caller swapped away is not freed under refit."""
+    torch = torch_if_used()  # a torch tensor means torch is imported
     if torch is not None and isinstance(obj, torch.Tensor):
         get = getattr(obj, "untyped_storage", None) or obj.storage
         return get()
@@ -178,6 +177,12 @@ def view(ptr, nbytes, shape, dtype, device, framework, keep=None):
     bfloat16 is uint16 bits in numpy, torch.bfloat16 in torch; the float8
     types are uint8 (torch's float8 type where it exists). The view holds
     `keep` (the session's storage) for as long as it lives."""
+    torch = None
+    if framework == "torch":  # asked for: import it if the program did not
+        try:
+            import torch
+        except ImportError:
+            pass
     if device < 0:
         raw = (ctypes.c_uint8 * nbytes).from_address(ptr)
         raw._refit_keep = keep  # numpy and torch views hold raw as their base

@@ -150,11 +150,9 @@ def _recv(sock):
 
 
 def _torch():
-    try:
-        import torch
-        return torch
-    except ImportError:
-        return None
+    """torch where the program imported it (a torch tensor or a CUDA rank
+    means it did); refit does not import it, which takes seconds."""
+    return _dtype.torch_if_used()
 
 
 class Client:
@@ -163,7 +161,7 @@ class Client:
 
     def __init__(self, path, side=None, timeout_s=60.0):
         self.path = path
-        torch = _torch()  # before connecting: its import may take seconds
+        torch = _torch()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout_s)
         try:
@@ -190,8 +188,8 @@ class Client:
         if side is not None:
             hello["side"] = side
         self._cuda = False
-        # A GPU rank needs the begin event in the hello: made lazily only when
-        # torch has CUDA (a host rank never touches it).
+        # A GPU rank needs the begin event in the hello: made only where the
+        # program uses torch with CUDA (a host rank never touches it).
         if torch is not None and torch.cuda.is_available():
             self._begin_ev = torch.cuda.Event(interprocess=True, enable_timing=False)
             self._begin_ev.record()
@@ -246,8 +244,9 @@ class Client:
     # -- what this rank holds -------------------------------------------------
     def expected(self):
         """[(name, shape, dtype)] this rank must register: Megatron-Core's
-        names on trainers, vLLM's on engines; dtype a torch.dtype where torch
-        has the type, else refit's name (refit.dtype_name reads either)."""
+        names on trainers, vLLM's on engines; dtype a torch.dtype where the
+        program imported torch and torch has the type, else refit's name
+        (refit.dtype_name reads either)."""
         return [(n, s, _dtype.framework(d)) for n, s, d in self._expected]
 
     def _describe(self, name, t):

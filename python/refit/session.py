@@ -17,11 +17,6 @@ from . import _config, _dtype, _lib, _report
 from . import _tensors
 from .errors import check, error, file_not_found, Error
 
-try:
-    import torch
-except ImportError:
-    torch = None
-
 
 # Sessions still open at exit are closed before MPI is finalized: mpi4py
 # finalizes in an atexit hook registered when it was imported, before this
@@ -159,7 +154,8 @@ class _Worker:
             fn, args, box, done = job
             try:
                 if self.device >= 0 and _torch_cuda():
-                    torch.cuda.set_device(self.device)  # CUDA's device is per thread
+                    # CUDA's device is per thread
+                    _dtype.torch_if_used().cuda.set_device(self.device)
                 st = fn(*args)
                 box.append((st, _lib.last_error().decode(errors="replace") if st else ""))
             except BaseException as e:  # noqa: B902  handed to the caller
@@ -201,6 +197,8 @@ class _Worker:
 
 
 def _torch_cuda():
+    """Does the program use torch with CUDA? (refit does not import torch.)"""
+    torch = _dtype.torch_if_used()
     return torch is not None and torch.cuda.is_available()
 
 
@@ -365,7 +363,7 @@ itself as a dict or a mapping (OmegaConf's DictConfig). Collective.
         if self.device >= 0 and _torch_cuda():
             # refit_session_open bound its calling thread (the worker) to the
             # GPU; bind this one too, as a call on this thread did before.
-            torch.cuda.set_device(self.device)
+            _dtype.torch_if_used().cuda.set_device(self.device)
 
     @staticmethod
     def _open_error(e, config_path):
@@ -435,8 +433,9 @@ itself as a dict or a mapping (OmegaConf's DictConfig). Collective.
         """[(name, shape, dtype)] of every tensor this rank holds, in refit's
         order: what register() must be given (all of them or none). Shapes
         are the framework's: a norm weight or bias is [n] (refit also takes
-        [1, n]); dtype a torch.dtype where torch has the type, else refit's
-        name (refit.dtype_name reads either)."""
+        [1, n]); dtype a torch.dtype where the program imported torch and
+        torch has the type, else refit's name (refit.dtype_name reads
+        either)."""
         out = []
         for i in range(_lib.tensor_count(self._handle())):
             t = self._get(i)
@@ -633,6 +632,7 @@ itself as a dict or a mapping (OmegaConf's DictConfig). Collective.
         """The caller's CUDA stream (torch's current stream), so that work
         queued before begin() is seen and work queued after commit() reads
         the new weights; NULL on the host."""
+        torch = _dtype.torch_if_used()  # a program without torch has no torch stream
         if self.device < 0 or torch is None:
             return None
         return ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)
