@@ -17,6 +17,13 @@
  *             block or an unaligned address takes element-wise loads and
  *             byte stores.
  *   constraints any shape and alignment.
+ *
+ * Kernel refit_nvfp4_amax_kernel
+ *   computes  the amax key (kernels/nvfp4_rules.h) of a BF16 matrix, merged
+ *             into one uint32 by atomicMax.
+ *   mapping   a grid-stride loop over groups of 8 elements of a row (one
+ *             16-byte load where the row start, stride and K allow, else
+ *             element loads); a warp reduces by shuffles, its lane 0 merges.
  */
 #include "kernels/cuda_launch.cuh"
 #include "kernels/nvfp4_cuda.h"
@@ -87,7 +94,58 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void __launch_bounds__(kThreads)
+    refit_nvfp4_amax_kernel(const uint16_t *src, int64_t rows, int64_t k, int64_t stride,
+                            int vec, uint32_t *key) {
+  const int64_t groups = (k + 7) / 8, total = rows * groups;
+  uint32_t m = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / groups, c = (i - r * groups) * 8;
+    const uint16_t *s = src + r * stride + c;
+    if (vec) {
+      const uint4 a = *reinterpret_cast<const uint4 *>(s);
+      const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+        m = max(m, max(refit_nvfp4_key(static_cast<uint16_t>(w[j])),
+                       refit_nvfp4_key(static_cast<uint16_t>(w[j] >> 16))));
+    } else {
+      const int n = k - c < 8 ? static_cast<int>(k - c) : 8;
+      for (int j = 0; j < n; j++)
+        m = max(m, refit_nvfp4_key(s[j]));
+    }
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2)
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, d));
+  if ((threadIdx.x & 31) == 0 && m != 0)
+    atomicMax(key, m);
+}
+
 } // namespace
+
+extern "C" refit_status_t refit_nvfp4_amax_key_cuda(const uint16_t *src, int64_t rows,
+                                                    int64_t k, int64_t src_stride_elems,
+                                                    uint32_t *key, cudaStream_t stream) {
+  /* The C twin's argument rules, and a slot to merge into. */
+  if (rows < 0 || k < 0 || key == NULL ||
+      (rows > 0 && k > 0 && (src == NULL || src_stride_elems < k)))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "nvfp4 amax (cuda): source %p [%lld, %lld] with stride %lld, key %p: "
+                     "needs a shape >= 0, a source and a stride >= K, and a key",
+                     static_cast<const void *>(src), (long long)rows, (long long)k,
+                     (long long)src_stride_elems, static_cast<void *>(key));
+  if (rows == 0 || k == 0)
+    return REFIT_OK;
+  const int vec = (reinterpret_cast<uintptr_t>(src) & 15) == 0 && k % 8 == 0 &&
+                  src_stride_elems % 8 == 0;
+  static refit_cuda_grid_cache_t grid;
+  const int64_t work = (rows * ((k + 7) / 8) + kThreads - 1) / kThreads;
+  refit_nvfp4_amax_kernel<<<refit_cuda_grid(refit_nvfp4_amax_kernel, kThreads, grid, work),
+                            kThreads, 0, stream>>>(src, rows, k, src_stride_elems, vec, key);
+  return refit_cuda_launch_check("nvfp4 amax");
+}
 
 extern "C" refit_status_t refit_nvfp4_quantize_cuda(
     const uint16_t *src, int64_t rows, int64_t k, int64_t src_stride_elems, float gsf,

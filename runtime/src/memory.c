@@ -481,39 +481,17 @@ refit_status_t refit_mem_scale_swizzle(refit_mem_t *m, const uint8_t *lin, int64
   return refit_kernels_scale_swizzle(lin, num, rows, cols, out);
 }
 
-refit_status_t refit_mem_amax_key(refit_mem_t *m, const uint16_t *src, int64_t rows,
-                                  int64_t k, int64_t stride, uint16_t *key) {
+refit_status_t refit_mem_amax_merge(refit_mem_t *m, const uint16_t *src, int64_t rows,
+                                    int64_t k, int64_t stride, uint32_t *slot) {
+#ifdef REFIT_HAVE_CUDA
+  if (m->device)
+    return refit_nvfp4_amax_key_cuda(src, rows, k, stride, slot, m->stream);
+#endif
+  (void)m;
   refit_status_t st = REFIT_OK;
-  if (!m->device) {
-    *key = refit_nvfp4_amax_key(src, rows, k, stride, &st);
-    return st;
-  }
-  if (rows == 0 || k == 0) {
-    *key = 0;
-    return REFIT_OK;
-  }
-  /* Device memory goes through a host copy, row block by row block: no
-   * CUDA twin of the amax yet (docs/nvfp4.md). */
-  const int64_t chunk = rows > 0 ? (int64_t)(((size_t)64 << 20) / (size_t)(stride * 2)) : 1;
-  const int64_t step = chunk > 0 ? chunk : 1;
-  uint16_t *host = malloc((size_t)((step < rows ? step : rows) * stride) * 2 + 2);
-  if (host == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "amax: a host copy of %lld rows",
-                     (long long)step);
-  uint16_t best = 0;
-  REFIT_CHECK_GOTO(refit_mem_sync(m), st, out);
-  for (int64_t r = 0; r < rows && st == REFIT_OK; r += step) {
-    const int64_t n = rows - r < step ? rows - r : step;
-    REFIT_CHECK_GOTO(refit_mem_to_host(m, host, src + r * stride,
-                                       (size_t)((n - 1) * stride + k) * 2),
-                     st, out);
-    const uint16_t got = refit_nvfp4_amax_key(host, n, k, stride, &st);
-    best = got > best ? got : best;
-  }
-  if (st == REFIT_OK)
-    *key = best;
-out:
-  free(host);
+  const uint16_t key = refit_nvfp4_amax_key(src, rows, k, stride, &st);
+  if (st == REFIT_OK && key > *slot)
+    *slot = key;
   return st;
 }
 

@@ -147,11 +147,13 @@ refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src, int
 /* kernels/layout.h's 128x4 swizzle of num linear scale matrices [rows, cols]. */
 refit_status_t refit_mem_scale_swizzle(refit_mem_t *m, const uint8_t *lin, int64_t num,
                                        int64_t rows, int64_t cols, uint8_t *out);
-/* The NVFP4 amax key (refit_nvfp4_amax_key) of a [rows, k] BF16 matrix, row
- * stride in elements, into *key (blocking: the device's work queued so far
- * is waited for). */
-refit_status_t refit_mem_amax_key(refit_mem_t *m, const uint16_t *src, int64_t rows,
-                                  int64_t k, int64_t stride, uint16_t *key);
+/* Merge the NVFP4 amax key (refit_nvfp4_amax_key) of a [rows, k] BF16
+ * matrix, row stride in elements, into *slot: *slot = max(*slot, key). The
+ * slot is a uint32 of this rank's memory (refit_mem_alloc); on a device the
+ * work is queued (refit_nvfp4_amax_key_cuda), and many matrices merge into
+ * their slots before one refit_mem_to_host reads them all. */
+refit_status_t refit_mem_amax_merge(refit_mem_t *m, const uint16_t *src, int64_t rows,
+                                    int64_t k, int64_t stride, uint32_t *slot);
 refit_status_t refit_mem_dense_transform(refit_mem_t *m,
                                          refit_kernels_dense_backend_t backend,
                                          int64_t n, int64_t k, const uint8_t *q,

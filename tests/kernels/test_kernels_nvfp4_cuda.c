@@ -123,6 +123,47 @@ static void test_cuda_nvfp4_every_bf16(void **state) {
   free(hs);
 }
 
+/* refit_nvfp4_amax_key_cuda == the C key: adversarial matrices (NaN, +-Inf,
+ * subnormals) of aligned and unaligned shapes, strides and starts, merged
+ * into a slot that already holds a smaller and a larger key. */
+static void test_cuda_nvfp4_amax(void **state) {
+  (void)state;
+  const int64_t shapes[][3] = {{1, 1, 1},     {3, 17, 17},   {64, 256, 256},
+                               {5, 40, 48},   {7, 33, 40},   {128, 1024, 1032},
+                               {2, 4096, 4096}, {300, 64, 72}};
+  for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++)
+    for (int shift = 0; shift < 2; shift++) {
+      const int64_t rows = shapes[t][0], k = shapes[t][1], sk = shapes[t][2];
+      const size_t n = (size_t)(rows * sk);
+      uint16_t *x = malloc(n * 2);
+      nvs_fill(x, rows, sk);
+      const uint16_t want = refit_nvfp4_amax_key(x, rows, k, sk, NULL);
+      uint16_t *dx = NULL;
+      uint32_t *dkey = NULL;
+      CK(cudaMalloc((void **)&dx, (n + 8) * 2));
+      CK(cudaMalloc((void **)&dkey, 2 * sizeof(uint32_t)));
+      CK(cudaMemcpy(dx + shift, x, n * 2, cudaMemcpyHostToDevice));
+      const uint32_t init[2] = {0, 0x7f80u};
+      for (int i = 0; i < 2; i++) {
+        CK(cudaMemcpy(dkey, &init[i], sizeof(uint32_t), cudaMemcpyHostToDevice));
+        assert_int_equal(refit_nvfp4_amax_key_cuda(dx + shift, rows, k, sk, dkey, 0),
+                         REFIT_OK);
+        uint32_t got = 0;
+        CK(cudaMemcpy(&got, dkey, sizeof(got), cudaMemcpyDeviceToHost));
+        const uint32_t expect = want > init[i] ? want : init[i];
+        if (got != expect)
+          fail_msg("amax [%lld, %lld] stride %lld shift %d from %#x: got %#x, C %#x",
+                   (long long)rows, (long long)k, (long long)sk, shift, init[i], got,
+                   expect);
+      }
+      CK(cudaFree(dx));
+      CK(cudaFree(dkey));
+      free(x);
+    }
+  assert_int_equal(refit_nvfp4_amax_key_cuda(NULL, 2, 2, 2, NULL, 0),
+                   REFIT_ERR_INVALID_ARGUMENT);
+}
+
 /* refit_kernels_nvfp4_moe_transform_cuda == the C layout, every backend and
  * tensor, on random bytes with a K whose scale columns pad (H 336: 21). */
 static void test_cuda_nvfp4_moe_layout(void **state) {
@@ -187,6 +228,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cuda_nvfp4),
       cmocka_unit_test(test_cuda_nvfp4_every_bf16),
+      cmocka_unit_test(test_cuda_nvfp4_amax),
       cmocka_unit_test(test_cuda_nvfp4_moe_layout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
