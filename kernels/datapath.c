@@ -7,6 +7,7 @@
  * threads apply). The CUDA twins (kernels/datapath.cu) produce the same bytes.
  */
 #include "kernels/datapath.h"
+#include "kernels/fp8_block.h"
 #include "kernels/mxfp8.h"
 #include "kernels/synth_rules.h"
 
@@ -45,35 +46,43 @@ static refit_status_t check_table(const char *what, const void *descs,
 typedef struct {
   int allowed;
   int wire_bf16, tensor_bf16, scales;
+  int block; /* block FP8 wire rows: scale slots per 128 columns, any cols */
 } refit_desc_op_t;
 
 /* How one table (pack or land) names its fields and which ops it takes,
  * indexed by refit_chunk_op_t. */
 typedef struct {
   const char *what, *offset_name, *tensor_name, *pitch_name, *ops_text;
-  refit_desc_op_t op[3];
+  refit_desc_op_t op[5];
 } refit_desc_table_t;
+
+static const char *const refit_desc_op_names[5] = {"COPY", "QUANTIZE", "SPLIT",
+                                                   "BLOCK_QUANTIZE", "BLOCK_SPLIT"};
 
 static const refit_desc_table_t refit_pack_table = {
     .what = "pack",
     .offset_name = "dst_offset",
     .tensor_name = "src",
     .pitch_name = "src_pitch",
-    .ops_text = "COPY or QUANTIZE",
+    .ops_text = "COPY, QUANTIZE or BLOCK_QUANTIZE",
     .op = {[REFIT_CHUNK_COPY] = {.allowed = 1},
            /* BF16 shard rows onto the wire as MXFP8 */
-           [REFIT_CHUNK_QUANTIZE] = {.allowed = 1, .tensor_bf16 = 1}}};
+           [REFIT_CHUNK_QUANTIZE] = {.allowed = 1, .tensor_bf16 = 1},
+           /* BF16 shard blocks onto the wire as block FP8 */
+           [REFIT_CHUNK_BLOCK_QUANTIZE] = {.allowed = 1, .tensor_bf16 = 1, .block = 1}}};
 static const refit_desc_table_t refit_land_table = {
     .what = "land",
     .offset_name = "src_offset",
     .tensor_name = "dst",
     .pitch_name = "dst_pitch",
-    .ops_text = "COPY, QUANTIZE or SPLIT",
+    .ops_text = "COPY, QUANTIZE, SPLIT or BLOCK_SPLIT",
     .op = {[REFIT_CHUNK_COPY] = {.allowed = 1},
            /* BF16 wire rows into e4m3 storage and its scales */
            [REFIT_CHUNK_QUANTIZE] = {.allowed = 1, .wire_bf16 = 1, .scales = 1},
            /* MXFP8 wire rows, split into the same places */
-           [REFIT_CHUNK_SPLIT] = {.allowed = 1, .scales = 1}}};
+           [REFIT_CHUNK_SPLIT] = {.allowed = 1, .scales = 1},
+           /* block FP8 wire rows, values and block rows' scales */
+           [REFIT_CHUNK_BLOCK_SPLIT] = {.allowed = 1, .scales = 1, .block = 1}}};
 
 /* A descriptor of either table, as the checks see it. */
 typedef struct {
@@ -84,6 +93,7 @@ typedef struct {
   const void *scale;  /* land only */
   int64_t scale_pitch;
   int32_t op, digest;
+  int32_t fp8_scale; /* pack only */
 } refit_desc_view_t;
 
 /* The rules of refit_pack_descs_check and refit_land_descs_check (datapath.h)
@@ -101,21 +111,29 @@ static refit_status_t check_desc(const refit_desc_table_t *t, int64_t i,
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "%s descriptor %lld: digest flag %d is neither 0 nor 1", what,
                      (long long)i, (int)d->digest);
-  if (d->op != REFIT_CHUNK_COPY && d->cols % REFIT_MXFP8_BLOCK != 0)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "%s descriptor %lld: cols %lld of a %s chunk is not a "
-                     "multiple of the 32-element scale block",
-                     what, (long long)i, (long long)d->cols,
-                     d->op == REFIT_CHUNK_QUANTIZE ? "QUANTIZE" : "SPLIT");
   if (d->offset < 0)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s descriptor %lld: negative %s %lld",
                      what, (long long)i, t->offset_name, (long long)d->offset);
   const refit_desc_op_t *o =
-      d->op >= 0 && d->op < 3 && t->op[d->op].allowed ? &t->op[d->op] : NULL;
-  const int64_t nb = d->cols / REFIT_MXFP8_BLOCK;
+      d->op >= 0 && d->op < 5 && t->op[d->op].allowed ? &t->op[d->op] : NULL;
   if (o == NULL)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s descriptor %lld: op %d is not %s",
                      what, (long long)i, (int)d->op, t->ops_text);
+  const char *op_name = refit_desc_op_names[d->op];
+  if (d->op != REFIT_CHUNK_COPY && !o->block && d->cols % REFIT_MXFP8_BLOCK != 0)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s descriptor %lld: cols %lld of a %s chunk is not a "
+                     "multiple of the 32-element scale block",
+                     what, (long long)i, (long long)d->cols, op_name);
+  if (d->op == REFIT_CHUNK_BLOCK_QUANTIZE && d->fp8_scale != REFIT_FP8_SCALE_FP32 &&
+      d->fp8_scale != REFIT_FP8_SCALE_POW2)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s descriptor %lld: fp8_scale %d is neither fp32 (0) nor pow2 (1)",
+                     what, (long long)i, (int)d->fp8_scale);
+  /* Scale bytes per scale row, and scale rows (MXFP8: one per row). */
+  const int64_t nb = o->block ? 4 * REFIT_BLOCK_WIRE_SLOTS(d->cols)
+                              : d->cols / REFIT_MXFP8_BLOCK;
+  const int64_t scale_rows = o->block ? refit_fp8_block_count(d->rows) : d->rows;
   if (d->op == REFIT_CHUNK_COPY) {
     REFIT_CHECK(check_pitch(what, i, t->pitch_name, d->rows, d->pitch, d->row_bytes));
   } else {
@@ -124,14 +142,13 @@ static refit_status_t check_desc(const refit_desc_table_t *t, int64_t i,
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                        "%s descriptor %lld: %s row_bytes %lld, expected %lld for "
                        "cols %lld",
-                       what, (long long)i,
-                       d->op == REFIT_CHUNK_QUANTIZE ? "QUANTIZE" : "SPLIT",
-                       (long long)d->row_bytes, (long long)row_bytes, (long long)d->cols);
+                       what, (long long)i, op_name, (long long)d->row_bytes,
+                       (long long)row_bytes, (long long)d->cols);
     REFIT_CHECK(check_pitch(what, i, t->pitch_name, d->rows, d->pitch,
                             o->tensor_bf16 ? 2 * d->cols : d->cols));
     if (o->scales) {
-      REFIT_CHECK(check_pitch(what, i, "scale_pitch", d->rows, d->scale_pitch, nb));
-      if (d->scale == NULL && d->rows * nb > 0)
+      REFIT_CHECK(check_pitch(what, i, "scale_pitch", scale_rows, d->scale_pitch, nb));
+      if (d->scale == NULL && scale_rows * nb > 0)
         return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s descriptor %lld: NULL scale",
                          what, (long long)i);
     }
@@ -154,7 +171,8 @@ refit_status_t refit_pack_descs_check(const refit_pack_desc_t *descs,
                                  .tensor = d->src,
                                  .pitch = d->src_pitch,
                                  .op = d->op,
-                                 .digest = d->digest};
+                                 .digest = d->digest,
+                                 .fp8_scale = d->fp8_scale};
     REFIT_CHECK(check_desc(&refit_pack_table, i, &v));
   }
   return REFIT_OK;
@@ -217,6 +235,29 @@ static void copy_rows(const uint8_t *src, int64_t src_pitch, uint8_t *dst,
     memcpy(dst + r * dst_pitch, src + r * src_pitch, (size_t)row_bytes);
 }
 
+/*
+ * BLOCK_QUANTIZE of one pack descriptor: the chunk's blocks quantized alone
+ * (its rows and columns are whole blocks of its tensor, reshard/blocks.h),
+ * values straight into the wire rows, scales through `scales` (FP32, at
+ * least ceil(rows/128) * slots) into the slots of each block row's first
+ * row, every other slot zero.
+ */
+static refit_status_t pack_block(const refit_pack_desc_t *d, uint8_t *wire,
+                                 float *scales) {
+  const int64_t slots = REFIT_BLOCK_WIRE_SLOTS(d->cols);
+  REFIT_CHECK(refit_fp8_block_quantize(d->src, d->rows, d->cols,
+                                       d->rows > 1 ? d->src_pitch / 2 : d->cols,
+                                       (refit_fp8_scale_t)d->fp8_scale, wire, d->row_bytes,
+                                       scales, slots));
+  for (int64_t r = 0; r < d->rows; r++)
+    if (r % REFIT_FP8_BLOCK == 0)
+      memcpy(wire + r * d->row_bytes + d->cols, scales + (r / REFIT_FP8_BLOCK) * slots,
+             (size_t)slots * 4);
+    else
+      memset(wire + r * d->row_bytes + d->cols, 0, (size_t)slots * 4);
+  return REFIT_OK;
+}
+
 /* Largest cols over QUANTIZE descriptors: the size of the bounce row. */
 #define REFIT_MAX_QUANT_COLS(descs, n, out)                                    \
   do {                                                                         \
@@ -233,18 +274,30 @@ refit_status_t refit_pack_rows(const refit_pack_desc_t *descs, int64_t n, uint64
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "pack: NULL wire buffer");
   int64_t max_cols;
   REFIT_MAX_QUANT_COLS(descs, n, max_cols);
+  int64_t max_scales = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (descs[i].op == REFIT_CHUNK_BLOCK_QUANTIZE) {
+      const int64_t k = refit_fp8_block_count(descs[i].rows) *
+                        REFIT_BLOCK_WIRE_SLOTS(descs[i].cols);
+      max_scales = k > max_scales ? k : max_scales;
+    }
   uint16_t *tmp = max_cols > 0 ? malloc((size_t)max_cols * 2) : NULL;
-  if (max_cols > 0 && tmp == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY,
-                     "pack: no memory for a %lld-column row",
-                     (long long)max_cols);
+  float *scales = max_scales > 0 ? malloc((size_t)max_scales * sizeof(float)) : NULL;
   refit_status_t st = REFIT_OK;
+  if ((max_cols > 0 && tmp == NULL) || (max_scales > 0 && scales == NULL)) {
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY,
+                   "pack: no memory for a %lld-column row or %lld block scales",
+                   (long long)max_cols, (long long)max_scales);
+    goto out;
+  }
   for (int64_t i = 0; i < n; i++) {
     const refit_pack_desc_t *d = &descs[i];
     uint8_t *wire = (uint8_t *)buf + d->dst_offset;
     const uint8_t *src = d->src;
     if (d->op == REFIT_CHUNK_COPY)
       copy_rows(src, d->src_pitch, wire, d->row_bytes, d->rows, d->row_bytes);
+    else if (d->op == REFIT_CHUNK_BLOCK_QUANTIZE)
+      REFIT_CHECK_GOTO(pack_block(d, wire, scales), st, out);
     else
       REFIT_CHECK_GOTO(quantize_any(src, d->src_pitch, d->rows, d->cols, wire,
                                     d->row_bytes, wire + d->cols, d->row_bytes,
@@ -257,6 +310,7 @@ refit_status_t refit_pack_rows(const refit_pack_desc_t *descs, int64_t n, uint64
   }
 out:
   free(tmp);
+  free(scales);
   return st;
 }
 
@@ -293,6 +347,10 @@ refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n, uint64
                                     d->dst_pitch, d->scale, d->scale_pitch,
                                     tmp),
                        st, out);
+    } else if (d->op == REFIT_CHUNK_BLOCK_SPLIT) {
+      copy_rows(wire, d->row_bytes, dst, d->dst_pitch, d->rows, d->cols);
+      copy_rows(wire + d->cols, REFIT_FP8_BLOCK * d->row_bytes, d->scale, d->scale_pitch,
+                refit_fp8_block_count(d->rows), 4 * REFIT_BLOCK_WIRE_SLOTS(d->cols));
     } else { /* SPLIT */
       copy_rows(wire, d->row_bytes, dst, d->dst_pitch, d->rows, d->cols);
       copy_rows(wire + d->cols, d->row_bytes, d->scale, d->scale_pitch, d->rows,

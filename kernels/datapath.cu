@@ -42,6 +42,7 @@
 #include "kernels/cuda_launch.cuh"
 #include "kernels/datapath_cuda.h"
 #include "kernels/datapath_tiles.cuh"
+#include "kernels/fp8_block_cuda.h"
 
 #include "core/digest.h"
 
@@ -54,6 +55,13 @@ namespace {
 __device__ inline bool quant_shape_ok(int64_t cols, int64_t row_bytes,
                                       int64_t expected) {
   return cols >= 0 && cols % 32 == 0 && row_bytes == expected;
+}
+
+/* A BLOCK_QUANTIZE descriptor whose rows refit_pack_blocks_cuda wrote: the
+ * tile kernels only seal it (a digest read back from the wire). */
+__device__ inline bool pack_prewritten(const refit_pack_desc_t &d) {
+  return d.op == REFIT_CHUNK_BLOCK_QUANTIZE && d.rows >= 0 && d.cols >= 0 &&
+         d.dst_offset >= 0 && d.row_bytes == d.cols + 4 * REFIT_BLOCK_WIRE_SLOTS(d.cols);
 }
 
 __device__ inline Job pack_job(const refit_pack_desc_t &d, uint8_t *buf) {
@@ -123,6 +131,24 @@ __device__ inline int land_jobs(const refit_land_desc_t &d,
     jobs[1] = collapse(j);
     return 2;
   }
+  if (d.op == REFIT_CHUNK_BLOCK_SPLIT && d.cols >= 0 &&
+      d.row_bytes == d.cols + 4 * REFIT_BLOCK_WIRE_SLOTS(d.cols)) {
+    /* The values, then the scale slots of every block row's first row
+     * (the zero slots of the other rows are read by the digest only). */
+    j.kind = kCopy;
+    j.width = d.cols;
+    jobs[0] = collapse(j);
+    j.src = wire + d.cols;
+    j.src_pitch = REFIT_FP8_BLOCK * d.row_bytes;
+    j.chunk_off = d.cols;
+    j.chunk_pitch = REFIT_FP8_BLOCK * d.row_bytes;
+    j.dst = static_cast<uint8_t *>(d.scale);
+    j.dst_pitch = d.scale_pitch;
+    j.rows = (d.rows + REFIT_FP8_BLOCK - 1) / REFIT_FP8_BLOCK;
+    j.width = 4 * REFIT_BLOCK_WIRE_SLOTS(d.cols);
+    jobs[1] = collapse(j);
+    return 2;
+  }
   return 0;
 }
 
@@ -162,7 +188,7 @@ struct PackDigestPlan {
     const refit_pack_desc_t &d = descs[i];
     const Job j = pack_job(d, buf);
     const int64_t len = d.rows * d.row_bytes;
-    if (!d.digest || j.kind == kNone || digest_unit(j, len) > 0)
+    if (!d.digest || (!pack_prewritten(d) && (j.kind == kNone || digest_unit(j, len) > 0)))
       return 0;
     return ceil_div(ceil_div(len, 8), kDigestWords);
   }
@@ -181,8 +207,10 @@ struct PackDigestPlan {
  * the contiguous wire rows, at any alignment), COPY and SPLIT when
  * digest_unit allows.
  */
-__device__ inline bool land_digest_fused(const Job jobs[2], int nj,
-                                         int64_t len) {
+__device__ inline bool land_digest_fused(const refit_land_desc_t &d, const Job jobs[2],
+                                         int nj, int64_t len) {
+  if (d.op == REFIT_CHUNK_BLOCK_SPLIT) /* its jobs skip the zero slots */
+    return false;
   for (int k = 0; k < nj; k++)
     if (jobs[k].kind != kQuant && digest_unit(jobs[k], len) == 0)
       return false;
@@ -209,7 +237,7 @@ template <int kSel> struct LandPlan {
       return 0;
     const int64_t len = d.rows * d.row_bytes;
     int64_t n = job_tiles(jobs[0]) + (nj > 1 ? job_tiles(jobs[1]) : 0);
-    if (d.digest && !land_digest_fused(jobs, nj, len))
+    if (d.digest && !land_digest_fused(d, jobs, nj, len))
       n += ceil_div(ceil_div(len, 8), kDigestWords);
     return n;
   }
@@ -218,7 +246,7 @@ template <int kSel> struct LandPlan {
     Job jobs[2];
     const int nj = land_jobs(d, staging, jobs);
     const int64_t len = d.rows * d.row_bytes;
-    const bool fused = d.digest && land_digest_fused(jobs, nj, len);
+    const bool fused = d.digest && land_digest_fused(d, jobs, nj, len);
     const int64_t t0 = job_tiles(jobs[0]), t1 = nj > 1 ? job_tiles(jobs[1]) : 0;
     uint64_t s;
     if (t < t0)
@@ -241,7 +269,7 @@ __global__ void refit_dp_pack_finalize_kernel(const refit_pack_desc_t *descs,
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const refit_pack_desc_t &d = descs[i];
-    if (!d.digest || pack_job(d, buf).kind == kNone)
+    if (!d.digest || (pack_job(d, buf).kind == kNone && !pack_prewritten(d)))
       continue;
     const int64_t len = d.rows * d.row_bytes;
     const uint64_t v = static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i] +
@@ -369,6 +397,54 @@ refit_pack_rows_cuda(const refit_pack_desc_t *descs_device, int64_t n,
                                     kThreads, 0, stream>>>(descs_device, n, tag,
                                                            wire, acc);
     st = refit_cuda_launch_check("pack digest finalize");
+  }
+  const refit_status_t put = scratch_put(acc, stream, what);
+  return st != REFIT_OK ? st : put;
+}
+
+extern "C" refit_status_t refit_pack_blocks_cuda(const refit_pack_desc_t *descs_host,
+                                                 int64_t n, void *buf,
+                                                 cudaStream_t stream) {
+  const char *what = "pack block FP8";
+  REFIT_CHECK(refit_pack_descs_check(descs_host, n));
+  int64_t most = 0; /* FP32 scales of the largest chunk */
+  for (int64_t i = 0; i < n; i++)
+    if (descs_host[i].op == REFIT_CHUNK_BLOCK_QUANTIZE) {
+      const int64_t k = refit_fp8_block_count(descs_host[i].rows) *
+                        REFIT_BLOCK_WIRE_SLOTS(descs_host[i].cols);
+      most = k > most ? k : most;
+    }
+  if (most == 0)
+    return REFIT_OK;
+  if (buf == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "%s (cuda): NULL wire buffer", what);
+  unsigned long long *acc = NULL; /* 8-byte units: two scales each */
+  REFIT_CHECK(scratch_get((most + 1) / 2, stream, &acc, what));
+  float *scales = reinterpret_cast<float *>(acc);
+  refit_status_t st = REFIT_OK;
+  for (int64_t i = 0; i < n && st == REFIT_OK; i++) {
+    const refit_pack_desc_t &d = descs_host[i];
+    if (d.op != REFIT_CHUNK_BLOCK_QUANTIZE || d.rows == 0 || d.cols == 0)
+      continue;
+    uint8_t *wire = static_cast<uint8_t *>(buf) + d.dst_offset;
+    const int64_t slots = REFIT_BLOCK_WIRE_SLOTS(d.cols);
+    const size_t slot_bytes = static_cast<size_t>(slots) * 4;
+    st = refit_fp8_block_quantize_cuda(
+        static_cast<const uint16_t *>(d.src), d.rows, d.cols,
+        d.rows > 1 ? d.src_pitch / 2 : d.cols, static_cast<refit_fp8_scale_t>(d.fp8_scale),
+        wire, d.row_bytes, scales, slots, stream);
+    cudaError_t err = cudaSuccess;
+    if (st == REFIT_OK)
+      err = cudaMemset2DAsync(wire + d.cols, static_cast<size_t>(d.row_bytes), 0,
+                              slot_bytes, static_cast<size_t>(d.rows), stream);
+    if (st == REFIT_OK && err == cudaSuccess)
+      err = cudaMemcpy2DAsync(
+          wire + d.cols, static_cast<size_t>(REFIT_FP8_BLOCK * d.row_bytes), scales,
+          slot_bytes, slot_bytes, static_cast<size_t>(refit_fp8_block_count(d.rows)),
+          cudaMemcpyDeviceToDevice, stream);
+    if (st == REFIT_OK && err != cudaSuccess)
+      st = REFIT_ERR(REFIT_ERR_CUDA, "%s (cuda): scale slots of descriptor %lld: %s", what,
+                     static_cast<long long>(i), cudaGetErrorString(err));
   }
   const refit_status_t put = scratch_put(acc, stream, what);
   return st != REFIT_OK ? st : put;

@@ -10,7 +10,11 @@
  *
  * Wire format of a chunk (see reshard/plan.h): `rows` rows of `row_bytes`
  * bytes back to back; a BF16 row is `cols` uint16, a prequantized MXFP8 row is
- * `cols` e4m3 bytes then `cols / 32` E8M0 scale bytes. When the plan carries
+ * `cols` e4m3 bytes then `cols / 32` E8M0 scale bytes, a prequantized block
+ * FP8 row `cols` e4m3 bytes then ceil(cols / 128) FP32 scale slots (4 bytes
+ * each, little-endian, at any alignment): chunk row r with r % 128 == 0
+ * carries the scale_inv values of the block row it starts, the others zeros
+ * (a block FP8 chunk starts on a block row of its tensor). When the plan carries
  * digests, an 8-byte little-endian digest of the rows (runtime/src/core/
  * digest.h) follows them.
  */
@@ -30,8 +34,14 @@ extern "C" {
 typedef enum {
   REFIT_CHUNK_COPY = 0,     /* rows of row_bytes, as they are */
   REFIT_CHUNK_QUANTIZE = 1, /* BF16 rows of cols -> MXFP8 (see each op) */
-  REFIT_CHUNK_SPLIT = 2     /* land only: prequantized wire rows -> q + scale */
+  REFIT_CHUNK_SPLIT = 2,    /* land only: prequantized wire rows -> q + scale */
+  REFIT_CHUNK_BLOCK_QUANTIZE = 3, /* pack only: BF16 rows -> block FP8 wire rows */
+  REFIT_CHUNK_BLOCK_SPLIT = 4     /* land only: block FP8 wire rows -> q + scale_inv */
 } refit_chunk_op_t;
+
+/* FP32 scale slots of a block FP8 wire row of `cols` values (a macro: host
+ * and device code both use it). */
+#define REFIT_BLOCK_WIRE_SLOTS(cols) (((cols) + 127) / 128)
 
 /*
  * Pack: trainer shard rows -> the bucket's wire buffer.
@@ -39,6 +49,11 @@ typedef enum {
  *   QUANTIZE: src rows are `cols` BF16 values (pitch src_pitch bytes); wire
  *             row r = cols e4m3 bytes then cols/32 scale bytes (row_bytes =
  *             cols + cols/32), exactly refit_mxfp8_quantize_rows' bytes.
+ *   BLOCK_QUANTIZE: src rows are `cols` BF16 values, the rectangle a chunk of
+ *             whole 128 x 128 blocks (reshard/blocks.h); it is quantized
+ *             alone as refit_fp8_block_quantize does (scale mode fp8_scale)
+ *             into wire rows of cols e4m3 bytes then the scale slots
+ *             (row_bytes = cols + 4 * REFIT_BLOCK_WIRE_SLOTS(cols)).
  * The wire rows start at dst_offset in the buffer; with `digest` set the
  * digest of the rows (rows * row_bytes bytes), sealed with seal_key and the
  * call's tag, is written right after them.
@@ -48,9 +63,11 @@ typedef struct {
   int64_t src_pitch; /* bytes between source rows */
   int64_t dst_offset;
   int64_t rows, cols, row_bytes;
-  int32_t op;     /* REFIT_CHUNK_COPY or REFIT_CHUNK_QUANTIZE */
+  int32_t op;     /* REFIT_CHUNK_COPY, _QUANTIZE or _BLOCK_QUANTIZE */
   int32_t digest; /* 1: write the 8-byte sealed digest after the rows */
   uint64_t seal_key; /* refit_seal_key of the chunk */
+  int32_t fp8_scale; /* BLOCK_QUANTIZE: refit_fp8_scale_t */
+  int32_t reserved;
 } refit_pack_desc_t;
 
 /*
@@ -59,6 +76,10 @@ typedef struct {
  *   QUANTIZE: wire row r is `cols` BF16 -> e4m3 at dst + r * dst_pitch and
  *             cols/32 scales at scale + r * scale_pitch.
  *   SPLIT:    wire row r is cols e4m3 + cols/32 scales -> the same places.
+ *   BLOCK_SPLIT: wire row r is cols e4m3 + scale slots: the values to
+ *             dst + r * dst_pitch, the slots of row 128 b (4 * slots bytes)
+ *             to scale + b * scale_pitch (bytes); the zero slots are not
+ *             written.
  * With `digest` set the digest of the wire rows, sealed with seal_key and the
  * call's tag, is checked against the 8 bytes that follow them, computed from
  * the bytes read while landing them (a chunk of another refit fails too). A
@@ -90,9 +111,12 @@ typedef struct {
  * tables from device memory and cannot report a bad descriptor; they skip
  * what they cannot execute safely). Rules: non-negative shape and offsets;
  * digest 0 or 1; QUANTIZE and SPLIT need cols % 32 == 0; row_bytes is
- * cols + cols/32 for pack QUANTIZE and land SPLIT and 2 * cols for land
- * QUANTIZE; pitches hold a row (when rows > 1); no NULL buffer that would be
- * touched. REFIT_ERR_INVALID_ARGUMENT names the descriptor index and the rule.
+ * cols + cols/32 for pack QUANTIZE and land SPLIT, 2 * cols for land
+ * QUANTIZE and cols + 4 * REFIT_BLOCK_WIRE_SLOTS(cols) for BLOCK_QUANTIZE
+ * and BLOCK_SPLIT; BLOCK_QUANTIZE needs fp8_scale 0 or 1; pitches hold a
+ * row (when rows > 1; BLOCK_SPLIT's scale_pitch a block row's slots when
+ * rows > 128); no NULL buffer that would be touched.
+ * REFIT_ERR_INVALID_ARGUMENT names the descriptor index and the rule.
  */
 refit_status_t refit_pack_descs_check(const refit_pack_desc_t *descs, int64_t n);
 refit_status_t refit_land_descs_check(const refit_land_desc_t *descs, int64_t n);

@@ -38,10 +38,25 @@
 extern "C" {
 #endif
 
-/* refit_pack_rows on the device: n descriptors at descs_device into buf. */
+/* refit_pack_rows on the device: n descriptors at descs_device into buf.
+ * BLOCK_QUANTIZE descriptors are only sealed here (their digests read from
+ * the wire): refit_pack_blocks_cuda writes their rows first. */
 refit_status_t refit_pack_rows_cuda(const refit_pack_desc_t *descs_device,
                                     int64_t n, uint64_t tag, void *buf,
                                     cudaStream_t stream);
+
+/*
+ * The wire rows of the BLOCK_QUANTIZE descriptors among descs_host[0 .. n)
+ * (host memory; src and buf device memory), stream-ordered before
+ * refit_pack_rows_cuda of the same descriptors: each chunk through the CUDA
+ * twin of the block FP8 quantizer (refit_fp8_block_quantize_cuda: values
+ * straight into the wire rows, scales into a pooled scratch), then its scales
+ * into the slots of its block rows' first rows and zeros into the others.
+ * Host-driven (a few launches per such chunk). Errors: a bad table
+ * (refit_pack_descs_check), CUDA errors.
+ */
+refit_status_t refit_pack_blocks_cuda(const refit_pack_desc_t *descs_host, int64_t n,
+                                      void *buf, cudaStream_t stream);
 
 /*
  * refit_land_rows on the device, in one pass over the staging area: every

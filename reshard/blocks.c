@@ -142,3 +142,34 @@ refit_status_t refit_block_piece_check(const refit_catalog_t *cat,
       "%s on generator tp rank %d: the piece %s cannot be block-quantized: %s", g->name,
       tp_rank, what, why);
 }
+
+int refit_block_rect_whole(const refit_catalog_t *cat, const refit_gen_tensor_t *g,
+                           const refit_block_piece_t *p, int64_t np, int64_t dst_row,
+                           int64_t dst_col, int64_t rows, int64_t cols) {
+  const int64_t n = g->rows / refit_block_matrices(g);
+  const int64_t matrix = dst_row / n, r0 = dst_row - matrix * n;
+  const refit_block_piece_t *piece = NULL;
+  for (int64_t k = 0; k < np && piece == NULL; k++)
+    if (p[k].matrix == matrix && p[k].row0 <= r0 && r0 < p[k].row0 + p[k].rows)
+      piece = &p[k];
+  if (piece == NULL || r0 + rows > piece->row0 + piece->rows)
+    return 0;
+  const refit_src_tensor_t *hf = &cat->hf[piece->hf];
+  const int64_t hr = piece->hf_row + (r0 - piece->row0), hc = piece->hf_col + dst_col;
+  const int64_t er = hr + rows, ec = hc + cols;
+  if (hr % REFIT_BLOCK_EDGE != 0 || hc % REFIT_BLOCK_EDGE != 0 ||
+      (er % REFIT_BLOCK_EDGE != 0 && er != hf->rows) ||
+      (ec % REFIT_BLOCK_EDGE != 0 && ec != hf->cols))
+    return 0;
+  const int partial = (er == hf->rows && hf->rows % REFIT_BLOCK_EDGE != 0) ||
+                      (ec == hf->cols && hf->cols % REFIT_BLOCK_EDGE != 0);
+  return !partial || (er == hf->rows && ec == hf->cols);
+}
+
+int refit_block_partial_cols(const refit_catalog_t *cat, const refit_block_piece_t *p,
+                             int64_t np) {
+  for (int64_t k = 0; k < np; k++)
+    if (cat->hf[p[k].hf].cols % REFIT_BLOCK_EDGE != 0)
+      return 1;
+  return 0;
+}

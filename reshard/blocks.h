@@ -74,4 +74,22 @@ refit_status_t refit_block_piece_check(const refit_catalog_t *cat,
                                        const refit_block_piece_t *p,
                                        refit_field_t *blame);
 
+/*
+ * Can a holder of rows x cols from (dst_row, dst_col) of runtime tensor
+ * `g` (its pieces p[0 .. np)) quantize them itself and get NeMo-RL's bytes
+ * (refit.prequantize)? True when the rectangle lies in one piece, starts on
+ * a block row and a block column of that piece's Hugging Face tensor, ends
+ * on one or at the tensor's last row / column, and, when it holds a partial
+ * block, holds the tensor's last element (the padding value). Its blocks
+ * are then the Hugging Face tensor's blocks, quantized alone.
+ */
+int refit_block_rect_whole(const refit_catalog_t *cat, const refit_gen_tensor_t *g,
+                           const refit_block_piece_t *p, int64_t np, int64_t dst_row,
+                           int64_t dst_col, int64_t rows, int64_t cols);
+
+/* Does any piece's Hugging Face tensor end in a partial block column (K not a
+ * multiple of 128, so every block row is padded with its last element)? */
+int refit_block_partial_cols(const refit_catalog_t *cat, const refit_block_piece_t *p,
+                             int64_t np);
+
 #endif /* REFIT_RESHARD_BLOCKS_H */

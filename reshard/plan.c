@@ -7,16 +7,24 @@
  */
 #include "reshard/plan_internal.h"
 
+#include "reshard/blocks.h"
+
 #include "core/error.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int64_t refit_plan_row_bytes(const refit_gen_tensor_t *gen, refit_wire_t wire,
+int64_t refit_plan_row_bytes(const refit_gen_tensor_t *gen, refit_wire_t wire, int block,
                              int64_t cols) {
   if (wire == REFIT_WIRE_MXFP8 && gen->quantized == REFIT_QUANT_MXFP8)
     return cols + cols / 32;
+  if (wire == REFIT_WIRE_FP8_BLOCK && block)
+    return cols + 4 * ((cols + REFIT_BLOCK_EDGE - 1) / REFIT_BLOCK_EDGE);
   return cols * 2;
+}
+
+int refit_plan_block_prequantized(const refit_plan_t *plan, int64_t gen) {
+  return plan->block_wire != NULL && plan->block_wire[gen] != REFIT_BLOCK_WIRE_BF16;
 }
 
 refit_status_t refit_chunk_vec_push(refit_chunk_vec_t *vec, const refit_chunk_t *c) {
@@ -58,46 +66,126 @@ static int32_t refit_planner_pick(const refit_planner_t *p, int32_t src,
   return best;
 }
 
-/* Cut a segment along the trainer shard boundaries and place each piece. */
-static refit_status_t refit_planner_segment(refit_planner_t *p, int32_t g,
-                                            int64_t gen_index, const refit_segment_t *s) {
-  const refit_src_tensor_t *t = &p->cat->src[s->src];
-  const refit_gen_tensor_t *gen = &p->cat->gen[gen_index];
+/* The trainer parts segment s covers: [*first, *last]. */
+static void refit_segment_parts(const refit_src_tensor_t *t, const refit_segment_t *s,
+                                int64_t *first, int64_t *last) {
   int64_t shard_rows, shard_cols;
   refit_src_shard_shape(t, &shard_rows, &shard_cols);
   const int by_rows = t->split == REFIT_SPLIT_ROWS;
   const int64_t lo = by_rows ? s->src_row : s->src_col;
   const int64_t len = by_rows ? s->rows : s->cols;
   const int64_t step = by_rows ? shard_rows : shard_cols;
-  int64_t first_part = t->split == REFIT_SPLIT_NONE ? 0 : lo / step;
-  int64_t last_part = t->split == REFIT_SPLIT_NONE ? 0 : (lo + len - 1) / step;
+  *first = t->split == REFIT_SPLIT_NONE ? 0 : lo / step;
+  *last = t->split == REFIT_SPLIT_NONE ? 0 : (lo + len - 1) / step;
+}
 
-  for (int64_t part = first_part; part <= last_part; part++) {
-    refit_chunk_t c;
-    memset(&c, 0, sizeof(c));
-    c.src_tensor = s->src;
-    c.dst_tensor = (int32_t)gen_index;
-    c.dst_rank = g;
-    c.src_row = s->src_row;
-    c.src_col = s->src_col;
-    c.rows = s->rows;
-    c.cols = s->cols;
-    c.dst_row = s->dst_row;
-    c.dst_col = s->dst_col;
-    if (t->split != REFIT_SPLIT_NONE) {
-      int64_t a = part * step > lo ? part * step : lo;
-      int64_t e = (part + 1) * step < lo + len ? (part + 1) * step : lo + len;
-      if (by_rows) {
-        c.dst_row += a - lo;
-        c.rows = e - a;
-        c.src_row = a - part * step;
-      } else {
-        c.dst_col += a - lo;
-        c.cols = e - a;
-        c.src_col = a - part * step;
+/* The rectangle of segment s that trainer part `part` holds, as a chunk of
+ * generator tensor `gen_index` (holder, bucket and row bytes unset). */
+static refit_chunk_t refit_segment_part(const refit_src_tensor_t *t,
+                                        const refit_segment_t *s, int64_t gen_index,
+                                        int64_t part) {
+  int64_t shard_rows, shard_cols;
+  refit_src_shard_shape(t, &shard_rows, &shard_cols);
+  const int by_rows = t->split == REFIT_SPLIT_ROWS;
+  const int64_t lo = by_rows ? s->src_row : s->src_col;
+  const int64_t len = by_rows ? s->rows : s->cols;
+  const int64_t step = by_rows ? shard_rows : shard_cols;
+  refit_chunk_t c;
+  memset(&c, 0, sizeof(c));
+  c.src_tensor = s->src;
+  c.dst_tensor = (int32_t)gen_index;
+  c.src_row = s->src_row;
+  c.src_col = s->src_col;
+  c.rows = s->rows;
+  c.cols = s->cols;
+  c.dst_row = s->dst_row;
+  c.dst_col = s->dst_col;
+  if (t->split != REFIT_SPLIT_NONE) {
+    int64_t a = part * step > lo ? part * step : lo;
+    int64_t e = (part + 1) * step < lo + len ? (part + 1) * step : lo + len;
+    if (by_rows) {
+      c.dst_row += a - lo;
+      c.rows = e - a;
+      c.src_row = a - part * step;
+    } else {
+      c.dst_col += a - lo;
+      c.cols = e - a;
+      c.src_col = a - part * step;
+    }
+  }
+  return c;
+}
+
+/* plan_internal.h: a block row, or the piece's rows (a piece of a tensor
+ * whose blocks pad with its last element, or shorter than a block row). */
+int64_t refit_planner_quantum(const refit_planner_t *p, const refit_chunk_t *piece) {
+  const uint8_t *bw = p->plan->block_wire;
+  if (bw == NULL || bw[piece->dst_tensor] == REFIT_BLOCK_WIRE_BF16)
+    return 1;
+  if (bw[piece->dst_tensor] == REFIT_BLOCK_WIRE_WHOLE || piece->rows < REFIT_BLOCK_EDGE)
+    return piece->rows > 0 ? piece->rows : 1;
+  return REFIT_BLOCK_EDGE;
+}
+
+/*
+ * Under REFIT_WIRE_FP8_BLOCK: how each block FP8 tensor travels. The trainer
+ * quantizes a tensor when every piece a trainer part holds is a rectangle of
+ * whole blocks (refit_block_rect_whole) and the smallest cut of it fits a
+ * bucket; otherwise the tensor falls back to BF16 rows, assembled and
+ * quantized on the generator as without prequantize (same bytes, twice the
+ * wire). A trainer shard that splits a block (trainer.tp splitting K or N
+ * at a non-multiple of 128) is the usual reason.
+ */
+static refit_status_t refit_planner_block_wire(refit_planner_t *p) {
+  const refit_catalog_t *cat = p->cat;
+  const int64_t ngen = cat->gen_begin[cat->generator.tp];
+  p->plan->block_wire = calloc((size_t)(ngen ? ngen : 1), 1);
+  if (p->plan->block_wire == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "plan: block wire table");
+  for (int64_t i = 0; i < ngen; i++) {
+    const refit_gen_tensor_t *g = &cat->gen[i];
+    if (g->quantized != REFIT_QUANT_FP8_BLOCK)
+      continue;
+    refit_block_piece_t *bp = NULL;
+    int64_t np = 0;
+    REFIT_CHECK(refit_block_pieces(cat, i, &bp, &np));
+    const int whole = refit_block_partial_cols(cat, bp, np);
+    int ok = 1;
+    for (int64_t k = 0; k < g->seg_count && ok; k++) {
+      const refit_segment_t *s = &cat->segs[g->seg_begin + k];
+      const refit_src_tensor_t *t = &cat->src[s->src];
+      int64_t first, last;
+      refit_segment_parts(t, s, &first, &last);
+      for (int64_t part = first; part <= last && ok; part++) {
+        const refit_chunk_t c = refit_segment_part(t, s, i, part);
+        const int64_t cut =
+            whole || c.rows < REFIT_BLOCK_EDGE ? c.rows : REFIT_BLOCK_EDGE;
+        ok = refit_block_rect_whole(cat, g, bp, np, c.dst_row, c.dst_col, c.rows,
+                                    c.cols) &&
+             cut * refit_plan_row_bytes(g, p->opt->wire, 1, c.cols) +
+                     p->opt->chunk_trailer <=
+                 (int64_t)p->opt->bucket_bytes;
       }
     }
-    c.row_bytes = refit_plan_row_bytes(gen, p->opt->wire, c.cols);
+    free(bp);
+    if (ok)
+      p->plan->block_wire[i] = whole ? REFIT_BLOCK_WIRE_WHOLE : REFIT_BLOCK_WIRE_CUT;
+  }
+  return REFIT_OK;
+}
+
+/* Cut a segment along the trainer shard boundaries and place each piece. */
+static refit_status_t refit_planner_segment(refit_planner_t *p, int32_t g,
+                                            int64_t gen_index, const refit_segment_t *s) {
+  const refit_src_tensor_t *t = &p->cat->src[s->src];
+  const refit_gen_tensor_t *gen = &p->cat->gen[gen_index];
+  const int block = refit_plan_block_prequantized(p->plan, gen_index);
+  int64_t first_part, last_part;
+  refit_segment_parts(t, s, &first_part, &last_part);
+  for (int64_t part = first_part; part <= last_part; part++) {
+    refit_chunk_t c = refit_segment_part(t, s, gen_index, part);
+    c.dst_rank = g;
+    c.row_bytes = refit_plan_row_bytes(gen, p->opt->wire, block, c.cols);
     if (c.row_bytes + p->opt->chunk_trailer > (int64_t)p->opt->bucket_bytes)
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                        "refit.bucket_bytes %llu is smaller than one row of %s "
@@ -166,6 +254,8 @@ refit_status_t refit_plan_create(const refit_catalog_t *cat,
     }
     memset(p.memo, 0xff, (size_t)(cat->nsrc * p.memo_parts + 1) * sizeof(int32_t));
   }
+  if (options->wire == REFIT_WIRE_FP8_BLOCK)
+    REFIT_CHECK_GOTO(refit_planner_block_wire(&p), st, err);
   /* Pieces: what each generator rank needs, and from whom. */
   int64_t ntensors = 1;
   for (int32_t g = 0; g < plan->ngenerator; g++) {
@@ -173,7 +263,7 @@ refit_status_t refit_plan_create(const refit_catalog_t *cat,
     p.piece_begin[g] = p.pieces.n;
     for (int64_t i = cat->gen_begin[t]; i < cat->gen_begin[t + 1]; i++) {
       const refit_gen_tensor_t *gen = &cat->gen[i];
-      p.quantized |= gen->quantized;
+      p.quantized |= gen->quantized && !refit_plan_block_prequantized(plan, i);
       for (int64_t s = 0; s < gen->seg_count; s++)
         REFIT_CHECK_GOTO(refit_planner_segment(&p, g, i, &cat->segs[gen->seg_begin + s]),
                          st, err);
@@ -214,5 +304,6 @@ void refit_plan_destroy(refit_plan_t *plan) {
   free(plan->ingress);
   free(plan->staging);
   free(plan->arena);
+  free(plan->block_wire);
   free(plan);
 }

@@ -32,9 +32,17 @@
 
 /* What crosses the wire for quantizable tensors. */
 typedef enum {
-  REFIT_WIRE_BF16 = 0, /* 2 bytes per element everywhere */
-  REFIT_WIRE_MXFP8 = 1 /* tensors marked quantized: per row, K e4m3 bytes
-                          then K/32 E8M0 scale bytes; others stay BF16 */
+  REFIT_WIRE_BF16 = 0,  /* 2 bytes per element everywhere */
+  REFIT_WIRE_MXFP8 = 1, /* tensors marked quantized: per row, K e4m3 bytes
+                           then K/32 E8M0 scale bytes; others stay BF16 */
+  /* Tensors marked block FP8 whose every trainer piece holds whole 128 x 128
+   * blocks of its Hugging Face tensor (refit_plan_t.block_wire): per row, K
+   * e4m3 bytes then ceil(K/128) FP32 scale slots (little-endian), the slots
+   * of a row that starts a block row (chunk row r % 128 == 0) holding that
+   * block row's scale_inv values, the others zero; chunks of such a tensor
+   * are cut at block rows only. Other tensors stay BF16 (assembled and
+   * quantized on the generator). */
+  REFIT_WIRE_FP8_BLOCK = 2
 } refit_wire_t;
 
 typedef struct {
@@ -93,15 +101,29 @@ typedef struct {
    * buckets, 0 keeps each rank's tensor order; between, a row's place is
    * that blend of its two positions (arena_bytes chose it). */
   double spread;
+  /* REFIT_WIRE_FP8_BLOCK only (else NULL): per catalog->gen entry, how the
+   * tensor travels (refit_block_wire_t). */
+  uint8_t *block_wire;
   uint64_t hash; /* of everything above */
 } refit_plan_t;
+
+/* How a block FP8 tensor travels under REFIT_WIRE_FP8_BLOCK. */
+typedef enum {
+  REFIT_BLOCK_WIRE_BF16 = 0, /* BF16, assembled and quantized on the generator */
+  REFIT_BLOCK_WIRE_CUT = 1,  /* quantized by the trainer; cut at block rows */
+  REFIT_BLOCK_WIRE_WHOLE = 2 /* quantized by the trainer; pieces never cut (its
+                                Hugging Face tensors end in a partial block
+                                column, padded with their last element, which
+                                every chunk must then hold) */
+} refit_block_wire_t;
 
 refit_status_t refit_plan_create(const refit_catalog_t *cat,
                                  const refit_plan_options_t *options, refit_plan_t **out);
 void refit_plan_destroy(refit_plan_t *plan);
 
 /* Does chunk ch travel quantized (an MXFP8 wire and a quantized runtime
- * tensor: the trainer quantizes it)? */
+ * tensor, or a block FP8 wire and a tensor of whole trainer blocks: the
+ * trainer quantizes it)? */
 int refit_plan_chunk_quantized(const refit_plan_t *plan, const refit_catalog_t *cat,
                                const refit_chunk_t *ch);
 
@@ -117,9 +139,14 @@ int refit_plan_msgs_same(const refit_plan_t *plan, const refit_catalog_t *cat,
 int64_t refit_plan_packed_bytes(const refit_plan_t *plan, const refit_catalog_t *cat,
                                 int32_t trainer);
 
+/* Does generator tensor `gen` (catalog->gen index) travel as block FP8
+ * quantized by the trainer (landed in place, without an assembly area)? */
+int refit_plan_block_prequantized(const refit_plan_t *plan, int64_t gen);
+
 /* Bytes one row of `cols` elements of generator tensor `gen` takes on the
- * wire in format `wire`. */
-int64_t refit_plan_row_bytes(const refit_gen_tensor_t *gen, refit_wire_t wire,
+ * wire in format `wire` (`block`: a tensor the trainer quantizes to block
+ * FP8). */
+int64_t refit_plan_row_bytes(const refit_gen_tensor_t *gen, refit_wire_t wire, int block,
                              int64_t cols);
 
 /*

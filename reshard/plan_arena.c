@@ -116,9 +116,10 @@ refit_status_t refit_plan_land_order(const refit_plan_t *plan, int32_t gen_rank,
   return REFIT_OK;
 }
 
-refit_status_t refit_arena_walk(const refit_catalog_t *cat, int32_t gen_rank,
-                                const refit_chunk_t *chunks, const int64_t *order,
-                                int64_t norder, int64_t *offsets, int64_t *bytes) {
+refit_status_t refit_arena_walk(const refit_catalog_t *cat, const uint8_t *block_wire,
+                                int32_t gen_rank, const refit_chunk_t *chunks,
+                                const int64_t *order, int64_t norder, int64_t *offsets,
+                                int64_t *bytes) {
   const int t = gen_rank % cat->generator.tp;
   const int64_t first = cat->gen_begin[t], n = cat->gen_begin[t + 1] - first;
   refit_range_t *free_list = malloc((size_t)(n + 1) * sizeof(*free_list));
@@ -136,7 +137,7 @@ refit_status_t refit_arena_walk(const refit_catalog_t *cat, int32_t gen_rank,
     const refit_chunk_t *ch = &chunks[order[k]];
     const int64_t i = ch->dst_tensor - first;
     const refit_gen_tensor_t *g = &cat->gen[ch->dst_tensor];
-    if (!g->quantized)
+    if (!g->quantized || (block_wire != NULL && block_wire[ch->dst_tensor]))
       continue;
     if (seen[i] == 0)
       offsets[i] =
@@ -155,8 +156,8 @@ refit_status_t refit_plan_assembly(const refit_plan_t *plan, const refit_catalog
                                    int32_t gen_rank, int64_t *offsets, int64_t *bytes) {
   int64_t *order = NULL, norder = 0;
   REFIT_CHECK(refit_plan_land_order(plan, gen_rank, &order, &norder));
-  refit_status_t st =
-      refit_arena_walk(cat, gen_rank, plan->chunks, order, norder, offsets, bytes);
+  refit_status_t st = refit_arena_walk(cat, plan->block_wire, gen_rank, plan->chunks,
+                                       order, norder, offsets, bytes);
   free(order);
   return st;
 }

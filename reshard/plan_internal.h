@@ -51,6 +51,11 @@ typedef struct {
 /* Append *c; refuses more than REFIT_PLAN_MAX_CHUNKS. */
 refit_status_t refit_chunk_vec_push(refit_chunk_vec_t *vec, const refit_chunk_t *c);
 
+/* Rows a cut of `piece` (an uncut piece of p->pieces) must be a multiple
+ * of: 1, or for a tensor the trainer quantizes to block FP8 a block row (or
+ * the piece's rows: not cut at all). A piece's remainder needs none. */
+int64_t refit_planner_quantum(const refit_planner_t *p, const refit_chunk_t *piece);
+
 /* Cut p->pieces into p->out, bucket by bucket, at the widest spread the
  * arena bound allows (plan->spread, plan->arena). `ntensors`: the most
  * runtime tensors of one generator rank. */
@@ -64,9 +69,11 @@ refit_status_t refit_planner_finish(refit_planner_t *p);
 void refit_land_order_sort(const refit_chunk_t *chunks, int64_t *idx, int64_t n);
 
 /* The arena walk of refit_plan_assembly over chunks[order[0 .. norder)], the
- * chunks of generator rank gen_rank in land order. */
-refit_status_t refit_arena_walk(const refit_catalog_t *cat, int32_t gen_rank,
-                                const refit_chunk_t *chunks, const int64_t *order,
-                                int64_t norder, int64_t *offsets, int64_t *bytes);
+ * chunks of generator rank gen_rank in land order (tensors the trainer
+ * quantizes, block_wire non-zero, land in place: no area). */
+refit_status_t refit_arena_walk(const refit_catalog_t *cat, const uint8_t *block_wire,
+                                int32_t gen_rank, const refit_chunk_t *chunks,
+                                const int64_t *order, int64_t norder, int64_t *offsets,
+                                int64_t *bytes);
 
 #endif /* REFIT_RESHARD_PLAN_INTERNAL_H */

@@ -139,14 +139,20 @@ refit_status_t refit_planner_finish(refit_planner_t *p) {
   h = refit_hash_u64(h, (uint64_t)p->opt->chunk_trailer);
   h = refit_hash_u64(h, (uint64_t)p->opt->per_tensor_buckets);
   h = refit_hash_u64(h, p->opt->arena_bytes);
+  if (plan->block_wire != NULL) { /* only under REFIT_WIRE_FP8_BLOCK */
+    const int64_t ngen = p->cat->gen_begin[p->cat->generator.tp];
+    for (int64_t i = 0; i < ngen; i++)
+      h = refit_hash_u64(h, plan->block_wire[i]);
+  }
   plan->hash = h;
   return REFIT_OK;
 }
 
 int refit_plan_chunk_quantized(const refit_plan_t *plan, const refit_catalog_t *cat,
                                const refit_chunk_t *ch) {
-  return plan->options.wire == REFIT_WIRE_MXFP8 &&
-         cat->gen[ch->dst_tensor].quantized == REFIT_QUANT_MXFP8;
+  return (plan->options.wire == REFIT_WIRE_MXFP8 &&
+          cat->gen[ch->dst_tensor].quantized == REFIT_QUANT_MXFP8) ||
+         refit_plan_block_prequantized(plan, ch->dst_tensor);
 }
 
 int refit_plan_msgs_same(const refit_plan_t *plan, const refit_catalog_t *cat,

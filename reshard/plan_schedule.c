@@ -28,8 +28,11 @@ static refit_status_t refit_planner_place(refit_planner_t *p, refit_chunk_t c) {
     p->bucket_used = 0;
   }
   p->last_tensor = c.dst_tensor;
+  const int64_t quantum = refit_planner_quantum(p, &c);
   while (c.rows > 0) {
     int64_t room = (limit - p->bucket_used - trailer) / c.row_bytes;
+    if (room > 0 && room < c.rows)
+      room -= room % quantum;
     if (room <= 0) {
       p->bucket++;
       p->bucket_used = 0;
@@ -164,7 +167,14 @@ static refit_status_t refit_sched_bucket_rank(refit_planner_t *p, refit_sched_t 
         const int64_t upto = in <= 0 ? 0 : in >= (double)c->rows ? c->rows : (int64_t)in;
         take = upto - w->taken[k];
       }
-      const int64_t room = (cap - used - trailer) / c->row_bytes;
+      /* Cuts of a tensor the trainer quantizes to block FP8 fall on its
+       * block rows: the window and the room round down to them. */
+      const int64_t quantum = refit_planner_quantum(p, c);
+      if (w->taken[k] + take < c->rows)
+        take -= (w->taken[k] + take) % quantum;
+      int64_t room = (cap - used - trailer) / c->row_bytes;
+      if (room > 0 && w->taken[k] + room < c->rows)
+        room -= (w->taken[k] + room) % quantum;
       if (take > room)
         take = room;
       if (take <= 0)
@@ -215,8 +225,8 @@ static refit_status_t refit_sched_arenas(refit_planner_t *p, refit_sched_t *w,
   for (int32_t g = 0; g < g_end && st == REFIT_OK; g++) {
     int64_t bytes = 0;
     refit_land_order_sort(o->v, mine + first[g], first[g + 1] - first[g]);
-    st = refit_arena_walk(p->cat, g, o->v, mine + first[g], first[g + 1] - first[g],
-                          w->offsets, &bytes);
+    st = refit_arena_walk(p->cat, p->plan->block_wire, g, o->v, mine + first[g],
+                          first[g + 1] - first[g], w->offsets, &bytes);
     if (bytes > *arena_max)
       *arena_max = bytes;
     if (keep)

@@ -305,8 +305,25 @@ void refit_session_describe(refit_session_h s, char *buf, size_t len) {
   const refit_config_t *c = &s->cfg;
   refit_plan_stats_t st;
   refit_plan_stats(s->plan, 0, &st);
-  const char *quantized =
-      s->plan->options.wire == REFIT_WIRE_MXFP8 ? "(prequantized on the trainer)" : "";
+  char quantized[256] = "";
+  if (s->plan->options.wire == REFIT_WIRE_MXFP8)
+    snprintf(quantized, sizeof(quantized), "(prequantized on the trainer)");
+  if (s->plan->options.wire == REFIT_WIRE_FP8_BLOCK) {
+    /* Not silent: the tensors whose trainer pieces split a block travel
+     * BF16 (reshard/plan.h). */
+    int64_t n = 0, on_trainer = 0;
+    for (int64_t i = 0; i < s->cat->gen_begin[s->cat->generator.tp]; i++) {
+      n += s->cat->gen[i].quantized == REFIT_QUANT_FP8_BLOCK;
+      on_trainer += refit_plan_block_prequantized(s->plan, i);
+    }
+    snprintf(quantized, sizeof(quantized),
+             "(prequantized on the trainer: %lld of %lld block FP8 tensors over all "
+             "tp ranks%s)",
+             (long long)on_trainer, (long long)n,
+             on_trainer < n ? "; the others split a 128 x 128 block between trainer "
+                              "shards and travel BF16"
+                            : "");
+  }
   const char *precision = "bf16";
   if (c->refit.precision == REFIT_PRECISION_MXFP8)
     precision = "mxfp8";

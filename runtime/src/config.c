@@ -311,11 +311,14 @@ void refit_config_plan_options(const refit_config_t *cfg, refit_plan_options_t *
   memset(opt, 0, sizeof(*opt));
   opt->bucket_bytes = cfg->refit.bucket_bytes;
   /* A delta refit compares the trainer's wire bytes with the last committed
-   * ones, so under mxfp8 it quantizes on the trainer as prequantize does. */
-  opt->wire = cfg->refit.prequantize || (cfg->refit.delta != REFIT_DELTA_MODE_OFF &&
-                                         cfg->refit.precision == REFIT_PRECISION_MXFP8)
-                  ? REFIT_WIRE_MXFP8
-                  : REFIT_WIRE_BF16;
+   * ones, so it quantizes on the trainer as prequantize does. */
+  const int on_trainer =
+      cfg->refit.prequantize || cfg->refit.delta != REFIT_DELTA_MODE_OFF;
+  opt->wire = REFIT_WIRE_BF16;
+  if (on_trainer && cfg->refit.precision == REFIT_PRECISION_MXFP8)
+    opt->wire = REFIT_WIRE_MXFP8;
+  else if (on_trainer && cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK)
+    opt->wire = REFIT_WIRE_FP8_BLOCK;
   opt->chunk_trailer = cfg->refit.digests ? 8 : 0;
   opt->per_tensor_buckets = cfg->refit.baseline;
   opt->arena_bytes = cfg->refit.arena_bytes;

@@ -839,35 +839,36 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
   if (ROWS_OK(ROW(REFIT_PREQUANTIZE), ROW(REFIT_PRECISION)) && cfg->refit.prequantize &&
       cfg->refit.precision == REFIT_PRECISION_BF16)
     refit_config_rule(c, ROW(REFIT_PREQUANTIZE),
-                      "refit.prequantize: true needs refit.precision mxfp8, "
-                      "got %s (a %s refit has nothing to quantize)",
+                      "refit.prequantize: true needs refit.precision mxfp8 or "
+                      "fp8_block, got %s (a %s refit has nothing to quantize)",
                       precision, precision);
-  /* Block FP8's 128 x 128 block spans trainer shards (rows over trainer.tp,
-   * columns of a row-parallel layer), and NVFP4's global scale is the whole
-   * tensor's: the generator assembles each tensor before it quantizes, so
-   * neither the trainer nor a delta of wire bytes can. */
-  const bool gen_side = cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK ||
-                        cfg->refit.precision == REFIT_PRECISION_NVFP4;
-  const char *gen_why = cfg->refit.precision == REFIT_PRECISION_NVFP4
-                            ? "an NVFP4 global scale comes from the amax of the whole "
-                              "tensor, which no trainer holds"
-                            : "a 128 x 128 block can span trainer shards";
+  /* NVFP4's global scale is the whole tensor's: the generator assembles each
+   * tensor before it quantizes, so neither the trainer nor a delta of wire
+   * bytes can. Block FP8 quantizes on the trainer the tensors whose trainer
+   * pieces hold whole 128 x 128 blocks (the others travel BF16: plan.h). */
+  const bool gen_side = cfg->refit.precision == REFIT_PRECISION_NVFP4;
   if (ROWS_OK(ROW(REFIT_PREQUANTIZE), ROW(REFIT_PRECISION)) && cfg->refit.prequantize &&
       gen_side)
     refit_config_rule(c, ROW(REFIT_PREQUANTIZE),
                       "refit.prequantize: true is not supported with refit.precision "
-                      "%s (%s; the generator assembles and quantizes it); remove it",
-                      precision, gen_why);
+                      "%s (an NVFP4 global scale comes from the amax of the whole "
+                      "tensor, which no trainer holds; the generator assembles and "
+                      "quantizes it); remove it",
+                      precision);
   if (ROWS_OK(ROW(REFIT_DELTA), ROW(REFIT_PRECISION)) &&
-      cfg->refit.delta != REFIT_DELTA_MODE_OFF && gen_side)
+      cfg->refit.delta != REFIT_DELTA_MODE_OFF &&
+      (gen_side || cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK))
     refit_config_rule(c, ROW(REFIT_DELTA),
                       "refit.delta: %s is not supported with refit.precision %s "
-                      "(delta refits compare quantized wire bytes, and %s "
-                      "quantizes on the generator); use delta: off",
+                      "(delta refits compare quantized wire bytes, and %s); use "
+                      "delta: off",
                       cfg->refit.delta == REFIT_DELTA_MODE_ON ? "on" : "auto", precision,
-                      precision);
+                      gen_side ? "nvfp4 quantizes on the generator"
+                               : "a delta of block FP8 wire bytes has no in-place "
+                                 "mapping into weight_scale_inv yet");
   if (ROWS_OK(ROW(REFIT_ZERO_COPY), ROW(REFIT_PRECISION)) &&
-      cfg->refit.zero_copy == REFIT_ZERO_COPY_ON && gen_side)
+      cfg->refit.zero_copy == REFIT_ZERO_COPY_ON &&
+      (gen_side || cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK))
     refit_config_rule(c, ROW(REFIT_ZERO_COPY),
                       "refit.zero_copy: on is not supported with refit.precision "
                       "%s (a tensor is quantized once it is whole, from its "

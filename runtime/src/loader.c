@@ -254,6 +254,20 @@ static int64_t refit_loader_assembly_bytes(const refit_gen_tensor_t *g) {
   return refit_plan_assembly_bytes(g);
 }
 
+/* The scale_inv row (of its [E * ceil(n/128), ceil(K/128)] view) of row `row`
+ * of block FP8 tensor i, a row that starts a block row of its piece. */
+static int64_t refit_loader_scale_row(const refit_loader_t *l, int64_t i, int64_t row) {
+  const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
+  const int64_t n = g->rows / refit_block_matrices(g);
+  const int64_t matrix = row / n, r0 = row - matrix * n;
+  for (int64_t k = 0; k < l->npieces[i]; k++) {
+    const refit_block_piece_t *p = &l->pieces[i][k];
+    if (p->matrix == matrix && p->row0 <= r0 && r0 < p->row0 + p->rows)
+      return p->scale_row0 + (r0 - p->row0) / REFIT_BLOCK_EDGE;
+  }
+  return 0; /* the plan's pieces are the catalog's: not reached */
+}
+
 /* One land descriptor per chunk this rank receives, in plan order, and the
  * arena place of every quantized tensor, from a dry run of the plan. */
 static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
@@ -300,7 +314,21 @@ static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
     d->digest = l->trailer > 0;
     d->seal_key = refit_seal_key(l->run_id, ch->bucket, ch->src_tensor, ch->src_row,
                                  ch->src_col);
-    if (g->quantized == REFIT_QUANT_FP8_BLOCK || g->quantized == REFIT_QUANT_NVFP4) {
+    if (refit_plan_block_prequantized(p, ch->dst_tensor)) {
+      /* Block FP8 quantized by the trainer, whole blocks: the values and
+       * the scales of its block rows straight into place. */
+      const refit_store_t *w = &l->stores[l->store_of[i]];
+      const int64_t sc = refit_block_scale_cols(g);
+      d->op = REFIT_CHUNK_BLOCK_SPLIT;
+      d->dst = (uint8_t *)w[0].target + ch->dst_row * g->cols + ch->dst_col;
+      d->dst_pitch = g->cols;
+      d->scale = (uint8_t *)w[1].target +
+                 (refit_loader_scale_row(l, i, ch->dst_row) * sc +
+                  ch->dst_col / REFIT_BLOCK_EDGE) *
+                     (int64_t)sizeof(float);
+      d->scale_pitch = sc * (int64_t)sizeof(float);
+    } else if (g->quantized == REFIT_QUANT_FP8_BLOCK ||
+               g->quantized == REFIT_QUANT_NVFP4) {
       /* BF16 rows into the tensor's assembly area. */
       d->op = REFIT_CHUNK_COPY;
       d->dst = l->arena + l->arena_off[i] + (ch->dst_row * g->cols + ch->dst_col) * 2;
@@ -704,6 +732,13 @@ refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
   if (!g->quantized || l->filled[i] < g->elements || l->direct)
     return REFIT_OK;
   refit_store_t *w = &l->stores[l->store_of[i]];
+  if (refit_plan_block_prequantized(l->plan, l->first + i)) {
+    /* Landed in place (saved before): only MLA's dequantized copy is left. */
+    if (!refit_loader_has_dequant(g))
+      return REFIT_OK;
+    REFIT_CHECK(refit_loader_touch(l, &w[2]));
+    return refit_loader_fp8_dequant(l, i, w[0].target, w[1].target, w[2].target);
+  }
   REFIT_CHECK(refit_loader_touch(l, &w[0]));
   REFIT_CHECK(refit_loader_touch(l, &w[1]));
   const uint8_t *q = l->arena + l->arena_off[i];
@@ -775,8 +810,12 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
   /* Stores written in place for the first time this refit are saved first. */
   for (int64_t k = first; k < end; k++) {
     const int64_t i = l->desc_tensor[k];
-    if (!l->cat->gen[l->first + i].quantized)
+    if (!l->cat->gen[l->first + i].quantized) {
       REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i]]));
+    } else if (refit_plan_block_prequantized(l->plan, l->first + i)) {
+      REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i]]));
+      REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i] + 1]));
+    }
   }
   /* Land in runs that end where an MXFP8 tensor completes, so its layout
    * transform is queued (and its arena area free for reuse, in stream order)

@@ -319,9 +319,14 @@ refit_status_t refit_mem_pack(refit_mem_t *m, const refit_mem_table_t *t,
   if (n == 0)
     return REFIT_OK;
 #ifdef REFIT_HAVE_CUDA
-  if (m->device)
+  if (m->device) {
+    /* Block FP8 chunks first (the CUDA twin of the quantizer), then every
+     * chunk's rows and seals in the batched kernel. */
+    REFIT_CHECK(refit_pack_blocks_cuda((const refit_pack_desc_t *)t->host + first, n, buf,
+                                       m->stream));
     return refit_pack_rows_cuda((const refit_pack_desc_t *)t->device + first, n, tag,
                                 buf, m->stream);
+  }
 #endif
   (void)m;
   return refit_pack_rows((const refit_pack_desc_t *)t->host + first, n, tag, buf);

@@ -92,6 +92,8 @@ refit_status_t refit_trainer_source(refit_session_t *s, uint64_t version) {
 
 /* The pack operation of chunk ch on this trainer. */
 static int refit_trainer_chunk_op(const refit_session_t *s, const refit_chunk_t *ch) {
+  if (refit_plan_block_prequantized(s->plan, ch->dst_tensor))
+    return REFIT_CHUNK_BLOCK_QUANTIZE;
   return refit_plan_chunk_quantized(s->plan, s->cat, ch) ? REFIT_CHUNK_QUANTIZE
                                                          : REFIT_CHUNK_COPY;
 }
@@ -145,9 +147,11 @@ refit_status_t refit_trainer_tables(refit_session_t *s) {
         d[j].rows = ch->rows;
         d[j].cols = ch->cols;
         d[j].row_bytes = ch->row_bytes;
-        /* Prequantize: blocks never cross rows, so quantizing chunk rows on
-         * the trainer equals quantizing the whole tensor. */
+        /* Prequantize: MXFP8 blocks never cross rows, and a block FP8
+         * chunk is whole blocks (the plan cuts it so), so quantizing chunk
+         * by chunk on the trainer equals quantizing the whole tensor. */
         d[j].op = refit_trainer_chunk_op(s, ch);
+        d[j].fp8_scale = (int32_t)s->cfg.refit.fp8_scale;
         d[j].digest = p->options.chunk_trailer > 0;
         d[j].seal_key =
             refit_seal_key(s->run_id, b, ch->src_tensor, ch->src_row, ch->src_col);

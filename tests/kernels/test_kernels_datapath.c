@@ -1,13 +1,15 @@
 /*
  * Data-path host references (kernels/datapath.h) against independent
  * expectations: pack then land returns every source row (COPY), the
- * quantization of the whole tensor (QUANTIZE -> SPLIT, COPY -> QUANTIZE), the
+ * quantization of the whole tensor (QUANTIZE -> SPLIT, COPY -> QUANTIZE,
+ * BLOCK_QUANTIZE -> BLOCK_SPLIT of whole 128 x 128 blocks), the
  * wire rows and digests are where the wire format says; the digest catches a
  * flipped bit and a truncated chunk, reported as the first bad index while
  * every chunk lands (the bad one as its wire bytes say, the others intact);
  * descriptor checks name the index; synthetic values equal a direct loop.
  */
 #include "datapath_scenario.h"
+#include "kernels/fp8_block.h"
 #include "kernels/mxfp8.h"
 #include "kernels/synth_rules.h"
 
@@ -182,6 +184,76 @@ static void test_datapath_quantize_pieces(void **state) {
   free(q2);
   free(sc2);
   free(wire);
+}
+
+/*
+ * BLOCK_QUANTIZE -> BLOCK_SPLIT of rectangles of whole blocks equals block
+ * FP8 of the whole tensor, in both scale modes: [300, 384] cut into rows
+ * 0..127 (columns 0..127 and 128..383) and rows 128..299 whole (the partial
+ * block row, with the tensor's last element, its padding value). Chunks at
+ * odd offsets, half of them with digests; scale slots of rows that do not
+ * start a block row are zero on the wire.
+ */
+static void test_datapath_block_pieces(void **state) {
+  (void)state;
+  kt_seed("test_datapath_block_pieces");
+  const int64_t R = 300, K = 384, nbr = 3, nbc = 3;
+  const int64_t piece[3][4] = {{0, 0, 128, 128}, {0, 128, 128, 256}, {128, 0, 172, 384}};
+  uint16_t *t = malloc((size_t)(R * K) * 2);
+  for (int64_t i = 0; i < R * K; i++)
+    t[i] = kt_rand_bf16();
+  for (int mode = 0; mode < 2; mode++) {
+    uint8_t *q = malloc((size_t)(R * K)), *q2 = calloc((size_t)(R * K), 1);
+    float sc[9], sc2[9] = {0};
+    assert_int_equal(refit_fp8_block_quantize(t, R, K, K, (refit_fp8_scale_t)mode, q, K,
+                                              sc, nbc),
+                     REFIT_OK);
+    refit_pack_desc_t pack[3];
+    refit_land_desc_t land[3];
+    int64_t off = 0;
+    for (int i = 0; i < 3; i++) {
+      const int64_t r0 = piece[i][0], c0 = piece[i][1], rows = piece[i][2],
+                    cols = piece[i][3], rb = cols + 4 * REFIT_BLOCK_WIRE_SLOTS(cols);
+      pack[i] = (refit_pack_desc_t){.src = t + r0 * K + c0,
+                                    .src_pitch = K * 2,
+                                    .dst_offset = off,
+                                    .rows = rows,
+                                    .cols = cols,
+                                    .row_bytes = rb,
+                                    .op = REFIT_CHUNK_BLOCK_QUANTIZE,
+                                    .digest = (int32_t)(i & 1),
+                                    .fp8_scale = mode};
+      land[i] = (refit_land_desc_t){.src_offset = off,
+                                    .rows = rows,
+                                    .cols = cols,
+                                    .row_bytes = rb,
+                                    .dst = q2 + r0 * K + c0,
+                                    .dst_pitch = K,
+                                    .scale = (uint8_t *)sc2 +
+                                             ((r0 / 128) * nbc + c0 / 128) * 4,
+                                    .scale_pitch = nbc * 4,
+                                    .op = REFIT_CHUNK_BLOCK_SPLIT,
+                                    .digest = (int32_t)(i & 1)};
+      off += rows * rb + (i & 1 ? 8 : 0) + 3;
+    }
+    uint8_t *wire = malloc((size_t)off);
+    memset(wire, 0xa5, (size_t)off);
+    assert_int_equal(refit_pack_rows(pack, 3, dps_tag, wire), REFIT_OK);
+    /* Row 1 of the last chunk: its slots are zero; row 0's are the scales. */
+    const uint8_t *last = wire + pack[2].dst_offset;
+    const uint8_t zero[12] = {0};
+    assert_memory_equal(last + pack[2].row_bytes + K, zero, 12);
+    assert_memory_equal(last + K, &sc[1 * nbc], 12);
+    int64_t bad = 0;
+    assert_int_equal(refit_land_rows(land, 3, dps_tag, wire, &bad), REFIT_OK);
+    assert_int_equal(bad, -1);
+    assert_memory_equal(q, q2, (size_t)(R * K));
+    assert_memory_equal(sc, sc2, (size_t)(nbr * nbc) * 4);
+    free(q);
+    free(q2);
+    free(wire);
+  }
+  free(t);
 }
 
 /*
@@ -367,6 +439,43 @@ static void test_datapath_checks(void **state) {
   l.scale_pitch = 2;
   assert_int_equal(refit_land_rows(&l, 1, dps_tag, wire, &bad), REFIT_OK);
   assert_int_equal(bad, -1);
+
+  /* Block FP8: any cols, row_bytes with one 4-byte slot per 128 columns, a
+   * scale mode, a scale row pitch once there are two block rows; BLOCK_SPLIT
+   * is not a pack op and BLOCK_QUANTIZE not a land op. */
+  refit_pack_desc_t b = {.src = src,
+                         .src_pitch = 200,
+                         .rows = 2,
+                         .cols = 100,
+                         .row_bytes = 104,
+                         .op = REFIT_CHUNK_BLOCK_QUANTIZE};
+  assert_int_equal(refit_pack_descs_check(&b, 1), REFIT_OK);
+  b.row_bytes = 100;
+  assert_int_equal(refit_pack_descs_check(&b, 1), REFIT_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(refit_last_error(),
+                         "descriptor 0: BLOCK_QUANTIZE row_bytes 100, expected 104"));
+  b.row_bytes = 104;
+  b.fp8_scale = 2;
+  assert_int_equal(refit_pack_descs_check(&b, 1), REFIT_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(refit_last_error(), "fp8_scale 2"));
+  b.fp8_scale = 1;
+  b.op = REFIT_CHUNK_BLOCK_SPLIT;
+  assert_int_equal(refit_pack_descs_check(&b, 1), REFIT_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(refit_last_error(), "op 4 is not"));
+  refit_land_desc_t lb = {.rows = 129,
+                          .cols = 100,
+                          .row_bytes = 104,
+                          .dst = dst,
+                          .dst_pitch = 100,
+                          .scale = dst,
+                          .scale_pitch = 3,
+                          .op = REFIT_CHUNK_BLOCK_SPLIT};
+  assert_int_equal(refit_land_descs_check(&lb, 1), REFIT_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(refit_last_error(), "scale_pitch 3"));
+  lb.scale_pitch = 4;
+  assert_int_equal(refit_land_descs_check(&lb, 1), REFIT_OK);
+  lb.op = REFIT_CHUNK_BLOCK_QUANTIZE;
+  assert_int_equal(refit_land_descs_check(&lb, 1), REFIT_ERR_INVALID_ARGUMENT);
 }
 
 /* A random key: both modes, norms and not. */
@@ -456,6 +565,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_datapath_roundtrip),
       cmocka_unit_test(test_datapath_quantize_pieces),
+      cmocka_unit_test(test_datapath_block_pieces),
       cmocka_unit_test(test_datapath_digest_detects),
       cmocka_unit_test(test_datapath_seal),
       cmocka_unit_test(test_datapath_checks),

@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "reshard/blocks.h"
 #include "reshard/catalog.h"
 #include "reshard/plan.h"
 #include "reshard/reference.h"
@@ -492,6 +493,92 @@ static void test_wire_mxfp8(void **state) {
   refit_catalog_destroy(cat);
 }
 
+/*
+ * Block FP8 wire (refit.prequantize under fp8_block): llama at trainer tp 4
+ * -> generator tp 2. o_proj, gate_up_proj and down_proj shards are whole
+ * 128 x 128 blocks on every trainer and travel quantized (K e4m3 bytes and a
+ * 4-byte slot per 128 columns a row), every chunk of them a rectangle of
+ * whole blocks (cut at block rows only) with no assembly area; qkv_proj's k
+ * and v pieces are 64 rows a trainer, so qkv_proj travels BF16 and
+ * assembles. A bucket smaller than a block row's chunk sends everything
+ * BF16; a BF16 wire has no block table.
+ */
+static void test_wire_fp8_block(void **state) {
+  (void)state;
+  refit_model_t m = {0};
+  m.family = REFIT_FAMILY_LLAMA;
+  m.hidden_size = 256;
+  m.num_layers = 2;
+  m.num_attention_heads = 8;
+  m.num_kv_heads = 4;
+  m.head_dim = 64;
+  m.vocab_size = 512;
+  m.intermediate_size = 512;
+  refit_catalog_t *cat;
+  refit_plan_t *plan;
+  refit_trainer_layout_t tl = {.tp = 4, .pp = 1, .ep = 1, .etp = 1, .dp = 1};
+  refit_generator_layout_t gl = {.tp = 2, .ep = 1, .engines = 1};
+  assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat), REFIT_OK);
+  const int64_t ngen = cat->gen_begin[gl.tp];
+  for (int64_t i = 0; i < ngen; i++)
+    cat->gen[i].quantized =
+        cat->gen[i].kind != REFIT_GEN_PLAIN ? REFIT_QUANT_FP8_BLOCK : REFIT_QUANT_NONE;
+  refit_plan_options_t opt = {.bucket_bytes = 48 * 1024, .wire = REFIT_WIRE_FP8_BLOCK,
+                              .chunk_trailer = 8};
+  assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
+  assert_non_null(plan->block_wire);
+  int64_t on_trainer = 0;
+  for (int64_t i = 0; i < ngen; i++) {
+    const refit_gen_tensor_t *g = &cat->gen[i];
+    const int fused_kv = strstr(g->name, "qkv_proj") != NULL;
+    assert_int_equal(refit_plan_block_prequantized(plan, i), g->quantized && !fused_kv);
+    on_trainer += refit_plan_block_prequantized(plan, i);
+  }
+  assert_int_equal(on_trainer, 12);
+  int64_t cut = 0;
+  for (int64_t k = 0; k < plan->nchunks; k++) {
+    const refit_chunk_t *c = &plan->chunks[k];
+    const refit_gen_tensor_t *g = &cat->gen[c->dst_tensor];
+    if (!refit_plan_block_prequantized(plan, c->dst_tensor)) {
+      assert_int_equal(c->row_bytes, 2 * c->cols);
+      continue;
+    }
+    assert_int_equal(c->row_bytes, c->cols + 4 * ((c->cols + 127) / 128));
+    assert_true(refit_plan_chunk_quantized(plan, cat, c));
+    refit_block_piece_t *bp = NULL;
+    int64_t np = 0;
+    assert_int_equal(refit_block_pieces(cat, c->dst_tensor, &bp, &np), REFIT_OK);
+    assert_true(
+        refit_block_rect_whole(cat, g, bp, np, c->dst_row, c->dst_col, c->rows, c->cols));
+    cut += c->rows < 256;
+    free(bp);
+  }
+  assert_true(cut > 0); /* the buckets did cut pieces, at block rows */
+  for (int32_t g = 0; g < plan->ngenerator; g++) {
+    assert_true(plan->staging[g] <= 48 * 1024);
+    const int t = g % gl.tp;
+    const int64_t first = cat->gen_begin[t], n = cat->gen_begin[t + 1] - first;
+    int64_t *off = malloc((size_t)n * sizeof(*off)), bytes = 0;
+    assert_int_equal(refit_plan_assembly(plan, cat, g, off, &bytes), REFIT_OK);
+    for (int64_t i = 0; i < n; i++)
+      assert_true((off[i] >= 0) == (cat->gen[first + i].quantized &&
+                                    !refit_plan_block_prequantized(plan, first + i)));
+    free(off);
+  }
+  refit_plan_destroy(plan);
+  /* 16 KiB holds no 128-row chunk of a 256-column tensor: all BF16. */
+  opt.bucket_bytes = 16 * 1024;
+  assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
+  for (int64_t i = 0; i < ngen; i++)
+    assert_false(refit_plan_block_prequantized(plan, i));
+  refit_plan_destroy(plan);
+  opt.wire = REFIT_WIRE_BF16;
+  assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
+  assert_null(plan->block_wire);
+  refit_plan_destroy(plan);
+  refit_catalog_destroy(cat);
+}
+
 /* MXFP8 assembly areas: in land order, tensors open at the same time never
  * share bytes, every area lies inside the arena, and the land order visits
  * each of the rank's chunks once, bucket by bucket. */
@@ -751,6 +838,7 @@ int main(void) {
       cmocka_unit_test(test_layout_rules),
       cmocka_unit_test(test_bucket_too_small),
       cmocka_unit_test(test_wire_mxfp8),
+      cmocka_unit_test(test_wire_fp8_block),
       cmocka_unit_test(test_assembly_areas),
       cmocka_unit_test(test_balance),
       cmocka_unit_test(test_engines_share_sources),

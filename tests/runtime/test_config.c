@@ -862,7 +862,7 @@ static const mistake_t mistakes[] = {
                   "model.hidden_size 240 is not a multiple of 32, the MXFP8 block"}),
     CASE(.base = moe, .append = "refit:\n  prequantize: true\n", .lines = 1,
          .want = {"demo.yaml:22:3: refit.prequantize: true needs "
-                  "refit.precision mxfp8, got bf16"}),
+                  "refit.precision mxfp8 or fp8_block, got bf16"}),
     CASE(.base = moe, .append = "refit:\n  delta: on\n  delta_baseline: gpu\n", .lines = 1,
          .want = {"demo.yaml:23:19: refit.delta_baseline: expected one of auto, device, "
                   "host, got 'gpu'"}),
@@ -907,13 +907,11 @@ static const mistake_t mistakes[] = {
                   "multiple of 128 (vLLM's FusedMoE refuses it under block FP8)",
                   "demo.yaml:10:3: model.layers.0.mlp.experts.w2_weight"}),
     CASE(.base = moe, .edit = {{"  head_dim: 32\n", "  head_dim: 64\n"}},
-         .append = FP8_BLOCK "  prequantize: true\n", .lines = 1,
-         .want = {"demo.yaml:23:3: refit.prequantize: true is not supported with "
-                  "refit.precision fp8_block"}),
-    CASE(.base = moe, .edit = {{"  head_dim: 32\n", "  head_dim: 64\n"}},
          .append = FP8_BLOCK "  delta: auto\n", .lines = 1,
          .want = {"demo.yaml:23:3: refit.delta: auto is not supported with "
-                  "refit.precision fp8_block"}),
+                  "refit.precision fp8_block (delta refits compare quantized wire "
+                  "bytes, and a delta of block FP8 wire bytes has no in-place "
+                  "mapping into weight_scale_inv yet); use delta: off"}),
     CASE(.base = moe, .edit = {{"  head_dim: 32\n", "  head_dim: 64\n"}},
          .append = FP8_BLOCK "  zero_copy: on\n", .lines = 1,
          .want = {"demo.yaml:23:3: refit.zero_copy: on is not supported with "
@@ -1536,6 +1534,13 @@ static void test_fp8_block_accepted(void **state) {
   assert_int_equal(cfg.refit.precision, REFIT_PRECISION_NVFP4);
   assert_int_equal(refit_config_quant_format(&cfg), REFIT_QUANT_NVFP4);
   EXPECT_OK(cat(edit(dense, "  family: qwen3\n", "  family: llama\n"), NVFP4), 0, &cfg);
+  /* Quantized on the trainer: the block FP8 wire (tensors whose trainer
+   * shards split a block travel BF16, the plan decides; not refused). */
+  EXPECT_OK(cat(moe64, FP8_BLOCK "  prequantize: true\n"), 0, &cfg);
+  refit_plan_options_t opt;
+  refit_config_plan_options(&cfg, &opt);
+  assert_int_equal(opt.wire, REFIT_WIRE_FP8_BLOCK);
+  EXPECT_OK(cat(partial, FP8_BLOCK "  prequantize: true\n"), 0, &cfg);
   /* qkv_proj kept in bf16: its KV shards of 64 rows are not quantized. */
   EXPECT_OK(
       cat(dense, FP8_BLOCK "  quantization_ignore: [lm_head, self_attn.qkv_proj]\n"), 0,
