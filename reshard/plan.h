@@ -136,10 +136,10 @@ refit_status_t refit_plan_land_order(const refit_plan_t *plan, int32_t gen_rank,
 
 /*
  * Where each tensor of generator rank `gen_rank` that assembles
- * (refit_plan_assembles) lies while it is incomplete: a tensor takes an area at its first chunk (in land order) and
- * gives it back at its last, first fit, 256-byte aligned. offsets[i] is the
- * byte offset of local tensor i (cat->gen_begin[tp rank] + i) or -1 when it
- * does not assemble; *bytes the area needed, the most bytes ever incomplete at
+ * (refit_plan_assembles) lies while it is incomplete: a tensor takes an area at its first
+ * chunk (in land order) and gives it back at its last, first fit, 256-byte aligned.
+ * offsets[i] is the byte offset of local tensor i (cat->gen_begin[tp rank] + i) or -1
+ * when it does not assemble; *bytes the area needed, the most bytes ever incomplete at
  * once. The loader lands a bucket in runs that end where a tensor completes,
  * so an area is reused only after its tensor's layout transform.
  */
