@@ -20,17 +20,32 @@ constexpr int kDirectUnitLoads = 4;       /* a lane's 16-byte loads in flight */
 
 __device__ inline bool direct_reads(const refit_direct_desc_t &d) {
   return d.op == REFIT_DIRECT_COPY || d.op == REFIT_DIRECT_QUANTIZE ||
-         d.op == REFIT_DIRECT_DIGEST;
+         d.op == REFIT_DIRECT_DIGEST || d.op == REFIT_DIRECT_SPLIT;
 }
 
 /* What the device can execute safely (the host check is the real one). */
 __device__ inline bool direct_ok(const refit_direct_desc_t &d) {
-  if (d.rows < 0 || d.cols < 0)
+  if (d.rows < 0 || d.cols < 0 || (d.staged && d.src_offset < 0))
     return false;
-  if (d.op == REFIT_DIRECT_QUANTIZE || d.op == REFIT_DIRECT_PAD)
+  if (d.op == REFIT_DIRECT_QUANTIZE || d.op == REFIT_DIRECT_SPLIT || d.op == REFIT_DIRECT_PAD)
     return d.k > 0 && d.k % 32 == 0 && d.group_rows >= 1 && d.perm_rows >= d.group_rows &&
            (d.op == REFIT_DIRECT_PAD || (d.cols % 32 == 0 && d.col0 % 32 == 0));
   return d.op == REFIT_DIRECT_COPY || d.op == REFIT_DIRECT_DIGEST;
+}
+
+/* Bytes of one row as the digest reads it (kernels/direct.h). */
+__device__ inline int64_t direct_row_bytes(const refit_direct_desc_t &d) {
+  return d.op == REFIT_DIRECT_SPLIT ? d.cols + d.cols / 32 : 2 * d.cols;
+}
+
+/* Descriptor i with src where its rows are: in place, or in the call's
+ * buffer (staged). */
+__device__ inline refit_direct_desc_t direct_at(const refit_direct_desc_t *descs, int64_t i,
+                                                const uint8_t *buf) {
+  refit_direct_desc_t d = descs[i];
+  if (d.staged)
+    d.src = buf + d.src_offset;
+  return d;
 }
 
 __device__ inline int64_t direct_row(const refit_direct_desc_t &d, int64_t i) {
@@ -182,6 +197,70 @@ __device__ inline uint64_t direct_unit_tile(const refit_direct_desc_t &d, int64_
 }
 
 /*
+ * Tile t of a SPLIT: wire words [t * kDirectWordTile, +kDirectWordTile) of
+ * the chunk's rows (cols E4M3 bytes then cols / 32 scales each), a word per
+ * lane per step as in direct_word_tile, each byte stored at its place in the
+ * layout: a word that lies among one row's values whole goes as one 8-byte
+ * store, others byte by byte. A row's place is found once per row the lane
+ * enters. Returns the lane's digest terms.
+ */
+__device__ inline uint64_t direct_split_tile(const refit_direct_desc_t &d, int64_t t,
+                                             int lane) {
+  const int64_t row_bytes = direct_row_bytes(d), len = d.rows * row_bytes;
+  const int64_t words = ceil_div(len, 8);
+  const int64_t w0 = t * kDirectWordTile + lane;
+  const int64_t w1 = (t + 1) * kDirectWordTile < words ? (t + 1) * kDirectWordTile : words;
+  const int64_t kp = refit_round_up(d.k / 32, 4), s0 = d.col0 / 32;
+  const uint8_t *src = static_cast<const uint8_t *>(d.src);
+  int64_t r = 8 * w0 / row_bytes, c = 8 * w0 - r * row_bytes;
+  int64_t row_at = -1;
+  uint8_t *vrow = NULL, *srow = NULL;
+  uint64_t sum = 0;
+  for (int64_t w = w0; w < w1; w += 32) {
+    const uint8_t *p = src + r * d.src_pitch + c;
+    const bool whole = c + 8 <= row_bytes && (reinterpret_cast<uintptr_t>(p) & 7) == 0;
+    const uint64_t v =
+        whole ? *reinterpret_cast<const uint64_t *>(p) : direct_word(d, row_bytes, len, w);
+    if (d.digest)
+      sum += refit_digest_term(v, static_cast<uint64_t>(w));
+    int64_t rb = r, cb = c;
+    for (int b = 0; b < 8 && 8 * w + b < len; b++, cb++) {
+      if (cb == row_bytes) {
+        cb = 0;
+        rb++;
+      }
+      if (rb != row_at) {
+        row_at = rb;
+        const int64_t R = d.row0 + rb, e = R / d.group_rows;
+        const int64_t j = direct_row(d, R - e * d.group_rows);
+        vrow = static_cast<uint8_t *>(d.dst) + e * d.value_group_bytes + j * d.k + d.col0;
+        /* The row's part of refit_kernels_swizzle_offset(j, s, kp). */
+        srow = static_cast<uint8_t *>(d.scale) + e * d.scale_group_bytes +
+               (j / 128) * 128 * kp + (j % 32) * 16 + ((j % 128) / 32) * 4;
+      }
+      if (b == 0 && cb + 8 <= d.cols) {
+        const uint32_t q[2] = {static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32)};
+        refit_mxfp8_dev_store8(vrow + cb, q);
+        break;
+      }
+      const uint8_t byte = static_cast<uint8_t>(v >> (8 * b));
+      if (cb < d.cols) {
+        vrow[cb] = byte;
+      } else {
+        const int64_t sc = s0 + (cb - d.cols);
+        srow[(sc >> 2) * 512 + (sc & 3)] = byte;
+      }
+    }
+    c += 256;
+    while (c >= row_bytes) {
+      c -= row_bytes;
+      r++;
+    }
+  }
+  return sum;
+}
+
+/*
  * Tile t of a QUANTIZE: blocks [t * kDirectQuantTile, +kDirectQuantTile) of
  * the chunk's row-major block grid, 32 per warp step (a quad per block, four
  * loads in flight per lane). One division per tile: later blocks step
@@ -279,9 +358,10 @@ __device__ inline void direct_pad_tile(const refit_direct_desc_t &d, int64_t e, 
 template <int kSel> struct DirectPlan {
   static constexpr int kMinBlocks = kSel == kQuantJobs ? kQuantMinBlocks : 1;
   const refit_direct_desc_t *descs;
+  const uint8_t *buf; /* the call's buffer: digests, and staged rows */
   unsigned long long *acc;
   __device__ int64_t tiles(int64_t i) const {
-    const refit_direct_desc_t &d = descs[i];
+    const refit_direct_desc_t d = direct_at(descs, i, buf);
     if (!direct_ok(d))
       return 0;
     if (d.op == REFIT_DIRECT_QUANTIZE)
@@ -290,6 +370,8 @@ template <int kSel> struct DirectPlan {
       return 0;
     if (d.op == REFIT_DIRECT_PAD)
       return d.rows;
+    if (d.op == REFIT_DIRECT_SPLIT)
+      return ceil_div(ceil_div(d.rows * direct_row_bytes(d), 8), kDirectWordTile);
     if (direct_units(d))
       return ceil_div(d.rows * (d.cols / 8), kDirectUnitTile);
     return ceil_div(ceil_div(d.rows * 2 * d.cols, 8), kDirectWordTile);
@@ -297,7 +379,7 @@ template <int kSel> struct DirectPlan {
   __device__ void run(int64_t i, int64_t t, int lane) const {
     /* A copy, not a reference: the stores below could alias the table, so
      * through a reference every field would be loaded again after each. */
-    const refit_direct_desc_t d = descs[i];
+    const refit_direct_desc_t d = direct_at(descs, i, buf);
     uint64_t s = 0;
     if (d.op == REFIT_DIRECT_PAD) {
       direct_pad_tile(d, t, lane);
@@ -306,7 +388,8 @@ template <int kSel> struct DirectPlan {
     if constexpr (kSel == kQuantJobs)
       s = direct_quant_tile(d, t, lane);
     else
-      s = !direct_units(d)                 ? direct_word_tile(d, t, lane)
+      s = d.op == REFIT_DIRECT_SPLIT       ? direct_split_tile(d, t, lane)
+          : !direct_units(d)               ? direct_word_tile(d, t, lane)
           : d.op == REFIT_DIRECT_COPY ? direct_unit_tile<true>(d, t, lane)
                                       : direct_unit_tile<false>(d, t, lane);
     if (d.digest) {
@@ -327,7 +410,7 @@ __global__ void refit_direct_digest_kernel(const refit_direct_desc_t *descs, int
     const refit_direct_desc_t &d = descs[i];
     if (!d.digest || !direct_reads(d) || !direct_ok(d) || d.digest_offset < 0)
       continue;
-    const int64_t len = d.rows * 2 * d.cols;
+    const int64_t len = d.rows * direct_row_bytes(d);
     const uint64_t v =
         static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i] + refit_seal(d.seal_key, tag);
     uint8_t *p = digests + d.digest_offset;
@@ -359,8 +442,11 @@ extern "C" refit_status_t refit_direct_rows_cuda(const refit_direct_desc_t *desc
   if (err != cudaSuccess)
     return REFIT_ERR(REFIT_ERR_CUDA, "%s (cuda): zeroing accumulators: %s", what,
                      cudaGetErrorString(err));
-  REFIT_CHECK(launch_tiles(DirectPlan<kQuantJobs>{descs_device, acc_device}, n, stream, what));
-  REFIT_CHECK(launch_tiles(DirectPlan<kOtherJobs>{descs_device, acc_device}, n, stream, what));
+  const uint8_t *buf = static_cast<const uint8_t *>(digests_device);
+  REFIT_CHECK(
+      launch_tiles(DirectPlan<kQuantJobs>{descs_device, buf, acc_device}, n, stream, what));
+  REFIT_CHECK(
+      launch_tiles(DirectPlan<kOtherJobs>{descs_device, buf, acc_device}, n, stream, what));
   if (digests_device == NULL)
     return REFIT_OK;
   refit_direct_digest_kernel<<<static_cast<unsigned>(per_desc_blocks(n)), kThreads, 0,

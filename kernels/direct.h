@@ -31,18 +31,25 @@ typedef enum {
   REFIT_DIRECT_COPY = 0,     /* BF16 rows as they are: row r -> dst + r * dst_pitch */
   REFIT_DIRECT_QUANTIZE = 1, /* BF16 rows -> MXFP8 in the runtime layout */
   REFIT_DIRECT_DIGEST = 2,   /* trainer: the rows' sealed digest only */
-  REFIT_DIRECT_PAD = 3       /* the padding bytes of one quantized tensor -> 0 */
+  REFIT_DIRECT_PAD = 3,      /* the padding bytes of one quantized tensor -> 0 */
+  REFIT_DIRECT_SPLIT = 4     /* prequantized MXFP8 rows -> the runtime layout */
 } refit_direct_op_t;
 
 /*
  * One chunk (or, for PAD, one tensor).
  *
  * COPY, QUANTIZE, DIGEST read `rows` rows of `cols` BF16 values at src (row r
- * at src + r * src_pitch bytes). With `digest` set, the sealed digest of those
- * rows taken as rows * cols * 2 bytes back to back (the sum of
+ * at src + r * src_pitch bytes); SPLIT reads rows of `cols` E4M3 bytes then
+ * cols / 32 E8M0 scale bytes (a prequantized wire row, kernels/datapath.h).
+ * With `staged` set, src is not used: the rows are at src_offset of the
+ * call's buffer, a staging area that holds wire chunks with their digest
+ * trailers (the staged loader lands MXFP8 chunks this way, straight into the
+ * runtime layout); else they are read in place (zero copy). With `digest`
+ * set, the sealed digest of those rows taken as rows * row bytes back to
+ * back (2 * cols a BF16 row, cols + cols / 32 a SPLIT row; the sum of
  * core/digest.h, then refit_seal(seal_key, tag)) is written (DIGEST) or
- * compared with (COPY, QUANTIZE) the 8 little-endian bytes at digest_offset
- * of the call's digest buffer.
+ * compared with (COPY, QUANTIZE, SPLIT) the 8 little-endian bytes at
+ * digest_offset of the call's buffer.
  *
  * QUANTIZE: element (r, c) is element (R, C) = (row0 + r, col0 + c) of the
  * canonical tensor [*, k] (cols % 32 == 0, col0 % 32 == 0). Its group is
@@ -52,6 +59,9 @@ typedef enum {
  * byte goes to dst + e * value_group_bytes + j * k + C, the scale of block
  * C / 32 to scale + e * scale_group_bytes + refit_kernels_swizzle_offset(j,
  * C / 32, round_up(k / 32, 4)).
+ *
+ * SPLIT: the E4M3 bytes and the scale byte of each block go where QUANTIZE
+ * puts them (the same fields and rules); nothing is computed.
  *
  * PAD: `rows` groups of the tensor above (dst, scale, k, group_rows,
  * perm_rows, perm, group byte strides): value rows j < perm_rows whose source
@@ -75,24 +85,28 @@ typedef struct {
   int64_t group_rows, perm_rows;
   int64_t value_group_bytes, scale_group_bytes;
   int32_t perm;
-  int32_t reserved;
+  int32_t staged;     /* 1: the rows are at src_offset of the call's buffer */
+  int64_t src_offset; /* staged */
 } refit_direct_desc_t;
 
 /*
  * Check a table once, when it is built (the CUDA twin skips what it cannot
  * execute safely and cannot report it). Rules: known op; non-negative shape;
- * digest 0 or 1 (0 for PAD); non-NULL buffers that are touched; src_pitch
- * >= 2 * cols (rows > 1); COPY dst_pitch >= 2 * cols; QUANTIZE cols, col0 and
- * k multiples of 32, col0 + cols <= k, group_rows >= 1, perm_rows >=
+ * digest 0 or 1 (0 for PAD); staged 0 or 1 (0 for PAD and DIGEST), with
+ * src_offset >= 0; non-NULL buffers that are touched; src_pitch >= the row
+ * bytes (rows > 1); COPY dst_pitch >= 2 * cols; QUANTIZE and SPLIT cols, col0
+ * and k multiples of 32, col0 + cols <= k, group_rows >= 1, perm_rows >=
  * group_rows (equal when perm < 0), perm_rows % 32 == 0 (64 for SRC13) when
- * perm >= 0; digest_offset >= 0 and 8-byte aligned where a digest is used.
+ * perm >= 0; digest_offset >= 0 where a digest is used, and 8-byte aligned
+ * unless staged (a staged trailer follows its rows wherever they end).
  * REFIT_ERR_INVALID_ARGUMENT names the descriptor index and the rule.
  */
 refit_status_t refit_direct_descs_check(const refit_direct_desc_t *descs, int64_t n);
 
 /*
- * Host reference: every descriptor in order, digests sealed with `tag`.
- * *bad_chunk = the index of the first COPY or QUANTIZE descriptor whose
+ * Host reference: every descriptor in order, digests sealed with `tag`;
+ * `digests` is the call's buffer (digests, and staged rows).
+ * *bad_chunk = the index of the first COPY, QUANTIZE or SPLIT descriptor whose
  * digest did not match, or -1; it has landed all the same (the runtime
  * discards the refit, as for a staged chunk: kernels/datapath.h says why).
  * Errors: a bad table; nothing is written then.

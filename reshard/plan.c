@@ -263,7 +263,7 @@ refit_status_t refit_plan_create(const refit_catalog_t *cat,
     p.piece_begin[g] = p.pieces.n;
     for (int64_t i = cat->gen_begin[t]; i < cat->gen_begin[t + 1]; i++) {
       const refit_gen_tensor_t *gen = &cat->gen[i];
-      p.quantized |= gen->quantized && !refit_plan_block_prequantized(plan, i);
+      p.quantized |= refit_plan_assembles(gen) && !refit_plan_block_prequantized(plan, i);
       for (int64_t s = 0; s < gen->seg_count; s++)
         REFIT_CHECK_GOTO(refit_planner_segment(&p, g, i, &cat->segs[gen->seg_begin + s]),
                          st, err);

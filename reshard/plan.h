@@ -14,7 +14,8 @@
  * rows that fall in the k-th of nbuckets equal windows of that stream, so
  * that in every bucket each generator receives from all its trainers and each
  * trainer sends its share of the whole refit (docs/architecture.md). The
- * spread trades MXFP8 assembly memory for that balance (arena_bytes).
+ * spread trades assembly memory (block FP8, NVFP4) for that balance
+ * (arena_bytes); MXFP8 takes none, so it always keeps the full spread.
  * Within a bucket all chunks
  * between one (trainer, generator) pair form one message; the generator's
  * staging area for a bucket holds its messages back to back, ordered by
@@ -54,8 +55,9 @@ typedef struct {
   /* Start a new bucket at every new destination tensor (the benchmark
    * baseline: one message per tensor). */
   int per_tensor_buckets;
-  /* Bound of the MXFP8 assembly arena of every generator rank (the most
-   * bytes of quantized tensors incomplete at once, refit_plan_assembly);
+  /* Bound of the assembly arena of every generator rank (the most bytes of
+   * block FP8 and NVFP4 tensors incomplete at once, refit_plan_assembly;
+   * MXFP8 lands straight in the runtime layout and takes none);
    * 0 for none. Spreading every bucket over all trainers keeps a tensor of
    * every pipeline stage open at once; when that needs more than the bound,
    * the schedule narrows the spread towards tensor order until it fits, and
@@ -94,9 +96,9 @@ typedef struct {
   int64_t *egress;           /* bytes sent, per trainer rank */
   int64_t *ingress;          /* bytes received, per generator rank */
   int64_t *staging;          /* largest bucket, per generator rank */
-  int64_t *arena;            /* MXFP8 assembly arena, per generator rank
+  int64_t *arena;            /* assembly arena, per generator rank
                                 (refit_plan_assembly's bytes; 0 when no
-                                tensor is quantized) */
+                                tensor assembles) */
   /* The schedule's spread, 0 .. 1: 1 spreads every stream evenly over all
    * buckets, 0 keeps each rank's tensor order; between, a row's place is
    * that blend of its two positions (arena_bytes chose it). */
@@ -160,16 +162,24 @@ refit_status_t refit_plan_land_order(const refit_plan_t *plan, int32_t gen_rank,
                                      int64_t **order, int64_t *count);
 
 /*
- * Where each MXFP8 tensor of generator rank `gen_rank` assembles while it is
- * incomplete: a tensor takes an area at its first chunk (in land order) and
- * gives it back at its last, first fit, 256-byte aligned. offsets[i] is the
- * byte offset of local tensor i (cat->gen_begin[tp rank] + i) or -1 when it
- * is not quantized; *bytes the area needed, the most bytes ever incomplete at
+ * Where each tensor of generator rank `gen_rank` that assembles
+ * (refit_plan_assembles) lies while it is incomplete: a tensor takes an area at its first
+ * chunk (in land order) and gives it back at its last, first fit, 256-byte aligned.
+ * offsets[i] is the byte offset of local tensor i (cat->gen_begin[tp rank] + i) or -1
+ * when it does not assemble; *bytes the area needed, the most bytes ever incomplete at
  * once. The loader lands a bucket in runs that end where a tensor completes,
  * so an area is reused only after its tensor's layout transform.
  */
 refit_status_t refit_plan_assembly(const refit_plan_t *plan, const refit_catalog_t *cat,
                                    int32_t gen_rank, int64_t *offsets, int64_t *bytes);
+
+/* Does quantized tensor `gen` assemble in the arena? Block FP8 and NVFP4
+ * do: a 128 x 128 block spans chunks, an NVFP4 tensor needs its global
+ * scale. MXFP8 does not: every chunk holds whole 1 x 32 blocks (the config
+ * keeps every shard boundary along K on a block), and every MXFP8 runtime
+ * layout puts a row where its index alone says (kernels/layout.h), so the
+ * loader lands each chunk straight at its place in the runtime layout. */
+int refit_plan_assembles(const refit_gen_tensor_t *gen);
 
 /* Bytes a quantized tensor assembles in: MXFP8's canonical e4m3 values then
  * linear scales, or block FP8's and NVFP4's BF16 matrix (a 128 x 128 block
@@ -193,7 +203,7 @@ typedef struct {
   int64_t egress_max, ingress_max;
   double egress_mean, ingress_mean;
   int64_t staging_max;
-  int64_t arena_max; /* largest MXFP8 assembly arena of a generator rank */
+  int64_t arena_max; /* largest assembly arena of a generator rank */
   /* The floor: the busiest rank's whole refit over its links (NIC and
    * NVLink bytes each at their own speed, the slower one counting). */
   double floor_s;

@@ -1,8 +1,9 @@
 /*
- * MXFP8 assembly areas (plan.h): the order a generator rank lands its
- * chunks in, and where each quantized tensor assembles while incomplete
- * (first fit in a free list, 256-byte aligned). The schedule bounds the
- * largest such arena by refit.arena_bytes (plan_schedule.c).
+ * Assembly areas (plan.h): the order a generator rank lands its chunks in,
+ * and where each tensor that assembles (block FP8, NVFP4) lies while
+ * incomplete (first fit in a free list, 256-byte aligned). MXFP8 tensors
+ * land straight in their runtime layout and take no area. The schedule
+ * bounds the largest arena by refit.arena_bytes (plan_schedule.c).
  */
 #include "reshard/plan_internal.h"
 
@@ -10,6 +11,10 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+int refit_plan_assembles(const refit_gen_tensor_t *g) {
+  return g->quantized == REFIT_QUANT_FP8_BLOCK || g->quantized == REFIT_QUANT_NVFP4;
+}
 
 int64_t refit_plan_assembly_bytes(const refit_gen_tensor_t *g) {
   /* BF16: block FP8's blocks span chunks, and NVFP4's global scale needs
@@ -137,7 +142,7 @@ refit_status_t refit_arena_walk(const refit_catalog_t *cat, const uint8_t *block
     const refit_chunk_t *ch = &chunks[order[k]];
     const int64_t i = ch->dst_tensor - first;
     const refit_gen_tensor_t *g = &cat->gen[ch->dst_tensor];
-    if (!g->quantized || (block_wire != NULL && block_wire[ch->dst_tensor]))
+    if (!refit_plan_assembles(g) || (block_wire != NULL && block_wire[ch->dst_tensor]))
       continue;
     if (seen[i] == 0)
       offsets[i] =

@@ -4,8 +4,8 @@
  * every generator rank's segments into pieces along the trainer shards and
  * picks each piece's holder (balancing trainer egress); plan_schedule.c
  * cuts the pieces into the chunks of buckets; plan_messages.c sorts the
- * chunks into messages and hashes the plan; plan_arena.c lays out the MXFP8
- * assembly arena the schedule is bounded by.
+ * chunks into messages and hashes the plan; plan_arena.c lays out the
+ * assembly arena (block FP8, NVFP4) the schedule is bounded by.
  */
 #ifndef REFIT_RESHARD_PLAN_INTERNAL_H
 #define REFIT_RESHARD_PLAN_INTERNAL_H
@@ -45,7 +45,7 @@ typedef struct {
    * (refit_plan_create says when); -1 until the first choice. */
   int32_t *memo;
   int32_t memo_parts;
-  int quantized; /* some runtime tensor assembles in the MXFP8 arena */
+  int quantized; /* some runtime tensor assembles in the arena */
 } refit_planner_t;
 
 /* Append *c; refuses more than REFIT_PLAN_MAX_CHUNKS. */

@@ -3,7 +3,7 @@
  * which bucket. Each generator rank's bytes form one stream per trainer
  * rank, and bucket k takes from every stream the rows of the k-th of
  * nbuckets windows (refit_sched_bucket_rank); the windows blend stream
- * order with tensor order by the spread, the widest spread whose MXFP8
+ * order with tensor order by the spread, the widest spread whose
  * assembly arena fits refit.arena_bytes (a bisection on the first engine,
  * checked on all). The per-tensor baseline fills buckets in tensor order
  * instead (refit_planner_place).
@@ -362,7 +362,7 @@ refit_status_t refit_planner_schedule_spread(refit_planner_t *p, int64_t ntensor
       break;
     if (a == 0.0) {
       st = REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "refit.arena_bytes %lld is less than the MXFP8 assembly "
+                     "refit.arena_bytes %lld is less than the block FP8 / NVFP4 assembly "
                      "arena even in tensor order (%lld bytes on a generator "
                      "rank); raise it or lower refit.bucket_bytes",
                      (long long)bound, (long long)arena);

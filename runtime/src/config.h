@@ -176,7 +176,7 @@ typedef struct {
     refit_mode_t mode;                /* sync (default) | async */
     refit_transport_kind_t transport; /* auto (default) | mpi | nccl | ipc | ucx */
     uint64_t bucket_bytes;            /* default 256MiB; 64KiB to 2GiB - 1 */
-    uint64_t arena_bytes;             /* MXFP8 assembly bound; default 4GiB,
+    uint64_t arena_bytes;             /* fp8_block/nvfp4 assembly bound; 4GiB,
                                          0 = none */
     refit_precision_t precision;      /* bf16 (default) | mxfp8 | fp8_block | nvfp4 */
     refit_fp8_scale_mode_t fp8_scale; /* fp8_block: fp32 (default) | pow2 */

@@ -268,29 +268,84 @@ static int64_t refit_loader_scale_row(const refit_loader_t *l, int64_t i, int64_
   return 0; /* the plan's pieces are the catalog's: not reached */
 }
 
-/* One land descriptor per chunk this rank receives, in plan order, and the
- * arena place of every quantized tensor, from a dry run of the plan. */
+/* Does tensor g land straight in its runtime layout (MXFP8)? */
+static int refit_loader_lands_in_layout(const refit_gen_tensor_t *g) {
+  return g->quantized && !refit_plan_assembles(g);
+}
+
+/* Within each bucket of `order` (land order), the chunks of tensors landed
+ * by the land kernels first, then those landed in their layout (stable). */
+static void refit_loader_split_order(const refit_loader_t *l, int64_t *order, int64_t n,
+                                     int64_t *tmp) {
+  const refit_chunk_t *chunks = l->plan->chunks;
+  for (int64_t b0 = 0, b1; b0 < n; b0 = b1) {
+    int64_t m = 0;
+    for (b1 = b0; b1 < n && chunks[order[b1]].bucket == chunks[order[b0]].bucket; b1++)
+      ;
+    for (int pass = 0; pass < 2; pass++)
+      for (int64_t o = b0; o < b1; o++)
+        if (refit_loader_lands_in_layout(&l->cat->gen[chunks[order[o]].dst_tensor]) == pass)
+          tmp[m++] = order[o];
+    memcpy(order + b0, tmp, (size_t)m * sizeof(*order));
+  }
+}
+
+/* Descriptor k of chunk ch of MXFP8 tensor g in both tables: the wire
+ * chunk in `land` (what the delta path reads; never run by the land
+ * kernels), and its landing straight into the runtime layout in `layout`. */
+static void refit_loader_layout_desc(const refit_loader_t *l, const refit_chunk_t *ch,
+                                     const refit_gen_tensor_t *g, refit_land_desc_t *d,
+                                     refit_direct_desc_t *x) {
+  const refit_store_t *w = &l->stores[l->store_of[ch->dst_tensor - l->first]];
+  d->op = l->wire == REFIT_WIRE_MXFP8 ? REFIT_CHUNK_SPLIT : REFIT_CHUNK_QUANTIZE;
+  d->dst = w[0].target;
+  d->dst_pitch = g->cols;
+  d->scale = w[1].target;
+  d->scale_pitch = g->cols / 32;
+  refit_loader_direct_layout(l, g, w, x);
+  x->op = l->wire == REFIT_WIRE_MXFP8 ? REFIT_DIRECT_SPLIT : REFIT_DIRECT_QUANTIZE;
+  x->staged = 1;
+  x->src_offset = ch->offset;
+  x->src_pitch = ch->row_bytes;
+  x->rows = ch->rows;
+  x->cols = ch->cols;
+  x->row0 = ch->dst_row;
+  x->col0 = ch->dst_col;
+  x->digest = d->digest;
+  x->seal_key = d->seal_key;
+  x->digest_offset = ch->offset + ch->rows * ch->row_bytes;
+}
+
+/* One land descriptor per chunk this rank receives, bucket by bucket, the
+ * layouts' padding, and the arena place of every tensor that assembles,
+ * from a dry run of the plan. */
 static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
   const refit_plan_t *p = l->plan;
   const refit_gen_tensor_t *gens = l->cat->gen + l->first;
   int64_t n = 0, top = 0;
   refit_status_t st = REFIT_OK;
-  int64_t *seen = NULL;
+  int64_t *seen = NULL, *tmp = NULL;
   refit_land_desc_t *descs = NULL;
+  refit_direct_desc_t *xs = NULL;
 
   int64_t *order = NULL;
   REFIT_CHECK(refit_plan_land_order(p, l->generator_rank, &order, &n));
   descs = calloc((size_t)(n ? n : 1), sizeof(*descs));
+  xs = calloc((size_t)(n + l->ntensors + 1), sizeof(*xs));
+  tmp = malloc((size_t)(n ? n : 1) * sizeof(*tmp));
   l->desc_tensor = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
   l->desc_chunk = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
   l->land_begin = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
+  l->land_split = calloc((size_t)p->nbuckets + 1, sizeof(int64_t));
   l->desc_completes = calloc((size_t)(n ? n : 1), 1);
   seen = calloc((size_t)l->ntensors, sizeof(*seen));
-  if (descs == NULL || l->desc_tensor == NULL || l->desc_chunk == NULL ||
-      l->land_begin == NULL || l->desc_completes == NULL || seen == NULL) {
+  if (descs == NULL || xs == NULL || tmp == NULL || l->desc_tensor == NULL ||
+      l->desc_chunk == NULL || l->land_begin == NULL || l->land_split == NULL ||
+      l->desc_completes == NULL || seen == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "land tables of %lld chunks", (long long)n);
     goto out;
   }
+  refit_loader_split_order(l, order, n, tmp);
 
   /* Pass 1: the arena, from the plan (reshard/plan.h). */
   REFIT_CHECK_GOTO(refit_plan_assembly(l->plan, l->cat, l->generator_rank,
@@ -327,20 +382,13 @@ static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
                   ch->dst_col / REFIT_BLOCK_EDGE) *
                      (int64_t)sizeof(float);
       d->scale_pitch = sc * (int64_t)sizeof(float);
-    } else if (g->quantized == REFIT_QUANT_FP8_BLOCK ||
-               g->quantized == REFIT_QUANT_NVFP4) {
+    } else if (refit_plan_assembles(g)) {
       /* BF16 rows into the tensor's assembly area. */
       d->op = REFIT_CHUNK_COPY;
       d->dst = l->arena + l->arena_off[i] + (ch->dst_row * g->cols + ch->dst_col) * 2;
       d->dst_pitch = g->cols * 2;
     } else if (g->quantized) {
-      const int64_t kb = g->cols / 32;
-      uint8_t *q = l->arena + l->arena_off[i];
-      d->op = l->wire == REFIT_WIRE_MXFP8 ? REFIT_CHUNK_SPLIT : REFIT_CHUNK_QUANTIZE;
-      d->dst = q + ch->dst_row * g->cols + ch->dst_col;
-      d->dst_pitch = g->cols;
-      d->scale = q + g->rows * g->cols + ch->dst_row * kb + ch->dst_col / 32;
-      d->scale_pitch = kb;
+      refit_loader_layout_desc(l, ch, g, d, &xs[k]);
     } else {
       d->op = REFIT_CHUNK_COPY;
       d->dst = (uint8_t *)l->stores[l->store_of[i]].target +
@@ -350,33 +398,66 @@ static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
     l->desc_tensor[k] = i;
     l->desc_chunk[k] = c;
     seen[i] += ch->rows * ch->cols;
-    l->desc_completes[k] = g->quantized && seen[i] == g->elements;
+    l->desc_completes[k] = refit_plan_assembles(g) && seen[i] == g->elements;
     l->land_begin[ch->bucket + 1] = k + 1;
     k++;
   }
-  /* Buckets this rank receives nothing in keep an empty range. */
+  /* Buckets this rank receives nothing in keep an empty range; a bucket's
+   * layout chunks follow its land-kernel ones. */
   for (int32_t b = 1; b <= p->nbuckets; b++)
     if (l->land_begin[b] < l->land_begin[b - 1])
       l->land_begin[b] = l->land_begin[b - 1];
-  REFIT_CHECK_GOTO(refit_land_descs_check(descs, n), st, out);
-  int64_t max_runs = 0;
   for (int32_t b = 0; b < p->nbuckets; b++) {
-    int64_t runs = 2; /* the last run, and a duplicate from the fault seam */
+    int64_t k = l->land_begin[b];
+    while (k < l->land_begin[b + 1] && !refit_loader_lands_in_layout(&gens[l->desc_tensor[k]]))
+      k++;
+    l->land_split[b] = k;
+  }
+  /* The padding of every MXFP8 tensor whose layout has some. */
+  int64_t npads = 0;
+  for (int64_t i = 0; i < l->ntensors; i++) {
+    refit_direct_desc_t *x = &xs[n + npads];
+    if (!refit_loader_lands_in_layout(&gens[i]) ||
+        !refit_loader_direct_layout(l, &gens[i], &l->stores[l->store_of[i]], x)) {
+      memset(x, 0, sizeof(*x));
+      continue;
+    }
+    x->op = REFIT_DIRECT_PAD;
+    x->rows = gens[i].kind == REFIT_GEN_LINEAR ? 1 : gens[i].shape[0];
+    npads++;
+  }
+  l->layout_pads = npads;
+  REFIT_CHECK_GOTO(refit_land_descs_check(descs, n), st, out);
+  REFIT_CHECK_GOTO(refit_direct_descs_check(xs, n + npads), st, out);
+  int64_t max_runs = 0, most = npads;
+  for (int32_t b = 0; b < p->nbuckets; b++) {
+    /* The last run, the layout run, and a duplicate from the fault seam. */
+    int64_t runs = 3;
     for (int64_t k = l->land_begin[b]; k < l->land_begin[b + 1]; k++)
       runs += l->desc_completes[k];
     if (runs > max_runs)
       max_runs = runs;
+    if (l->land_begin[b + 1] - l->land_split[b] > most)
+      most = l->land_begin[b + 1] - l->land_split[b];
   }
   REFIT_CHECK_GOTO(refit_mem_land_reserve(l->mem, max_runs), st, out);
+  REFIT_CHECK_GOTO(refit_mem_alloc(l->mem, (size_t)(most + 1) * 8, &l->direct_acc), st, out);
   l->land.host = descs;
   l->land.count = n;
   descs = NULL;
   REFIT_CHECK_GOTO(refit_mem_table_upload(l->mem, &l->land, sizeof(refit_land_desc_t)),
                    st, out);
+  l->layout.host = xs;
+  l->layout.count = n + npads;
+  xs = NULL;
+  REFIT_CHECK_GOTO(refit_mem_table_upload(l->mem, &l->layout, sizeof(refit_direct_desc_t)),
+                   st, out);
   REFIT_CHECK_GOTO(refit_loader_delta_tables(l), st, out);
 out:
   free(order);
   free(descs);
+  free(xs);
+  free(tmp);
   free(seen);
   return st;
 }
@@ -390,7 +471,11 @@ void refit_loader_release(refit_loader_t *l) {
   l->arena = NULL;
   l->arena_bytes = 0;
   refit_mem_table_free(l->mem, &l->land);
+  refit_mem_table_free(l->mem, &l->layout);
   free(l->land_begin);
+  free(l->land_split);
+  l->land_split = NULL;
+  l->layout_pads = 0;
   free(l->desc_tensor);
   free(l->desc_chunk);
   free(l->desc_completes);
@@ -739,6 +824,8 @@ refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
     REFIT_CHECK(refit_loader_touch(l, &w[2]));
     return refit_loader_fp8_dequant(l, i, w[0].target, w[1].target, w[2].target);
   }
+  if (l->arena_off[i] < 0)
+    return REFIT_OK; /* nothing assembles: landed in its layout */
   REFIT_CHECK(refit_loader_touch(l, &w[0]));
   REFIT_CHECK(refit_loader_touch(l, &w[1]));
   const uint8_t *q = l->arena + l->arena_off[i];
@@ -794,10 +881,11 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
                                         unsigned char *staging, uint64_t tag,
                                         refit_land_fault_t fault) {
   int64_t first = l->land_begin[b], end = l->land_begin[b + 1], runs = 0, bad = -1;
-  if (first == end)
+  const int64_t npad = b == 0 ? l->layout_pads : 0, pad0 = l->layout.count - l->layout_pads;
+  if (first == end && npad == 0)
     return REFIT_OK;
   const refit_land_desc_t *descs = l->land.host;
-  if (fault == REFIT_LAND_FLIP_ONE) {
+  if (fault == REFIT_LAND_FLIP_ONE && first < end) {
     unsigned char byte;
     unsigned char *at = staging + descs[first].src_offset +
                         descs[first].rows * descs[first].row_bytes / 2;
@@ -805,26 +893,38 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
     byte ^= 0x10;
     REFIT_CHECK(refit_mem_from_host(l->mem, at, &byte, 1));
   }
-  if (fault == REFIT_LAND_DROP_ONE)
+  if (fault == REFIT_LAND_DROP_ONE && first < end)
     first++;
-  /* Stores written in place for the first time this refit are saved first. */
+  const int64_t split = l->land_split[b] > first ? l->land_split[b] : first;
+  /* Stores written in place for the first time this refit are saved first:
+   * BF16 and MXFP8 ones are written chunk by chunk, so at their first. */
   for (int64_t k = first; k < end; k++) {
     const int64_t i = l->desc_tensor[k];
-    if (!l->cat->gen[l->first + i].quantized) {
+    const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
+    if (!refit_plan_assembles(g))
       REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i]]));
-    } else if (refit_plan_block_prequantized(l->plan, l->first + i)) {
+    if (refit_loader_lands_in_layout(g))
+      REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i] + 1]));
+    if (refit_plan_block_prequantized(l->plan, l->first + i)) {
       REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i]]));
       REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i] + 1]));
     }
   }
-  /* Land in runs that end where an MXFP8 tensor completes, so its layout
-   * transform is queued (and its arena area free for reuse, in stream order)
-   * before the next run lands: the arena then holds only the tensors still
-   * incomplete, as refit_plan_assembly planned. Digests are collected once
-   * per bucket; on a mismatch the whole refit is discarded. */
+  for (int64_t i = 0; i < l->ntensors && npad > 0; i++)
+    if (refit_loader_lands_in_layout(&l->cat->gen[l->first + i])) {
+      REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i]]));
+      REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i] + 1]));
+    }
+  /* The land kernels' chunks in runs that end where a tensor in the arena
+   * completes, so its quantization and layout are queued (and its arena area
+   * free for reuse, in stream order) before the next run lands: the arena
+   * then holds only the tensors still incomplete, as refit_plan_assembly
+   * planned. Then the MXFP8 chunks, each straight into its runtime layout,
+   * in one run. Digests are collected once per bucket; on a mismatch the
+   * whole refit is discarded. */
   int64_t start = first;
-  for (int64_t k = first; k < end; k++) {
-    if (!l->desc_completes[k] && k + 1 < end)
+  for (int64_t k = first; k < split; k++) {
+    if (!l->desc_completes[k] && k + 1 < split)
       continue;
     REFIT_CHECK(refit_mem_land_run(l->mem, &l->land, start, k + 1 - start, tag, staging,
                                    runs++));
@@ -836,6 +936,19 @@ refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
       REFIT_CHECK(refit_loader_account(l, j));
     start = k + 1;
   }
+  if (split < end)
+    REFIT_CHECK(refit_mem_direct_run(l->mem, &l->layout, split, end - split, tag, staging,
+                                     l->direct_acc, runs++));
+  if (fault == REFIT_LAND_DUPLICATE_ONE && split == first && first < end) {
+    REFIT_CHECK(refit_mem_direct_run(l->mem, &l->layout, first, 1, tag, staging,
+                                     l->direct_acc, runs++));
+    REFIT_CHECK(refit_loader_account(l, first));
+  }
+  if (npad > 0)
+    REFIT_CHECK(refit_mem_direct_run(l->mem, &l->layout, pad0, npad, tag, staging,
+                                     l->direct_acc, -1));
+  for (int64_t k = split; k < end; k++)
+    REFIT_CHECK(refit_loader_account(l, k));
   REFIT_CHECK(refit_mem_land_collect(l->mem, runs, &bad));
   if (bad >= 0) {
     char what[REFIT_NAME_MAX + 160];

@@ -2,17 +2,24 @@
  * The generator loader: lands received chunks in runtime storage.
  *
  * It owns the generator's runtime stores (allocated once, written in place
- * every refit) and, for tensors quantized to MXFP8, a canonical assembly area
- * per tensor that exists only while the tensor is incomplete:
+ * every refit). BF16 tensors are written straight into their target, and so
+ * are MXFP8 ones, block by block at their places in the runtime layout
+ * (kernels/direct.h: the layout's row permutation and the 128x4 scale
+ * swizzle folded into the landing):
  *
- *   staging chunk --(BF16 wire: quantize rows | MXFP8 wire: copy rows)-->
- *   canonical q [rows, K] + linear scales [rows, K/32]
- *   --(all pieces present: layout transform)--> runtime weight + scale
+ *   staging chunk --(BF16 wire: quantize | MXFP8 wire: split)--> runtime
+ *   weight + scale
+ *
+ * Block FP8 and NVFP4 tensors assemble in an area per tensor that exists
+ * only while the tensor is incomplete (a 128 x 128 block spans chunks; a
+ * global scale needs the whole tensor):
+ *
+ *   staging chunk --copy--> BF16 [rows, K] --(all pieces present:
+ *   quantize and lay out)--> runtime weight + scales
  *
  * Chunks are copied out of the staging area as they are landed, so a staging
  * buffer can be reused for the next bucket while a fused tensor (qkv, gate_up,
- * w13) still waits for pieces that travel in later buckets. BF16 tensors are
- * written straight into their target.
+ * w13) still waits for pieces that travel in later buckets.
  *
  * The target of a refit is either the runtime storage itself (sync mode) or a
  * shadow copy of it (async mode); see refit_loader_set_target().
@@ -21,6 +28,7 @@
 #define REFIT_LOADER_H
 
 #include "config.h"
+#include "kernels/direct.h"
 #include "kernels/place.h"
 #include "memory.h"
 #include "reshard/blocks.h"
@@ -80,10 +88,10 @@ typedef struct {
   int32_t trailer; /* digest bytes after each chunk (0: none) */
   uint64_t run_id; /* the job's, in every chunk's seal (set before allocate) */
 
-  /* Assembly: an MXFP8 tensor i, while incomplete, has its canonical q
-   * [rows, K] then linear scales [rows, K/32] at arena + arena_off[i]; a
-   * block FP8 one its BF16 matrix [rows, K] (blocks span chunks: they are
-   * quantized when the tensor is complete). Offsets come from the plan (a
+  /* Assembly: a block FP8 or NVFP4 tensor i, while incomplete, has its
+   * BF16 matrix [rows, K] (NVFP4: then its scales) at arena + arena_off[i]
+   * (blocks span chunks: they are quantized when the tensor is complete);
+   * MXFP8 tensors take none (refit_plan_assembles). Offsets come from the plan (a
    * tensor's area is reused once it is complete), so the arena is as large
    * as the most bytes ever incomplete at once. */
   uint8_t *arena;
@@ -99,12 +107,20 @@ typedef struct {
   float *gsf;
   int64_t *gsf_at;
 
-  /* One land descriptor per chunk this rank receives, bucket by bucket. */
-  refit_mem_table_t land;
+  /* One land descriptor per chunk this rank receives, bucket by bucket;
+   * within a bucket, those landed by `land` first, then from land_split[b]
+   * the MXFP8 ones, which `layout` lands (a refit_direct_desc_t at the same
+   * index: staged QUANTIZE or SPLIT straight into the runtime layout; its
+   * `land` twin still describes the wire chunk for the delta path, and the
+   * land kernels never run it), then layout_pads PAD descriptors (the
+   * layouts' padding, written with bucket 0). */
+  refit_mem_table_t land, layout;
   int64_t *land_begin;  /* nbuckets + 1 */
+  int64_t *land_split;  /* nbuckets */
+  int64_t layout_pads;
   int64_t *desc_tensor; /* local tensor index of each descriptor */
   int64_t *desc_chunk;  /* plan chunk of each descriptor */
-  unsigned char *desc_completes; /* its MXFP8 tensor is complete after it */
+  unsigned char *desc_completes; /* its assembling tensor is complete after it */
   const refit_plan_t *plan;
 
   /* Runtime storage the session owns, and every saved copy, each one
@@ -272,12 +288,17 @@ refit_status_t refit_loader_land_direct(refit_loader_t *l, int32_t b, unsigned c
 
 /* Between loader.c and loader_direct.c: save a store before its first write
  * of the refit (sync, restore: full), and count what descriptor k landed
- * (the staged path also lays out a quantized tensor it completes). */
+ * (the staged path also lays out an assembling tensor it completes). */
 refit_status_t refit_loader_touch(refit_loader_t *l, refit_store_t *s);
 /* Descriptor k's chunk for a message: tensor, rows, cols and the pair. */
 void refit_loader_chunk_str(const refit_loader_t *l, int64_t k, char *buf, size_t len);
 /* The expert-layout shape of a MoE runtime tensor (w13 or w2). */
 refit_kernels_moe_shape_t refit_loader_moe_shape(const refit_gen_tensor_t *g);
+/* The layout fields of MXFP8 tensor g's QUANTIZE, SPLIT and PAD descriptors
+ * (stores w, kernels/direct.h); returns whether the layout has padding bytes
+ * no chunk writes. */
+int refit_loader_direct_layout(const refit_loader_t *l, const refit_gen_tensor_t *g,
+                               const refit_store_t *w, refit_direct_desc_t *d);
 refit_status_t refit_loader_account(refit_loader_t *l, int64_t k);
 /* Count descriptor k's elements only (no layout transform): a duplicate
  * chunk is REFIT_ERR_INTEGRITY. */

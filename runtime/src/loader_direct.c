@@ -14,9 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The layout fields of a quantized tensor's QUANTIZE and PAD descriptors;
- * returns whether the layout has padding bytes no chunk writes. */
-static int refit_direct_layout(const refit_loader_t *l, const refit_gen_tensor_t *g,
+int refit_loader_direct_layout(const refit_loader_t *l, const refit_gen_tensor_t *g,
                                const refit_store_t *w, refit_direct_desc_t *d) {
   d->dst = w[0].target;
   d->scale = w[1].target;
@@ -92,7 +90,7 @@ refit_status_t refit_loader_direct_tables(refit_loader_t *l, const uint16_t *con
         refit_seal_key(l->run_id, ch->bucket, ch->src_tensor, ch->src_row, ch->src_col);
     d->digest_offset = 8 * (c - base[ch->bucket]);
     if (g->quantized) {
-      refit_direct_layout(l, g, w, d);
+      refit_loader_direct_layout(l, g, w, d);
       d->op = REFIT_DIRECT_QUANTIZE;
       d->row0 = ch->dst_row;
       d->col0 = ch->dst_col;
@@ -117,7 +115,7 @@ refit_status_t refit_loader_direct_tables(refit_loader_t *l, const uint16_t *con
     if (!g->quantized)
       continue;
     refit_direct_desc_t *d = &descs[k];
-    if (!refit_direct_layout(l, g, &l->stores[l->store_of[i]], d)) {
+    if (!refit_loader_direct_layout(l, g, &l->stores[l->store_of[i]], d)) {
       memset(d, 0, sizeof(*d));
       continue;
     }

@@ -155,7 +155,9 @@ int main(int argc, char **argv) {
   printf("  schedule spread  %.3f (1: every bucket from every trainer; 0: "
          "tensor order)\n",
          f.spread);
-  if (s.arena_max > 0) /* MXFP8 or block FP8 tensors assembling */
+  /* Block FP8 or NVFP4 tensors assembling; under MXFP8 the arena is 0 (its
+   * chunks land straight in the runtime layout), printed as such. */
+  if (s.arena_max > 0 || f.mxfp8)
     printf("  assembly arena   %.1f MiB per generator rank (largest; bound "
            "refit.arena_bytes %.1f MiB); staging 2 x %.1f MiB\n",
            (double)s.arena_max / 1048576.0, (double)f.arena_bound / 1048576.0,

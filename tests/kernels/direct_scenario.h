@@ -32,6 +32,7 @@
 #ifndef REFIT_TESTS_KERNELS_DIRECT_SCENARIO_H
 #define REFIT_TESTS_KERNELS_DIRECT_SCENARIO_H
 
+#include "core/digest.h"
 #include "kernels/direct.h"
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
@@ -56,6 +57,7 @@ typedef struct {
   refit_direct_desc_t trainer[DIS_MAX_CHUNKS]; /* DIGEST of each chunk */
   refit_direct_desc_t land[DIS_MAX_CHUNKS];    /* COPY / QUANTIZE, then PAD */
   int64_t nchunks;
+  int tensor_of[DIS_MAX_CHUNKS]; /* each chunk's tensor, before the shuffle */
   uint8_t *src; /* host source arena */
   int64_t src_bytes, dst_bytes, digest_bytes;
   uint8_t *init; /* the dst arena before the refit: random bytes */
@@ -92,7 +94,7 @@ static inline void dis_cut(dis_t *s, int ti, int64_t step) {
       d->seal_key = kt_rand();
       d->digest_offset = 8 * s->nchunks;
       d->perm = -1;
-      d->reserved = ti;
+      s->tensor_of[s->nchunks] = ti;
       if (t->quantized) {
         d->op = REFIT_DIRECT_QUANTIZE;
         d->row0 = r;
@@ -183,7 +185,7 @@ static inline void dis_create_mode(dis_t *s, int aligned) {
                                : (aligned && s->t[i].cols % 128 == 0 ? 128 : 32));
   for (int64_t k = 0; k < s->nchunks; k++)
     if (s->land[k].op == REFIT_DIRECT_QUANTIZE)
-      dis_layout(s, s->land[k].reserved, &s->land[k]);
+      dis_layout(s, s->tensor_of[k], &s->land[k]);
   /* Shuffle the chunks (digest offsets travel with them). */
   for (int64_t k = s->nchunks - 1; k > 0; k--) {
     const int64_t j = kt_rand_range(0, k);
@@ -257,17 +259,67 @@ static inline void dis_create_mode(dis_t *s, int aligned) {
 static inline void dis_create(dis_t *s) { dis_create_mode(s, 0); }
 static inline void dis_create_aligned(dis_t *s) { dis_create_mode(s, 1); }
 
-/* Offsets in pointer fields -> pointers into the given arenas. */
+/* Offsets in pointer fields -> pointers into the given arenas (staged rows
+ * stay offsets into the call's buffer). */
 static inline void dis_bind(refit_direct_desc_t *d, int64_t n, const uint8_t *src,
                             uint8_t *dst) {
   for (int64_t k = 0; k < n; k++) {
-    if (d[k].op != REFIT_DIRECT_PAD)
+    if (d[k].op != REFIT_DIRECT_PAD && !d[k].staged)
       d[k].src = src + (uintptr_t)d[k].src;
     if (d[k].op != REFIT_DIRECT_DIGEST)
       d[k].dst = dst + (uintptr_t)d[k].dst;
-    if (d[k].op == REFIT_DIRECT_QUANTIZE || d[k].op == REFIT_DIRECT_PAD)
+    if (d[k].op == REFIT_DIRECT_QUANTIZE || d[k].op == REFIT_DIRECT_SPLIT ||
+        d[k].op == REFIT_DIRECT_PAD)
       d[k].scale = dst + (uintptr_t)d[k].scale;
   }
+}
+
+/*
+ * The scenario as the staged loader lands it (runtime/src/loader.c): every
+ * chunk's wire rows back to back in a staging area, at odd offsets, each
+ * followed by its sealed digest (tag), the land descriptors reading them
+ * there (staged) and checking that trailer. With `split` the quantized
+ * chunks travel prequantized (each row refit_mxfp8_quantize_rows' bytes)
+ * and land by SPLIT; else as BF16, by QUANTIZE. The expected stores are the
+ * same. Returns the staging area (malloc'd), its size in *bytes.
+ */
+static inline uint8_t *dis_stage(dis_t *s, int split, uint64_t tag, int64_t *bytes) {
+  int64_t cap = 16;
+  for (int64_t k = 0; k < s->nchunks; k++)
+    cap += s->land[k].rows * 2 * s->land[k].cols + 8 + 2;
+  uint8_t *stage = calloc(1, (size_t)cap);
+  int64_t used = 1;
+  for (int64_t k = 0; k < s->nchunks; k++) {
+    refit_direct_desc_t *d = &s->land[k];
+    const uint8_t *src = s->src + (uintptr_t)d->src;
+    const int quant = d->op == REFIT_DIRECT_QUANTIZE && split;
+    const int64_t rb = quant ? d->cols + d->cols / 32 : 2 * d->cols, len = d->rows * rb;
+    for (int64_t r = 0; r < d->rows; r++) {
+      uint8_t *row = stage + used + r * rb;
+      if (quant) {
+        uint16_t *bf = malloc((size_t)d->cols * 2);
+        memcpy(bf, src + r * d->src_pitch, (size_t)d->cols * 2);
+        (void)refit_mxfp8_quantize_rows(bf, 1, d->cols, d->cols, row, d->cols, row + d->cols,
+                                        d->cols / 32);
+        free(bf);
+      } else {
+        memcpy(row, src + r * d->src_pitch, (size_t)rb);
+      }
+    }
+    const uint64_t v = refit_digest64(stage + used, (size_t)len) + refit_seal(d->seal_key, tag);
+    for (int b = 0; b < 8; b++)
+      stage[used + len + b] = (uint8_t)(v >> (8 * b));
+    if (quant)
+      d->op = REFIT_DIRECT_SPLIT;
+    d->staged = 1;
+    d->src = NULL;
+    d->src_offset = used;
+    d->src_pitch = rb;
+    d->digest_offset = used + len;
+    used += len + 8 + kt_rand_range(0, 1); /* the next chunk at any alignment */
+  }
+  *bytes = cap;
+  return stage;
 }
 
 static inline void dis_destroy(dis_t *s) {

@@ -6,8 +6,9 @@
  * quantization followed by the step-by-step MoE oracle and the dense
  * transform; padding written as 0 over random bytes; the trainer's sealed
  * digests accepted, a changed source byte or a stale tag reported as the
- * smallest bad chunk; the inverse row permutations; and the table check's
- * rules.
+ * smallest bad chunk; the same chunks staged as the staged loader lands
+ * them (BF16 QUANTIZE and prequantized SPLIT from a staging area, trailers
+ * checked); the inverse row permutations; and the table check's rules.
  */
 #include "direct_scenario.h"
 
@@ -63,6 +64,42 @@ static void test_layouts_exact(void **state) {
     free(src);
     free(dst);
     free(dig);
+    dis_destroy(&s);
+  }
+}
+
+/* The staged loader's landing (loader.c): wire chunks read from a staging
+ * area at any alignment, BF16 quantized (QUANTIZE) or prequantized split
+ * (SPLIT) straight into the layouts, each checked against its trailer; the
+ * same stores as the oracle's, and a flipped staged byte reported. */
+static void test_staged_exact(void **state) {
+  (void)state;
+  for (int round = 0; round < 8; round++) {
+    dis_t s;
+    dis_create_mode(&s, round % 2);
+    int64_t sbytes = 0;
+    uint8_t *stage = dis_stage(&s, round / 2 % 2, 7, &sbytes);
+    uint8_t *dst = malloc((size_t)s.dst_bytes);
+    memcpy(dst, s.init, (size_t)s.dst_bytes);
+    refit_direct_desc_t *ld = malloc(sizeof(s.land));
+    memcpy(ld, s.land, sizeof(s.land));
+    dis_bind(ld, s.n, NULL, dst);
+    assert_int_equal(refit_direct_descs_check(ld, s.n), REFIT_OK);
+    const int flip = round >= 4;
+    const int64_t victim = s.nchunks / 2;
+    if (flip)
+      stage[ld[victim].src_offset + ld[victim].rows * ld[victim].src_pitch / 2] ^= 0x10;
+    int64_t bad = 7;
+    assert_int_equal(refit_direct_rows(ld, s.n, 7, stage, &bad), REFIT_OK);
+    if (flip) {
+      assert_int_equal(bad, victim);
+    } else {
+      assert_int_equal(bad, -1);
+      assert_memory_equal(dst, s.want, (size_t)s.dst_bytes);
+    }
+    free(ld);
+    free(dst);
+    free(stage);
     dis_destroy(&s);
   }
 }
@@ -152,6 +189,7 @@ int main(void) {
   kt_seed("test_kernels_direct");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layouts_exact),
+      cmocka_unit_test(test_staged_exact),
       cmocka_unit_test(test_digests_catch),
       cmocka_unit_test(test_inverse_perms),
       cmocka_unit_test(test_table_rules),

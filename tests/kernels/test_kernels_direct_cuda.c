@@ -4,8 +4,9 @@
  * trainer rows; MoE w13/w2, TRTLLM and CUTLASS dense layouts with padding; a
  * BF16 COPY whose words straddle rows) run on both sides: the trainer's
  * digests, the landed stores (and the oracle's), and the smallest bad chunk
- * when source bytes change after the digests. Exits 77 (skipped) without a
- * GPU.
+ * when source bytes change after the digests; and the staged loader's
+ * landing (QUANTIZE and SPLIT from a staging area, a flipped staged byte).
+ * Exits 77 (skipped) without a GPU.
  */
 #include "direct_scenario.h"
 #include "kernels/direct_cuda.h"
@@ -111,6 +112,66 @@ static void twin(int corrupt, int aligned) {
   dis_destroy(&s);
 }
 
+/* The staged loader's landing (dis_stage: wire chunks in a staging area at
+ * any alignment, BF16 QUANTIZE or prequantized SPLIT) on both sides, with a
+ * flipped staged byte when `flip`: the same stores, the same bad chunk. */
+static void twin_staged(int split, int aligned, int flip) {
+  dis_t s;
+  dis_create_mode(&s, aligned);
+  int64_t sbytes = 0;
+  uint8_t *stage = dis_stage(&s, split, 5, &sbytes);
+  const size_t lb = sizeof(s.land);
+  const int64_t victim = s.nchunks / 3;
+  if (flip)
+    stage[s.land[victim].src_offset + s.land[victim].rows * s.land[victim].src_pitch / 2] ^= 4;
+  uint8_t *hdst = malloc((size_t)s.dst_bytes);
+  memcpy(hdst, s.init, (size_t)s.dst_bytes);
+  refit_direct_desc_t *hl = malloc(lb), *dl = malloc(lb);
+  memcpy(hl, s.land, lb);
+  memcpy(dl, s.land, lb);
+  uint8_t *dstage = dev_copy(stage, (size_t)sbytes), *ddst = dev_copy(s.init, (size_t)s.dst_bytes);
+  dis_bind(hl, s.n, NULL, hdst);
+  dis_bind(dl, s.n, NULL, ddst);
+  refit_direct_desc_t *dld = dev_copy(dl, lb);
+  unsigned long long *acc = dev_copy(NULL, (size_t)s.n * 8);
+  int64_t *dbad = dev_copy(NULL, 8), hbad = 5, gbad = 5;
+  const int64_t minus1 = -1;
+  CK(cudaMemcpy(dbad, &minus1, 8, cudaMemcpyHostToDevice));
+  assert_int_equal(refit_direct_rows(hl, s.n, 5, stage, &hbad), REFIT_OK);
+  assert_int_equal(refit_direct_rows_cuda(dld, s.n, 5, dstage, acc, dbad, 0), REFIT_OK);
+  uint8_t *gdst = to_host(ddst, (size_t)s.dst_bytes);
+  CK(cudaMemcpy(&gbad, dbad, 8, cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < s.dst_bytes; i++)
+    if (gdst[i] != hdst[i]) {
+      printf("staged (split %d): first difference at byte %lld of %lld: host 0x%02x, gpu "
+             "0x%02x\n",
+             split, (long long)i, (long long)s.dst_bytes, hdst[i], gdst[i]);
+      break;
+    }
+  assert_memory_equal(gdst, hdst, (size_t)s.dst_bytes);
+  assert_int_equal(gbad, hbad);
+  assert_int_equal(gbad, flip ? victim : -1);
+  if (!flip)
+    assert_memory_equal(gdst, s.want, (size_t)s.dst_bytes);
+  free(gdst);
+  free(hdst);
+  free(hl);
+  free(dl);
+  free(stage);
+  CK(cudaFree(dstage));
+  CK(cudaFree(ddst));
+  CK(cudaFree(dld));
+  CK(cudaFree(acc));
+  CK(cudaFree(dbad));
+  dis_destroy(&s);
+}
+
+static void test_twin_staged(void **state) {
+  (void)state;
+  for (int round = 0; round < 12; round++)
+    twin_staged(round / 2 % 2, round % 2, round >= 8);
+}
+
 static void test_twin_clean(void **state) {
   (void)state;
   for (int round = 0; round < 8; round++)
@@ -133,6 +194,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_twin_clean),
       cmocka_unit_test(test_twin_corrupt),
+      cmocka_unit_test(test_twin_staged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

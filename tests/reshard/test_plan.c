@@ -579,9 +579,10 @@ static void test_wire_fp8_block(void **state) {
   refit_catalog_destroy(cat);
 }
 
-/* MXFP8 assembly areas: in land order, tensors open at the same time never
- * share bytes, every area lies inside the arena, and the land order visits
- * each of the rank's chunks once, bucket by bucket. */
+/* Assembly areas (block FP8: its tensors assemble, refit_plan_assembles):
+ * in land order, tensors open at the same time never share bytes, every area
+ * lies inside the arena, and the land order visits each of the rank's chunks
+ * once, bucket by bucket. */
 static void test_assembly_areas(void **state) {
   (void)state;
   refit_model_t m = grid_moe();
@@ -595,7 +596,8 @@ static void test_assembly_areas(void **state) {
                               .chunk_trailer = 8};
   assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat), REFIT_OK);
   for (int64_t i = 0; i < cat->gen_begin[gl.tp]; i++)
-    cat->gen[i].quantized = cat->gen[i].kind != REFIT_GEN_PLAIN;
+    cat->gen[i].quantized =
+        cat->gen[i].kind != REFIT_GEN_PLAIN ? REFIT_QUANT_FP8_BLOCK : REFIT_QUANT_NONE;
   assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
   for (int32_t g = 0; g < plan->ngenerator; g++) {
     const int t = g % gl.tp;
@@ -716,10 +718,11 @@ static void test_predict_nodes(void **state) {
   refit_catalog_destroy(cat);
 }
 
-/* The MXFP8 arena: the plan's per-rank arena is refit_plan_assembly's;
+/* The arena (block FP8): the plan's per-rank arena is refit_plan_assembly's;
  * spread over all trainers it is larger than in tensor order; a bound
  * between them narrows the spread and holds; a bound below tensor order's
- * is refused naming refit.arena_bytes. */
+ * is refused naming refit.arena_bytes. MXFP8 lands in the runtime layout:
+ * its arena is 0 and the spread stays 1 under the smallest bound. */
 static void test_arena_bound(void **state) {
   (void)state;
   refit_model_t m = grid_moe();
@@ -731,12 +734,26 @@ static void test_arena_bound(void **state) {
   refit_generator_layout_t gl = {.tp = 2, .ep = 2, .engines = 2};
   assert_int_equal(refit_catalog_create(&m, &tl, &gl, &cat), REFIT_OK);
   for (int64_t i = 0; i < cat->gen_begin[gl.tp]; i++)
-    cat->gen[i].quantized = cat->gen[i].kind != REFIT_GEN_PLAIN;
+    cat->gen[i].quantized = cat->gen[i].kind != REFIT_GEN_PLAIN ? REFIT_QUANT_MXFP8 : 0;
+  for (int w = 0; w < 2; w++) { /* MXFP8 quantized on the generator, then prequantized */
+    refit_plan_t *plan = NULL;
+    refit_plan_options_t opt = {.bucket_bytes = 16384,
+                                .wire = w ? REFIT_WIRE_MXFP8 : REFIT_WIRE_BF16,
+                                .chunk_trailer = 8, .arena_bytes = 1};
+    assert_int_equal(refit_plan_create(cat, &opt, &plan), REFIT_OK);
+    assert_true(plan->spread == 1.0);
+    for (int32_t g = 0; g < plan->ngenerator; g++)
+      assert_int_equal(plan->arena[g], 0);
+    refit_plan_destroy(plan);
+  }
+  for (int64_t i = 0; i < cat->gen_begin[gl.tp]; i++)
+    cat->gen[i].quantized =
+        cat->gen[i].kind != REFIT_GEN_PLAIN ? REFIT_QUANT_FP8_BLOCK : REFIT_QUANT_NONE;
   int64_t spread_arena = 0, bound_arena = 0;
   const uint64_t bounds[] = {0, 0, 1};
   for (int k = 0; k < 3; k++) {
     refit_plan_t *plan = NULL;
-    refit_plan_options_t opt = {.bucket_bytes = 16384, .wire = REFIT_WIRE_MXFP8,
+    refit_plan_options_t opt = {.bucket_bytes = 16384, .wire = REFIT_WIRE_BF16,
                                 .chunk_trailer = 8, .arena_bytes = bounds[k]};
     if (k == 1)
       opt.arena_bytes = (uint64_t)spread_arena * 2 / 3;

@@ -4,7 +4,7 @@
  * A configuration file is read and checked as refit_session_open reads it,
  * the model's tensors are catalogued and the reshard plan is made exactly
  * as every rank of a session makes it, and the plan's figures come back:
- * bytes per rank, messages, buckets, the MXFP8 assembly arena, the plan's
+ * bytes per rank, messages, buckets, the assembly arena, the plan's
  * hash, and the transfer time predicted for a network. refit-plan prints
  * them; a scheduler can size a job with them.
  *
@@ -119,7 +119,7 @@ typedef struct {
   int64_t egress_max, ingress_max;  /* the busiest trainer's, generator's */
   double egress_mean, ingress_mean; /* over all trainers, all generators */
   int64_t staging_max;              /* the largest bucket of a generator */
-  int64_t arena_max;                /* the largest MXFP8 assembly arena */
+  int64_t arena_max;                /* the largest assembly arena (fp8_block, nvfp4) */
   double floor_s;                   /* the busiest rank's bytes over its links */
   double predicted_s;               /* buckets one after another */
   double bucket_egress_imbalance;   /* the worst bucket's max/mean */

@@ -272,8 +272,8 @@ typedef struct {
                             chunks' digest trailers not counted) */
   int64_t staging_bytes; /* generator: its staging areas, one per exchange in
                             flight (two), each its largest bucket; trainer: 0 */
-  int64_t arena_bytes;   /* generator: the MXFP8 assembly arena it holds now (0
-                            when nothing is quantized, or while keep_staging:
+  int64_t arena_bytes;   /* generator: the assembly arena it holds now (0
+                            when no tensor assembles: bf16, mxfp8; or while keep_staging:
                             false has given staging back); trainer: 0 */
 } refit_plan_summary_t;
 
