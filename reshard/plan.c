@@ -66,15 +66,23 @@ static int32_t refit_planner_pick(const refit_planner_t *p, int32_t src,
   return best;
 }
 
-/* The trainer parts segment s covers: [*first, *last]. */
-static void refit_segment_parts(const refit_src_tensor_t *t, const refit_segment_t *s,
-                                int64_t *first, int64_t *last) {
+/* Segment s along the dimension its trainer tensor is split by: its start
+ * and length there, and a trainer part's extent. */
+static void refit_segment_span(const refit_src_tensor_t *t, const refit_segment_t *s,
+                               int64_t *lo, int64_t *len, int64_t *step) {
   int64_t shard_rows, shard_cols;
   refit_src_shard_shape(t, &shard_rows, &shard_cols);
   const int by_rows = t->split == REFIT_SPLIT_ROWS;
-  const int64_t lo = by_rows ? s->src_row : s->src_col;
-  const int64_t len = by_rows ? s->rows : s->cols;
-  const int64_t step = by_rows ? shard_rows : shard_cols;
+  *lo = by_rows ? s->src_row : s->src_col;
+  *len = by_rows ? s->rows : s->cols;
+  *step = by_rows ? shard_rows : shard_cols;
+}
+
+/* The trainer parts segment s covers: [*first, *last]. */
+static void refit_segment_parts(const refit_src_tensor_t *t, const refit_segment_t *s,
+                                int64_t *first, int64_t *last) {
+  int64_t lo, len, step;
+  refit_segment_span(t, s, &lo, &len, &step);
   *first = t->split == REFIT_SPLIT_NONE ? 0 : lo / step;
   *last = t->split == REFIT_SPLIT_NONE ? 0 : (lo + len - 1) / step;
 }
@@ -84,12 +92,9 @@ static void refit_segment_parts(const refit_src_tensor_t *t, const refit_segment
 static refit_chunk_t refit_segment_part(const refit_src_tensor_t *t,
                                         const refit_segment_t *s, int64_t gen_index,
                                         int64_t part) {
-  int64_t shard_rows, shard_cols;
-  refit_src_shard_shape(t, &shard_rows, &shard_cols);
   const int by_rows = t->split == REFIT_SPLIT_ROWS;
-  const int64_t lo = by_rows ? s->src_row : s->src_col;
-  const int64_t len = by_rows ? s->rows : s->cols;
-  const int64_t step = by_rows ? shard_rows : shard_cols;
+  int64_t lo, len, step;
+  refit_segment_span(t, s, &lo, &len, &step);
   refit_chunk_t c;
   memset(&c, 0, sizeof(c));
   c.src_tensor = s->src;
