@@ -5,6 +5,7 @@
 
 #include "core/digest.h"
 #include "core/error.h"
+#include "kernels/fp8_block.h"
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h"
 
@@ -44,8 +45,9 @@ refit_status_t refit_direct_descs_check(const refit_direct_desc_t *descs, int64_
     const char *rule = NULL;
     const int reads = d->op != REFIT_DIRECT_PAD;
     const int places = d->op == REFIT_DIRECT_QUANTIZE || d->op == REFIT_DIRECT_SPLIT;
-    if (d->op < REFIT_DIRECT_COPY || d->op > REFIT_DIRECT_SPLIT)
-      rule = "op is COPY, QUANTIZE, DIGEST, PAD or SPLIT";
+    const int block = d->op == REFIT_DIRECT_BLOCK_QUANTIZE;
+    if (d->op < REFIT_DIRECT_COPY || d->op > REFIT_DIRECT_BLOCK_QUANTIZE)
+      rule = "op is COPY, QUANTIZE, DIGEST, PAD, SPLIT or BLOCK_QUANTIZE";
     else if (d->rows < 0 || d->cols < 0)
       rule = "rows and cols >= 0";
     else if (d->digest != 0 && d->digest != 1)
@@ -54,6 +56,15 @@ refit_status_t refit_direct_descs_check(const refit_direct_desc_t *descs, int64_
       rule = "PAD has no digest";
     else if (d->staged != 0 && (d->staged != 1 || !(d->op == REFIT_DIRECT_COPY || places)))
       rule = "staged is 0, or 1 for COPY, QUANTIZE and SPLIT";
+    else if (block && d->staged)
+      rule = "BLOCK_QUANTIZE reads its rows in place (staged 0)";
+    else if (block && d->rows > 0 && d->cols > 0 &&
+             (d->dst == NULL || d->scale == NULL || (d->rows > 1 && d->dst_pitch < d->cols) ||
+              (d->rows > REFIT_FP8_BLOCK &&
+               d->scale_pitch < 4 * refit_fp8_block_count(d->cols)) ||
+              (d->fp8_scale != REFIT_FP8_SCALE_FP32 && d->fp8_scale != REFIT_FP8_SCALE_POW2)))
+      rule = "BLOCK_QUANTIZE: dst and scale set, dst_pitch >= cols, scale_pitch >= 4 * "
+             "ceil(cols / 128), fp8_scale 0 or 1";
     else if (d->staged && d->src_offset < 0)
       rule = "staged: src_offset >= 0";
     else if (reads && !d->staged && d->rows > 0 && d->cols > 0 && d->src == NULL)
@@ -184,6 +195,12 @@ refit_status_t refit_direct_rows(const refit_direct_desc_t *descs, int64_t n, ui
                (size_t)(2 * d->cols));
     else if (d->op == REFIT_DIRECT_QUANTIZE || d->op == REFIT_DIRECT_SPLIT)
       refit_direct_place(d, src);
+    else if (d->op == REFIT_DIRECT_BLOCK_QUANTIZE && d->rows > 0 && d->cols > 0)
+      REFIT_CHECK(refit_fp8_block_quantize(
+          (const uint16_t *)(const void *)src, d->rows, d->cols,
+          d->rows > 1 ? d->src_pitch / 2 : d->cols, (refit_fp8_scale_t)d->fp8_scale, d->dst,
+          d->rows > 1 ? d->dst_pitch : d->cols, d->scale,
+          d->rows > REFIT_FP8_BLOCK ? d->scale_pitch / 4 : refit_fp8_block_count(d->cols)));
     if (!d->digest)
       continue;
     const uint64_t v = refit_direct_digest(d, src, tag);

@@ -7,6 +7,7 @@
 #include "kernels/cuda_launch.cuh"
 #include "kernels/datapath_tiles.cuh"
 #include "kernels/direct_cuda.h"
+#include "kernels/fp8_block_cuda.h"
 #include "kernels/layout.h"
 
 #include "core/digest.h"
@@ -20,7 +21,8 @@ constexpr int kDirectUnitLoads = 4;       /* a lane's 16-byte loads in flight */
 
 __device__ inline bool direct_reads(const refit_direct_desc_t &d) {
   return d.op == REFIT_DIRECT_COPY || d.op == REFIT_DIRECT_QUANTIZE ||
-         d.op == REFIT_DIRECT_DIGEST || d.op == REFIT_DIRECT_SPLIT;
+         d.op == REFIT_DIRECT_DIGEST || d.op == REFIT_DIRECT_SPLIT ||
+         d.op == REFIT_DIRECT_BLOCK_QUANTIZE;
 }
 
 /* What the device can execute safely (the host check is the real one). */
@@ -30,7 +32,8 @@ __device__ inline bool direct_ok(const refit_direct_desc_t &d) {
   if (d.op == REFIT_DIRECT_QUANTIZE || d.op == REFIT_DIRECT_SPLIT || d.op == REFIT_DIRECT_PAD)
     return d.k > 0 && d.k % 32 == 0 && d.group_rows >= 1 && d.perm_rows >= d.group_rows &&
            (d.op == REFIT_DIRECT_PAD || (d.cols % 32 == 0 && d.col0 % 32 == 0));
-  return d.op == REFIT_DIRECT_COPY || d.op == REFIT_DIRECT_DIGEST;
+  return d.op == REFIT_DIRECT_COPY || d.op == REFIT_DIRECT_DIGEST ||
+         (d.op == REFIT_DIRECT_BLOCK_QUANTIZE && !d.staged);
 }
 
 /* Bytes of one row as the digest reads it (kernels/direct.h). */
@@ -139,7 +142,7 @@ __device__ inline uint64_t direct_word_tile(const refit_direct_desc_t &d, int64_
  * moves a word at a time). */
 __device__ inline bool direct_units(const refit_direct_desc_t &d) {
   const bool copy = d.op == REFIT_DIRECT_COPY;
-  if (d.op != REFIT_DIRECT_DIGEST && !copy)
+  if (d.op != REFIT_DIRECT_DIGEST && d.op != REFIT_DIRECT_BLOCK_QUANTIZE && !copy)
     return false;
   return d.cols % 8 == 0 && d.src_pitch % 16 == 0 &&
          (reinterpret_cast<uintptr_t>(d.src) & 15) == 0 && d.rows * (d.cols / 8) <= UINT32_MAX &&
@@ -372,6 +375,10 @@ template <int kSel> struct DirectPlan {
       return d.rows;
     if (d.op == REFIT_DIRECT_SPLIT)
       return ceil_div(ceil_div(d.rows * direct_row_bytes(d), 8), kDirectWordTile);
+    /* BLOCK_QUANTIZE: its rows read for their digest only (written by
+     * refit_direct_blocks_cuda). */
+    if (d.op == REFIT_DIRECT_BLOCK_QUANTIZE && !d.digest)
+      return 0;
     if (direct_units(d))
       return ceil_div(d.rows * (d.cols / 8), kDirectUnitTile);
     return ceil_div(ceil_div(d.rows * 2 * d.cols, 8), kDirectWordTile);
@@ -400,8 +407,8 @@ template <int kSel> struct DirectPlan {
   }
 };
 
-/* After the tiles: DIGEST writes each sealed digest, COPY and QUANTIZE
- * compare theirs with the trainer's. */
+/* After the tiles: DIGEST writes each sealed digest, COPY, QUANTIZE,
+ * SPLIT and BLOCK_QUANTIZE compare theirs with the trainer's. */
 __global__ void refit_direct_digest_kernel(const refit_direct_desc_t *descs, int64_t n,
                                            uint64_t tag, uint8_t *digests,
                                            const unsigned long long *acc, int64_t *bad) {
@@ -454,4 +461,21 @@ extern "C" refit_status_t refit_direct_rows_cuda(const refit_direct_desc_t *desc
                                          static_cast<uint8_t *>(digests_device), acc_device,
                                          bad_chunk_device);
   return refit_cuda_launch_check("direct digests");
+}
+
+extern "C" refit_status_t refit_direct_blocks_cuda(const refit_direct_desc_t *descs_host,
+                                                   int64_t n, cudaStream_t stream) {
+  REFIT_CHECK(refit_direct_descs_check(descs_host, n));
+  for (int64_t i = 0; i < n; i++) {
+    const refit_direct_desc_t &d = descs_host[i];
+    if (d.op != REFIT_DIRECT_BLOCK_QUANTIZE || d.rows == 0 || d.cols == 0)
+      continue;
+    REFIT_CHECK(refit_fp8_block_quantize_cuda(
+        static_cast<const uint16_t *>(d.src), d.rows, d.cols,
+        d.rows > 1 ? d.src_pitch / 2 : d.cols, static_cast<refit_fp8_scale_t>(d.fp8_scale),
+        static_cast<uint8_t *>(d.dst), d.rows > 1 ? d.dst_pitch : d.cols,
+        static_cast<float *>(d.scale),
+        d.rows > REFIT_FP8_BLOCK ? d.scale_pitch / 4 : refit_fp8_block_count(d.cols), stream));
+  }
+  return REFIT_OK;
 }

@@ -32,7 +32,8 @@ typedef enum {
   REFIT_DIRECT_QUANTIZE = 1, /* BF16 rows -> MXFP8 in the runtime layout */
   REFIT_DIRECT_DIGEST = 2,   /* trainer: the rows' sealed digest only */
   REFIT_DIRECT_PAD = 3,      /* the padding bytes of one quantized tensor -> 0 */
-  REFIT_DIRECT_SPLIT = 4     /* prequantized MXFP8 rows -> the runtime layout */
+  REFIT_DIRECT_SPLIT = 4,    /* prequantized MXFP8 rows -> the runtime layout */
+  REFIT_DIRECT_BLOCK_QUANTIZE = 5 /* BF16 whole 128 x 128 blocks -> block FP8 */
 } refit_direct_op_t;
 
 /*
@@ -63,6 +64,15 @@ typedef enum {
  * SPLIT: the E4M3 bytes and the scale byte of each block go where QUANTIZE
  * puts them (the same fields and rules); nothing is computed.
  *
+ * BLOCK_QUANTIZE: the rows (read in place, never staged) are a rectangle of
+ * whole 128 x 128 blocks of a block FP8 tensor (reshard/blocks.h; a partial
+ * block holds its tensor's last element), quantized alone as
+ * refit_fp8_block_quantize does with scale mode fp8_scale: E4M3 row r to
+ * dst + r * dst_pitch, the FP32 scale_inv of block (b, c) to scale +
+ * b * scale_pitch + 4 * c (bytes). Its digest is the BF16 rows', as COPY's.
+ * The CUDA twin's tile kernels only read and digest these rows; the values
+ * and scales are written by refit_direct_blocks_cuda (direct_cuda.h).
+ *
  * PAD: `rows` groups of the tensor above (dst, scale, k, group_rows,
  * perm_rows, perm, group byte strides): value rows j < perm_rows whose source
  * row perm(j) >= group_rows, and every scale byte (j, c) of the swizzled
@@ -87,18 +97,23 @@ typedef struct {
   int32_t perm;
   int32_t staged;     /* 1: the rows are at src_offset of the call's buffer */
   int64_t src_offset; /* staged */
+  int64_t scale_pitch; /* BLOCK_QUANTIZE: bytes between block rows of scales */
+  int32_t fp8_scale;   /* BLOCK_QUANTIZE: refit_fp8_scale_t */
+  int32_t reserved;
 } refit_direct_desc_t;
 
 /*
  * Check a table once, when it is built (the CUDA twin skips what it cannot
  * execute safely and cannot report it). Rules: known op; non-negative shape;
- * digest 0 or 1 (0 for PAD); staged 0 or 1 (0 for PAD and DIGEST), with
- * src_offset >= 0; non-NULL buffers that are touched; src_pitch >= the row
+ * digest 0 or 1 (0 for PAD); staged 0 or 1 (0 for PAD, DIGEST and
+ * BLOCK_QUANTIZE), with src_offset >= 0; non-NULL buffers that are touched; src_pitch >= the row
  * bytes (rows > 1); COPY dst_pitch >= 2 * cols; QUANTIZE and SPLIT cols, col0
  * and k multiples of 32, col0 + cols <= k, group_rows >= 1, perm_rows >=
  * group_rows (equal when perm < 0), perm_rows % 32 == 0 (64 for SRC13) when
  * perm >= 0; digest_offset >= 0 where a digest is used, and 8-byte aligned
- * unless staged (a staged trailer follows its rows wherever they end).
+ * unless staged (a staged trailer follows its rows wherever they end);
+ * BLOCK_QUANTIZE dst_pitch >= cols, scale_pitch >= 4 * ceil(cols / 128)
+ * (when rows > 128), fp8_scale 0 or 1.
  * REFIT_ERR_INVALID_ARGUMENT names the descriptor index and the rule.
  */
 refit_status_t refit_direct_descs_check(const refit_direct_desc_t *descs, int64_t n);

@@ -866,14 +866,6 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
                       gen_side ? "nvfp4 quantizes on the generator"
                                : "a delta of block FP8 wire bytes has no in-place "
                                  "mapping into weight_scale_inv yet");
-  if (ROWS_OK(ROW(REFIT_ZERO_COPY), ROW(REFIT_PRECISION)) &&
-      cfg->refit.zero_copy == REFIT_ZERO_COPY_ON &&
-      (gen_side || cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK))
-    refit_config_rule(c, ROW(REFIT_ZERO_COPY),
-                      "refit.zero_copy: on is not supported with refit.precision "
-                      "%s (a tensor is quantized once it is whole, from its "
-                      "assembly area, not read in place); use zero_copy: auto or off",
-                      precision);
   if (ROWS_OK(ROW(REFIT_FP8_SCALE), ROW(REFIT_PRECISION)) &&
       cfg->refit.fp8_scale != REFIT_FP8_SCALE_MODE_FP32 &&
       cfg->refit.precision != REFIT_PRECISION_FP8_BLOCK)

@@ -254,9 +254,8 @@ static int64_t refit_loader_assembly_bytes(const refit_gen_tensor_t *g) {
   return refit_plan_assembly_bytes(g);
 }
 
-/* The scale_inv row (of its [E * ceil(n/128), ceil(K/128)] view) of row `row`
- * of block FP8 tensor i, a row that starts a block row of its piece. */
-static int64_t refit_loader_scale_row(const refit_loader_t *l, int64_t i, int64_t row) {
+/* loader.h */
+int64_t refit_loader_scale_row(const refit_loader_t *l, int64_t i, int64_t row) {
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
   const int64_t n = g->rows / refit_block_matrices(g);
   const int64_t matrix = row / n, r0 = row - matrix * n;
@@ -814,7 +813,8 @@ refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
   REFIT_CHECK(refit_loader_count(l, k));
   const int64_t i = l->desc_tensor[k];
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
-  if (!g->quantized || l->filled[i] < g->elements || l->direct)
+  /* Zero copy lands MXFP8 in its layout chunk by chunk: nothing is left. */
+  if (!g->quantized || l->filled[i] < g->elements || (l->direct && !refit_plan_assembles(g)))
     return REFIT_OK;
   refit_store_t *w = &l->stores[l->store_of[i]];
   if (refit_plan_block_prequantized(l->plan, l->first + i)) {

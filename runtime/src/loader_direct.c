@@ -1,14 +1,24 @@
 /*
  * The generator loader's zero-copy path (refit.zero_copy; kernels/direct.h):
  * each chunk read where its trainer holds it, on this rank's GPU, and written
- * straight to its final place in the runtime layout. No staging rows, no
- * assembly arena, no layout pass; the bucket's "staging" holds only the
- * trainer's 8-byte sealed digests of its chunks.
+ * straight to its final place in the runtime layout. No staging rows and no
+ * layout pass; the bucket's "staging" holds only the trainer's 8-byte sealed
+ * digests of its chunks.
+ *
+ * Block FP8 and NVFP4. A block FP8 chunk of whole 128 x 128 blocks (the
+ * tensors the plan marks prequantized, refit.prequantize) is quantized from
+ * the trainer's rows straight into weight and weight_scale_inv
+ * (BLOCK_QUANTIZE). Every other tensor of these precisions is copied into
+ * its area of the assembly arena (the one the staged path plans) and
+ * quantized once whole, as the staged path does: runs end where such a
+ * tensor completes, so that its quantization is queued before the area is
+ * reused.
  */
 #include "loader.h"
 
 #include "core/digest.h"
 #include "core/error.h"
+#include "kernels/fp8_block.h"
 #include "kernels/layout.h"
 
 #include <stdlib.h>
@@ -55,12 +65,22 @@ refit_status_t refit_loader_direct_tables(refit_loader_t *l, const uint16_t *con
   l->desc_tensor = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
   l->desc_chunk = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
   l->land_begin = calloc((size_t)p->nbuckets + 2, sizeof(int64_t));
+  l->desc_completes = calloc((size_t)(n ? n : 1), 1);
   int64_t *base = malloc((size_t)(p->nbuckets ? p->nbuckets : 1) * sizeof(int64_t));
+  int64_t *seen = calloc((size_t)(l->ntensors ? l->ntensors : 1), sizeof(int64_t));
   if (descs == NULL || l->desc_tensor == NULL || l->desc_chunk == NULL ||
-      l->land_begin == NULL || base == NULL) {
+      l->land_begin == NULL || l->desc_completes == NULL || base == NULL || seen == NULL) {
     st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "zero-copy tables of %lld chunks", (long long)n);
     goto out;
   }
+  /* The assembly arena of block FP8 and NVFP4 tensors that are not landed
+   * block by block (reshard/plan.h), as the staged path plans it. */
+  int64_t top = 0;
+  REFIT_CHECK_GOTO(refit_plan_assembly(p, cat, l->generator_rank, l->arena_off, &top), st,
+                   out);
+  l->arena_bytes = top;
+  if (top > 0)
+    REFIT_CHECK_GOTO(refit_mem_alloc(l->mem, (size_t)top, (void **)&l->arena), st, out);
   /* A bucket's digests sit in plan order of its chunks to this rank: its
    * messages are contiguous in the plan (sorted by bucket, receiver, sender),
    * and so are their chunks. */
@@ -89,7 +109,28 @@ refit_status_t refit_loader_direct_tables(refit_loader_t *l, const uint16_t *con
     d->seal_key =
         refit_seal_key(l->run_id, ch->bucket, ch->src_tensor, ch->src_row, ch->src_col);
     d->digest_offset = 8 * (c - base[ch->bucket]);
-    if (g->quantized) {
+    if (refit_plan_block_prequantized(p, ch->dst_tensor)) {
+      /* Whole blocks: quantized from the trainer's rows into place. */
+      const int64_t sc = refit_block_scale_cols(g);
+      d->op = REFIT_DIRECT_BLOCK_QUANTIZE;
+      d->perm = -1;
+      d->dst = (uint8_t *)w[0].target + ch->dst_row * g->cols + ch->dst_col;
+      d->dst_pitch = g->cols;
+      d->scale = (uint8_t *)w[1].target +
+                 (refit_loader_scale_row(l, i, ch->dst_row) * sc +
+                  ch->dst_col / REFIT_BLOCK_EDGE) *
+                     (int64_t)sizeof(float);
+      d->scale_pitch = sc * (int64_t)sizeof(float);
+      d->fp8_scale = (int32_t)l->cfg->refit.fp8_scale;
+    } else if (refit_plan_assembles(g)) {
+      /* BF16 rows into the tensor's assembly area. */
+      d->op = REFIT_DIRECT_COPY;
+      d->perm = -1;
+      d->dst = l->arena + l->arena_off[i] + (ch->dst_row * g->cols + ch->dst_col) * 2;
+      d->dst_pitch = g->cols * 2;
+      seen[i] += ch->rows * ch->cols;
+      l->desc_completes[o] = seen[i] == g->elements;
+    } else if (g->quantized) {
       refit_loader_direct_layout(l, g, w, d);
       d->op = REFIT_DIRECT_QUANTIZE;
       d->row0 = ch->dst_row;
@@ -112,8 +153,8 @@ refit_status_t refit_loader_direct_tables(refit_loader_t *l, const uint16_t *con
   int64_t k = n;
   for (int64_t i = 0; i < l->ntensors; i++) {
     const refit_gen_tensor_t *g = &cat->gen[l->first + i];
-    if (!g->quantized)
-      continue;
+    if (!g->quantized || refit_plan_assembles(g))
+      continue; /* block FP8 and NVFP4: their quantizers write the padding */
     refit_direct_desc_t *d = &descs[k];
     if (!refit_loader_direct_layout(l, g, &l->stores[l->store_of[i]], d)) {
       memset(d, 0, sizeof(*d));
@@ -125,11 +166,17 @@ refit_status_t refit_loader_direct_tables(refit_loader_t *l, const uint16_t *con
   }
   l->direct_pads = k - n;
   REFIT_CHECK_GOTO(refit_direct_descs_check(descs, k), st, out);
-  int64_t most = l->direct_pads;
-  for (int32_t b = 0; b < p->nbuckets; b++)
+  int64_t most = l->direct_pads, max_runs = 0;
+  for (int32_t b = 0; b < p->nbuckets; b++) {
+    int64_t runs = 3; /* the last run, the padding, a duplicate from the fault seam */
+    for (int64_t o = l->land_begin[b]; o < l->land_begin[b + 1]; o++)
+      runs += l->desc_completes[o];
+    if (runs > max_runs)
+      max_runs = runs;
     if (l->land_begin[b + 1] - l->land_begin[b] > most)
       most = l->land_begin[b + 1] - l->land_begin[b];
-  REFIT_CHECK_GOTO(refit_mem_land_reserve(l->mem, 3), st, out);
+  }
+  REFIT_CHECK_GOTO(refit_mem_land_reserve(l->mem, max_runs > 3 ? max_runs : 3), st, out);
   REFIT_CHECK_GOTO(refit_mem_alloc(l->mem, (size_t)(most + 1) * 8, &l->direct_acc), st, out);
   l->land.host = descs;
   l->land.count = k;
@@ -140,6 +187,7 @@ out:
   free(order);
   free(descs);
   free(base);
+  free(seen);
   return st;
 }
 
@@ -173,18 +221,26 @@ refit_status_t refit_loader_land_direct(refit_loader_t *l, int32_t b, unsigned c
       REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i]]));
       REFIT_CHECK(refit_loader_touch(l, &l->stores[l->store_of[i] + 1]));
     }
-  REFIT_CHECK(refit_mem_direct_run(l->mem, &l->land, first, end - first, tag, digests,
-                                   l->direct_acc, runs++));
-  if (fault == REFIT_LAND_DUPLICATE_ONE && first < end) {
-    REFIT_CHECK(refit_mem_direct_run(l->mem, &l->land, first, 1, tag, digests, l->direct_acc,
-                                     runs++));
-    REFIT_CHECK(refit_loader_account(l, first));
-  }
   if (npad > 0)
     REFIT_CHECK(refit_mem_direct_run(l->mem, &l->land, pad0, npad, tag, NULL, l->direct_acc,
                                      -1));
-  for (int64_t k = first; k < end; k++)
-    REFIT_CHECK(refit_loader_account(l, k));
+  /* Runs that end where a tensor in the arena completes: its quantization
+   * (refit_loader_account) is queued before a later run reuses its area. */
+  int64_t start = first;
+  for (int64_t k = first; k < end; k++) {
+    if (!l->desc_completes[k] && k + 1 < end)
+      continue;
+    REFIT_CHECK(refit_mem_direct_run(l->mem, &l->land, start, k + 1 - start, tag, digests,
+                                     l->direct_acc, runs++));
+    if (fault == REFIT_LAND_DUPLICATE_ONE && start == first) {
+      REFIT_CHECK(refit_mem_direct_run(l->mem, &l->land, first, 1, tag, digests,
+                                       l->direct_acc, runs++));
+      REFIT_CHECK(refit_loader_account(l, first));
+    }
+    for (int64_t j = start; j <= k; j++)
+      REFIT_CHECK(refit_loader_account(l, j));
+    start = k + 1;
+  }
   REFIT_CHECK(refit_mem_land_collect(l->mem, runs, &bad));
   if (bad >= 0) {
     char what[REFIT_NAME_MAX + 160];

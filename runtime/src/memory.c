@@ -413,10 +413,15 @@ refit_status_t refit_mem_direct_run(refit_mem_t *m, const refit_mem_table_t *t,
   if (n == 0)
     return REFIT_OK;
 #ifdef REFIT_HAVE_CUDA
-  if (m->device)
-    return refit_direct_rows_cuda((const refit_direct_desc_t *)t->device + first, n, tag,
-                                  digests, acc, run >= 0 ? m->run_bad_device + run : NULL,
-                                  m->stream);
+  if (m->device) {
+    REFIT_CHECK(refit_direct_rows_cuda((const refit_direct_desc_t *)t->device + first, n, tag,
+                                       digests, acc,
+                                       run >= 0 ? m->run_bad_device + run : NULL, m->stream));
+    /* Block FP8 chunks: the tiles above read them for their digests; their
+     * values and scales come from the block quantizer. */
+    return refit_direct_blocks_cuda((const refit_direct_desc_t *)t->host + first, n,
+                                    m->stream);
+  }
 #endif
   (void)acc;
   return refit_direct_rows((const refit_direct_desc_t *)t->host + first, n, tag, digests,

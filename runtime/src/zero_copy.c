@@ -95,12 +95,6 @@ refit_status_t refit_zc_decide(refit_session_t *s) {
                  "GPU: refit.delta: on sends the changed bytes over the staged path");
     return REFIT_OK;
   }
-  /* Block FP8 and NVFP4 quantize a tensor once it is whole, from its
-   * assembly area: there is no reading the trainers' shards in place into
-   * the final layout (the config refuses zero_copy: on with either). */
-  if (s->cfg.refit.precision == REFIT_PRECISION_FP8_BLOCK ||
-      s->cfg.refit.precision == REFIT_PRECISION_NVFP4)
-    return REFIT_OK;
   if (s->gpu_of == NULL) {
     if (s->cfg.refit.zero_copy == REFIT_ZERO_COPY_ON)
       return REFIT_ERR(REFIT_ERR_CONFIG,

@@ -8,8 +8,12 @@
  * digests accepted, a changed source byte or a stale tag reported as the
  * smallest bad chunk; the same chunks staged as the staged loader lands
  * them (BF16 QUANTIZE and prequantized SPLIT from a staging area, trailers
- * checked); the inverse row permutations; and the table check's rules.
+ * checked); block FP8 chunks of whole blocks quantized in place
+ * (BLOCK_QUANTIZE, tests/kernels/direct_block_scenario.h) against whole-tensor
+ * quantization, and their digests; the inverse row permutations; and the
+ * table check's rules.
  */
+#include "direct_block_scenario.h"
 #include "direct_scenario.h"
 
 #include <setjmp.h>
@@ -185,6 +189,54 @@ static void test_table_rules(void **state) {
   assert_int_equal(refit_direct_rows(&d, 1, 1, NULL, NULL), REFIT_ERR_INVALID_ARGUMENT);
 }
 
+/* BLOCK_QUANTIZE: chunks of whole blocks, each quantized alone in place,
+ * equal the whole tensors quantized at once (both scale modes); the scale
+ * rows and values not written stay as they were only where no chunk lands
+ * (none here: every byte is checked); a changed source byte after the
+ * trainer's digests is reported as the smallest bad chunk. */
+static void test_blocks_exact(void **state) {
+  (void)state;
+  for (int round = 0; round < 6; round++) {
+    dbs_t s;
+    assert_int_equal(dbs_create(&s, round % 2 ? REFIT_FP8_SCALE_POW2 : REFIT_FP8_SCALE_FP32),
+                     REFIT_OK);
+    uint8_t *dst = malloc((size_t)s.dst_bytes), *dig = calloc(1, (size_t)s.digest_bytes);
+    memcpy(dst, s.init, (size_t)s.dst_bytes);
+    refit_direct_desc_t tr[DBS_MAX_CHUNKS], ld[DBS_MAX_CHUNKS];
+    memcpy(tr, s.trainer, sizeof(tr));
+    memcpy(ld, s.land, sizeof(ld));
+    dbs_bind(tr, s.n, s.src, dst);
+    dbs_bind(ld, s.n, s.src, dst);
+    assert_int_equal(refit_direct_descs_check(ld, s.n), REFIT_OK);
+    assert_int_equal(refit_direct_rows(tr, s.n, 9, dig, NULL), REFIT_OK);
+    const int corrupt = round >= 4 ? (int)kt_rand_range(0, s.n - 1) : -1;
+    if (corrupt >= 0)
+      ((uint8_t *)(uintptr_t)ld[corrupt].src)[ld[corrupt].src_pitch + 3] ^= 0x20;
+    int64_t bad = 7;
+    assert_int_equal(refit_direct_rows(ld, s.n, 9, dig, &bad), REFIT_OK);
+    assert_int_equal(bad, corrupt);
+    if (corrupt < 0 && memcmp(dst, s.want, (size_t)s.dst_bytes) != 0)
+      fail_msg("round %d: block FP8 stores differ from whole-tensor quantization", round);
+    free(dst);
+    free(dig);
+    dbs_destroy(&s);
+  }
+  /* The table rules of the op. */
+  dbs_t s;
+  assert_int_equal(dbs_create(&s, REFIT_FP8_SCALE_FP32), REFIT_OK);
+  refit_direct_desc_t d = s.land[0];
+  dbs_bind(&d, 1, s.src, s.init);
+  d.fp8_scale = 2;
+  assert_int_equal(refit_direct_descs_check(&d, 1), REFIT_ERR_INVALID_ARGUMENT);
+  d.fp8_scale = 0;
+  d.staged = 1;
+  assert_int_equal(refit_direct_descs_check(&d, 1), REFIT_ERR_INVALID_ARGUMENT);
+  d.staged = 0;
+  d.dst_pitch = d.cols - 1;
+  assert_int_equal(refit_direct_descs_check(&d, 1), REFIT_ERR_INVALID_ARGUMENT);
+  dbs_destroy(&s);
+}
+
 int main(void) {
   kt_seed("test_kernels_direct");
   const struct CMUnitTest tests[] = {
@@ -193,6 +245,7 @@ int main(void) {
       cmocka_unit_test(test_digests_catch),
       cmocka_unit_test(test_inverse_perms),
       cmocka_unit_test(test_table_rules),
+      cmocka_unit_test(test_blocks_exact),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,9 +5,12 @@
  * BF16 COPY whose words straddle rows) run on both sides: the trainer's
  * digests, the landed stores (and the oracle's), and the smallest bad chunk
  * when source bytes change after the digests; and the staged loader's
- * landing (QUANTIZE and SPLIT from a staging area, a flipped staged byte).
+ * landing (QUANTIZE and SPLIT from a staging area, a flipped staged byte);
+ * and block FP8 chunks quantized in place (BLOCK_QUANTIZE: the tile kernels'
+ * digests, refit_direct_blocks_cuda's values and scales).
  * Exits 77 (skipped) without a GPU.
  */
+#include "direct_block_scenario.h"
 #include "direct_scenario.h"
 #include "kernels/direct_cuda.h"
 
@@ -184,6 +187,77 @@ static void test_twin_corrupt(void **state) {
     twin((int)kt_rand_range(0, 20), round % 2);
 }
 
+/* BLOCK_QUANTIZE on the device == the C reference (and whole-tensor
+ * quantization), digests and a changed source byte included. */
+static void test_twin_blocks(void **state) {
+  (void)state;
+  for (int round = 0; round < 6; round++) {
+    dbs_t s;
+    assert_int_equal(dbs_create(&s, round % 2 ? REFIT_FP8_SCALE_POW2 : REFIT_FP8_SCALE_FP32),
+                     REFIT_OK);
+    const int corrupt = round >= 4 ? (int)kt_rand_range(0, s.n - 1) : -1;
+    const size_t tb = sizeof(s.trainer[0]) * (size_t)s.n;
+    /* Host. */
+    uint8_t *hsrc = malloc((size_t)s.src_bytes), *hdst = malloc((size_t)s.dst_bytes);
+    uint8_t *hdig = calloc(1, (size_t)s.digest_bytes);
+    memcpy(hsrc, s.src, (size_t)s.src_bytes);
+    memcpy(hdst, s.init, (size_t)s.dst_bytes);
+    refit_direct_desc_t ht[DBS_MAX_CHUNKS], hl[DBS_MAX_CHUNKS], dt[DBS_MAX_CHUNKS],
+        dl[DBS_MAX_CHUNKS];
+    memcpy(ht, s.trainer, tb);
+    memcpy(hl, s.land, tb);
+    memcpy(dt, s.trainer, tb);
+    memcpy(dl, s.land, tb);
+    dbs_bind(ht, s.n, hsrc, hdst);
+    dbs_bind(hl, s.n, hsrc, hdst);
+    assert_int_equal(refit_direct_rows(ht, s.n, 5, hdig, NULL), REFIT_OK);
+    /* Device: the trainer's digests there too. */
+    uint8_t *dsrc = dev_copy(s.src, (size_t)s.src_bytes);
+    uint8_t *ddst = dev_copy(s.init, (size_t)s.dst_bytes);
+    uint8_t *ddig = dev_copy(NULL, (size_t)s.digest_bytes);
+    dbs_bind(dt, s.n, dsrc, ddst);
+    dbs_bind(dl, s.n, dsrc, ddst);
+    refit_direct_desc_t *dtt = dev_copy(dt, tb), *dlt = dev_copy(dl, tb);
+    unsigned long long *acc = dev_copy(NULL, (size_t)s.n * 8);
+    int64_t *dbad = dev_copy(NULL, 8), bad = -1;
+    CK(cudaMemcpy(dbad, &bad, 8, cudaMemcpyHostToDevice));
+    assert_int_equal(refit_direct_rows_cuda(dtt, s.n, 5, ddig, acc, NULL, 0), REFIT_OK);
+    uint8_t *gdig = to_host(ddig, (size_t)s.digest_bytes);
+    assert_memory_equal(gdig, hdig, (size_t)s.digest_bytes);
+    if (corrupt >= 0) {
+      const int64_t off = (const uint8_t *)hl[corrupt].src - hsrc + hl[corrupt].src_pitch + 3;
+      hsrc[off] ^= 0x20;
+      CK(cudaMemcpy(dsrc + off, hsrc + off, 1, cudaMemcpyHostToDevice));
+    }
+    int64_t hbad = 7;
+    assert_int_equal(refit_direct_rows(hl, s.n, 5, hdig, &hbad), REFIT_OK);
+    assert_int_equal(refit_direct_rows_cuda(dlt, s.n, 5, ddig, acc, dbad, 0), REFIT_OK);
+    assert_int_equal(refit_direct_blocks_cuda(dl, s.n, 0), REFIT_OK);
+    uint8_t *gdst = to_host(ddst, (size_t)s.dst_bytes);
+    CK(cudaMemcpy(&bad, dbad, 8, cudaMemcpyDeviceToHost));
+    assert_int_equal(hbad, corrupt);
+    assert_int_equal(bad, corrupt);
+    if (memcmp(gdst, hdst, (size_t)s.dst_bytes) != 0)
+      fail_msg("round %d: block FP8 stores of the CUDA twin differ from the C reference",
+               round);
+    if (corrupt < 0)
+      assert_memory_equal(gdst, s.want, (size_t)s.dst_bytes);
+    free(hsrc);
+    free(hdst);
+    free(hdig);
+    free(gdig);
+    free(gdst);
+    CK(cudaFree(dsrc));
+    CK(cudaFree(ddst));
+    CK(cudaFree(ddig));
+    CK(cudaFree(dtt));
+    CK(cudaFree(dlt));
+    CK(cudaFree(acc));
+    CK(cudaFree(dbad));
+    dbs_destroy(&s);
+  }
+}
+
 int main(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -195,6 +269,7 @@ int main(void) {
       cmocka_unit_test(test_twin_clean),
       cmocka_unit_test(test_twin_corrupt),
       cmocka_unit_test(test_twin_staged),
+      cmocka_unit_test(test_twin_blocks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

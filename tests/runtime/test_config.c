@@ -912,10 +912,6 @@ static const mistake_t mistakes[] = {
                   "refit.precision fp8_block (delta refits compare quantized wire "
                   "bytes, and a delta of block FP8 wire bytes has no in-place "
                   "mapping into weight_scale_inv yet); use delta: off"}),
-    CASE(.base = moe, .edit = {{"  head_dim: 32\n", "  head_dim: 64\n"}},
-         .append = FP8_BLOCK "  zero_copy: on\n", .lines = 1,
-         .want = {"demo.yaml:23:3: refit.zero_copy: on is not supported with "
-                  "refit.precision fp8_block"}),
     /* ---- NVFP4: what vLLM's NVFP4 linear and refit refuse ---- */
     CASE(.base = dense, .edit = {{"  family: qwen3\n", "  family: qwen2\n"}},
          .append = NVFP4, .lines = 1, .ok_without_append = true,
@@ -965,9 +961,6 @@ static const mistake_t mistakes[] = {
                   "refit.precision nvfp4"}),
     CASE(.base = dense, .append = NVFP4 "  delta: on\n", .lines = 1,
          .want = {"demo.yaml:19:3: refit.delta: on is not supported with "
-                  "refit.precision nvfp4"}),
-    CASE(.base = dense, .append = NVFP4 "  zero_copy: on\n", .lines = 1,
-         .want = {"demo.yaml:19:3: refit.zero_copy: on is not supported with "
                   "refit.precision nvfp4"}),
     CASE(.base = moe, .append = MXFP8 "  fp8_scale: pow2\n", .lines = 1,
          .want = {"demo.yaml:23:3: refit.fp8_scale: pow2 has no effect with "
