@@ -93,6 +93,7 @@ typedef struct {
 static void refit_nvfp4_row(const refit_nvfp4_job_t *j, const uint16_t *s, uint8_t *q,
                             uint8_t *sf) {
   const int64_t nb = refit_nvfp4_scale_cols(j->k);
+  const refit_nvfp4_tensor_rule_t t = refit_nvfp4_tensor_rule(j->gsf);
   for (int64_t b = 0; b < nb; b++) {
     const int64_t x0 = b * REFIT_NVFP4_BLOCK;
     const int n = (int)(j->k - x0 < REFIT_NVFP4_BLOCK ? j->k - x0 : REFIT_NVFP4_BLOCK);
@@ -101,7 +102,7 @@ static void refit_nvfp4_row(const refit_nvfp4_job_t *j, const uint16_t *s, uint8
       const uint32_t a = refit_nvfp4_key(s[x0 + i]);
       key = a > key ? a : key;
     }
-    const float out = refit_nvfp4_block_rule(key, j->gsf, &sf[b]);
+    const float out = refit_nvfp4_block_rule(key, t, &sf[b]);
     for (int i = 0; i < n; i += 2) {
       const uint32_t lo =
           refit_nvfp4_e2m1(refit_f32_from_bits((uint32_t)s[x0 + i] << 16) * out);

@@ -10,7 +10,9 @@
  *   layout    in: BF16 [rows, k] with row stride src_stride elements;
  *             out: packed E2M1 [rows, ceil(k/2)] (stride q_stride bytes),
  *             E4M3 scales [rows, ceil(k/16)] (stride sf_stride bytes).
- *   mapping   one thread per block (a grid-stride loop over rows * blocks):
+ *   mapping   one thread per block (a grid-stride loop over rows * blocks,
+ *             32-bit indices where they fit; the tensor's 1/gsf and gsf/6
+ *             computed once, kernels/nvfp4_rules.h):
  *             a full block at a 16-byte-aligned address is two 16-byte loads
  *             and, at an 8-byte-aligned output, one 8-byte store, so a warp
  *             reads 1 KiB and writes 256 contiguous bytes of a row; a partial
@@ -41,19 +43,22 @@ struct refit_nvfp4_dev_t {
   uint8_t *sf;
   int64_t sf_stride; /* bytes */
   int64_t rows, k, nb;
-  float gsf;
+  refit_nvfp4_tensor_rule_t rule;
 };
 
+/* Index is uint32_t where rows * nb fits (the usual case: a 64-bit division
+ * per block costs more than the block's arithmetic), else int64_t. */
+template <typename Index>
 __global__ void __launch_bounds__(kThreads)
     refit_nvfp4_quantize_kernel(refit_nvfp4_dev_t m) {
-  const int64_t total = m.rows * m.nb;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / m.nb, b = i - r * m.nb;
-    const int64_t x0 = b * REFIT_NVFP4_BLOCK;
+  const Index total = static_cast<Index>(m.rows * m.nb), nb = static_cast<Index>(m.nb);
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const Index r = i / nb, b = i - r * nb;
+    const int64_t x0 = static_cast<int64_t>(b) * REFIT_NVFP4_BLOCK;
     const int n =
         m.k - x0 < REFIT_NVFP4_BLOCK ? static_cast<int>(m.k - x0) : REFIT_NVFP4_BLOCK;
-    const uint16_t *s = m.src + r * m.src_stride + x0;
+    const uint16_t *s = m.src + static_cast<int64_t>(r) * m.src_stride + x0;
     uint16_t v[REFIT_NVFP4_BLOCK];
     if (n == REFIT_NVFP4_BLOCK && (reinterpret_cast<uintptr_t>(s) & 15) == 0) {
       const uint4 a = reinterpret_cast<const uint4 *>(s)[0];
@@ -74,8 +79,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < REFIT_NVFP4_BLOCK; j++)
       key = max(key, refit_nvfp4_key(v[j]));
     uint8_t code;
-    const float out = refit_nvfp4_block_rule(key, m.gsf, &code);
-    m.sf[r * m.sf_stride + b] = code;
+    const float out = refit_nvfp4_block_rule(key, m.rule, &code);
+    m.sf[static_cast<int64_t>(r) * m.sf_stride + b] = code;
     uint32_t packed[2] = {0, 0};
 #pragma unroll
     for (int j = 0; j < REFIT_NVFP4_BLOCK; j++)
@@ -83,7 +88,7 @@ __global__ void __launch_bounds__(kThreads)
         packed[j / 8] |=
             refit_nvfp4_e2m1(__uint_as_float(static_cast<uint32_t>(v[j]) << 16) * out)
             << (4 * (j % 8));
-    uint8_t *d = m.q + r * m.q_stride + x0 / 2;
+    uint8_t *d = m.q + static_cast<int64_t>(r) * m.q_stride + x0 / 2;
     const int bytes = (n + 1) / 2;
     if (bytes == 8 && (reinterpret_cast<uintptr_t>(d) & 7) == 0) {
       *reinterpret_cast<uint2 *>(d) = make_uint2(packed[0], packed[1]);
@@ -164,11 +169,19 @@ extern "C" refit_status_t refit_nvfp4_quantize_cuda(
   m.rows = rows;
   m.k = k;
   m.nb = refit_nvfp4_scale_cols(k);
-  m.gsf = gsf;
-  static refit_cuda_grid_cache_t grid;
-  refit_nvfp4_quantize_kernel<<<refit_cuda_grid(refit_nvfp4_quantize_kernel, kThreads,
-                                                grid,
-                                                (rows * m.nb + kThreads - 1) / kThreads),
-                                kThreads, 0, stream>>>(m);
+  m.rule = refit_nvfp4_tensor_rule(gsf);
+  const int64_t work = (rows * m.nb + kThreads - 1) / kThreads;
+  /* Below 2^31 blocks, i plus a grid's stride never wraps 32 bits. */
+  if (rows * m.nb <= INT32_MAX) {
+    static refit_cuda_grid_cache_t grid32;
+    refit_nvfp4_quantize_kernel<uint32_t>
+        <<<refit_cuda_grid(refit_nvfp4_quantize_kernel<uint32_t>, kThreads, grid32, work),
+           kThreads, 0, stream>>>(m);
+  } else {
+    static refit_cuda_grid_cache_t grid64;
+    refit_nvfp4_quantize_kernel<int64_t>
+        <<<refit_cuda_grid(refit_nvfp4_quantize_kernel<int64_t>, kThreads, grid64, work),
+           kThreads, 0, stream>>>(m);
+  }
   return refit_cuda_launch_check("nvfp4 quantize");
 }

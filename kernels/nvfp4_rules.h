@@ -50,24 +50,36 @@ static inline REFIT_HD float refit_nvfp4_e4m3_value(uint32_t code) {
   return refit_f32_from_bits(((e + 120u) << 23) | (m << 20));
 }
 
+/* What the block rule needs of a tensor's global scale gsf, computed once
+ * per tensor: per = fl(gsf * fl(1/6)) and decode = fl(1 / gsf). */
+typedef struct {
+  float per, decode;
+} refit_nvfp4_tensor_rule_t;
+
+static inline REFIT_HD refit_nvfp4_tensor_rule_t refit_nvfp4_tensor_rule(float gsf) {
+  refit_nvfp4_tensor_rule_t t;
+  t.per = gsf * refit_f32_from_bits(REFIT_NVFP4_INV6_BITS);
+  t.decode = 1.0f / gsf;
+  return t;
+}
+
 /*
- * The block rule: for a block whose amax key is `key` under global scale gsf,
- * *sf gets the stored E4M3 byte and the return value is what the elements
- * are multiplied by before their E2M1 encoding.
+ * The block rule: for a block whose amax key is `key` under the global scale
+ * of t (refit_nvfp4_tensor_rule), *sf gets the stored E4M3 byte and the
+ * return value is what the elements are multiplied by before their E2M1
+ * encoding.
  */
-static inline REFIT_HD float refit_nvfp4_block_rule(uint32_t key, float gsf,
+static inline REFIT_HD float refit_nvfp4_block_rule(uint32_t key, refit_nvfp4_tensor_rule_t t,
                                                     uint8_t *sf) {
   if (key == 0) {
     *sf = 0;
     return 0.0f;
   }
   const float vmax = refit_f32_from_bits(key << 16);
-  const float per = gsf * refit_f32_from_bits(REFIT_NVFP4_INV6_BITS);
-  const float want = vmax * per;
+  const float want = vmax * t.per;
   const uint8_t code = refit_e4m3_encode_inline(want);
   *sf = code;
-  const float decode = 1.0f / gsf;
-  const float sfd = refit_nvfp4_e4m3_value(code) * decode;
+  const float sfd = refit_nvfp4_e4m3_value(code) * t.decode;
   const float out = 1.0f / sfd;
   const float flt_max = refit_f32_from_bits(REFIT_NVFP4_FLT_MAX_BITS);
   return out > flt_max ? flt_max : out;
