@@ -1,6 +1,10 @@
 #include "kernels/parallel.h"
 #include "kernels/mxfp8.h"
 
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -15,10 +19,14 @@
 static atomic_int refit_kernels_threads_ = 0; /* 0: not decided yet */
 
 static int refit_kernels_threads_default(void) {
-  const char *env = getenv("REFIT_KERNELS_THREADS");
-  if (env != NULL && atoi(env) > 0)
-    return atoi(env) > REFIT_KERNELS_MAX_THREADS ? REFIT_KERNELS_MAX_THREADS
-                                                 : atoi(env);
+  /* REFIT_KERNELS_THREADS, 1 .. 16 (core/env.h); a bad value is named once
+   * and the default used: a kernel has no caller to fail here. */
+  int64_t threads = 0;
+  int set = 0;
+  if (refit_env_int("REFIT_KERNELS_THREADS", &threads, &set) != REFIT_OK)
+    REFIT_WARN("%s; using the online CPUs", refit_last_error());
+  else if (set)
+    return (int)threads;
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1)
     n = 1;

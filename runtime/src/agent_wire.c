@@ -5,6 +5,7 @@
 
 #include "agent_wire.h"
 
+#include "core/env.h"
 #include "core/error.h"
 
 #include <errno.h>
@@ -289,8 +290,9 @@ refit_status_t refit_agent_dir_check(const char *dir) {
 
 void refit_agent_socket_dir(const char *explicit_dir, char *out, size_t len) {
   const char *dir = explicit_dir;
+  int set = 0;
   if (dir == NULL || dir[0] == '\0')
-    dir = getenv("REFIT_AGENT_DIR");
+    (void)refit_env_text("REFIT_AGENT_DIR", &dir, &set); /* any text: a path */
   if (dir != NULL && dir[0] != '\0')
     snprintf(out, len, "%s", dir);
   else

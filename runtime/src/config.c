@@ -40,24 +40,6 @@ refit_status_t refit_config_parse_bytes(const char *text, uint64_t *bytes) {
   return REFIT_OK;
 }
 
-refit_status_t refit_startup_timeout_parse(const char *text, double *seconds) {
-  if (text == NULL || seconds == NULL)
-    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "refit_startup_timeout_parse: NULL argument");
-  char *end = NULL;
-  errno = 0;
-  const double v = strtod(text, &end);
-  /* v > 0 and v <= max: false for NaN too; strtod reads "inf" as well. */
-  if (end == text || *end != '\0' || errno != 0 || !(v > 0) ||
-      !(v <= REFIT_STARTUP_TIMEOUT_MAX_S))
-    return REFIT_ERR(REFIT_ERR_CONFIG,
-                     "REFIT_STARTUP_TIMEOUT_S='%.64s': not a number of seconds above "
-                     "0 and at most %.0f (one day); unset it for the default (300)",
-                     text, REFIT_STARTUP_TIMEOUT_MAX_S);
-  *seconds = v;
-  return REFIT_OK;
-}
-
 /* ------------------------------------------------------------------------ */
 /* model.hf_config                                                           */
 /* ------------------------------------------------------------------------ */

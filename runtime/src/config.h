@@ -284,17 +284,6 @@ refit_status_t refit_config_load(const char *path, int world_size,
  */
 refit_status_t refit_config_parse_bytes(const char *text, uint64_t *bytes);
 
-/* The most seconds REFIT_STARTUP_TIMEOUT_S may ask for: one day. */
-#define REFIT_STARTUP_TIMEOUT_MAX_S 86400.0
-
-/*
- * Parse the value of REFIT_STARTUP_TIMEOUT_S (the start-up deadline before
- * the config is read): a decimal number of seconds, finite, above 0 and at
- * most REFIT_STARTUP_TIMEOUT_MAX_S ("inf", "nan", "0", "-5", "10s", "" are
- * refused). Errors: REFIT_ERR_CONFIG naming the variable and the value
- * (refit_last_error()); *seconds is set only on success.
- */
-refit_status_t refit_startup_timeout_parse(const char *text, double *seconds);
 
 /*
  * 64-bit FNV-1a over every configured value (key names included), so ranks

@@ -40,6 +40,7 @@
  */
 #include "refit/refit.h"
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -252,8 +253,10 @@ static refit_status_t refit_join_agree(MPI_Comm local, int rank, refit_status_t 
 /* ------------------------------------------------------------------------ */
 
 static void refit_join_key_path(const char *port_file, char *out, size_t n) {
-  const char *env = getenv("REFIT_JOIN_KEY_FILE");
-  if (env != NULL && env[0] != '\0')
+  const char *env = NULL;
+  int set = 0;
+  (void)refit_env_text("REFIT_JOIN_KEY_FILE", &env, &set); /* any text: a path */
+  if (set)
     snprintf(out, n, "%s", env);
   else
     snprintf(out, n, "%s.key", port_file);

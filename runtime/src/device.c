@@ -4,6 +4,8 @@
 #include "device.h"
 #include "transport.h"
 
+#include "core/env.h"
+
 #include <cuda.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -73,17 +75,15 @@ static refit_status_t refit_device_local_rank(MPI_Comm world, double timeout_s, 
     split_rank += strcmp(names + (size_t)r * REFIT_DEVICE_HOST_LEN, mine) == 0;
   free(names);
 
+  /* In order of precedence (core/env.h). */
   static const char *const vars[] = {"REFIT_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                      "SLURM_LOCALID", "MPI_LOCALRANKID"};
   for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-    const char *v = getenv(vars[i]);
-    char *end = NULL;
-    if (v == NULL || *v == '\0')
+    int64_t r = 0;
+    int set = 0;
+    REFIT_CHECK(refit_env_int(vars[i], &r, &set));
+    if (!set)
       continue;
-    long r = strtol(v, &end, 10);
-    if (*end != '\0' || r < 0 || r > 1 << 20)
-      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                       "%s='%s' is not a node-local rank", vars[i], v);
     *out = (int)r;
     return REFIT_OK;
   }

@@ -7,6 +7,7 @@
 #include "fault.h"
 
 #include "config_table.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -209,9 +210,13 @@ refit_status_t refit_fault_select(const refit_config_t *cfg, int world_size,
 
 refit_status_t refit_fault_from_env(const refit_config_t *cfg, int world_size,
                                     refit_fault_t *out) {
-  int ignored = 0;
-  refit_status_t st = refit_fault_select(cfg, world_size, getenv("REFIT_FAULT"),
-                                         getenv("REFIT_ENABLE_FAULTS"), out, &ignored);
+  int ignored = 0, set = 0;
+  const char *spec = NULL;
+  int64_t enable = 0;
+  REFIT_CHECK(refit_env_text("REFIT_FAULT", &spec, &set));
+  REFIT_CHECK(refit_env_int("REFIT_ENABLE_FAULTS", &enable, &set));
+  refit_status_t st = refit_fault_select(cfg, world_size, spec, enable ? "1" : NULL, out,
+                                         &ignored);
   static int warned;
   if (st == REFIT_OK && ignored && !warned) {
     warned = 1;

@@ -13,6 +13,7 @@
 
 #include "fault.h"
 
+#include "core/env.h"
 #include "core/hash.h"
 #include "core/log.h"
 #ifdef REFIT_HAVE_CUDA
@@ -468,10 +469,9 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
    * value is refused below, on every rank together, after the one wait
    * that needs a deadline before anything is agreed (the default's). */
   s->startup_timeout_s = 300;
-  const char *startup = getenv("REFIT_STARTUP_TIMEOUT_S");
+  int startup_set;
   const refit_status_t startup_st =
-      startup != NULL ? refit_startup_timeout_parse(startup, &s->startup_timeout_s)
-                      : REFIT_OK;
+      refit_env_seconds("REFIT_STARTUP_TIMEOUT_S", &s->startup_timeout_s, &startup_set);
   /* A library keeps its traffic off the application's communicator: every
    * collective of the session runs on a duplicate of it. */
   {

@@ -14,6 +14,13 @@ backticks, as `refit.delta` or `verify`), and fails naming:
   the numeric bounds of an integer key (a bound of C's limits, INT_MAX,
   is left to words).
 
+And the environment: every variable of runtime/src/core/env.h's table
+(REFIT_ENV_TABLE, the one list of what refit's code, launcher and Python
+package read) must be named in backticks in the first cell of a row of the
+page's "Environment variables" section, every variable such a cell names
+must be in the table, and the last cell must give a numeric variable's
+bounds and a choice variable's every choice.
+
 Usage: check_config_doc.py REPO_ROOT. Standard library only.
 """
 import re
@@ -142,6 +149,75 @@ def check_default(row, cell, defines):
     return missing
 
 
+def read_env_table(root):
+    header = (root / "runtime/src/core/env.h").read_text()
+    body = header[header.index("#define REFIT_ENV_TABLE(X)") :]
+    body = body[: body.index("\ntypedef")].replace("\\\n", " ")
+    rows = []
+    for m in re.finditer(r"\bX\(", body):
+        depth, i = 1, m.end()
+        while depth:
+            if body[i] == '"':
+                i = body.index('"', i + 1)
+            elif body[i] == "(":
+                depth += 1
+            elif body[i] == ")":
+                depth -= 1
+            i += 1
+        a = split_args(body[m.end() : i - 1])
+        if len(a) != 7:
+            sys.exit("check_config_doc: a row of core/env.h has %d fields, not 7" % len(a))
+        rows.append({"name": a[0][1], "kind": a[1][1], "lo": a[2][1], "hi": a[3][1],
+                     "choices": a[4][1] if a[4][0] == "str" else None})
+    return rows
+
+
+def read_env_doc(path):
+    """{variable: last cell} of the Environment variables section's rows."""
+    text = path.read_text()
+    start = text.index("## Environment variables")
+    end = text.find("\n## ", start + 1)
+    section = text[start : end if end >= 0 else len(text)]
+    out = {}
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", cells[0]):
+            out[name] = cells[-1]
+    return out
+
+
+def check_env(root, page):
+    problems = []
+    rows = read_env_table(root)
+    doc = read_env_doc(page)
+    names = {r["name"] for r in rows}
+    for r in rows:
+        cell = doc.get(r["name"])
+        if cell is None:
+            problems.append("%s: in runtime/src/core/env.h but not a row of docs/"
+                            "configuration.md's Environment variables" % r["name"])
+            continue
+        if r["kind"] == "REFIT_ENV_CHOICE":
+            for choice in r["choices"].split("|"):
+                if "`%s`" % choice not in cell:
+                    problems.append("%s: the last cell does not give the choice `%s`"
+                                    % (r["name"], choice))
+        if r["kind"] in ("REFIT_ENV_INT", "REFIT_ENV_SECONDS"):
+            numbers = set(re.findall(r"\d+", cell.replace(",", "")))
+            for text in (r["lo"], r["hi"]):
+                value = eval(text, {})  # literals and shifts only
+                if str(value) not in numbers:
+                    problems.append("%s: the last cell does not give the bound %d"
+                                    % (r["name"], value))
+    for name in doc:
+        if name not in names:
+            problems.append("%s: documented as an environment variable but not in "
+                            "runtime/src/core/env.h's table" % name)
+    return problems, len(rows)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: check_config_doc.py REPO_ROOT")
@@ -168,12 +244,15 @@ def main():
         if key not in known:
             problems.append("%s: documented in docs/configuration.md but unknown to the parser "
                             "(runtime/src/config_table.h)" % key)
+    env_problems, nenv = check_env(root, page)
+    problems += env_problems
     for p in problems:
         print("FAIL: " + p)
     if problems:
         return 1
     print("PASS: %d keys of runtime/src/config_table.h, each documented once in "
-          "docs/configuration.md with its default" % len(rows))
+          "docs/configuration.md with its default; %d environment variables of "
+          "runtime/src/core/env.h, each with its bounds or choices" % (len(rows), nenv))
     return 0
 
 

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "kernels/layout.h"
 #include "reshard/catalog.h"
@@ -1059,6 +1060,69 @@ static void test_parse_bytes_units(void **state) {
   }
 }
 
+/* core/env.h: each kind read and bounded through the table; unset and empty
+ * are "not set"; a name outside the table, or read as another kind, is a
+ * programming error. */
+static void test_env_table(void **state) {
+  (void)state;
+  int set = 7, choice = -1;
+  int64_t v = -1;
+  const char *text = NULL;
+  unsetenv("REFIT_DEBUG");
+  assert_int_equal(refit_env_choice("REFIT_DEBUG", &choice, &set), REFIT_OK);
+  assert_int_equal(set, 0);
+  setenv("REFIT_DEBUG", "", 1);
+  assert_int_equal(refit_env_choice("REFIT_DEBUG", &choice, &set), REFIT_OK);
+  assert_int_equal(set, 0);
+  setenv("REFIT_DEBUG", "trace", 1);
+  assert_int_equal(refit_env_choice("REFIT_DEBUG", &choice, &set), REFIT_OK);
+  assert_int_equal(set, 1);
+  assert_int_equal(choice, 3);
+  setenv("REFIT_DEBUG", "loud", 1);
+  choice = -1;
+  assert_int_equal(refit_env_choice("REFIT_DEBUG", &choice, &set), REFIT_ERR_CONFIG);
+  assert_int_equal(choice, -1);
+  assert_non_null(strstr(refit_last_error(), "REFIT_DEBUG='loud'"));
+  assert_non_null(strstr(refit_last_error(), "NONE|WARN|INFO|TRACE"));
+  unsetenv("REFIT_DEBUG");
+  static const struct {
+    const char *text;
+    int ok;
+    int64_t value;
+  } ints[] = {{"1", 1, 1}, {"16", 1, 16}, {"0", 0, 0}, {"17", 0, 0}, {"4x", 0, 0}, {"-3", 0, 0}};
+  for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+    setenv("REFIT_KERNELS_THREADS", ints[i].text, 1);
+    v = -1;
+    const refit_status_t st = refit_env_int("REFIT_KERNELS_THREADS", &v, &set);
+    if (ints[i].ok) {
+      assert_int_equal(st, REFIT_OK);
+      assert_int_equal(v, ints[i].value);
+    } else {
+      assert_int_equal(st, REFIT_ERR_CONFIG);
+      assert_int_equal(v, -1);
+      if (strstr(refit_last_error(), "REFIT_KERNELS_THREADS") == NULL ||
+          strstr(refit_last_error(), "from 1 to 16") == NULL)
+        fail_msg("'%s': want the variable and its bounds in '%s'", ints[i].text,
+                 refit_last_error());
+    }
+  }
+  unsetenv("REFIT_KERNELS_THREADS");
+  setenv("REFIT_AGENT_DIR", "/some/dir", 1);
+  assert_int_equal(refit_env_text("REFIT_AGENT_DIR", &text, &set), REFIT_OK);
+  assert_int_equal(set, 1);
+  assert_string_equal(text, "/some/dir");
+  unsetenv("REFIT_AGENT_DIR");
+  assert_int_equal(refit_env_text("REFIT_DEBUG", &text, &set), REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(refit_env_int("REFIT_NO_SUCH", &v, &set), REFIT_ERR_INVALID_ARGUMENT);
+  int n = 0;
+  const refit_env_var_t *vars = refit_env_vars(&n);
+  assert_true(n >= 10);
+  for (int i = 0; i < n; i++) {
+    assert_non_null(vars[i].precedence);
+    assert_true(vars[i].kind != REFIT_ENV_CHOICE || vars[i].choices != NULL);
+  }
+}
+
 /* REFIT_STARTUP_TIMEOUT_S: finite seconds in (0, one day]; everything else
  * refused naming the variable (issue 37, defect 10: inf was accepted). */
 static void test_startup_timeout_parsed(void **state) {
@@ -1069,7 +1133,7 @@ static void test_startup_timeout_parsed(void **state) {
   } good[] = {{"300", 300}, {"4", 4}, {"0.5", 0.5}, {"86400", 86400}, {"1e2", 100}};
   for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
     double v = 0;
-    assert_int_equal(refit_startup_timeout_parse(good[i].text, &v), REFIT_OK);
+    assert_int_equal(refit_env_parse_seconds("REFIT_STARTUP_TIMEOUT_S", good[i].text, &v), REFIT_OK);
     assert_true(v == good[i].seconds);
   }
   static const char *const bad[] = {"inf",   "INF", "infinity", "nan", "1e999",
@@ -1077,14 +1141,17 @@ static void test_startup_timeout_parsed(void **state) {
                                     "86401", "abc", "0x0p0"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     double v = 77;
-    assert_int_equal(refit_startup_timeout_parse(bad[i], &v), REFIT_ERR_CONFIG);
+    assert_int_equal(refit_env_parse_seconds("REFIT_STARTUP_TIMEOUT_S", bad[i], &v), REFIT_ERR_CONFIG);
     assert_true(v == 77); /* untouched on failure */
     if (strstr(refit_last_error(), "REFIT_STARTUP_TIMEOUT_S") == NULL ||
         strstr(refit_last_error(), bad[i]) == NULL)
       fail_msg("'%s': want the variable and the value in '%s'", bad[i],
                refit_last_error());
   }
-  assert_int_equal(refit_startup_timeout_parse(NULL, &(double){0}),
+  assert_int_equal(refit_env_parse_seconds("REFIT_STARTUP_TIMEOUT_S", NULL, &(double){0}),
+                   REFIT_ERR_INVALID_ARGUMENT);
+  /* A name outside core/env.h's table is a programming error. */
+  assert_int_equal(refit_env_parse_seconds("REFIT_NO_SUCH", "5", &(double){0}),
                    REFIT_ERR_INVALID_ARGUMENT);
 }
 
@@ -1815,6 +1882,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_parse_bytes_units, teardown),
       cmocka_unit_test_teardown(test_startup_timeout_parsed, teardown),
+      cmocka_unit_test_teardown(test_env_table, teardown),
       cmocka_unit_test_teardown(test_defaults_applied, teardown),
       cmocka_unit_test_teardown(test_values_parsed, teardown),
       cmocka_unit_test_teardown(test_refit_keys_parsed, teardown),

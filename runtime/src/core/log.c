@@ -1,5 +1,7 @@
 #include "core/log.h"
 
+#include "core/env.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,16 +16,17 @@ void refit_log_set_rank(int rank) { refit_log_rank = rank; }
 
 refit_log_level_t refit_log_level(void) {
   if (refit_log_level_cached < 0) {
-    const char *env = getenv("REFIT_DEBUG");
+    /* REFIT_DEBUG's choices are the levels in order (core/env.h). A bad
+     * value keeps WARN and says so once: a logger has no caller to fail. */
+    int level = REFIT_LOG_WARN, set = 0;
+    char pending[2048]; /* a caller's error message, kept */
+    snprintf(pending, sizeof(pending), "%s", refit_last_error());
     refit_log_level_cached = REFIT_LOG_WARN;
-    if (env != NULL) {
-      if (strcasecmp(env, "NONE") == 0)
-        refit_log_level_cached = REFIT_LOG_NONE;
-      else if (strcasecmp(env, "INFO") == 0)
-        refit_log_level_cached = REFIT_LOG_INFO;
-      else if (strcasecmp(env, "TRACE") == 0)
-        refit_log_level_cached = REFIT_LOG_TRACE;
-    }
+    if (refit_env_choice("REFIT_DEBUG", &level, &set) != REFIT_OK)
+      fprintf(stderr, "refit: WARN %s; logging at WARN\n", refit_last_error());
+    else if (set)
+      refit_log_level_cached = level;
+    refit_error_set(REFIT_OK, "%s", pending);
   }
   return (refit_log_level_t)refit_log_level_cached;
 }
