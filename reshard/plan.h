@@ -38,11 +38,11 @@ typedef enum {
                            then K/32 E8M0 scale bytes; others stay BF16 */
   /* Tensors marked block FP8 whose every trainer piece holds whole 128 x 128
    * blocks of its Hugging Face tensor (refit_plan_t.block_wire): per row, K
-   * e4m3 bytes then ceil(K/128) FP32 scale slots (little-endian), the slots
-   * of a row that starts a block row (chunk row r % 128 == 0) holding that
-   * block row's scale_inv values, the others zero; chunks of such a tensor
-   * are cut at block rows only. Other tensors stay BF16 (assembled and
-   * quantized on the generator). */
+   * e4m3 bytes then ceil(K/128) FP32 scale slots (little-endian) holding
+   * the scale_inv values of the row's block row (every row of it repeats
+   * them; kernels/datapath.h says why); chunks of such a tensor are cut at
+   * block rows only. Other tensors stay BF16 (assembled and quantized on
+   * the generator). */
   REFIT_WIRE_FP8_BLOCK = 2
 } refit_wire_t;
 
