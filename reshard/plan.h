@@ -145,6 +145,19 @@ int64_t refit_plan_packed_bytes(const refit_plan_t *plan, const refit_catalog_t 
  * quantized by the trainer (landed in place, without an assembly area)? */
 int refit_plan_block_prequantized(const refit_plan_t *plan, int64_t gen);
 
+/* Under REFIT_WIRE_FP8_BLOCK: the first block FP8 tensor from catalog index
+ * `from` on that falls back to BF16 (assembled and quantized on the
+ * generator), or -1 (none, or another wire). */
+int64_t refit_plan_block_fallback(const refit_plan_t *plan, const refit_catalog_t *cat,
+                                  int64_t from);
+
+/* Why block FP8 tensor `gen` falls back to BF16 under the plan's options,
+ * said for a person into why[len] (empty when it does not): the trainer rank
+ * whose piece of it is not whole 128 x 128 blocks, or the smallest cut that
+ * does not fit a bucket. Errors: no memory. */
+refit_status_t refit_plan_block_why(const refit_plan_t *plan, const refit_catalog_t *cat,
+                                    int64_t gen, char *why, size_t len);
+
 /* Bytes one row of `cols` elements of generator tensor `gen` takes on the
  * wire in format `wire` (`block`: a tensor the trainer quantizes to block
  * FP8). */
