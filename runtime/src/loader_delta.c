@@ -304,21 +304,18 @@ static refit_status_t refit_loader_place_of(const refit_loader_t *l, int64_t i,
   if (!g->quantized)
     return refit_place_bf16_tensor(g->rows, g->cols, s->target, out);
   if (g->quantized == REFIT_QUANT_FP8_BLOCK) {
-    /* place.h's scale rows are the pieces' own when every piece starts on a
-     * block row of its matrix (the config's block rules). */
-    const int64_t e = refit_block_matrices(g), n = g->rows / e;
-    for (int64_t k = 0; k < l->npieces[i]; k++) {
-      const refit_block_piece_t *p = &l->pieces[i][k];
-      if (p->scale_row0 != p->matrix * ((n + REFIT_BLOCK_EDGE - 1) / REFIT_BLOCK_EDGE) +
-                               p->row0 / REFIT_BLOCK_EDGE ||
-          p->row0 % REFIT_BLOCK_EDGE != 0)
+    /* place.h's scale row of a row is its piece's own (scale_row0 onwards,
+     * reshard/blocks.c) when every piece starts on a block row of its
+     * matrix, as the config's block rules make them. */
+    for (int64_t k = 0; k < l->npieces[i]; k++)
+      if (l->pieces[i][k].row0 % REFIT_BLOCK_EDGE != 0)
         return REFIT_ERR(REFIT_ERR_INTERNAL,
                          "%s: piece %lld (rows %lld.. of matrix %lld) starts inside a "
                          "block row: its scales have no in-place delta place",
-                         g->name, (long long)k, (long long)p->row0, (long long)p->matrix);
-    }
-    return refit_place_fp8_block_tensor(e, g->rows, g->cols, s[0].target, s[1].target,
-                                        out);
+                         g->name, (long long)k, (long long)l->pieces[i][k].row0,
+                         (long long)l->pieces[i][k].matrix);
+    return refit_place_fp8_block_tensor(refit_block_matrices(g), g->rows, g->cols,
+                                        s[0].target, s[1].target, out);
   }
   if (g->kind == REFIT_GEN_LINEAR)
     return refit_place_dense_tensor((refit_kernels_dense_backend_t)l->cfg->refit.linear_backend,
