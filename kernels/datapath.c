@@ -239,8 +239,8 @@ static void copy_rows(const uint8_t *src, int64_t src_pitch, uint8_t *dst,
  * BLOCK_QUANTIZE of one pack descriptor: the chunk's blocks quantized alone
  * (its rows and columns are whole blocks of its tensor, reshard/blocks.h),
  * values straight into the wire rows, scales through `scales` (FP32, at
- * least ceil(rows/128) * slots) into the slots of each block row's first
- * row, every other slot zero.
+ * least ceil(rows/128) * slots) into the slots of every row of their block
+ * row.
  */
 static refit_status_t pack_block(const refit_pack_desc_t *d, uint8_t *wire,
                                  float *scales) {
@@ -250,11 +250,8 @@ static refit_status_t pack_block(const refit_pack_desc_t *d, uint8_t *wire,
                                        (refit_fp8_scale_t)d->fp8_scale, wire, d->row_bytes,
                                        scales, slots));
   for (int64_t r = 0; r < d->rows; r++)
-    if (r % REFIT_FP8_BLOCK == 0)
-      memcpy(wire + r * d->row_bytes + d->cols, scales + (r / REFIT_FP8_BLOCK) * slots,
-             (size_t)slots * 4);
-    else
-      memset(wire + r * d->row_bytes + d->cols, 0, (size_t)slots * 4);
+    memcpy(wire + r * d->row_bytes + d->cols, scales + (r / REFIT_FP8_BLOCK) * slots,
+           (size_t)slots * 4);
   return REFIT_OK;
 }
 

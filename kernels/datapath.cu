@@ -134,7 +134,8 @@ __device__ inline int land_jobs(const refit_land_desc_t &d,
   if (d.op == REFIT_CHUNK_BLOCK_SPLIT && d.cols >= 0 &&
       d.row_bytes == d.cols + 4 * REFIT_BLOCK_WIRE_SLOTS(d.cols)) {
     /* The values, then the scale slots of every block row's first row
-     * (the zero slots of the other rows are read by the digest only). */
+     * (the other rows' slots, repeats of those, are read by the digest
+     * only). */
     j.kind = kCopy;
     j.width = d.cols;
     jobs[0] = collapse(j);
@@ -209,7 +210,7 @@ struct PackDigestPlan {
  */
 __device__ inline bool land_digest_fused(const refit_land_desc_t &d, const Job jobs[2],
                                          int nj, int64_t len) {
-  if (d.op == REFIT_CHUNK_BLOCK_SPLIT) /* its jobs skip the zero slots */
+  if (d.op == REFIT_CHUNK_BLOCK_SPLIT) /* its jobs skip the repeated slots */
     return false;
   for (int k = 0; k < nj; k++)
     if (jobs[k].kind != kQuant && digest_unit(jobs[k], len) == 0)
@@ -402,6 +403,21 @@ refit_pack_rows_cuda(const refit_pack_desc_t *descs_device, int64_t n,
   return st != REFIT_OK ? st : put;
 }
 
+/* Every wire row's scale slots (4 * slots bytes after its `cols` values):
+ * the FP32 scales of its block row, row r taking block row r / 128 of
+ * `scales` (slots a row), as pack_block of the C reference writes them. */
+__global__ void refit_dp_block_slots_kernel(uint8_t *wire, int64_t rows, int64_t cols,
+                                            int64_t row_bytes, const float *scales,
+                                            int64_t slots) {
+  const int64_t width = 4 * slots;
+  const uint8_t *from = reinterpret_cast<const uint8_t *>(scales);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < rows * width; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / width, b = i - r * width;
+    wire[r * row_bytes + cols + b] = from[(r / REFIT_FP8_BLOCK) * width + b];
+  }
+}
+
 extern "C" refit_status_t refit_pack_blocks_cuda(const refit_pack_desc_t *descs_host,
                                                  int64_t n, void *buf,
                                                  cudaStream_t stream) {
@@ -428,23 +444,18 @@ extern "C" refit_status_t refit_pack_blocks_cuda(const refit_pack_desc_t *descs_
       continue;
     uint8_t *wire = static_cast<uint8_t *>(buf) + d.dst_offset;
     const int64_t slots = REFIT_BLOCK_WIRE_SLOTS(d.cols);
-    const size_t slot_bytes = static_cast<size_t>(slots) * 4;
     st = refit_fp8_block_quantize_cuda(
         static_cast<const uint16_t *>(d.src), d.rows, d.cols,
         d.rows > 1 ? d.src_pitch / 2 : d.cols, static_cast<refit_fp8_scale_t>(d.fp8_scale),
         wire, d.row_bytes, scales, slots, stream);
-    cudaError_t err = cudaSuccess;
-    if (st == REFIT_OK)
-      err = cudaMemset2DAsync(wire + d.cols, static_cast<size_t>(d.row_bytes), 0,
-                              slot_bytes, static_cast<size_t>(d.rows), stream);
-    if (st == REFIT_OK && err == cudaSuccess)
-      err = cudaMemcpy2DAsync(
-          wire + d.cols, static_cast<size_t>(REFIT_FP8_BLOCK * d.row_bytes), scales,
-          slot_bytes, slot_bytes, static_cast<size_t>(refit_fp8_block_count(d.rows)),
-          cudaMemcpyDeviceToDevice, stream);
-    if (st == REFIT_OK && err != cudaSuccess)
-      st = REFIT_ERR(REFIT_ERR_CUDA, "%s (cuda): scale slots of descriptor %lld: %s", what,
-                     static_cast<long long>(i), cudaGetErrorString(err));
+    if (st != REFIT_OK)
+      break;
+    static refit_cuda_grid_cache_t grid;
+    const int64_t work = (d.rows * 4 * slots + 255) / 256;
+    refit_dp_block_slots_kernel<<<
+        refit_cuda_grid(refit_dp_block_slots_kernel, 256, grid, work), 256, 0, stream>>>(
+        wire, d.rows, d.cols, d.row_bytes, scales, slots);
+    st = refit_cuda_launch_check("pack block FP8 scale slots");
   }
   const refit_status_t put = scratch_put(acc, stream, what);
   return st != REFIT_OK ? st : put;

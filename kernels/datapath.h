@@ -12,11 +12,13 @@
  * bytes back to back; a BF16 row is `cols` uint16, a prequantized MXFP8 row is
  * `cols` e4m3 bytes then `cols / 32` E8M0 scale bytes, a prequantized block
  * FP8 row `cols` e4m3 bytes then ceil(cols / 128) FP32 scale slots (4 bytes
- * each, little-endian, at any alignment): chunk row r with r % 128 == 0
- * carries the scale_inv values of the block row it starts, the others zeros
- * (a block FP8 chunk starts on a block row of its tensor). When the plan carries
- * digests, an 8-byte little-endian digest of the rows (runtime/src/core/
- * digest.h) follows them.
+ * each, little-endian, at any alignment): every row carries the scale_inv
+ * values of its block row (chunk row r those of block row r / 128; a block
+ * FP8 chunk starts on a block row of its tensor), so that each wire byte
+ * names one runtime byte (kernels/place.h: a delta refit writes a changed
+ * scale from the block row's first row and checks the others against it).
+ * When the plan carries digests, an 8-byte little-endian digest of the rows
+ * (runtime/src/core/digest.h) follows them.
  */
 #ifndef REFIT_KERNELS_DATAPATH_H
 #define REFIT_KERNELS_DATAPATH_H
@@ -78,8 +80,8 @@ typedef struct {
  *   SPLIT:    wire row r is cols e4m3 + cols/32 scales -> the same places.
  *   BLOCK_SPLIT: wire row r is cols e4m3 + scale slots: the values to
  *             dst + r * dst_pitch, the slots of row 128 b (4 * slots bytes)
- *             to scale + b * scale_pitch (bytes); the zero slots are not
- *             written.
+ *             to scale + b * scale_pitch (bytes); the other rows' slots,
+ *             repeats of their block row's, are not read.
  * With `digest` set the digest of the wire rows, sealed with seal_key and the
  * call's tag, is checked against the 8 bytes that follow them, computed from
  * the bytes read while landing them (a chunk of another refit fails too). A

@@ -51,6 +51,36 @@ refit_status_t refit_place_moe_tensor(const refit_kernels_moe_shape_t *s,
   return REFIT_OK;
 }
 
+refit_status_t refit_place_fp8_block_tensor(int64_t matrices, int64_t rows, int64_t cols,
+                                            uint8_t *weight, uint8_t *scale_inv,
+                                            refit_place_tensor_t *out) {
+  if (matrices < 1 || rows < 1 || cols < 1 || rows % matrices != 0 || weight == NULL ||
+      scale_inv == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "place: block FP8 tensor of %lld matrices, [%lld, %lld] in all, at "
+                     "%p and %p: needs a positive shape whose rows the matrices divide, "
+                     "and storage",
+                     (long long)matrices, (long long)rows, (long long)cols,
+                     (void *)weight, (void *)scale_inv);
+  *out = (refit_place_tensor_t){REFIT_PLACE_FP8_BLOCK, rows,   cols,     matrices, -1,
+                                rows / matrices,       weight, scale_inv};
+  return REFIT_OK;
+}
+
+/* Why a chunk of block FP8 tensor t is not whole blocks of one matrix, or
+ * NULL. */
+static const char *refit_place_block_rule(const refit_place_tensor_t *t, int64_t row0,
+                                          int64_t col0, int64_t rows, int64_t cols) {
+  const int64_t m = t->rows / t->matrices, i = row0 % m;
+  if (col0 % 128 != 0 || (cols % 128 != 0 && col0 + cols != t->cols))
+    return "block FP8 columns come in whole 128-column blocks (or end at the last "
+           "column)";
+  if (i % 128 != 0 || i + rows > m || ((i + rows) % 128 != 0 && i + rows != m))
+    return "block FP8 rows come in whole 128-row blocks of one matrix (or end at its "
+           "last row)";
+  return NULL;
+}
+
 refit_status_t refit_place_chunk(const refit_place_tensor_t *t, int64_t row0, int64_t col0,
                                  int64_t rows, int64_t cols, refit_place_chunk_t *out) {
   const char *rule = NULL;
@@ -59,13 +89,18 @@ refit_status_t refit_place_chunk(const refit_place_tensor_t *t, int64_t row0, in
     rule = "it must lie inside the tensor";
   else if (t->kind == REFIT_PLACE_MXFP8 && (col0 % 32 != 0 || cols % 32 != 0))
     rule = "MXFP8 columns come in whole blocks of 32";
+  else if (t->kind == REFIT_PLACE_FP8_BLOCK)
+    rule = refit_place_block_rule(t, row0, col0, rows, cols);
   if (rule != NULL)
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                      "place: chunk rows %lld+%lld, cols %lld+%lld of a [%lld, %lld] "
                      "tensor: %s",
                      (long long)row0, (long long)rows, (long long)col0, (long long)cols,
                      (long long)t->rows, (long long)t->cols, rule);
-  const int64_t row_bytes = t->kind == REFIT_PLACE_BF16 ? 2 * cols : cols + cols / 32;
+  const int64_t row_bytes = t->kind == REFIT_PLACE_BF16 ? 2 * cols
+                            : t->kind == REFIT_PLACE_FP8_BLOCK
+                                ? cols + 4 * ((cols + 127) / 128)
+                                : cols + cols / 32;
   *out = (refit_place_chunk_t){t, row0, col0, rows, cols, row_bytes};
   return REFIT_OK;
 }
@@ -84,7 +119,8 @@ typedef struct {
   int64_t word;      /* the word being gathered, or -1 */
   uint8_t patch[8];  /* its new bytes where `have` says so */
   unsigned have;     /* bit b: byte b of `word` changes */
-  uint64_t changed;  /* row bytes that change */
+  uint64_t changed;  /* row bytes that change, repeats left out */
+  uint64_t differs;  /* row bytes that differ from their place, repeats too */
   uint64_t written;
   int write;         /* the second walk: write, do not check */
   uint8_t **undo_at; /* write: where each written byte was, and its old value */
@@ -165,6 +201,11 @@ static void refit_pd_visit(refit_pd_chunk_t *c, int64_t off, uint8_t v, int name
       c->same_at = off;
     return;
   }
+  /* A repeat (place.h) counts in the digest, and its block row's first row
+   * writes its place. */
+  const int repeat = refit_place_repeat(&c->pc, off);
+  if (c->write && repeat)
+    return;
   if (c->write) {
     if (c->undo_at != NULL) {
       c->undo_at[c->written] = at;
@@ -174,7 +215,8 @@ static void refit_pd_visit(refit_pd_chunk_t *c, int64_t off, uint8_t v, int name
     c->written++;
     return;
   }
-  c->changed++;
+  c->changed += !repeat;
+  c->differs++;
   if (off / 8 != c->word) {
     refit_pd_flush(c);
     c->word = off / 8;
@@ -247,14 +289,14 @@ static refit_status_t refit_pd_walk(refit_pd_chunk_t *c, const uint8_t *bytes, i
     const int64_t at = k * REFIT_DELTA_BLOCK_BYTES;
     const int64_t len = c->span - at < REFIT_DELTA_BLOCK_BYTES ? c->span - at
                                                                : REFIT_DELTA_BLOCK_BYTES;
-    const uint64_t before = c->changed;
+    const uint64_t before = c->differs;
     int trailer_changed = 0;
     for (int64_t i = 0; i < len; i++) {
       trailer_changed |= at + i >= c->rows_len &&
                          c->old_trailer[at + i - c->rows_len] != data[i];
       refit_pd_visit(c, at + i, data[i], 0);
     }
-    if (!c->write && c->changed == before && !trailer_changed && c->same_at < 0)
+    if (!c->write && c->differs == before && !trailer_changed && c->same_at < 0)
       c->same_at = at;
     data += len;
   }

@@ -41,7 +41,7 @@ constexpr int kKeyChunkShift = 40;
 struct Walk {
   int64_t rows_len, span;
   uint64_t old_trailer;
-  int bf16, perm;
+  int bf16, block, perm;
   uint32_t row_bytes, cols, m, row0;
   int64_t col0, tcols, perm_rows, kp, scale_matrix;
   uint8_t *values, *scales;
@@ -53,6 +53,7 @@ __device__ inline void walk_init(Walk *c, const refit_place_cuda_chunk_t *d) {
   c->span = c->rows_len + d->trailer_bytes;
   c->old_trailer = d->old_trailer;
   c->bf16 = t->kind == REFIT_PLACE_BF16;
+  c->block = t->kind == REFIT_PLACE_FP8_BLOCK;
   c->perm = t->perm;
   c->row_bytes = (uint32_t)d->row_bytes;
   c->cols = (uint32_t)d->cols;
@@ -63,6 +64,10 @@ __device__ inline void walk_init(Walk *c, const refit_place_cuda_chunk_t *d) {
   c->perm_rows = t->perm_rows;
   c->kp = refit_round_up(t->cols / 32, 4);
   c->scale_matrix = refit_round_up(t->perm_rows, 128) * c->kp;
+  if (c->block) { /* kp: scale columns; scale_matrix: a matrix's scale rows */
+    c->kp = (t->cols + 127) / 128;
+    c->scale_matrix = (c->m + 127) / 128;
+  }
   c->values = t->values;
   c->scales = t->scales;
 }
@@ -76,6 +81,16 @@ __device__ inline uint8_t *addr(const Walk &c, int64_t off64, int64_t *run) {
   if (c.bf16) {
     n = c.row_bytes - b;
     at = c.values + ((int64_t)R * c.tcols + c.col0) * 2 + b;
+  } else if (c.block) {
+    if (b < c.cols) {
+      n = c.cols - b;
+      at = c.values + (int64_t)R * c.tcols + c.col0 + b;
+    } else {
+      const uint32_t e = R / c.m, i = R - e * c.m;
+      const int64_t srow = (int64_t)e * c.scale_matrix + i / 128;
+      n = c.row_bytes - b;
+      at = c.scales + (srow * c.kp + c.col0 / 128) * 4 + (b - c.cols);
+    }
   } else {
     const uint32_t e = R / c.m, i = R - e * c.m;
     const int64_t j = c.perm < 0 ? (int64_t)i
@@ -95,6 +110,28 @@ __device__ inline uint8_t *addr(const Walk &c, int64_t off64, int64_t *run) {
   if (run != nullptr)
     *run = n;
   return at;
+}
+
+/* refit_place_repeat for the walk's chunk: a block FP8 scale byte of a row
+ * that does not start its block row (its place is written by the row that
+ * does). */
+__device__ inline bool repeat(const Walk &c, int64_t off64) {
+  if (!c.block)
+    return false;
+  const uint32_t off = (uint32_t)off64, r = off / c.row_bytes;
+  return r % 128 != 0 && off - r * c.row_bytes >= c.cols;
+}
+
+/* The bytes of word w that write may write: all but repeats (and those past
+ * the rows, which differ in no old ^ new). */
+__device__ inline uint64_t written_mask(const Walk &c, int64_t w) {
+  if (!c.block)
+    return ~0ull;
+  uint64_t mask = 0;
+  for (int i = 0; i < 8; i++)
+    if (!repeat(c, 8 * w + i))
+      mask |= 0xffull << (8 * i);
+  return mask;
 }
 
 /* A little-endian u32 at any address: two aligned loads (the second word
@@ -196,7 +233,7 @@ __device__ bool check_word(const Walk &c, int64_t w, const uint8_t *src, int64_t
   if (off0 < c.rows_len) {
     const uint64_t o = old_word(c, w), n = new_word(c, w, src);
     if (o != n) {
-      *changed += nonzero_bytes(o ^ n);
+      *changed += nonzero_bytes((o ^ n) & written_mask(c, w));
       *dsum += refit_digest_term(n, (uint64_t)w) - refit_digest_term(o, (uint64_t)w);
       diff = true;
     }
@@ -211,20 +248,23 @@ __device__ bool check_word(const Walk &c, int64_t w, const uint8_t *src, int64_t
   return diff;
 }
 
-/* Row bytes of word w that differ (write's count). */
+/* Row bytes of word w that differ, repeats left out (write's count). */
 __device__ uint64_t word_changes(const Walk &c, int64_t w, const uint8_t *src) {
   if (8 * w >= c.rows_len)
     return 0;
-  return nonzero_bytes(old_word(c, w) ^ new_word(c, w, src));
+  return nonzero_bytes((old_word(c, w) ^ new_word(c, w, src)) & written_mask(c, w));
 }
 
-/* Write the row bytes of word w that differ, logging each at undo index *r. */
+/* Write the row bytes of word w that differ (repeats left out: a run is all
+ * repeats or none), logging each at undo index *r. */
 __device__ void write_word(const Walk &c, int64_t w, const uint8_t *src, uint64_t *r,
                            uint64_t *undo_at, uint8_t *undo_old, uint64_t *written) {
   const int64_t off0 = 8 * w, end = off0 + 8 < c.rows_len ? off0 + 8 : c.rows_len;
   for (int64_t off = off0, run = 0; off < end; off += run) {
     uint8_t *at = addr(c, off, &run);
     run = run < end - off ? run : end - off;
+    if (repeat(c, off))
+      continue;
     for (int64_t i = 0; i < run; i++) {
       const uint8_t v = src[off - off0 + i], o = at[i];
       if (o == v)
@@ -295,7 +335,7 @@ __global__ void __launch_bounds__(kThreads)
       if (j < end) {
         v = vals[j];
         if (kWrite) {
-          if (off < c.rows_len) {
+          if (off < c.rows_len && !repeat(c, off)) {
             at = addr(c, off, nullptr);
             o = *at;
           }
@@ -334,7 +374,7 @@ __global__ void __launch_bounds__(kThreads)
           if (o == v)
             post(err, tile.chunk, (uint64_t)off, REFIT_DELTA_CUDA_POS_SAME);
           else
-            changed++;
+            changed += !repeat(c, off);
         }
       }
       if (kWrite) {

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,50 +134,91 @@ int64_t refit_planner_quantum(const refit_planner_t *p, const refit_chunk_t *pie
 }
 
 /*
- * Under REFIT_WIRE_FP8_BLOCK: how each block FP8 tensor travels. The trainer
- * quantizes a tensor when every piece a trainer part holds is a rectangle of
- * whole blocks (refit_block_rect_whole) and the smallest cut of it fits a
- * bucket; otherwise the tensor falls back to BF16 rows, assembled and
- * quantized on the generator as without prequantize (same bytes, twice the
- * wire). A trainer shard that splits a block (trainer.tp splitting K or N
- * at a non-multiple of 128) is the usual reason.
+ * Under REFIT_WIRE_FP8_BLOCK: how block FP8 tensor i travels
+ * (refit_block_wire_t). The trainer quantizes it when every piece a trainer
+ * part holds is a rectangle of whole blocks (refit_block_rect_whole) and the
+ * smallest cut of it fits a bucket; otherwise it falls back to BF16 rows,
+ * assembled and quantized on the generator as without prequantize (same
+ * bytes, twice the wire). A trainer shard that splits a block (trainer.tp
+ * splitting K or N at a non-multiple of 128) is the usual reason; `why` (may
+ * be NULL) gets the first such part, said for a person.
  */
+static refit_status_t refit_block_wire_of(const refit_catalog_t *cat,
+                                          const refit_plan_options_t *opt, int64_t i,
+                                          uint8_t *wire, char *why, size_t len) {
+  const refit_gen_tensor_t *g = &cat->gen[i];
+  refit_block_piece_t *bp = NULL;
+  int64_t np = 0;
+  REFIT_CHECK(refit_block_pieces(cat, i, &bp, &np));
+  const int whole = refit_block_partial_cols(cat, bp, np);
+  int ok = 1;
+  for (int64_t k = 0; k < g->seg_count && ok; k++) {
+    const refit_segment_t *s = &cat->segs[g->seg_begin + k];
+    const refit_src_tensor_t *t = &cat->src[s->src];
+    int64_t first, last;
+    refit_segment_parts(t, s, &first, &last);
+    for (int64_t part = first; part <= last && ok; part++) {
+      const refit_chunk_t c = refit_segment_part(t, s, i, part);
+      const int64_t cut = whole || c.rows < REFIT_BLOCK_EDGE ? c.rows : REFIT_BLOCK_EDGE;
+      const int64_t bytes =
+          cut * refit_plan_row_bytes(g, opt->wire, 1, c.cols) + opt->chunk_trailer;
+      const int rect =
+          refit_block_rect_whole(cat, g, bp, np, c.dst_row, c.dst_col, c.rows, c.cols);
+      ok = rect && bytes <= (int64_t)opt->bucket_bytes;
+      if (ok || why == NULL)
+        continue;
+      if (!rect)
+        snprintf(why, len,
+                 "trainer rank %d holds its rows %lld..%lld, columns %lld..%lld (of "
+                 "trainer tensor %s), which are not whole 128 x 128 blocks of its "
+                 "Hugging Face tensor",
+                 refit_src_holder(cat, t, (int32_t)part, 0), (long long)c.dst_row,
+                 (long long)(c.dst_row + c.rows - 1), (long long)c.dst_col,
+                 (long long)(c.dst_col + c.cols - 1), t->name);
+      else
+        snprintf(why, len,
+                 "its smallest cut, %lld rows of trainer rank %d (%lld bytes with the "
+                 "scales), is larger than refit.bucket_bytes %llu",
+                 (long long)cut, refit_src_holder(cat, t, (int32_t)part, 0),
+                 (long long)bytes, (unsigned long long)opt->bucket_bytes);
+    }
+  }
+  free(bp);
+  *wire = !ok     ? REFIT_BLOCK_WIRE_BF16
+          : whole ? REFIT_BLOCK_WIRE_WHOLE
+                  : REFIT_BLOCK_WIRE_CUT;
+  return REFIT_OK;
+}
+
 static refit_status_t refit_planner_block_wire(refit_planner_t *p) {
   const refit_catalog_t *cat = p->cat;
   const int64_t ngen = cat->gen_begin[cat->generator.tp];
   p->plan->block_wire = calloc((size_t)(ngen ? ngen : 1), 1);
   if (p->plan->block_wire == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "plan: block wire table");
-  for (int64_t i = 0; i < ngen; i++) {
-    const refit_gen_tensor_t *g = &cat->gen[i];
-    if (g->quantized != REFIT_QUANT_FP8_BLOCK)
-      continue;
-    refit_block_piece_t *bp = NULL;
-    int64_t np = 0;
-    REFIT_CHECK(refit_block_pieces(cat, i, &bp, &np));
-    const int whole = refit_block_partial_cols(cat, bp, np);
-    int ok = 1;
-    for (int64_t k = 0; k < g->seg_count && ok; k++) {
-      const refit_segment_t *s = &cat->segs[g->seg_begin + k];
-      const refit_src_tensor_t *t = &cat->src[s->src];
-      int64_t first, last;
-      refit_segment_parts(t, s, &first, &last);
-      for (int64_t part = first; part <= last && ok; part++) {
-        const refit_chunk_t c = refit_segment_part(t, s, i, part);
-        const int64_t cut =
-            whole || c.rows < REFIT_BLOCK_EDGE ? c.rows : REFIT_BLOCK_EDGE;
-        ok = refit_block_rect_whole(cat, g, bp, np, c.dst_row, c.dst_col, c.rows,
-                                    c.cols) &&
-             cut * refit_plan_row_bytes(g, p->opt->wire, 1, c.cols) +
-                     p->opt->chunk_trailer <=
-                 (int64_t)p->opt->bucket_bytes;
-      }
-    }
-    free(bp);
-    if (ok)
-      p->plan->block_wire[i] = whole ? REFIT_BLOCK_WIRE_WHOLE : REFIT_BLOCK_WIRE_CUT;
-  }
+  for (int64_t i = 0; i < ngen; i++)
+    if (cat->gen[i].quantized == REFIT_QUANT_FP8_BLOCK)
+      REFIT_CHECK(refit_block_wire_of(cat, p->opt, i, &p->plan->block_wire[i], NULL, 0));
   return REFIT_OK;
+}
+
+int64_t refit_plan_block_fallback(const refit_plan_t *plan, const refit_catalog_t *cat,
+                                  int64_t from) {
+  if (plan->block_wire == NULL)
+    return -1;
+  for (int64_t i = from < 0 ? 0 : from; i < cat->gen_begin[cat->generator.tp]; i++)
+    if (cat->gen[i].quantized == REFIT_QUANT_FP8_BLOCK &&
+        !refit_plan_block_prequantized(plan, i))
+      return i;
+  return -1;
+}
+
+refit_status_t refit_plan_block_why(const refit_plan_t *plan, const refit_catalog_t *cat,
+                                    int64_t gen, char *why, size_t len) {
+  uint8_t wire;
+  if (len > 0)
+    why[0] = '\0';
+  return refit_block_wire_of(cat, &plan->options, gen, &wire, why, len);
 }
 
 /* Cut a segment along the trainer shard boundaries and place each piece. */

@@ -38,11 +38,11 @@ typedef enum {
                            then K/32 E8M0 scale bytes; others stay BF16 */
   /* Tensors marked block FP8 whose every trainer piece holds whole 128 x 128
    * blocks of its Hugging Face tensor (refit_plan_t.block_wire): per row, K
-   * e4m3 bytes then ceil(K/128) FP32 scale slots (little-endian), the slots
-   * of a row that starts a block row (chunk row r % 128 == 0) holding that
-   * block row's scale_inv values, the others zero; chunks of such a tensor
-   * are cut at block rows only. Other tensors stay BF16 (assembled and
-   * quantized on the generator). */
+   * e4m3 bytes then ceil(K/128) FP32 scale slots (little-endian) holding
+   * the scale_inv values of the row's block row (every row of it repeats
+   * them; kernels/datapath.h says why); chunks of such a tensor are cut at
+   * block rows only. Other tensors stay BF16 (assembled and quantized on
+   * the generator). */
   REFIT_WIRE_FP8_BLOCK = 2
 } refit_wire_t;
 
@@ -144,6 +144,19 @@ int64_t refit_plan_packed_bytes(const refit_plan_t *plan, const refit_catalog_t 
 /* Does generator tensor `gen` (catalog->gen index) travel as block FP8
  * quantized by the trainer (landed in place, without an assembly area)? */
 int refit_plan_block_prequantized(const refit_plan_t *plan, int64_t gen);
+
+/* Under REFIT_WIRE_FP8_BLOCK: the first block FP8 tensor from catalog index
+ * `from` on that falls back to BF16 (assembled and quantized on the
+ * generator), or -1 (none, or another wire). */
+int64_t refit_plan_block_fallback(const refit_plan_t *plan, const refit_catalog_t *cat,
+                                  int64_t from);
+
+/* Why block FP8 tensor `gen` falls back to BF16 under the plan's options,
+ * said for a person into why[len] (empty when it does not): the trainer rank
+ * whose piece of it is not whole 128 x 128 blocks, or the smallest cut that
+ * does not fit a bucket. Errors: no memory. */
+refit_status_t refit_plan_block_why(const refit_plan_t *plan, const refit_catalog_t *cat,
+                                    int64_t gen, char *why, size_t len);
 
 /* Bytes one row of `cols` elements of generator tensor `gen` takes on the
  * wire in format `wire` (`block`: a tensor the trainer quantizes to block

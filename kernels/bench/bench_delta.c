@@ -27,6 +27,14 @@
  * scale bytes and 32-byte value blocks, and the chosen deltas of the values
  * and scales as a fraction of a full prequantized refit of the tensor.
  *
+ * Part 4, the same versions as block FP8 wire chunks (refit_pack_rows'
+ * BLOCK_QUANTIZE, fp32 scales, chunks of 128 rows as a plan cuts them): the
+ * fraction of 128 x 128 blocks whose scale changed, and the chunks' deltas
+ * as a fraction of the wire bytes, with every row carrying its block row's
+ * scales (the wire format: every byte has a place, kernels/place.h) and,
+ * for comparison, with one copy in the block row's first row and zeros in
+ * the others (the earlier format, which had no place for the zeros).
+ *
  * Usage: refit-bench-delta [chunk MiB, default 64]
  */
 #include "bench_util.h"
@@ -204,6 +212,16 @@ static void part_break_even(const uint8_t *base, uint8_t *next, size_t n) {
     }
 }
 
+/* Version v (0 or 1) of the synthetic projection [rows, k] at update rate
+ * `rate` into bf (parts 3 and 4). */
+static void synth_version(int v, double rate, int64_t rows, int64_t k, uint16_t *bf) {
+  const refit_synth_key_t key = {.key = refit_synth_mix(0x5eedull + (uint64_t)v),
+                                 .master = refit_synth_mix(0x3a57e7ull),
+                                 .rate = (float)rate,
+                                 .norm = 0};
+  refit_synth_rect(&key, k, 0, 0, rows, k, bf);
+}
+
 /* Part 3. */
 static void part_synthetic(void) {
   const int64_t rows = 1024, k = 4096, nel = rows * k, ns = nel / 32;
@@ -220,11 +238,7 @@ static void part_synthetic(void) {
          "bf16", "delta");
   for (size_t ri = 0; ri < sizeof(rates) / sizeof(rates[0]); ri++) {
     for (int v = 0; v < 2; v++) {
-      const refit_synth_key_t key = {.key = refit_synth_mix(0x5eedull + (uint64_t)v),
-                                     .master = refit_synth_mix(0x3a57e7ull),
-                                     .rate = (float)rates[ri],
-                                     .norm = 0};
-      refit_synth_rect(&key, k, 0, 0, rows, k, bf[v]);
+      synth_version(v, rates[ri], rows, k, bf[v]);
       check(refit_mxfp8_quantize_rows(bf[v], rows, k, k, q[v], k, sc[v], k / 32),
             "quantize");
     }
@@ -260,6 +274,67 @@ static void part_synthetic(void) {
   free(delta);
 }
 
+/* Part 4. */
+static void part_block_wire(void) {
+  const int64_t rows = 1024, k = 4096, nel = rows * k, slots = REFIT_BLOCK_WIRE_SLOTS(k);
+  const int64_t rb = k + 4 * slots, chunk = 128 * rb, wire_bytes = rows * rb;
+  uint16_t *bf = xmalloc((size_t)nel * 2);
+  uint8_t *w[2] = {xmalloc((size_t)wire_bytes), xmalloc((size_t)wire_bytes)};
+  uint8_t *one[2] = {xmalloc((size_t)wire_bytes), xmalloc((size_t)wire_bytes)};
+  uint8_t *delta = xmalloc((size_t)refit_delta_bound((uint64_t)chunk));
+  static const double rates[] = {1e-5, 1e-4, 1e-3, 1e-2};
+  printf("\nblock FP8 wire chunks of the same projection (128 rows each, fp32 scales): "
+         "changed scales, and deltas as a fraction of the wire bytes\n");
+  printf("%-8s %9s | %12s %15s %9s\n", "rate", "scales", "every row", "first row only",
+         "ratio");
+  for (size_t ri = 0; ri < sizeof(rates) / sizeof(rates[0]); ri++) {
+    for (int v = 0; v < 2; v++) {
+      synth_version(v, rates[ri], rows, k, bf);
+      const refit_pack_desc_t d = {.src = bf,
+                                   .src_pitch = k * 2,
+                                   .rows = rows,
+                                   .cols = k,
+                                   .row_bytes = rb,
+                                   .op = REFIT_CHUNK_BLOCK_QUANTIZE,
+                                   .fp8_scale = 0};
+      check(refit_pack_rows(&d, 1, 0, w[v]), "pack");
+      memcpy(one[v], w[v], (size_t)wire_bytes);
+      for (int64_t r = 0; r < rows; r++)
+        if (r % 128 != 0)
+          memset(one[v] + r * rb + k, 0, (size_t)(4 * slots));
+    }
+    int64_t scales = 0;
+    for (int64_t b = 0; b < rows / 128; b++)
+      for (int64_t s = 0; s < slots; s++)
+        scales += memcmp(w[0] + b * 128 * rb + k + 4 * s, w[1] + b * 128 * rb + k + 4 * s,
+                         4) != 0;
+    size_t every = 0, first = 0;
+    for (int64_t c = 0; c < rows / 128; c++) {
+      size_t len;
+      check(refit_delta_encode(w[1] + c * chunk, w[0] + c * chunk, (size_t)chunk,
+                               REFIT_DELTA_AUTO, delta,
+                               (size_t)refit_delta_bound((uint64_t)chunk), &len, NULL),
+            "encode wire");
+      every += len;
+      check(refit_delta_encode(one[1] + c * chunk, one[0] + c * chunk, (size_t)chunk,
+                               REFIT_DELTA_AUTO, delta,
+                               (size_t)refit_delta_bound((uint64_t)chunk), &len, NULL),
+            "encode first rows");
+      first += len;
+    }
+    printf("%-8.0e %9.2e | %12.2e %15.2e %9.3f\n", rates[ri],
+           (double)scales / (double)(rows / 128 * slots),
+           (double)every / (double)wire_bytes, (double)first / (double)wire_bytes,
+           (double)every / (double)first);
+  }
+  free(bf);
+  for (int v = 0; v < 2; v++) {
+    free(w[v]);
+    free(one[v]);
+  }
+  free(delta);
+}
+
 int main(int argc, char **argv) {
   const double mib = argc > 1 ? atof(argv[1]) : 64;
   if (!(mib > 0) || mib > 4095) {
@@ -288,6 +363,7 @@ int main(int argc, char **argv) {
   part_densities(base, next, n, delta, dst);
   part_break_even(base, next, n / 4);
   part_synthetic();
+  part_block_wire();
   printf("\nwrong bytes: %lld\n", total_wrong);
   free(base);
   free(next);

@@ -12,6 +12,7 @@
 #include "reshard/layout.h"
 #include "reshard/plan.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -329,5 +330,21 @@ void refit_config_mark_quantized(const refit_config_t *cfg, refit_catalog_t *cat
 /* The planner options the config asks for (bucket size, wire format,
  * digest trailer, baseline buckets). */
 void refit_config_plan_options(const refit_config_t *cfg, refit_plan_options_t *opt);
+
+/* Under block FP8 with refit.prequantize, a tensor whose trainer shards split
+ * a 128 x 128 block travels BF16 and is quantized on the generator (the plan
+ * decides, reshard/plan.h), so a delta cannot be applied to it in place. True
+ * when the plan has such a tensor, with a sentence naming the first, how
+ * many there are and why, into why[len]. */
+bool refit_config_block_fallback(const refit_catalog_t *cat, const refit_plan_t *plan,
+                                 char *why, size_t len);
+
+/* The rules between the config and its plan, checked once planned (every
+ * rank, and refit-plan): refit.delta: on with a tensor that
+ * refit_config_block_fallback names is REFIT_ERR_CONFIG saying what to
+ * change (delta: auto runs full refits there instead, delta_wire.c). */
+refit_status_t refit_config_plan_check(const refit_config_t *cfg,
+                                       const refit_catalog_t *cat,
+                                       const refit_plan_t *plan);
 
 #endif /* REFIT_CONFIG_H */

@@ -311,9 +311,7 @@ static bool refit_config_module_matches(const char *module, const char *entry) {
   return false;
 }
 
-/* A runtime tensor's name for every layer at once:
- * "model.layers.*.self_attn.qkv_proj.weight". */
-static void refit_config_tensor_pattern(const char *name, char *buf, size_t n) {
+void refit_config_tensor_pattern(const char *name, char *buf, size_t n) {
   const char *layer = strstr(name, "layers.");
   const char *end = layer ? layer + strlen("layers.") : NULL;
   if (end == NULL || !isdigit((unsigned char)*end)) {
@@ -845,7 +843,10 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
   /* NVFP4's global scale is the whole tensor's: the generator assembles each
    * tensor before it quantizes, so neither the trainer nor a delta of wire
    * bytes can. Block FP8 quantizes on the trainer the tensors whose trainer
-   * pieces hold whole 128 x 128 blocks (the others travel BF16: plan.h). */
+   * pieces hold whole 128 x 128 blocks (the others travel BF16: plan.h); a
+   * delta refit applies those wire bytes in place (kernels/place.h), which
+   * takes prequantize: true, and refuses or runs full refits where a tensor
+   * falls back (refit_config_plan_check). */
   const bool gen_side = cfg->refit.precision == REFIT_PRECISION_NVFP4;
   if (ROWS_OK(ROW(REFIT_PREQUANTIZE), ROW(REFIT_PRECISION)) && cfg->refit.prequantize &&
       gen_side)
@@ -856,16 +857,23 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
                       "quantizes it); remove it",
                       precision);
   if (ROWS_OK(ROW(REFIT_DELTA), ROW(REFIT_PRECISION)) &&
-      cfg->refit.delta != REFIT_DELTA_MODE_OFF &&
-      (gen_side || cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK))
+      cfg->refit.delta != REFIT_DELTA_MODE_OFF && gen_side)
     refit_config_rule(c, ROW(REFIT_DELTA),
                       "refit.delta: %s is not supported with refit.precision %s "
-                      "(delta refits compare quantized wire bytes, and %s); use "
-                      "delta: off",
-                      cfg->refit.delta == REFIT_DELTA_MODE_ON ? "on" : "auto", precision,
-                      gen_side ? "nvfp4 quantizes on the generator"
-                               : "a delta of block FP8 wire bytes has no in-place "
-                                 "mapping into weight_scale_inv yet");
+                      "(delta refits compare quantized wire bytes, and nvfp4 quantizes "
+                      "on the generator); use delta: off",
+                      cfg->refit.delta == REFIT_DELTA_MODE_ON ? "on" : "auto", precision);
+  if (ROWS_OK(ROW(REFIT_DELTA), ROW(REFIT_PRECISION), ROW(REFIT_PREQUANTIZE)) &&
+      cfg->refit.delta != REFIT_DELTA_MODE_OFF &&
+      cfg->refit.precision == REFIT_PRECISION_FP8_BLOCK && !cfg->refit.prequantize)
+    refit_config_rule(c, ROW(REFIT_DELTA),
+                      "refit.delta: %s with refit.precision fp8_block needs "
+                      "refit.prequantize: true (a delta refit compares the trainer's "
+                      "e4m3 bytes and block scales with the last committed ones and "
+                      "writes the changed ones in place; without prequantize the "
+                      "generator quantizes every tensor from BF16); set prequantize: "
+                      "true, or delta: off",
+                      cfg->refit.delta == REFIT_DELTA_MODE_ON ? "on" : "auto");
   if (ROWS_OK(ROW(REFIT_FP8_SCALE), ROW(REFIT_PRECISION)) &&
       cfg->refit.fp8_scale != REFIT_FP8_SCALE_MODE_FP32 &&
       cfg->refit.precision != REFIT_PRECISION_FP8_BLOCK)

@@ -30,4 +30,8 @@ typedef struct {
  */
 void refit_config_check_rules(refit_config_ctx_t *c, int world_size);
 
+/* A runtime tensor's name for every layer at once:
+ * "model.layers.*.self_attn.qkv_proj.weight". */
+void refit_config_tensor_pattern(const char *name, char *buf, size_t n);
+
 #endif /* REFIT_CONFIG_RULES_H */

@@ -96,13 +96,19 @@ static void refit_dw_spans(const refit_plan_t *p, const refit_msg_t *m, int64_t 
   span[m->chunk_count] = m->bytes;
 }
 
-/* Why this session cannot carry delta refits, or NULL. */
-static const char *refit_dw_unusable(const refit_session_t *s) {
+/* Why this session cannot carry delta refits, or NULL; `buf` (len bytes)
+ * holds a reason said with a tensor's name. */
+static const char *refit_dw_unusable(const refit_session_t *s, char *buf, size_t len) {
   if (!s->transport.ops->variable_length)
     return "its transport sends messages of a fixed length only (delta: on sends "
            "their lengths ahead over MPI, not yet measured against full refits)";
   if (s->zero_copy)
     return "zero copy moves no weight bytes";
+  /* Block FP8 tensors whose trainer shards split a block travel BF16 and
+   * are quantized on the generator (plan.h): every rank sees it in the plan,
+   * so all say so (delta: on refuses such a plan, refit_config_plan_check). */
+  if (refit_config_block_fallback(s->cat, s->plan, buf, len))
+    return buf;
   /* The config quantizes on the trainer under delta (prequantize), so this
    * is a guard: a generator applies deltas in place only. */
   if (!s->is_trainer && !s->loader->in_place)
@@ -235,7 +241,8 @@ refit_status_t refit_dw_create(refit_session_t *s, refit_dw_t **out) {
   *out = NULL;
   if (s->cfg.refit.delta == REFIT_DELTA_MODE_OFF)
     return REFIT_OK;
-  const char *why = refit_dw_unusable(s);
+  char reason[1024];
+  const char *why = refit_dw_unusable(s, reason, sizeof(reason));
   if (why == NULL && s->cfg.refit.delta == REFIT_DELTA_MODE_AUTO)
     why = refit_dw_unpaying(s);
   if (why != NULL && s->cfg.refit.delta == REFIT_DELTA_MODE_ON)

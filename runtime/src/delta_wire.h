@@ -27,13 +27,18 @@
  *
  * Where every chunk lands bytewise. Each byte of a chunk's rows has one
  * place in a runtime tensor (kernels/place.h: the row permutation of the
- * layout, the 128x4 scale swizzle, the TP/EP slice), so a changed wire byte
- * is a changed runtime byte. That holds for BF16 rows and for MXFP8
- * quantized on the trainer, and refit.delta makes an mxfp8 refit quantize on
- * the trainer (refit_config_plan_options), so every generator of a session
- * that can carry delta refits applies in place (a generator that quantizes
- * BF16 rows could not: one changed value can change its block's scale and
- * all 32 values; refit_dw_create refuses it as a guard).
+ * layout, the 128x4 scale swizzle, the TP/EP slice; block FP8's weight and
+ * weight_scale_inv), so a changed wire byte is a changed runtime byte. That
+ * holds for BF16 rows, for MXFP8 quantized on the trainer, and refit.delta
+ * makes an mxfp8 refit quantize on the trainer (refit_config_plan_options),
+ * and for block FP8 quantized on the trainer (refit.prequantize, which
+ * refit.delta under fp8_block requires). A generator that quantizes BF16
+ * rows could not apply in place (one changed value can change its block's
+ * scale and all its values): under fp8_block a tensor whose trainer shards
+ * split a block falls back to that, and then delta: on is refused at plan
+ * time (refit_config_plan_check) and delta: auto runs full refits
+ * (refit_dw_create, every rank from the plan; the generator's own check
+ * stays as a guard).
  *
  * The decision. At begin every rank says whether it can take part in a delta
  * refit (refit_dw_ready: a valid baseline of the committed version, not

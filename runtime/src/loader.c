@@ -564,6 +564,7 @@ void refit_loader_destroy(refit_loader_t *l) {
   free(l->gpu_chunks);
   free(l->gpu_outs);
   free(l->gpu_hosts);
+  free(l->gpu_completes);
   free(l->gpu_seen);
   free(l->trail_host);
   free(l->trail_pieces);
@@ -811,7 +812,10 @@ refit_status_t refit_loader_count(refit_loader_t *l, int64_t k) {
  * transform (quantized) now. */
 refit_status_t refit_loader_account(refit_loader_t *l, int64_t k) {
   REFIT_CHECK(refit_loader_count(l, k));
-  const int64_t i = l->desc_tensor[k];
+  return refit_loader_complete(l, l->desc_tensor[k]);
+}
+
+refit_status_t refit_loader_complete(refit_loader_t *l, int64_t i) {
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
   /* Zero copy lands MXFP8 in its layout chunk by chunk: nothing is left. */
   if (!g->quantized || l->filled[i] < g->elements || (l->direct && !refit_plan_assembles(g)))

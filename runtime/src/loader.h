@@ -171,7 +171,8 @@ typedef struct {
   refit_place_cuda_chunk_t *gpu_chunks;
   refit_place_cuda_out_t *gpu_outs;
   const void **gpu_hosts;
-  unsigned char *gpu_seen; /* per descriptor: applied this refit */
+  unsigned char *gpu_seen;      /* per descriptor: applied this refit */
+  unsigned char *gpu_completes; /* per batch entry: its tensor's last chunk */
   int64_t gpu_cap;
   uint64_t *undo_dev_at;
   uint8_t *undo_dev_old;
@@ -306,6 +307,10 @@ refit_status_t refit_loader_account(refit_loader_t *l, int64_t k);
 /* Count descriptor k's elements only (no layout transform): a duplicate
  * chunk is REFIT_ERR_INTEGRITY. */
 refit_status_t refit_loader_count(refit_loader_t *l, int64_t k);
+/* Local tensor i, once every element counted: its layout transform or
+ * quantization from the arena, or (block FP8 landed in place, by chunks or
+ * deltas) MLA's dequantized copy; nothing before, or for other tensors. */
+refit_status_t refit_loader_complete(refit_loader_t *l, int64_t i);
 
 /* Between loader.c and loader_delta.c: once the land tables are built, the
  * in-place tables (in_place, place, chunk_desc, sum); after a full refit's

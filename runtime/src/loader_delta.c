@@ -1,13 +1,15 @@
 /*
  * Delta refits applied in place (issue "Delta refit"; delta_wire.h states the
- * design): a generator whose chunks all land bytewise writes each changed
+ * design): a generator whose chunks all land bytewise (BF16 rows into their
+ * store, MXFP8 or block FP8 quantized on the trainer) writes each changed
  * byte of a delta straight to its runtime place, and checks a chunk's digest
  * from the committed one and the words the delta touches (the digest is a
  * sum of per-word terms, core/digest.h), so a delta refit reads and writes
  * only what changed and keeps no copy of the wire bytes. The walk over a
  * delta and its places is kernels/place.h's; this file adds the session's
  * side: which descriptor a chunk is, the committed digests and their seal,
- * saving a store before its first write, and the counts.
+ * saving a store before its first write, the counts, and what follows a
+ * tensor's last chunk (MLA's dequantized copy of a block FP8 kv_b_proj).
  */
 #include "loader.h"
 
@@ -100,6 +102,7 @@ refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
 
   /* Write. */
   REFIT_CHECK(refit_loader_count(l, k));
+  const int completes = l->filled[i] == l->cat->gen[l->first + i].elements;
   uint64_t written = 0;
   if (r.changed > 0) {
     uint8_t **undo_at = NULL;
@@ -129,7 +132,9 @@ refit_status_t refit_loader_delta_chunk(refit_loader_t *l, int64_t c,
   if (digest)
     l->sum[1][k] = r.sum;
   l->cand_tag = tag;
-  return REFIT_OK;
+  /* A block FP8 tensor with MLA's dequantized copy rewrites it once its
+   * last chunk is applied. */
+  return completes ? refit_loader_complete(l, i) : REFIT_OK;
 }
 
 /* Room in the GPU undo log for n more entries (sync, restore: full only):
@@ -172,11 +177,14 @@ refit_status_t refit_loader_delta_gpu(refit_loader_t *l, const refit_loader_gpu_
     free(l->gpu_chunks);
     free(l->gpu_outs);
     free(l->gpu_hosts);
+    free(l->gpu_completes);
     l->gpu_cap = 0;
     l->gpu_chunks = malloc((size_t)n * sizeof(*l->gpu_chunks));
     l->gpu_outs = malloc((size_t)n * sizeof(*l->gpu_outs));
     l->gpu_hosts = malloc((size_t)n * sizeof(*l->gpu_hosts));
-    if (l->gpu_chunks == NULL || l->gpu_outs == NULL || l->gpu_hosts == NULL)
+    l->gpu_completes = malloc((size_t)n);
+    if (l->gpu_chunks == NULL || l->gpu_outs == NULL || l->gpu_hosts == NULL ||
+        l->gpu_completes == NULL)
       return REFIT_ERR(REFIT_ERR_NO_MEMORY, "in-place delta batch of %lld chunks",
                        (long long)n);
     l->gpu_cap = n;
@@ -204,6 +212,7 @@ refit_status_t refit_loader_delta_gpu(refit_loader_t *l, const refit_loader_gpu_
                        "the chunk arrived a second time in this refit: a duplicate");
     l->gpu_seen[k] = 1;
     REFIT_CHECK(refit_loader_count(l, k));
+    l->gpu_completes[j] = l->filled[i] == l->cat->gen[l->first + i].elements;
     l->gpu_chunks[j] = (refit_place_cuda_chunk_t){
         .t = l->place[i],
         .row0 = pc.row0,
@@ -279,6 +288,11 @@ refit_status_t refit_loader_delta_gpu(refit_loader_t *l, const refit_loader_gpu_
   l->changed_bytes += changed; /* each written, as checked above */
   l->written_bytes += changed;
   l->cand_tag = tag;
+  /* Tensors whose last chunk this batch applied: MLA's dequantized copy of a
+   * block FP8 kv_b_proj (stream-ordered after the write). */
+  for (int64_t j = 0; j < n; j++)
+    if (l->gpu_completes[j])
+      REFIT_CHECK(refit_loader_complete(l, l->desc_tensor[l->chunk_desc[c[j].chunk]]));
   return REFIT_OK;
 }
 
@@ -289,6 +303,20 @@ static refit_status_t refit_loader_place_of(const refit_loader_t *l, int64_t i,
   refit_store_t *s = &l->stores[l->store_of[i]];
   if (!g->quantized)
     return refit_place_bf16_tensor(g->rows, g->cols, s->target, out);
+  if (g->quantized == REFIT_QUANT_FP8_BLOCK) {
+    /* place.h's scale row of a row is its piece's own (scale_row0 onwards,
+     * reshard/blocks.c) when every piece starts on a block row of its
+     * matrix, as the config's block rules make them. */
+    for (int64_t k = 0; k < l->npieces[i]; k++)
+      if (l->pieces[i][k].row0 % REFIT_BLOCK_EDGE != 0)
+        return REFIT_ERR(REFIT_ERR_INTERNAL,
+                         "%s: piece %lld (rows %lld.. of matrix %lld) starts inside a "
+                         "block row: its scales have no in-place delta place",
+                         g->name, (long long)k, (long long)l->pieces[i][k].row0,
+                         (long long)l->pieces[i][k].matrix);
+    return refit_place_fp8_block_tensor(refit_block_matrices(g), g->rows, g->cols,
+                                        s[0].target, s[1].target, out);
+  }
   if (g->kind == REFIT_GEN_LINEAR)
     return refit_place_dense_tensor((refit_kernels_dense_backend_t)l->cfg->refit.linear_backend,
                                     g->rows, g->cols, s[0].target, s[1].target, out);
@@ -303,8 +331,12 @@ refit_status_t refit_loader_delta_tables(refit_loader_t *l) {
   const int64_t n = l->land.count;
   int ok = l->cfg->refit.delta != REFIT_DELTA_MODE_OFF && !l->direct &&
            (l->trailer == 0 || l->trailer == 8);
+  /* Bytewise: BF16 rows copied to their store, MXFP8 or block FP8 rows
+   * quantized on the trainer; not BF16 rows into an assembly area. */
   for (int64_t k = 0; ok && k < n; k++)
-    ok = descs[k].op == REFIT_CHUNK_COPY || descs[k].op == REFIT_CHUNK_SPLIT;
+    ok = (descs[k].op == REFIT_CHUNK_COPY &&
+          !refit_plan_assembles(&l->cat->gen[l->first + l->desc_tensor[k]])) ||
+         descs[k].op == REFIT_CHUNK_SPLIT || descs[k].op == REFIT_CHUNK_BLOCK_SPLIT;
   l->in_place = ok;
   if (!ok)
     return REFIT_OK;
@@ -366,9 +398,15 @@ refit_status_t refit_loader_delta_note(refit_loader_t *l, int32_t b,
   for (int64_t k = first; k < first + n; k++) {
     const refit_land_desc_t *d = &descs[k];
     const int64_t rows_len = d->rows * d->row_bytes;
-    l->written_bytes += (uint64_t)(d->op == REFIT_CHUNK_QUANTIZE
-                                       ? d->rows * (d->cols + d->cols / 32)
-                                       : rows_len);
+    /* Runtime bytes: a BF16 row quantized here, a block FP8 block row's
+     * scales once (not their repeats), else the wire rows as they are. */
+    l->written_bytes +=
+        (uint64_t)(d->op == REFIT_CHUNK_QUANTIZE ? d->rows * (d->cols + d->cols / 32)
+                   : d->op == REFIT_CHUNK_BLOCK_SPLIT
+                       ? d->rows * d->cols + (d->rows + REFIT_BLOCK_EDGE - 1) /
+                                                 REFIT_BLOCK_EDGE *
+                                                 (d->row_bytes - d->cols)
+                       : rows_len);
     /* The digest was checked: the trailer is the digest of the rows,
      * sealed with this refit's tag. */
     if (sums)

@@ -62,7 +62,10 @@ refit_status_t refit_plan_report_build(refit_plan_report_h r) {
     return st;
   refit_config_mark_quantized(&r->cfg, cat);
   st = refit_plan_create(cat, &opt, &plan);
+  if (st == REFIT_OK)
+    st = refit_config_plan_check(&r->cfg, cat, plan);
   if (st != REFIT_OK) {
+    refit_plan_destroy(plan);
     refit_catalog_destroy(cat);
     return st;
   }

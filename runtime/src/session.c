@@ -277,6 +277,8 @@ refit_status_t refit_session_make_plan(refit_session_t *s, refit_status_t st) {
     opt.bucket_bytes = REFIT_ZC_BUCKET_BYTES;
   if (st == REFIT_OK)
     st = refit_plan_create(s->cat, &opt, &s->plan);
+  if (st == REFIT_OK)
+    st = refit_config_plan_check(&s->cfg, s->cat, s->plan);
   REFIT_CHECK(refit_session_agree(s, st, "planning"));
 
   int same = 0;

@@ -191,8 +191,8 @@ static void test_datapath_quantize_pieces(void **state) {
  * FP8 of the whole tensor, in both scale modes: [300, 384] cut into rows
  * 0..127 (columns 0..127 and 128..383) and rows 128..299 whole (the partial
  * block row, with the tensor's last element, its padding value). Chunks at
- * odd offsets, half of them with digests; scale slots of rows that do not
- * start a block row are zero on the wire.
+ * odd offsets, half of them with digests; every wire row's scale slots
+ * carry its block row's scales.
  */
 static void test_datapath_block_pieces(void **state) {
   (void)state;
@@ -239,11 +239,13 @@ static void test_datapath_block_pieces(void **state) {
     uint8_t *wire = malloc((size_t)off);
     memset(wire, 0xa5, (size_t)off);
     assert_int_equal(refit_pack_rows(pack, 3, dps_tag, wire), REFIT_OK);
-    /* Row 1 of the last chunk: its slots are zero; row 0's are the scales. */
+    /* Every row of the last chunk carries its block row's scales (rows 0,
+     * 1 and 127 block row 1's, rows 128 and 171 block row 2's). */
     const uint8_t *last = wire + pack[2].dst_offset;
-    const uint8_t zero[12] = {0};
-    assert_memory_equal(last + pack[2].row_bytes + K, zero, 12);
-    assert_memory_equal(last + K, &sc[1 * nbc], 12);
+    static const int64_t rows_at[5] = {0, 1, 127, 128, 171};
+    for (int j = 0; j < 5; j++)
+      assert_memory_equal(last + rows_at[j] * pack[2].row_bytes + K,
+                          &sc[(1 + rows_at[j] / 128) * nbc], 12);
     int64_t bad = 0;
     assert_int_equal(refit_land_rows(land, 3, dps_tag, wire, &bad), REFIT_OK);
     assert_int_equal(bad, -1);

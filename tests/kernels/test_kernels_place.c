@@ -3,15 +3,19 @@
  * against the mapper's own formulas: a random chunk of every layout kind the
  * data path lands (BF16 linear; MXFP8 dense flashinfer_cutlass,
  * flashinfer_cutedsl and flashinfer_trtllm; MoE w13 gated and w2, several
- * experts) is landed the normal way (refit_land_rows into the canonical
- * assembly, then the tensor's layout transform), into storage that held
- * zeros, from wire bytes that are never zero. Then for every wire byte of the
- * chunk's rows the mapper's address holds that byte, no two wire bytes share
- * an address, the runs it reports are consecutive places, and every other
- * runtime byte is still zero (the lander wrote nothing the mapper does not
- * name). Each case runs with several random chunks and fills. Then deltas
- * applied through the places (refit_place_delta_check and _write), also
- * against the lander: see test_place_delta.
+ * experts; block FP8 prequantized on the trainer, partial block rows and
+ * columns, several matrices) is landed the normal way (refit_land_rows into
+ * the canonical assembly, then the tensor's layout transform; block FP8's
+ * BLOCK_SPLIT straight into weight and weight_scale_inv), into storage that
+ * held zeros, from wire bytes that are never zero. Then for every wire byte
+ * of the chunk's rows the mapper's address holds that byte, no two wire
+ * bytes share an address (but a block FP8 scale's repeats, which share the
+ * address of their block row's first row), the runs it reports are
+ * consecutive places, and every other runtime byte is still zero (the lander
+ * wrote nothing the mapper does not name). Each case runs with several
+ * random chunks and fills. Then deltas applied through the places
+ * (refit_place_delta_check and _write), also against the lander: see
+ * test_place_delta.
  */
 #include "core/digest.h"
 #include "kernels/datapath.h"
@@ -48,7 +52,9 @@ static void check_case(const place_case_t *pc) {
   assert_non_null(wire);
   for (int64_t i = 0; i < len + 8; i++)
     wire[i] = (uint8_t)kt_rand_range(1, 255);
+  repeat_scales(&c, wire);
   land(pc, &x, &c, wire);
+  int64_t repeats = 0;
 
   for (int64_t off = 0; off < len; off++) {
     int64_t run = 0;
@@ -64,8 +70,16 @@ static void check_case(const place_case_t *pc) {
                "its place (offset %lld) holds 0x%02x",
                pc->name, (long long)off, (long long)c.row0, (long long)c.rows,
                (long long)c.col0, (long long)c.cols, wire[off], (long long)a, *at);
-    if (seen[a]++)
+    if (refit_place_repeat(&c, off)) {
+      /* The same byte of the first row of its block row. */
+      const int64_t first = off - (off / c.row_bytes % 128) * c.row_bytes;
+      if (refit_place_repeat(&c, first) || refit_place_addr(&c, first, NULL) != at)
+        fail_msg("%s: repeat wire byte %lld is not at the place of byte %lld", pc->name,
+                 (long long)off, (long long)first);
+      repeats++;
+    } else if (seen[a]++) {
       fail_msg("%s: two wire bytes map to offset %lld", pc->name, (long long)a);
+    }
     if (run < 1 || off + run > len || off / c.row_bytes != (off + run - 1) / c.row_bytes)
       fail_msg("%s: wire byte %lld: run of %lld leaves its row", pc->name, (long long)off,
                (long long)run);
@@ -78,6 +92,12 @@ static void check_case(const place_case_t *pc) {
     if (!seen[a] && store[a] != 0)
       fail_msg("%s: the lander wrote offset %lld (0x%02x), which no wire byte maps to",
                pc->name, (long long)a, store[a]);
+  /* Repeats: every scale byte of a row that does not start a block row. */
+  const int64_t slot_bytes = c.row_bytes - c.cols;
+  if (repeats != (x.t.kind == REFIT_PLACE_FP8_BLOCK
+                      ? (c.rows - (c.rows + 127) / 128) * slot_bytes
+                      : 0))
+    fail_msg("%s: %lld repeat bytes", pc->name, (long long)repeats);
   free(wire);
   free(seen);
   tensor_free(&x);
@@ -85,9 +105,10 @@ static void check_case(const place_case_t *pc) {
 
 /*
  * Deltas through the places, against the lander: a chunk landed as version
- * A, then version B (A with a random fraction of its bytes changed, the
- * trailer resealed) applied through the places from each encoding and from
- * the whole span. check writes nothing, gives the changed row bytes, the new
+ * A, then version B (A with a random fraction of its bytes changed, block FP8
+ * scales in every row of their block row, the trailer resealed) applied
+ * through the places from each encoding and from the whole span. check
+ * writes nothing, gives the changed row bytes (repeats left out), the new
  * trailer and the digest of B's rows (computed from A's digest and the
  * touched words only); write then leaves exactly what landing B the normal
  * way leaves. A flipped bit anywhere in the delta after its header is caught,
@@ -114,14 +135,7 @@ static void check_delta_case(const place_case_t *pc, double density) {
   assert_non_null(start);
   assert_non_null(after_b);
   assert_non_null(delta);
-  kt_fill_bytes(a, (size_t)len);
-  memcpy(b, a, (size_t)len);
-  uint64_t changed = 0;
-  for (int64_t i = 0; i < len; i++)
-    if ((double)(kt_rand() >> 11) / 9007199254740992.0 < density) {
-      b[i] ^= (uint8_t)kt_rand_range(1, 255);
-      changed++;
-    }
+  const uint64_t changed = make_versions(&c, a, b, density);
   const uint64_t seal_a = kt_rand(), seal_b = kt_rand();
   const uint64_t trailer_a = trailer_of(a, len, seal_a);
   const uint64_t trailer_b = trailer_of(b, len, seal_b);
@@ -226,7 +240,7 @@ static void test_place_delta(void **state) {
 /* Chunks that leave the tensor or split a scale block are refused. */
 static void test_place_refuses(void **state) {
   (void)state;
-  uint8_t w[64 * 64], s[128 * 4];
+  uint8_t w[300 * 320], s[128 * 4];
   refit_place_tensor_t t;
   refit_place_chunk_t c;
   assert_int_equal(refit_place_dense_tensor(REFIT_KERNELS_DENSE_FLASHINFER_CUTLASS, 64, 64,
@@ -238,6 +252,21 @@ static void test_place_refuses(void **state) {
   assert_int_equal(refit_place_chunk(&t, 0, 16, 8, 32, &c), REFIT_ERR_INVALID_ARGUMENT);
   assert_int_equal(refit_place_chunk(&t, 0, 0, 8, 48, &c), REFIT_ERR_INVALID_ARGUMENT);
   assert_int_equal(refit_place_bf16_tensor(8, 8, NULL, &t), REFIT_ERR_INVALID_ARGUMENT);
+  /* Block FP8, two matrices of 150 x 320 (scale 2 x 2 each): whole blocks of
+   * one matrix, ending on a block or at the matrix's last row / column. */
+  assert_int_equal(refit_place_fp8_block_tensor(2, 300, 320, w, s, &t), REFIT_OK);
+  assert_int_equal(refit_place_chunk(&t, 150, 128, 150, 192, &c), REFIT_OK);
+  assert_int_equal(c.row_bytes, 192 + 8);
+  assert_int_equal(refit_place_chunk(&t, 0, 0, 128, 128, &c), REFIT_OK);
+  assert_int_equal(refit_place_chunk(&t, 64, 0, 64, 128, &c), REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(refit_place_chunk(&t, 128, 0, 64, 128, &c),
+                   REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(refit_place_chunk(&t, 0, 0, 64, 128, &c), REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(refit_place_chunk(&t, 0, 64, 128, 128, &c),
+                   REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(refit_place_chunk(&t, 0, 0, 128, 192, &c), REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(refit_place_fp8_block_tensor(2, 301, 320, w, s, &t),
+                   REFIT_ERR_INVALID_ARGUMENT);
 }
 
 int main(void) {

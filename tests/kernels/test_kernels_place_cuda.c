@@ -1,8 +1,9 @@
 /*
  * Deltas applied through their places on a GPU (kernels/place_cuda.h),
  * against the lander and the C reference (kernels/place.h): batches of
- * chunks of every layout kind (one per tensor, several tensors a call, two
- * of them large enough for many tiles of every walk), each landed as
+ * chunks of every layout kind (one per tensor, several tensors a call, three
+ * of them large enough for many tiles of every walk; block FP8's scale
+ * repeats written by their block row's first row only), each landed as
  * version A, then given version B (A with a random fraction of its bytes
  * changed, the trailer resealed) as a positions, mask or dense delta or as
  * the whole span, at random misaligned offsets of one device buffer. The
@@ -34,16 +35,18 @@
 
 #define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
 
-/* Two more cases, large enough for several tiles of every walk. */
+/* Three more cases, large enough for several tiles of every walk. */
 static const place_case_t big_cases[] = {
-    {"bf16 large", CASE_BF16, 0, 0, 1024, 1536, {0}},
+    {"bf16 large", CASE_BF16, 0, 0, 1024, 1536, {0}, 0},
     {"dense trtllm large",
      CASE_DENSE,
      REFIT_KERNELS_DENSE_FLASHINFER_TRTLLM,
      0,
      1100,
      1024,
-     {0}},
+     {0},
+     0},
+    {"block fp8 large", CASE_BLOCK, 0, 0, 2 * 550, 1000, {0}, 2},
 };
 
 static const place_case_t *case_at(size_t i) {
@@ -87,13 +90,7 @@ static void item_make(item_t *it, const place_case_t *pc, int enc, double densit
   uint8_t *a = malloc((size_t)it->span), *b = malloc((size_t)it->span);
   assert_non_null(a);
   assert_non_null(b);
-  kt_fill_bytes(a, (size_t)it->len);
-  memcpy(b, a, (size_t)it->len);
-  for (int64_t i = 0; i < it->len; i++)
-    if ((double)(kt_rand() >> 11) / 9007199254740992.0 < density) {
-      b[i] ^= (uint8_t)kt_rand_range(1, 255);
-      it->changed++;
-    }
+  it->changed = make_versions(&it->c, a, b, density);
   const uint64_t seal_a = kt_rand(), seal_b = kt_rand();
   it->sum_a = refit_digest64(a, (size_t)it->len);
   it->sum_b = refit_digest64(b, (size_t)it->len);

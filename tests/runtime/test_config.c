@@ -215,8 +215,9 @@ static const mistake_t mistakes[] = {
                   "flashinfer_cutlass, flashinfer_cutedsl, flashinfer_trtllm, got "
                   "'cublas'\n"}),
     CASE(.base = moe, .append = "refit:\n  moe_backend: cutlass\n", .lines = 1,
-         .want = {"demo.yaml:22:16: refit.moe_backend: expected one of flashinfer_trtllm, "
-                  "flashinfer_cutlass, got 'cutlass'"}),
+         .want =
+             {"demo.yaml:22:16: refit.moe_backend: expected one of flashinfer_trtllm, "
+              "flashinfer_cutlass, got 'cutlass'"}),
     /* flashinfer_cutlass is NVFP4's only: MXFP8 experts are TRTLLM's. */
     CASE(.base = moe, .append = MXFP8 "  moe_backend: flashinfer_cutlass\n", .lines = 1,
          .want = {"demo.yaml:23:3: refit.moe_backend flashinfer_cutlass is built for "
@@ -232,7 +233,8 @@ static const mistake_t mistakes[] = {
                    "    action: kill\n",
          .lines = 1,
          .want = {"demo.yaml:23:12: refit.fault.phase: expected one of transfer, "
-                  "quantize, commit, verify, vote, open, repair, amax, got 'transfr' (did you "
+                  "quantize, commit, verify, vote, open, repair, amax, got 'transfr' "
+                  "(did you "
                   "mean "
                   "'transfer'?)"}),
     CASE(.base = moe,
@@ -864,7 +866,8 @@ static const mistake_t mistakes[] = {
     CASE(.base = moe, .append = "refit:\n  prequantize: true\n", .lines = 1,
          .want = {"demo.yaml:22:3: refit.prequantize: true needs "
                   "refit.precision mxfp8 or fp8_block, got bf16"}),
-    CASE(.base = moe, .append = "refit:\n  delta: on\n  delta_baseline: gpu\n", .lines = 1,
+    CASE(.base = moe, .append = "refit:\n  delta: on\n  delta_baseline: gpu\n",
+         .lines = 1,
          .want = {"demo.yaml:23:19: refit.delta_baseline: expected one of auto, device, "
                   "host, got 'gpu'"}),
     CASE(.base = moe, .append = "refit:\n  delta_full_every: 8\n", .lines = 1,
@@ -907,12 +910,20 @@ static const mistake_t mistakes[] = {
                   "block-quantized: an expert's intermediate size per rank is not a "
                   "multiple of 128 (vLLM's FusedMoE refuses it under block FP8)",
                   "demo.yaml:10:3: model.layers.0.mlp.experts.w2_weight"}),
+    /* A delta refit applies the trainer's e4m3 bytes and scales in place:
+     * block FP8 takes prequantize: true, said at refit.delta. */
     CASE(.base = moe, .edit = {{"  head_dim: 32\n", "  head_dim: 64\n"}},
          .append = FP8_BLOCK "  delta: auto\n", .lines = 1,
-         .want = {"demo.yaml:23:3: refit.delta: auto is not supported with "
-                  "refit.precision fp8_block (delta refits compare quantized wire "
-                  "bytes, and a delta of block FP8 wire bytes has no in-place "
-                  "mapping into weight_scale_inv yet); use delta: off"}),
+         .want = {"demo.yaml:23:3: refit.delta: auto with refit.precision fp8_block "
+                  "needs refit.prequantize: true (a delta refit compares the trainer's "
+                  "e4m3 bytes and block scales with the last committed ones and writes "
+                  "the changed ones in place; without prequantize the generator "
+                  "quantizes every tensor from BF16); set prequantize: true, or delta: "
+                  "off"}),
+    CASE(.base = moe, .edit = {{"  head_dim: 32\n", "  head_dim: 64\n"}},
+         .append = FP8_BLOCK "  prequantize: false\n  delta: on\n", .lines = 1,
+         .want = {"demo.yaml:24:3: refit.delta: on with refit.precision fp8_block needs "
+                  "refit.prequantize: true"}),
     /* ---- NVFP4: what vLLM's NVFP4 linear and refit refuse ---- */
     CASE(.base = dense, .edit = {{"  family: qwen3\n", "  family: qwen2\n"}},
          .append = NVFP4, .lines = 1, .ok_without_append = true,
@@ -928,33 +939,38 @@ static const mistake_t mistakes[] = {
     /* TRTLLM: H 320 would be padded to 256's multiple by vLLM. */
     CASE(.base = moe, .edit = {{"  hidden_size: 256\n", "  hidden_size: 320\n"}},
          .append = NVFP4, .lines = 1, .ok_without_append = true,
-         .want = {"demo.yaml:3:3: model.layers.*.mlp.experts: experts [E=4, H=320, I=128] "
-                  "cannot use NVFP4 MoE backend flashinfer_trtllm: needs H % 256 == 0",
-                  "refit.moe_backend flashinfer_trtllm, refit.precision nvfp4)"}),
+         .want =
+             {"demo.yaml:3:3: model.layers.*.mlp.experts: experts [E=4, H=320, I=128] "
+              "cannot use NVFP4 MoE backend flashinfer_trtllm: needs H % 256 == 0",
+              "refit.moe_backend flashinfer_trtllm, refit.precision nvfp4)"}),
     /* Whole experts of I 96: 2I = 192 is no multiple of 128 (either backend). */
     CASE(.base = moe,
          .edit = {{"  moe_intermediate_size: 128\n", "  moe_intermediate_size: 96\n"}},
          .append = NVFP4 "  moe_backend: flashinfer_cutlass\n", .lines = 1,
          .ok_without_append = true,
-         .want = {"demo.yaml:10:3: model.layers.*.mlp.experts: experts [E=4, H=256, I=96] "
-                  "cannot use NVFP4 MoE backend flashinfer_cutlass: needs 2I % 128 == 0",
-                  "(I = model.moe_intermediate_size 96, whole experts on each generator "
-                  "rank; refit.moe_backend flashinfer_cutlass, refit.precision nvfp4)"}),
+         .want =
+             {"demo.yaml:10:3: model.layers.*.mlp.experts: experts [E=4, H=256, I=96] "
+              "cannot use NVFP4 MoE backend flashinfer_cutlass: needs 2I % 128 == 0",
+              "(I = model.moe_intermediate_size 96, whole experts on each generator "
+              "rank; refit.moe_backend flashinfer_cutlass, refit.precision nvfp4)"}),
     /* I 192 is fine whole, but 96 per rank of generator tp 2 with ep 1 is not. */
     CASE(.base = moe,
          .edit = {{"  moe_intermediate_size: 128\n", "  moe_intermediate_size: 192\n"},
                   {GEN_EP, "  ep: 1\n  engines"}},
          .append = NVFP4, .lines = 1, .ok_without_append = true,
-         .want = {"demo.yaml:18:3: model.layers.*.mlp.experts: experts [E=8, H=256, I=96] "
-                  "cannot use NVFP4 MoE backend flashinfer_trtllm: needs 2I % 128 == 0",
-                  "(I per generator rank = model.moe_intermediate_size 192 / generator.tp "
-                  "2 with generator.ep 1;"}),
+         .want =
+             {"demo.yaml:18:3: model.layers.*.mlp.experts: experts [E=8, H=256, I=96] "
+              "cannot use NVFP4 MoE backend flashinfer_trtllm: needs 2I % 128 == 0",
+              "(I per generator rank = model.moe_intermediate_size 192 / generator.tp "
+              "2 with generator.ep 1;"}),
     /* down_proj's K = 520 is no multiple of 16, at the model key. */
-    CASE(.base = dense, .edit = {{"  intermediate_size: 512\n", "  intermediate_size: 520\n"}},
+    CASE(.base = dense,
+         .edit = {{"  intermediate_size: 512\n", "  intermediate_size: 520\n"}},
          .append = NVFP4, .lines = 1, .ok_without_append = true,
          .want = {"demo.yaml:9:3: model.layers.*.mlp.down_proj.weight: K = "}),
     /* 528 is, but not the 264 of each of 2 generator ranks. */
-    CASE(.base = dense, .edit = {{"  intermediate_size: 512\n", "  intermediate_size: 528\n"}},
+    CASE(.base = dense,
+         .edit = {{"  intermediate_size: 512\n", "  intermediate_size: 528\n"}},
          .append = NVFP4, .lines = 1, .ok_without_append = true,
          .want = {"demo.yaml:15:3: model.layers.*.mlp.down_proj.weight: K = "}),
     CASE(.base = dense, .append = NVFP4 "  prequantize: true\n", .lines = 1,
@@ -1601,6 +1617,12 @@ static void test_fp8_block_accepted(void **state) {
   refit_config_plan_options(&cfg, &opt);
   assert_int_equal(opt.wire, REFIT_WIRE_FP8_BLOCK);
   EXPECT_OK(cat(partial, FP8_BLOCK "  prequantize: true\n"), 0, &cfg);
+  /* Delta refits with prequantize (on or auto; a tensor that falls back to
+   * BF16 is the plan's to judge, refit_config_plan_check). */
+  EXPECT_OK(cat(moe64, FP8_BLOCK "  prequantize: true\n  delta: on\n"), 0, &cfg);
+  refit_config_plan_options(&cfg, &opt);
+  assert_int_equal(opt.wire, REFIT_WIRE_FP8_BLOCK);
+  EXPECT_OK(cat(partial, FP8_BLOCK "  delta: auto\n  prequantize: true\n"), 0, &cfg);
   /* qkv_proj kept in bf16: its KV shards of 64 rows are not quantized. */
   EXPECT_OK(
       cat(dense, FP8_BLOCK "  quantization_ignore: [lm_head, self_attn.qkv_proj]\n"), 0,

@@ -1,8 +1,9 @@
 /*
  * refit/plan.h: the public planning API, as a client that includes nothing
  * else sees it. Every contract of the header: what open refuses, the order
- * of build and queries, the ranges of the per-rank query, and figures that
- * agree with each other.
+ * of build and queries, the ranges of the per-rank query, figures that
+ * agree with each other, and the plans build refuses (a block FP8 tensor
+ * that falls back to BF16 under delta: on).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -96,8 +97,9 @@ static void test_figures_agree(void **state) {
   refit_plan_report_close(r);
 }
 
-/* The figures of `yaml` (written to a file), built. */
-static refit_plan_report_h open_text(const char *yaml) {
+/* The report of `yaml` (written to a file), built with status `want`
+ * (closed unless REFIT_OK). */
+static refit_plan_report_h open_text_as(const char *yaml, refit_status_t want) {
   char path[] = "/tmp/test_plan_report_XXXXXX";
   const int fd = mkstemp(path);
   assert_true(fd >= 0);
@@ -108,8 +110,16 @@ static refit_plan_report_h open_text(const char *yaml) {
   refit_plan_report_h r = NULL;
   assert_int_equal(refit_plan_report_open(path, &r, NULL), REFIT_OK);
   unlink(path);
-  assert_int_equal(refit_plan_report_build(r), REFIT_OK);
-  return r;
+  assert_int_equal(refit_plan_report_build(r), want);
+  if (want == REFIT_OK)
+    return r;
+  refit_plan_report_close(r);
+  return NULL;
+}
+
+/* The figures of `yaml` (written to a file), built. */
+static refit_plan_report_h open_text(const char *yaml) {
+  return open_text_as(yaml, REFIT_OK);
 }
 
 /* refit.delta: a trainer's baseline is what it packs: with two engines
@@ -144,11 +154,51 @@ static void test_delta_baselines(void **state) {
   }
 }
 
+/* Block FP8 delta refits: with trainer tp 4, qkv_proj's k and v pieces are
+ * 64 rows a trainer, which split a 128-row block, so qkv_proj travels BF16
+ * and is quantized on the generator: delta: on refuses the plan, naming the
+ * tensor, the trainer rank, its rows and what to change; delta: auto plans
+ * (its refits are full); at trainer tp 2 every tensor is quantized on the
+ * trainer and delta: on plans. */
+static void test_delta_block_fallback(void **state) {
+  (void)state;
+  static const char job[] = "model:\n  family: llama\n  hidden_size: 256\n"
+                            "  num_layers: 2\n  num_attention_heads: 8\n"
+                            "  num_kv_heads: 4\n  head_dim: 64\n  vocab_size: 512\n"
+                            "  intermediate_size: 512\n"
+                            "trainer:\n  tp: %d\ngenerator:\n  tp: 2\n"
+                            "refit:\n  precision: fp8_block\n  prequantize: true\n"
+                            "  delta: %s\n";
+  char text[1024];
+  snprintf(text, sizeof(text), job, 4, "on");
+  assert_null(open_text_as(text, REFIT_ERR_CONFIG));
+  const char *why = refit_last_error();
+  static const char *const parts[] = {
+      "refit.delta: on: model.layers.*.self_attn.qkv_proj.weight on generator tp rank 0 "
+      "(4 of the 16 block FP8 tensors of the generator's tp ranks) travels BF16 under "
+      "refit.prequantize and is quantized on the generator, where no delta applies in "
+      "place: trainer rank 0 holds its rows 256..319, columns 0..255 (of trainer tensor "
+      "model.layers.0.self_attn.k_proj.weight), which are not whole 128 x 128 blocks",
+      "or set delta: auto (full refits for this layout) or delta: off"};
+  for (int i = 0; i < 2; i++)
+    if (strstr(why, parts[i]) == NULL)
+      fail_msg("the refusal lacks '%s': %s", parts[i], why);
+  snprintf(text, sizeof(text), job, 4, "auto");
+  refit_plan_report_close(open_text(text));
+  snprintf(text, sizeof(text), job, 2, "on");
+  refit_plan_report_h r = open_text(text);
+  refit_plan_figures_t f;
+  assert_int_equal(refit_plan_report_figures(r, &f), REFIT_OK);
+  assert_int_equal(f.delta, 1);
+  refit_plan_report_close(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_open_refuses),
       cmocka_unit_test(test_figures_agree),
       cmocka_unit_test(test_delta_baselines),
+      cmocka_unit_test(test_delta_block_fallback),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

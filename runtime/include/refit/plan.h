@@ -64,9 +64,12 @@ refit_status_t refit_plan_report_world(refit_plan_report_h r, int *trainers,
  * Catalogue the model and make the plan, as a session does at open.
  * Single-threaded, CPU only; seconds for the largest layouts. Once per
  * report. Errors: REFIT_ERR_INVALID_ARGUMENT (NULL report, or a layout or
- * bound the planner refuses: refit_last_error() names it), REFIT_ERR_STATE
- * (already built), REFIT_ERR_NO_MEMORY, REFIT_ERR_INTERNAL (a catalog that
- * does not cover the model: a bug).
+ * bound the planner refuses: refit_last_error() names it), REFIT_ERR_CONFIG
+ * (a plan the config cannot run, as a session's open refuses it: under
+ * refit.delta: on, a block FP8 tensor that travels BF16 because a trainer
+ * shard splits a 128 x 128 block; refit_last_error() names it and what to
+ * change), REFIT_ERR_STATE (already built), REFIT_ERR_NO_MEMORY,
+ * REFIT_ERR_INTERNAL (a catalog that does not cover the model: a bug).
  */
 refit_status_t refit_plan_report_build(refit_plan_report_h r);
 

@@ -3,7 +3,7 @@
 # fresh random source.seed, then assertions on what each refit was and sent.
 #   run_delta.sh BUILD CONFIG [--refit N full|delta|aborted|damaged]... [--max F]
 #                [--transport T] [--as-delta STEPS] [--gpus N] [--gpu]
-#                [--lengths-ahead] [--random-faults]
+#                [--lengths-ahead] [--random-faults] [--reference]
 # Every refit row must be verified (or, where --refit N aborted says so,
 # aborted with the previous version kept and verified; --refit N damaged: it
 # committed and the verify fault seam damaged runtime storage before its
@@ -26,11 +26,17 @@
 # the last committed version (verified); a refit is full exactly when it is
 # the first or the one before it aborted, delta otherwise; the job must have
 # had some of each: aborted, full after an abort, delta.
+# --reference: the job also dumps its generator tensors after the last
+# refit, and every byte of the dump is checked against the independent vLLM
+# reference (tests/reference/check_dump.py, vllm_rules.py) from a checkpoint
+# of the last version's synthetic values (refit-ckpt): the bytes that many
+# refits, most of them delta ones, left in place are the reference's.
 set -uo pipefail
 build=$1 config=$2
 shift 2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 kinds=() max=0.5 transport="" as_delta="" gpus=0 zero_copy_off=0 lengths_ahead=0 random=0
+reference=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --refit) kinds+=("$2 $3"); shift 3 ;;
@@ -41,6 +47,7 @@ while [ $# -gt 0 ]; do
     --gpu) gpus=1 transport=ipc zero_copy_off=1; shift ;;
     --lengths-ahead) lengths_ahead=1; shift ;;
     --random-faults) random=1; shift ;;
+    --reference) reference=1; shift ;;
     *) echo "run_delta: unknown argument $1"; exit 2 ;;
   esac
 done
@@ -67,6 +74,12 @@ if [ $zero_copy_off -eq 1 ]; then
 fi
 if [ $lengths_ahead -eq 1 ]; then
   sed -i -e "/^  lengths_ahead: /d" -e "s/^refit:$/refit:\n  lengths_ahead: true/" "$dir/job.yaml"
+fi
+if [ $reference -eq 1 ]; then
+  . "$root/tests/find_python.sh"
+  refit_find_python run_delta numpy h5py yaml || exit 1
+  sed -i -e "/^dump: /d" "$dir/job.yaml"
+  echo "dump: $dir/dump.h5" >>"$dir/job.yaml"
 fi
 echo "run_delta: source.seed $seed${transport:+, transport $transport}"
 out="$dir/out"
@@ -156,4 +169,10 @@ for n in $(seq 1 "$steps"); do
       fail "delta refit $n wrote $written runtime bytes, a full refit ${full_written:-?}"
   fi
 done
+if [ $reference -eq 1 ]; then
+  "$build/runtime/refit-ckpt" "$dir/job.yaml" "$dir/ckpt.h5" --version "$kept" >/dev/null ||
+    fail "refit-ckpt of version $kept"
+  "$python" "$root/tests/reference/check_dump.py" "$dir/job.yaml" "$dir/ckpt.h5" \
+    "$dir/dump.h5" || fail "the dump of version $kept differs from the vLLM reference"
+fi
 echo "run_delta: ok"
