@@ -13,8 +13,8 @@
 
 static int64_t refit_direct_row(const refit_direct_desc_t *d, int64_t i) {
   return d->perm < 0 ? i
-                     : refit_kernels_perm_inverse_index((refit_kernels_perm_kind_t)d->perm,
-                                                        d->perm_rows, i);
+                     : refit_kernels_perm_inverse_index(
+                           (refit_kernels_perm_kind_t)d->perm, d->perm_rows, i);
 }
 
 /* Bytes of one row as the digest reads it: a BF16 row, or a prequantized
@@ -54,15 +54,18 @@ refit_status_t refit_direct_descs_check(const refit_direct_desc_t *descs, int64_
       rule = "digest is 0 or 1";
     else if (!reads && d->digest)
       rule = "PAD has no digest";
-    else if (d->staged != 0 && (d->staged != 1 || !(d->op == REFIT_DIRECT_COPY || places)))
+    else if (d->staged != 0 &&
+             (d->staged != 1 || !(d->op == REFIT_DIRECT_COPY || places)))
       rule = "staged is 0, or 1 for COPY, QUANTIZE and SPLIT";
     else if (block && d->staged)
       rule = "BLOCK_QUANTIZE reads its rows in place (staged 0)";
     else if (block && d->rows > 0 && d->cols > 0 &&
-             (d->dst == NULL || d->scale == NULL || (d->rows > 1 && d->dst_pitch < d->cols) ||
+             (d->dst == NULL || d->scale == NULL ||
+              (d->rows > 1 && d->dst_pitch < d->cols) ||
               (d->rows > REFIT_FP8_BLOCK &&
                d->scale_pitch < 4 * refit_fp8_block_count(d->cols)) ||
-              (d->fp8_scale != REFIT_FP8_SCALE_FP32 && d->fp8_scale != REFIT_FP8_SCALE_POW2)))
+              (d->fp8_scale != REFIT_FP8_SCALE_FP32 &&
+               d->fp8_scale != REFIT_FP8_SCALE_POW2)))
       rule = "BLOCK_QUANTIZE: dst and scale set, dst_pitch >= cols, scale_pitch >= 4 * "
              "ceil(cols / 128), fp8_scale 0 or 1";
     else if (d->staged && d->src_offset < 0)
@@ -74,26 +77,31 @@ refit_status_t refit_direct_descs_check(const refit_direct_desc_t *descs, int64_
     else if (d->op == REFIT_DIRECT_COPY && d->rows > 0 && d->cols > 0 &&
              (d->dst == NULL || (d->rows > 1 && d->dst_pitch < 2 * d->cols)))
       rule = "COPY: dst is set and dst_pitch >= 2 * cols";
-    else if ((places || d->op == REFIT_DIRECT_PAD) && (d->dst == NULL || d->scale == NULL))
+    else if ((places || d->op == REFIT_DIRECT_PAD) &&
+             (d->dst == NULL || d->scale == NULL))
       rule = "QUANTIZE, SPLIT and PAD: dst and scale are set";
     else if ((places || d->op == REFIT_DIRECT_PAD) &&
              (d->k <= 0 || d->k % 32 != 0 || d->group_rows < 1 ||
-              d->perm_rows < d->group_rows || (d->perm < 0 && d->perm_rows != d->group_rows) ||
+              d->perm_rows < d->group_rows ||
+              (d->perm < 0 && d->perm_rows != d->group_rows) ||
               d->perm > REFIT_KERNELS_PERM_SRC13 ||
               (d->perm >= 0 &&
                d->perm_rows % (d->perm == REFIT_KERNELS_PERM_SRC13 ? 64 : 32) != 0)))
-      rule = "QUANTIZE, SPLIT and PAD: k a positive multiple of 32, group_rows >= 1, "
-             "perm_rows >= group_rows (equal without perm), perm_rows a multiple of 32 (64 "
-             "for src13) with perm";
+      rule =
+          "QUANTIZE, SPLIT and PAD: k a positive multiple of 32, group_rows >= 1, "
+          "perm_rows >= group_rows (equal without perm), perm_rows a multiple of 32 (64 "
+          "for src13) with perm";
     else if (places && (d->cols % 32 != 0 || d->col0 < 0 || d->col0 % 32 != 0 ||
                         d->col0 + d->cols > d->k || d->row0 < 0))
-      rule = "QUANTIZE and SPLIT: cols and col0 multiples of 32, col0 + cols <= k, row0 >= 0";
+      rule = "QUANTIZE and SPLIT: cols and col0 multiples of 32, col0 + cols <= k, row0 "
+             ">= 0";
     else if (places &&
              (d->rows * (d->cols / 32) > UINT32_MAX || d->row0 + d->rows > UINT32_MAX ||
               d->rows * refit_direct_row_bytes(d) > UINT32_MAX))
       rule = "QUANTIZE and SPLIT: fewer than 2^32 blocks, rows and row bytes (the device "
              "indexes them in 32 bits)";
-    else if (d->digest && (d->digest_offset < 0 || (!d->staged && d->digest_offset % 8 != 0)))
+    else if (d->digest &&
+             (d->digest_offset < 0 || (!d->staged && d->digest_offset % 8 != 0)))
       rule = "digest_offset >= 0, and a multiple of 8 unless staged";
     if (rule != NULL)
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT, "direct descriptor %lld (op %d): %s",
@@ -103,8 +111,8 @@ refit_status_t refit_direct_descs_check(const refit_direct_desc_t *descs, int64_
 }
 
 /* The sealed digest of d's rows (src), as rows * row bytes back to back. */
-static uint64_t refit_direct_digest(const refit_direct_desc_t *d, const unsigned char *src,
-                                    uint64_t tag) {
+static uint64_t refit_direct_digest(const refit_direct_desc_t *d,
+                                    const unsigned char *src, uint64_t tag) {
   const int64_t row_bytes = refit_direct_row_bytes(d), len = d->rows * row_bytes;
   uint64_t sum = (uint64_t)len * REFIT_DIGEST_P1;
   unsigned char word[8];
@@ -172,8 +180,20 @@ static void refit_direct_pad(const refit_direct_desc_t *d) {
   }
 }
 
-refit_status_t refit_direct_rows(const refit_direct_desc_t *descs, int64_t n, uint64_t tag,
-                                 void *digests, int64_t *bad_chunk) {
+int64_t refit_direct_number_blocks(refit_direct_desc_t *descs, int64_t n) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; i++) {
+    descs[i].block0 = total;
+    if (descs[i].op == REFIT_DIRECT_BLOCK_QUANTIZE && descs[i].rows > 0 &&
+        descs[i].cols > 0)
+      total +=
+          refit_fp8_block_count(descs[i].rows) * refit_fp8_block_count(descs[i].cols);
+  }
+  return total;
+}
+
+refit_status_t refit_direct_rows(const refit_direct_desc_t *descs, int64_t n,
+                                 uint64_t tag, void *digests, int64_t *bad_chunk) {
   REFIT_CHECK(refit_direct_descs_check(descs, n));
   for (int64_t i = 0; i < n; i++)
     if ((descs[i].digest || descs[i].staged) && digests == NULL)
@@ -198,9 +218,10 @@ refit_status_t refit_direct_rows(const refit_direct_desc_t *descs, int64_t n, ui
     else if (d->op == REFIT_DIRECT_BLOCK_QUANTIZE && d->rows > 0 && d->cols > 0)
       REFIT_CHECK(refit_fp8_block_quantize(
           (const uint16_t *)(const void *)src, d->rows, d->cols,
-          d->rows > 1 ? d->src_pitch / 2 : d->cols, (refit_fp8_scale_t)d->fp8_scale, d->dst,
-          d->rows > 1 ? d->dst_pitch : d->cols, d->scale,
-          d->rows > REFIT_FP8_BLOCK ? d->scale_pitch / 4 : refit_fp8_block_count(d->cols)));
+          d->rows > 1 ? d->src_pitch / 2 : d->cols, (refit_fp8_scale_t)d->fp8_scale,
+          d->dst, d->rows > 1 ? d->dst_pitch : d->cols, d->scale,
+          d->rows > REFIT_FP8_BLOCK ? d->scale_pitch / 4
+                                    : refit_fp8_block_count(d->cols)));
     if (!d->digest)
       continue;
     const uint64_t v = refit_direct_digest(d, src, tag);

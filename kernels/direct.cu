@@ -7,7 +7,8 @@
 #include "kernels/cuda_launch.cuh"
 #include "kernels/datapath_tiles.cuh"
 #include "kernels/direct_cuda.h"
-#include "kernels/fp8_block_cuda.h"
+#include "kernels/fp8_block.h"
+#include "kernels/fp8_block_device.cuh"
 #include "kernels/layout.h"
 
 #include "core/digest.h"
@@ -29,7 +30,8 @@ __device__ inline bool direct_reads(const refit_direct_desc_t &d) {
 __device__ inline bool direct_ok(const refit_direct_desc_t &d) {
   if (d.rows < 0 || d.cols < 0 || (d.staged && d.src_offset < 0))
     return false;
-  if (d.op == REFIT_DIRECT_QUANTIZE || d.op == REFIT_DIRECT_SPLIT || d.op == REFIT_DIRECT_PAD)
+  if (d.op == REFIT_DIRECT_QUANTIZE || d.op == REFIT_DIRECT_SPLIT ||
+      d.op == REFIT_DIRECT_PAD)
     return d.k > 0 && d.k % 32 == 0 && d.group_rows >= 1 && d.perm_rows >= d.group_rows &&
            (d.op == REFIT_DIRECT_PAD || (d.cols % 32 == 0 && d.col0 % 32 == 0));
   return d.op == REFIT_DIRECT_COPY || d.op == REFIT_DIRECT_DIGEST ||
@@ -43,8 +45,8 @@ __device__ inline int64_t direct_row_bytes(const refit_direct_desc_t &d) {
 
 /* Descriptor i with src where its rows are: in place, or in the call's
  * buffer (staged). */
-__device__ inline refit_direct_desc_t direct_at(const refit_direct_desc_t *descs, int64_t i,
-                                                const uint8_t *buf) {
+__device__ inline refit_direct_desc_t direct_at(const refit_direct_desc_t *descs,
+                                                int64_t i, const uint8_t *buf) {
   refit_direct_desc_t d = descs[i];
   if (d.staged)
     d.src = buf + d.src_offset;
@@ -59,8 +61,9 @@ __device__ inline int64_t direct_row(const refit_direct_desc_t &d, int64_t i) {
 
 __device__ inline bool direct_padded_row(const refit_direct_desc_t &d, int64_t j) {
   return j >= d.perm_rows ||
-         (d.perm >= 0 && refit_kernels_perm_index(static_cast<refit_kernels_perm_kind_t>(d.perm),
-                                                  d.perm_rows, j) >= d.group_rows);
+         (d.perm >= 0 &&
+          refit_kernels_perm_index(static_cast<refit_kernels_perm_kind_t>(d.perm),
+                                   d.perm_rows, j) >= d.group_rows);
 }
 
 /* Word w (8 bytes) of the chunk's rows taken back to back, read from the
@@ -104,7 +107,8 @@ __device__ inline uint64_t direct_word_tile(const refit_direct_desc_t &d, int64_
   const int64_t row_bytes = 2 * d.cols, len = d.rows * row_bytes;
   const int64_t words = ceil_div(len, 8);
   const int64_t w0 = t * kDirectWordTile + lane;
-  const int64_t w1 = (t + 1) * kDirectWordTile < words ? (t + 1) * kDirectWordTile : words;
+  const int64_t w1 =
+      (t + 1) * kDirectWordTile < words ? (t + 1) * kDirectWordTile : words;
   const uint8_t *src = static_cast<const uint8_t *>(d.src);
   uint8_t *dst = static_cast<uint8_t *>(d.dst);
   const bool copy = d.op == REFIT_DIRECT_COPY;
@@ -145,8 +149,10 @@ __device__ inline bool direct_units(const refit_direct_desc_t &d) {
   if (d.op != REFIT_DIRECT_DIGEST && d.op != REFIT_DIRECT_BLOCK_QUANTIZE && !copy)
     return false;
   return d.cols % 8 == 0 && d.src_pitch % 16 == 0 &&
-         (reinterpret_cast<uintptr_t>(d.src) & 15) == 0 && d.rows * (d.cols / 8) <= UINT32_MAX &&
-         (!copy || (d.dst_pitch % 16 == 0 && (reinterpret_cast<uintptr_t>(d.dst) & 15) == 0));
+         (reinterpret_cast<uintptr_t>(d.src) & 15) == 0 &&
+         d.rows * (d.cols / 8) <= UINT32_MAX &&
+         (!copy ||
+          (d.dst_pitch % 16 == 0 && (reinterpret_cast<uintptr_t>(d.dst) & 15) == 0));
 }
 
 /*
@@ -212,7 +218,8 @@ __device__ inline uint64_t direct_split_tile(const refit_direct_desc_t &d, int64
   const int64_t row_bytes = direct_row_bytes(d), len = d.rows * row_bytes;
   const int64_t words = ceil_div(len, 8);
   const int64_t w0 = t * kDirectWordTile + lane;
-  const int64_t w1 = (t + 1) * kDirectWordTile < words ? (t + 1) * kDirectWordTile : words;
+  const int64_t w1 =
+      (t + 1) * kDirectWordTile < words ? (t + 1) * kDirectWordTile : words;
   const int64_t kp = refit_round_up(d.k / 32, 4), s0 = d.col0 / 32;
   const uint8_t *src = static_cast<const uint8_t *>(d.src);
   int64_t r = 8 * w0 / row_bytes, c = 8 * w0 - r * row_bytes;
@@ -222,8 +229,8 @@ __device__ inline uint64_t direct_split_tile(const refit_direct_desc_t &d, int64
   for (int64_t w = w0; w < w1; w += 32) {
     const uint8_t *p = src + r * d.src_pitch + c;
     const bool whole = c + 8 <= row_bytes && (reinterpret_cast<uintptr_t>(p) & 7) == 0;
-    const uint64_t v =
-        whole ? *reinterpret_cast<const uint64_t *>(p) : direct_word(d, row_bytes, len, w);
+    const uint64_t v = whole ? *reinterpret_cast<const uint64_t *>(p)
+                             : direct_word(d, row_bytes, len, w);
     if (d.digest)
       sum += refit_digest_term(v, static_cast<uint64_t>(w));
     int64_t rb = r, cb = c;
@@ -301,7 +308,8 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
       if (g + 8 * u < total) {
         refit_mxfp8_dev_load8(src + rs[u] * d.src_pitch + 64 * b + 16 * part, x[u]);
         if (d.digest) {
-          const uint64_t word = (static_cast<uint64_t>(r) * row_bytes + 64 * b + 16 * part) / 8;
+          const uint64_t word =
+              (static_cast<uint64_t>(r) * row_bytes + 64 * b + 16 * part) / 8;
           sum += refit_digest_term2(x[u][0], x[u][1], word);
           sum += refit_digest_term2(x[u][2], x[u][3], word + 1);
         }
@@ -324,8 +332,8 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
         j = direct_row(d, R - e * group);
         vrow = values + e * d.value_group_bytes + j * d.k;
         /* The row's part of refit_kernels_swizzle_offset(j, c, kp). */
-        srow_scale = scales + e * d.scale_group_bytes + (j / 128) * 128 * kp + (j % 32) * 16 +
-                     ((j % 128) / 32) * 4;
+        srow_scale = scales + e * d.scale_group_bytes + (j / 128) * 128 * kp +
+                     (j % 32) * 16 + ((j % 128) / 32) * 4;
       }
       refit_mxfp8_dev_store8(vrow + 32 * bs[u], q);
       if (part == 0) {
@@ -341,7 +349,8 @@ __device__ inline uint64_t direct_quant_tile(const refit_direct_desc_t &d, int64
 }
 
 /* PAD, one group per tile: its padded value rows and scale bytes to 0. */
-__device__ inline void direct_pad_tile(const refit_direct_desc_t &d, int64_t e, int lane) {
+__device__ inline void direct_pad_tile(const refit_direct_desc_t &d, int64_t e,
+                                       int lane) {
   const int64_t kb = d.k / 32, kp = refit_round_up(kb, 4);
   const int64_t srows = refit_round_up(d.perm_rows, 128);
   uint8_t *values = static_cast<uint8_t *>(d.dst) + e * d.value_group_bytes;
@@ -395,8 +404,8 @@ template <int kSel> struct DirectPlan {
     if constexpr (kSel == kQuantJobs)
       s = direct_quant_tile(d, t, lane);
     else
-      s = d.op == REFIT_DIRECT_SPLIT       ? direct_split_tile(d, t, lane)
-          : !direct_units(d)               ? direct_word_tile(d, t, lane)
+      s = d.op == REFIT_DIRECT_SPLIT  ? direct_split_tile(d, t, lane)
+          : !direct_units(d)          ? direct_word_tile(d, t, lane)
           : d.op == REFIT_DIRECT_COPY ? direct_unit_tile<true>(d, t, lane)
                                       : direct_unit_tile<false>(d, t, lane);
     if (d.digest) {
@@ -418,8 +427,8 @@ __global__ void refit_direct_digest_kernel(const refit_direct_desc_t *descs, int
     if (!d.digest || !direct_reads(d) || !direct_ok(d) || d.digest_offset < 0)
       continue;
     const int64_t len = d.rows * direct_row_bytes(d);
-    const uint64_t v =
-        static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i] + refit_seal(d.seal_key, tag);
+    const uint64_t v = static_cast<uint64_t>(len) * REFIT_DIGEST_P1 + acc[i] +
+                       refit_seal(d.seal_key, tag);
     uint8_t *p = digests + d.digest_offset;
     if (d.op == REFIT_DIRECT_DIGEST) {
       for (int b = 0; b < 8; b++)
@@ -432,50 +441,103 @@ __global__ void refit_direct_digest_kernel(const refit_direct_desc_t *descs, int
 
 } // namespace
 
-extern "C" refit_status_t refit_direct_rows_cuda(const refit_direct_desc_t *descs_device,
-                                                 int64_t n, uint64_t tag, void *digests_device,
-                                                 unsigned long long *acc_device,
-                                                 int64_t *bad_chunk_device,
-                                                 cudaStream_t stream) {
+extern "C" refit_status_t
+refit_direct_rows_cuda(const refit_direct_desc_t *descs_device, int64_t n, uint64_t tag,
+                       void *digests_device, unsigned long long *acc_device,
+                       int64_t *bad_chunk_device, cudaStream_t stream) {
   const char *what = "direct land";
   if (n < 0 || (n > 0 && (descs_device == NULL || acc_device == NULL)))
     return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
-                     "%s (cuda): bad arguments (table %p, n = %lld, accumulators %p)", what,
-                     (const void *)descs_device, (long long)n, (void *)acc_device);
+                     "%s (cuda): bad arguments (table %p, n = %lld, accumulators %p)",
+                     what, (const void *)descs_device, (long long)n, (void *)acc_device);
   if (n == 0)
     return REFIT_OK;
-  cudaError_t err =
-      cudaMemsetAsync(acc_device, 0, static_cast<size_t>(n) * sizeof(*acc_device), stream);
+  cudaError_t err = cudaMemsetAsync(acc_device, 0,
+                                    static_cast<size_t>(n) * sizeof(*acc_device), stream);
   if (err != cudaSuccess)
     return REFIT_ERR(REFIT_ERR_CUDA, "%s (cuda): zeroing accumulators: %s", what,
                      cudaGetErrorString(err));
   const uint8_t *buf = static_cast<const uint8_t *>(digests_device);
-  REFIT_CHECK(
-      launch_tiles(DirectPlan<kQuantJobs>{descs_device, buf, acc_device}, n, stream, what));
-  REFIT_CHECK(
-      launch_tiles(DirectPlan<kOtherJobs>{descs_device, buf, acc_device}, n, stream, what));
+  REFIT_CHECK(launch_tiles(DirectPlan<kQuantJobs>{descs_device, buf, acc_device}, n,
+                           stream, what));
+  REFIT_CHECK(launch_tiles(DirectPlan<kOtherJobs>{descs_device, buf, acc_device}, n,
+                           stream, what));
   if (digests_device == NULL)
     return REFIT_OK;
   refit_direct_digest_kernel<<<static_cast<unsigned>(per_desc_blocks(n)), kThreads, 0,
                                stream>>>(descs_device, n, tag,
-                                         static_cast<uint8_t *>(digests_device), acc_device,
-                                         bad_chunk_device);
+                                         static_cast<uint8_t *>(digests_device),
+                                         acc_device, bad_chunk_device);
   return refit_cuda_launch_check("direct digests");
 }
 
-extern "C" refit_status_t refit_direct_blocks_cuda(const refit_direct_desc_t *descs_host,
-                                                   int64_t n, cudaStream_t stream) {
-  REFIT_CHECK(refit_direct_descs_check(descs_host, n));
+namespace {
+
+/* One thread block per 128 x 128 block of the range's BLOCK_QUANTIZE
+ * descriptors (blocks base .. base + total of the table's numbering): the
+ * last descriptor whose block0 is at most the block's number holds it (a
+ * descriptor without blocks never does: the next one's block0 is its own). */
+__global__ void __launch_bounds__(refit_fp8_block_dev::kThreads)
+    refit_direct_blocks_kernel(const refit_direct_desc_t *descs, int64_t n, int64_t base,
+                               int64_t total) {
+  __shared__ uint32_t warp_keys[refit_fp8_block_dev::kWarps];
+  __shared__ float block_scale;
+  for (int64_t blk = blockIdx.x; blk < total; blk += gridDim.x) {
+    const int64_t global = base + blk;
+    int64_t lo = 0, hi = n - 1; /* the last i with block0 <= global */
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (descs[mid].block0 <= global)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const refit_direct_desc_t &d = descs[lo];
+    refit_fp8_block_dev::refit_fp8_block_dev_t m;
+    m.src = static_cast<const uint16_t *>(d.src);
+    m.src_stride = d.rows > 1 ? d.src_pitch / 2 : d.cols;
+    m.q = static_cast<uint8_t *>(d.dst);
+    m.q_stride = d.rows > 1 ? d.dst_pitch : d.cols;
+    m.nbr = (d.rows + REFIT_FP8_BLOCK - 1) / REFIT_FP8_BLOCK;
+    m.nbc = (d.cols + REFIT_FP8_BLOCK - 1) / REFIT_FP8_BLOCK;
+    m.scale_inv = static_cast<float *>(d.scale);
+    m.scale_stride = d.rows > REFIT_FP8_BLOCK ? d.scale_pitch / 4 : m.nbc;
+    m.rows = d.rows;
+    m.k = d.cols;
+    m.mode = d.fp8_scale;
+    m.aligned = (reinterpret_cast<uintptr_t>(m.src) & 15) == 0 && m.src_stride % 8 == 0 &&
+                (reinterpret_cast<uintptr_t>(m.q) & 7) == 0 && m.q_stride % 8 == 0;
+    refit_fp8_block_dev::refit_fp8_block_quantize_one(m, global - d.block0, warp_keys,
+                                                      &block_scale);
+  }
+}
+
+} // namespace
+
+extern "C" refit_status_t
+refit_direct_blocks_cuda(const refit_direct_desc_t *descs_host,
+                         const refit_direct_desc_t *descs_device, int64_t n,
+                         cudaStream_t stream) {
+  int64_t first = -1, total = 0;
   for (int64_t i = 0; i < n; i++) {
     const refit_direct_desc_t &d = descs_host[i];
     if (d.op != REFIT_DIRECT_BLOCK_QUANTIZE || d.rows == 0 || d.cols == 0)
       continue;
-    REFIT_CHECK(refit_fp8_block_quantize_cuda(
-        static_cast<const uint16_t *>(d.src), d.rows, d.cols,
-        d.rows > 1 ? d.src_pitch / 2 : d.cols, static_cast<refit_fp8_scale_t>(d.fp8_scale),
-        static_cast<uint8_t *>(d.dst), d.rows > 1 ? d.dst_pitch : d.cols,
-        static_cast<float *>(d.scale),
-        d.rows > REFIT_FP8_BLOCK ? d.scale_pitch / 4 : refit_fp8_block_count(d.cols), stream));
+    if (first < 0)
+      first = d.block0;
+    total =
+        d.block0 + refit_fp8_block_count(d.rows) * refit_fp8_block_count(d.cols) - first;
   }
-  return REFIT_OK;
+  if (total == 0)
+    return REFIT_OK;
+  if (descs_device == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "direct blocks (cuda): NULL device table");
+  static refit_cuda_grid_cache_t grid;
+  refit_direct_blocks_kernel<<<refit_cuda_grid(refit_direct_blocks_kernel,
+                                               refit_fp8_block_dev::kThreads, grid,
+                                               total),
+                               refit_fp8_block_dev::kThreads, 0, stream>>>(
+      descs_device, n, first, total);
+  return refit_cuda_launch_check("direct blocks");
 }

@@ -95,28 +95,38 @@ typedef struct {
   int64_t group_rows, perm_rows;
   int64_t value_group_bytes, scale_group_bytes;
   int32_t perm;
-  int32_t staged;     /* 1: the rows are at src_offset of the call's buffer */
-  int64_t src_offset; /* staged */
+  int32_t staged;      /* 1: the rows are at src_offset of the call's buffer */
+  int64_t src_offset;  /* staged */
   int64_t scale_pitch; /* BLOCK_QUANTIZE: bytes between block rows of scales */
   int32_t fp8_scale;   /* BLOCK_QUANTIZE: refit_fp8_scale_t */
   int32_t reserved;
+  /* The 128 x 128 blocks of the BLOCK_QUANTIZE descriptors before this one
+   * in its table (refit_direct_number_blocks): where the CUDA twin's one
+   * launch finds a block's descriptor. */
+  int64_t block0;
 } refit_direct_desc_t;
 
 /*
  * Check a table once, when it is built (the CUDA twin skips what it cannot
  * execute safely and cannot report it). Rules: known op; non-negative shape;
  * digest 0 or 1 (0 for PAD); staged 0 or 1 (0 for PAD, DIGEST and
- * BLOCK_QUANTIZE), with src_offset >= 0; non-NULL buffers that are touched; src_pitch >= the row
- * bytes (rows > 1); COPY dst_pitch >= 2 * cols; QUANTIZE and SPLIT cols, col0
- * and k multiples of 32, col0 + cols <= k, group_rows >= 1, perm_rows >=
- * group_rows (equal when perm < 0), perm_rows % 32 == 0 (64 for SRC13) when
- * perm >= 0; digest_offset >= 0 where a digest is used, and 8-byte aligned
- * unless staged (a staged trailer follows its rows wherever they end);
- * BLOCK_QUANTIZE dst_pitch >= cols, scale_pitch >= 4 * ceil(cols / 128)
- * (when rows > 128), fp8_scale 0 or 1.
- * REFIT_ERR_INVALID_ARGUMENT names the descriptor index and the rule.
+ * BLOCK_QUANTIZE), with src_offset >= 0; non-NULL buffers that are touched; src_pitch >=
+ * the row bytes (rows > 1); COPY dst_pitch >= 2 * cols; QUANTIZE and SPLIT cols, col0 and
+ * k multiples of 32, col0 + cols <= k, group_rows >= 1, perm_rows >= group_rows (equal
+ * when perm < 0), perm_rows % 32 == 0 (64 for SRC13) when perm >= 0; digest_offset >= 0
+ * where a digest is used, and 8-byte aligned unless staged (a staged trailer follows its
+ * rows wherever they end); BLOCK_QUANTIZE dst_pitch >= cols, scale_pitch >= 4 * ceil(cols
+ * / 128) (when rows > 128), fp8_scale 0 or 1. REFIT_ERR_INVALID_ARGUMENT names the
+ * descriptor index and the rule.
  */
 refit_status_t refit_direct_descs_check(const refit_direct_desc_t *descs, int64_t n);
+
+/*
+ * Number the 128 x 128 blocks of a table's BLOCK_QUANTIZE descriptors: every
+ * descriptor's block0 becomes the count of those before it. Returns the
+ * table's total. Call it once the table is built, before it is uploaded.
+ */
+int64_t refit_direct_number_blocks(refit_direct_desc_t *descs, int64_t n);
 
 /*
  * Host reference: every descriptor in order, digests sealed with `tag`;
@@ -126,8 +136,8 @@ refit_status_t refit_direct_descs_check(const refit_direct_desc_t *descs, int64_
  * discards the refit, as for a staged chunk: kernels/datapath.h says why).
  * Errors: a bad table; nothing is written then.
  */
-refit_status_t refit_direct_rows(const refit_direct_desc_t *descs, int64_t n, uint64_t tag,
-                                 void *digests, int64_t *bad_chunk);
+refit_status_t refit_direct_rows(const refit_direct_desc_t *descs, int64_t n,
+                                 uint64_t tag, void *digests, int64_t *bad_chunk);
 
 #ifdef __cplusplus
 }

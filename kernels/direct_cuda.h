@@ -37,14 +37,16 @@ refit_status_t refit_direct_rows_cuda(const refit_direct_desc_t *descs_device, i
                                       int64_t *bad_chunk_device, cudaStream_t stream);
 
 /*
- * The values and scales of the BLOCK_QUANTIZE descriptors among
- * descs_host[0 .. n) (the host copy of the table; the pointers in it are
- * device pointers): one block quantizer launch each
- * (refit_fp8_block_quantize_cuda), on `stream`. Their digests are checked by
+ * The values and scales of the BLOCK_QUANTIZE descriptors among [0, n) of a
+ * table numbered by refit_direct_number_blocks, given as its host copy (the
+ * range's blocks are counted there) and its device copy (the kernel reads
+ * it): one launch, a thread block per 128 x 128 block, which finds its
+ * descriptor by block0, on `stream`. Their digests are checked by
  * refit_direct_rows_cuda over the same table. Errors: a bad table.
  */
-refit_status_t refit_direct_blocks_cuda(const refit_direct_desc_t *descs_host, int64_t n,
-                                        cudaStream_t stream);
+refit_status_t refit_direct_blocks_cuda(const refit_direct_desc_t *descs_host,
+                                        const refit_direct_desc_t *descs_device,
+                                        int64_t n, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

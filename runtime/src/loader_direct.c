@@ -165,6 +165,7 @@ refit_status_t refit_loader_direct_tables(refit_loader_t *l, const uint16_t *con
     k++;
   }
   l->direct_pads = k - n;
+  refit_direct_number_blocks(descs, k);
   REFIT_CHECK_GOTO(refit_direct_descs_check(descs, k), st, out);
   int64_t most = l->direct_pads, max_runs = 0;
   for (int32_t b = 0; b < p->nbuckets; b++) {

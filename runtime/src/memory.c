@@ -419,7 +419,8 @@ refit_status_t refit_mem_direct_run(refit_mem_t *m, const refit_mem_table_t *t,
                                        run >= 0 ? m->run_bad_device + run : NULL, m->stream));
     /* Block FP8 chunks: the tiles above read them for their digests; their
      * values and scales come from the block quantizer. */
-    return refit_direct_blocks_cuda((const refit_direct_desc_t *)t->host + first, n,
+    return refit_direct_blocks_cuda((const refit_direct_desc_t *)t->host + first,
+                                    (const refit_direct_desc_t *)t->device + first, n,
                                     m->stream);
   }
 #endif

@@ -6,10 +6,9 @@
  *
  *   0  [300, 384]: whole block columns, a partial last block row; cut every
  *      one or two block rows and, above the last block row, at random
- *      multiples of 128 columns (a rectangle with a partial block must hold the tensor's last
- *      element, the padding value: the last block row is one chunk)
- *   1  [200, 392]: a partial block column, so never cut (the plan's
- *      REFIT_BLOCK_WIRE_WHOLE): one chunk
+ *      multiples of 128 columns (a rectangle with a partial block must hold the tensor's
+ * last element, the padding value: the last block row is one chunk) 1  [200, 392]: a
+ * partial block column, so never cut (the plan's REFIT_BLOCK_WIRE_WHOLE): one chunk
  *
  * in shuffled order. Values are random BF16 with adversarial blocks (all
  * zero, tiny, huge). The expected stores are the whole tensors quantized by
@@ -31,8 +30,8 @@ enum { DBS_TENSORS = 2, DBS_MAX_CHUNKS = 32 };
 
 typedef struct {
   int64_t rows, cols;
-  int64_t src_off, src_pitch;         /* in the source arena (bytes) */
-  int64_t q_off, s_off, s_cols;       /* weight and scale_inv in the dst arena */
+  int64_t src_off, src_pitch;   /* in the source arena (bytes) */
+  int64_t q_off, s_off, s_cols; /* weight and scale_inv in the dst arena */
 } dbs_tensor_t;
 
 typedef struct {
@@ -45,7 +44,8 @@ typedef struct {
   int mode; /* refit_fp8_scale_t */
 } dbs_t;
 
-static inline void dbs_chunk(dbs_t *s, int ti, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+static inline void dbs_chunk(dbs_t *s, int ti, int64_t r0, int64_t nr, int64_t c0,
+                             int64_t nc) {
   const dbs_tensor_t *t = &s->t[ti];
   refit_direct_desc_t *tr = &s->trainer[s->n], *ld = &s->land[s->n];
   memset(tr, 0, sizeof(*tr));
@@ -69,7 +69,8 @@ static inline void dbs_chunk(dbs_t *s, int ti, int64_t r0, int64_t nr, int64_t c
   s->n++;
 }
 
-static inline void dbs_fill(uint16_t *v, int64_t rows, int64_t cols, int64_t pitch_elems) {
+static inline void dbs_fill(uint16_t *v, int64_t rows, int64_t cols,
+                            int64_t pitch_elems) {
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < cols; c++) {
       const int64_t block = (r / 128) * 7 + c / 128;
@@ -115,8 +116,8 @@ static inline refit_status_t dbs_create(dbs_t *s, int mode) {
     uint16_t *v = (uint16_t *)(void *)(s->src + t->src_off);
     dbs_fill(v, t->rows, t->cols, t->src_pitch / 2);
     const refit_status_t st = refit_fp8_block_quantize(
-        v, t->rows, t->cols, t->src_pitch / 2, (refit_fp8_scale_t)mode, s->want + t->q_off,
-        t->cols, (float *)(void *)(s->want + t->s_off), t->s_cols);
+        v, t->rows, t->cols, t->src_pitch / 2, (refit_fp8_scale_t)mode,
+        s->want + t->q_off, t->cols, (float *)(void *)(s->want + t->s_off), t->s_cols);
     if (st != REFIT_OK)
       return st;
   }
@@ -146,6 +147,7 @@ static inline refit_status_t dbs_create(dbs_t *s, int mode) {
   for (int64_t i = 0; i < s->n; i++)
     s->trainer[i].digest_offset = s->land[i].digest_offset = 8 * i;
   s->digest_bytes = 8 * s->n;
+  refit_direct_number_blocks(s->land, s->n);
   return REFIT_OK;
 }
 

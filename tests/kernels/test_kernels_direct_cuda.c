@@ -7,7 +7,7 @@
  * when source bytes change after the digests; and the staged loader's
  * landing (QUANTIZE and SPLIT from a staging area, a flipped staged byte);
  * and block FP8 chunks quantized in place (BLOCK_QUANTIZE: the tile kernels'
- * digests, refit_direct_blocks_cuda's values and scales).
+ * digests, refit_direct_blocks_cuda's one launch for the values and scales).
  * Exits 77 (skipped) without a GPU.
  */
 #include "direct_block_scenario.h"
@@ -187,7 +187,7 @@ static void test_twin_corrupt(void **state) {
     twin((int)kt_rand_range(0, 20), round % 2);
 }
 
-/* BLOCK_QUANTIZE on the device == the C reference (and whole-tensor
+/* BLOCK_QUANTIZE on the device (one launch over the chunks) == the C reference (and whole-tensor
  * quantization), digests and a changed source byte included. */
 static void test_twin_blocks(void **state) {
   (void)state;
@@ -232,7 +232,7 @@ static void test_twin_blocks(void **state) {
     int64_t hbad = 7;
     assert_int_equal(refit_direct_rows(hl, s.n, 5, hdig, &hbad), REFIT_OK);
     assert_int_equal(refit_direct_rows_cuda(dlt, s.n, 5, ddig, acc, dbad, 0), REFIT_OK);
-    assert_int_equal(refit_direct_blocks_cuda(dl, s.n, 0), REFIT_OK);
+    assert_int_equal(refit_direct_blocks_cuda(dl, dlt, s.n, 0), REFIT_OK);
     uint8_t *gdst = to_host(ddst, (size_t)s.dst_bytes);
     CK(cudaMemcpy(&bad, dbad, 8, cudaMemcpyDeviceToHost));
     assert_int_equal(hbad, corrupt);
