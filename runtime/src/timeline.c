@@ -16,8 +16,9 @@ refit_timeline_t *refit_timeline_create(int32_t nbuckets) {
     return NULL;
   const size_t n = nbuckets > 0 ? (size_t)nbuckets : 1;
   tl->stamp = malloc(n * REFIT_TL_FIELDS * sizeof(*tl->stamp));
+  tl->cpu = malloc(n * REFIT_TL_FIELDS * sizeof(*tl->cpu));
   tl->bytes = malloc(n * sizeof(*tl->bytes));
-  if (tl->stamp == NULL || tl->bytes == NULL) {
+  if (tl->stamp == NULL || tl->cpu == NULL || tl->bytes == NULL) {
     refit_timeline_destroy(tl);
     return NULL;
   }
@@ -29,6 +30,7 @@ void refit_timeline_destroy(refit_timeline_t *tl) {
   if (tl == NULL)
     return;
   free(tl->stamp);
+  free(tl->cpu);
   free(tl->bytes);
   free(tl);
 }
@@ -50,6 +52,15 @@ static void refit_timeline_put(FILE *f, double t) {
     fputs("null", f);
   else
     fprintf(f, "%.9f", t);
+}
+
+/* CPU seconds between two marks, or null where either is unset. */
+static void refit_timeline_cpu(FILE *f, const refit_timeline_t *tl, int64_t at, int s,
+                               int e) {
+  if (isnan(tl->stamp[at + s]) || isnan(tl->stamp[at + e]))
+    fputs("null", f);
+  else
+    fprintf(f, "%.6f", tl->cpu[at + e] - tl->cpu[at + s]);
 }
 
 /* An interval [s, e], or null where neither end was marked. */
@@ -102,7 +113,14 @@ refit_status_t refit_timeline_write(const refit_timeline_t *tl, const char *pref
     refit_timeline_span(f, m[REFIT_TL_WAIT_START], m[REFIT_TL_WAIT_END]);
     fputs(", \"land\": ", f);
     refit_timeline_span(f, m[REFIT_TL_LAND_START], m[REFIT_TL_LAND_END]);
-    fputc('}', f);
+    const int64_t at = (int64_t)b * REFIT_TL_FIELDS;
+    fputs(", \"cpu\": {\"pack\": ", f);
+    refit_timeline_cpu(f, tl, at, REFIT_TL_PACK_START, REFIT_TL_PACK_END);
+    fputs(", \"wait\": ", f);
+    refit_timeline_cpu(f, tl, at, REFIT_TL_WAIT_START, REFIT_TL_WAIT_END);
+    fputs(", \"land\": ", f);
+    refit_timeline_cpu(f, tl, at, REFIT_TL_LAND_START, REFIT_TL_LAND_END);
+    fputs("}}", f);
   }
   fputs("\n]}\n", f);
   const int failed = ferror(f);

@@ -16,7 +16,8 @@
  *    "phases": {"begin": [s, e], "source": [s, e] | null,
  *               "progress_end": t, "commit": [s, e]},
  *    "bucket": [{"b": 0, "bytes": n, "pack": [s, e] | null, "post": t,
- *                "wait": [s, e], "land": [s, e] | null}, ...]}
+ *                "wait": [s, e], "land": [s, e] | null,
+ *                "cpu": {"pack": c | null, "wait": c, "land": c | null}}, ...]}
  *
  * t0 is the begin on the absolute monotonic clock (ranks of one host share
  * it, so their files line up); every other time is relative to it. Per
@@ -26,8 +27,11 @@
  * one bucket ahead); `wait` from the first time the rank waited on the
  * exchange to when it saw it complete (a trainer waits for bucket b before
  * packing b + 2, the slot's reuse); `land` the generator's land pass (copy
- * or quantize, layout, digests, the save of restore: full). A field that
- * does not apply to the rank's side is null.
+ * or quantize, layout, digests, the save of restore: full). `cpu` holds
+ * the process's CPU seconds (CLOCK_PROCESS_CPUTIME_ID) in each of those
+ * spans: below the span's length where the rank was off its core (more
+ * ranks than cores), above it where helper threads ran. A field that does
+ * not apply to the rank's side is null.
  */
 #ifndef REFIT_TIMELINE_H
 #define REFIT_TIMELINE_H
@@ -66,15 +70,20 @@ typedef struct {
   int32_t nbuckets;
   double t0;                       /* begin, absolute monotonic seconds */
   double *stamp;                   /* [nbuckets][REFIT_TL_FIELDS], NaN: unset */
+  double *cpu;                     /* the process's CPU seconds at each mark */
   int64_t *bytes;                  /* [nbuckets] */
   double phase[REFIT_TL_PHASES];   /* NaN: unset */
   int32_t slot_bucket[REFIT_EXCHANGES_IN_FLIGHT]; /* each slot's bucket */
 } refit_timeline_t;
 
-static inline double refit_timeline_clock(void) {
+static inline double refit_timeline_read(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline double refit_timeline_clock(void) {
+  return refit_timeline_read(CLOCK_MONOTONIC);
 }
 
 /* The marks of refits of `nbuckets` buckets, or NULL without memory (the
@@ -92,9 +101,11 @@ static inline void refit_timeline_mark(refit_timeline_t *tl, int32_t b,
                                        refit_tl_field_t field, int first) {
   if (tl == NULL || b < 0 || b >= tl->nbuckets)
     return;
-  double *at = &tl->stamp[(int64_t)b * REFIT_TL_FIELDS + field];
-  if (!first || isnan(*at))
-    *at = refit_timeline_clock() - tl->t0;
+  const int64_t i = (int64_t)b * REFIT_TL_FIELDS + field;
+  if (!first || isnan(tl->stamp[i])) {
+    tl->stamp[i] = refit_timeline_clock() - tl->t0;
+    tl->cpu[i] = refit_timeline_read(CLOCK_PROCESS_CPUTIME_ID);
+  }
 }
 
 static inline void refit_timeline_phase(refit_timeline_t *tl, refit_tl_phase_t phase) {
