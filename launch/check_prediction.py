@@ -315,18 +315,21 @@ def main():
             r["end_replay"]))
     print("  (end_rep: the prediction's schedule replayed over the measured pack and land "
           "and the predicted transfer)")
-    print("\n  on a core: each pass's charged bytes at the copy rate of one rank alone "
-          "against the CPU seconds it took\n  (busiest rank; ratio = measured / predicted)")
-    print("\n  %6s %9s %9s %7s %9s %9s %7s" % ("bucket", "pack_pre", "pack_cpu", "ratio",
-                                             "land_pre", "land_cpu", "ratio"))
-    for r in table:
-        print("  %6d %9.4f %9.4f %7.2f %9.4f %9.4f %7.2f" % (
-            r["bucket"], r["pack_core"], r["pack_cpu"], r["pack_cpu"] / r["pack_core"],
-            r["land_core"], r["land_cpu"], r["land_cpu"] / r["land_core"]))
-    pack_ratio = sum(r["pack_cpu"] for r in table) / sum(r["pack_core"] for r in table)
-    land_ratio = sum(r["land_cpu"] for r in table) / sum(r["land_core"] for r in table)
-    summary.update(pack_cpu_ratio=pack_ratio, land_cpu_ratio=land_ratio,
-                   replay_s=table[-1]["end_replay"] if table else 0.0)
+    summary.update(replay_s=table[-1]["end_replay"] if table else 0.0)
+    if not args.gpu:
+        # Host passes run on the rank's CPU: their CPU seconds are their work.
+        # (On a GPU the CPU only waits for the kernels.)
+        print("\n  on a core: each pass's charged bytes at the copy rate of one rank alone "
+              "against the CPU seconds it took\n  (busiest rank; ratio = measured / predicted)")
+        print("\n  %6s %9s %9s %7s %9s %9s %7s" % ("bucket", "pack_pre", "pack_cpu", "ratio",
+                                                 "land_pre", "land_cpu", "ratio"))
+        for r in table:
+            print("  %6d %9.4f %9.4f %7.2f %9.4f %9.4f %7.2f" % (
+                r["bucket"], r["pack_core"], r["pack_cpu"], r["pack_cpu"] / r["pack_core"],
+                r["land_core"], r["land_cpu"], r["land_cpu"] / r["land_core"]))
+        summary.update(
+            pack_cpu_ratio=sum(r["pack_cpu"] for r in table) / sum(r["pack_core"] for r in table),
+            land_cpu_ratio=sum(r["land_cpu"] for r in table) / sum(r["land_core"] for r in table))
     print("\n  measured: last bucket landed %.4f s after the last trainer's source "
           "(median of %d refits); refit-run refit_s %.4f s" % (
               measured, len(attempts), summary["refit_s"] or 0.0))
@@ -336,14 +339,18 @@ def main():
               pipelined, 100 * summary["error"], ends[0], ends[1], pipelined_alone,
               100 * (pipelined_alone - measured) / measured, link_only,
               100 * (link_only - measured) / measured))
-    print("  passes summed over ranks, wall / CPU seconds: pack %.4f / %.4f, generators' "
-          "wait %.4f / %.4f, land %.4f / %.4f; CPU of pack and land over %d cores: %.4f s" % (
-              use["pack"][0], use["pack"][1], use["wait"][0], use["wait"][1],
-              use["land"][0], use["land"][1], cores, (use["pack"][1] + use["land"][1]) / cores))
-    print("  on a core, passes took %.2fx (pack) and %.2fx (land) their predicted time; "
-          "off their core (wall / CPU) %.2fx and %.2fx" % (
-              pack_ratio, land_ratio, use["pack"][0] / use["pack"][1],
-              use["land"][0] / use["land"][1]))
+    if not args.gpu:
+        print("  passes summed over ranks, wall / CPU seconds: pack %.4f / %.4f, generators' "
+              "wait %.4f / %.4f, land %.4f / %.4f; CPU of pack and land over %d cores: %.4f s"
+              % (use["pack"][0], use["pack"][1], use["wait"][0], use["wait"][1],
+                 use["land"][0], use["land"][1], cores,
+                 (use["pack"][1] + use["land"][1]) / cores))
+        summary.update(pack_off_core=use["pack"][0] / use["pack"][1],
+                       land_off_core=use["land"][0] / use["land"][1])
+        print("  on a core, passes took %.2fx (pack) and %.2fx (land) their predicted time; "
+              "off their core (wall / CPU) %.2fx and %.2fx" % (
+                  summary["pack_cpu_ratio"], summary["land_cpu_ratio"],
+                  summary["pack_off_core"], summary["land_off_core"]))
     print("  files: %s" % out)
     if args.json:
         with open(args.json, "w") as f:
