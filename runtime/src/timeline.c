@@ -102,24 +102,27 @@ refit_status_t refit_timeline_write(const refit_timeline_t *tl, const char *pref
   fputs(", \"commit\": ", f);
   refit_timeline_span(f, ph[REFIT_TL_COMMIT_START], ph[REFIT_TL_COMMIT_END]);
   fputs("},\n \"bucket\": [", f);
+  /* A bucket's three passes, each a span and the CPU seconds in it. */
+  static const struct {
+    const char *name;
+    refit_tl_field_t start, end;
+  } spans[] = {{"pack", REFIT_TL_PACK_START, REFIT_TL_PACK_END},
+               {"wait", REFIT_TL_WAIT_START, REFIT_TL_WAIT_END},
+               {"land", REFIT_TL_LAND_START, REFIT_TL_LAND_END}};
   for (int32_t b = 0; b < tl->nbuckets; b++) {
-    const double *m = &tl->stamp[(int64_t)b * REFIT_TL_FIELDS];
-    fprintf(f, "%s\n  {\"b\": %d, \"bytes\": %lld, \"pack\": ", b ? "," : "", (int)b,
-            (long long)tl->bytes[b]);
-    refit_timeline_span(f, m[REFIT_TL_PACK_START], m[REFIT_TL_PACK_END]);
-    fputs(", \"post\": ", f);
-    refit_timeline_put(f, m[REFIT_TL_POST]);
-    fputs(", \"wait\": ", f);
-    refit_timeline_span(f, m[REFIT_TL_WAIT_START], m[REFIT_TL_WAIT_END]);
-    fputs(", \"land\": ", f);
-    refit_timeline_span(f, m[REFIT_TL_LAND_START], m[REFIT_TL_LAND_END]);
     const int64_t at = (int64_t)b * REFIT_TL_FIELDS;
-    fputs(", \"cpu\": {\"pack\": ", f);
-    refit_timeline_cpu(f, tl, at, REFIT_TL_PACK_START, REFIT_TL_PACK_END);
-    fputs(", \"wait\": ", f);
-    refit_timeline_cpu(f, tl, at, REFIT_TL_WAIT_START, REFIT_TL_WAIT_END);
-    fputs(", \"land\": ", f);
-    refit_timeline_cpu(f, tl, at, REFIT_TL_LAND_START, REFIT_TL_LAND_END);
+    fprintf(f, "%s\n  {\"b\": %d, \"bytes\": %lld, \"post\": ", b ? "," : "", (int)b,
+            (long long)tl->bytes[b]);
+    refit_timeline_put(f, tl->stamp[at + REFIT_TL_POST]);
+    for (size_t k = 0; k < sizeof(spans) / sizeof(spans[0]); k++) {
+      fprintf(f, ", \"%s\": ", spans[k].name);
+      refit_timeline_span(f, tl->stamp[at + spans[k].start], tl->stamp[at + spans[k].end]);
+    }
+    fputs(", \"cpu\": {", f);
+    for (size_t k = 0; k < sizeof(spans) / sizeof(spans[0]); k++) {
+      fprintf(f, "%s\"%s\": ", k ? ", " : "", spans[k].name);
+      refit_timeline_cpu(f, tl, at, spans[k].start, spans[k].end);
+    }
     fputs("}}", f);
   }
   fputs("\n]}\n", f);

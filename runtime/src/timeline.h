@@ -15,7 +15,7 @@
  *    "buckets": N, "clock": "CLOCK_MONOTONIC", "t0": T,
  *    "phases": {"begin": [s, e], "source": [s, e] | null,
  *               "progress_end": t, "commit": [s, e]},
- *    "bucket": [{"b": 0, "bytes": n, "pack": [s, e] | null, "post": t,
+ *    "bucket": [{"b": 0, "bytes": n, "post": t, "pack": [s, e] | null,
  *                "wait": [s, e], "land": [s, e] | null,
  *                "cpu": {"pack": c | null, "wait": c, "land": c | null}}, ...]}
  *
