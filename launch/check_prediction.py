@@ -7,9 +7,10 @@
 For one config, in one go on the machine it runs on:
 
 1. the link: plain messages between the job's ranks in the refit's pattern
-   (launch/bench_host_link.py: every trainer to every generator at once;
-   over UCX through Open MPI's UCX layer when refit.transport is ucx; 64
-   MiB per pair), or
+   (launch/bench_host_link.py: every trainer to every generator at once, 64
+   MiB per pair; when refit.transport is ucx, through Open MPI's UCX layer
+   with UCX_TLS=--ucx-tls, default tcp,self: refit's UCX transport asks for
+   peer error handling, which UCX 1.13 serves on one host over TCP only), or
    with --gpu a device-to-device copy of the one GPU (the CUDA IPC
    transport of two processes on one GPU copies within it);
 2. the copy rate the prediction charges the ranks' passes at: numpy copies
@@ -18,10 +19,11 @@ For one config, in one go on the machine it runs on:
    rate moves: the prediction takes their mean and says how far each end
    moves it), or with --gpu the same device copy;
 3. the prediction: `refit-plan JOB --link-gbps L --copy-gbps C --buckets`
-   (--overlap none on host memory: MPI and UCX move bytes only inside the
-   ranks' transport calls; full on the GPU; with --gpu every pair sits on
-   one "node" whose lane is the device copy: --gpus-per-node = the world,
-   --nvlink-gbps = the copy rate);
+   (--overlap pack for MPI in host memory, whose receiver moves the bytes
+   in its own transport calls; none for UCX, which needs both ends in their
+   calls; full on the GPU; with --gpu every pair sits on one "node" whose
+   lane is the device copy: --gpus-per-node = the world, --nvlink-gbps =
+   the copy rate);
 4. the refit with refit.timeline on (launch/refit-launch JOB), every rank's
    bucket marks of every refit but the first (the first faults its memory
    in);
@@ -52,7 +54,7 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-UCX_MPI = "--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any"
+UCX_MPI = "--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=%s"
 
 
 def run(cmd, log):
@@ -131,7 +133,7 @@ def predicted_buckets(text):
     return rows
 
 
-def replay(stages, overlap_none):
+def replay(stages, overlap):
     """The schedule of refit-plan's pipelined prediction (reshard/plan_stats.c,
     refit_plan_predict_passes) over given stage lengths: each bucket's end
     of pack, transfer and land. Fed the measured pack and land, it tells the
@@ -141,7 +143,9 @@ def replay(stages, overlap_none):
         prev = ends[b - 1] if b > 0 else (0.0, 0.0, 0.0)
         prev2 = ends[b - 2] if b > 1 else (0.0, 0.0, 0.0)
         pack_end = max(prev[0], prev2[1]) + pack
-        start = max(pack_end, prev[1], prev[2] if overlap_none else prev2[2])
+        start = max(pack_end, prev[1], prev2[2] if overlap == "full" else prev[2])
+        if overlap == "none" and b + 1 < len(stages):
+            start = max(start, max(pack_end, prev[1]) + stages[b + 1][0])
         xfer_end = start + xfer
         ends.append((pack_end, xfer_end, max(xfer_end, prev[2]) + land))
     return ends
@@ -201,6 +205,8 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--json")
     ap.add_argument("--gpu", action="store_true")
+    ap.add_argument("--ucx-tls", default="tcp,self",
+                    help="UCX_TLS of the link benchmark when refit.transport is ucx")
     ap.add_argument("--python", default=sys.executable,
                     help="the python with mpi4py and numpy (host) or torch (--gpu)")
     args = ap.parse_args()
@@ -218,10 +224,11 @@ def main():
     if args.gpu:
         link = copy = gpu_copy_gbps(args.python)
         alone = copy
+        overlap = "full"
         net = ["--link-gbps", "%.3f" % link, "--nvlink-gbps", "%.3f" % link,
                "--gpus-per-node", str(world), "--overlap", "full"]
     else:
-        extra = ["--launcher-args", UCX_MPI] if transport == "ucx" else []
+        extra = ["--launcher-args", UCX_MPI % args.ucx_tls] if transport == "ucx" else []
         text = run(launch + extra + [job, "--", args.python,
                                      os.path.join(HERE, "bench_host_link.py"), job,
                                      "--mib", "64"],
@@ -232,7 +239,8 @@ def main():
         text = run(bench_copy, os.path.join(out, "copy.log"))
         copy = number(r"per-rank copy ([0-9.]+) GB/s", text, "copy rate")
         alone = number(r"one rank alone: ([0-9.]+) GB/s", text, "copy rate alone")
-        net = ["--link-gbps", "%.3f" % link, "--overlap", "none"]
+        overlap = "none" if transport == "ucx" else "pack"
+        net = ["--link-gbps", "%.3f" % link, "--overlap", overlap]
     text = run(launch + [job], os.path.join(out, "refit.log"))
     load_after = os.getloadavg()
     copy_before, copy_after = copy, copy
@@ -281,13 +289,14 @@ def main():
                           land_cpu=med("land_cpu", b)))
     measured = table[-1]["end_meas"] if table else 0.0
     replayed = replay([(r["pack_meas"], r["xfer_pred"], r["land_meas"]) for r in table],
-                      not args.gpu)
+                      overlap)
     for r, e in zip(table, replayed):
         r["end_replay"] = e[2]
     use = {k: [statistics.median(u[k][i] for _, u in per) for i in (0, 1)]
            for k in ("pack", "wait", "land")}
     cores = os.cpu_count() or 1
     summary = dict(config=args.config, sets=args.set, transport=transport, ranks=world,
+                   overlap=overlap,
                    buckets=nb, link_gbps=link, copy_gbps=copy, copy_alone_gbps=alone,
                    copy_before_gbps=copy_before, copy_after_gbps=copy_after,
                    link_only_s=link_only, pipelined_s=pipelined, pipelined_range_s=ends,

@@ -224,13 +224,17 @@ void refit_plan_predict(const refit_plan_t *plan, const refit_plan_network_t *ne
 /* Whether the transport moves a bucket's bytes while the ranks pack and
  * land (refit_plan_passes_t.progress). */
 typedef enum {
-  /* GPU transports: NCCL's kernels, CUDA IPC's copies and UCX's GPU
-   * transports run beside the ranks' own kernels. */
+  /* GPU transports: NCCL's kernels, CUDA IPC's copies run beside the
+   * ranks' own kernels. */
   REFIT_PLAN_PROGRESS_ASYNC = 0,
-  /* Host memory over MPI or UCX on one host: the bytes move only inside
-   * the ranks' transport calls (the generator's CPU copies them in its
-   * wait, by CMA or through shared memory), never while it lands. */
-  REFIT_PLAN_PROGRESS_CALLER = 1
+  /* The receiver moves the bytes, in its transport calls (MPI in host
+   * memory on one host: the generator's CPU copies them by CMA in its
+   * wait): never while the generator lands; while the trainer packs, yes. */
+  REFIT_PLAN_PROGRESS_RECEIVER = 1,
+  /* Bytes move only while both ends are in their transport calls (UCX on
+   * one host, over TCP): neither while the generator lands nor while the
+   * trainer packs the next bucket. */
+  REFIT_PLAN_PROGRESS_BOTH = 2
 } refit_plan_progress_t;
 
 /* The ranks' own passes over memory that a prediction charges. */

@@ -262,22 +262,30 @@ refit_status_t refit_plan_predict_passes(const refit_plan_t *plan, const refit_c
     memset(pack, 0, (size_t)T * sizeof(int64_t));
     memset(land, 0, (size_t)G * sizeof(int64_t));
     memset(saved, 0, (size_t)G * sizeof(int64_t));
-
-    /* The lifecycle's pipeline (lifecycle.c), two exchanges in flight: a
-     * trainer packs bucket b once it packed b - 1 and the send of b - 2
-     * completed (its buffer's slot); a generator posts the receive of b
-     * after landing b - 2 and lands b once it arrived and b - 1 landed;
-     * the links carry one bucket after another. Where the bytes move only
-     * inside the ranks' transport calls, a generator does not receive
-     * while it lands: b moves after b - 1 landed. */
+  }
+  /* The lifecycle's pipeline (lifecycle.c), two exchanges in flight: a
+   * trainer packs bucket b once it packed b - 1 and the send of b - 2
+   * completed (its buffer's slot), sends it and goes on to pack b + 1; a
+   * generator posts the receive of b after landing b - 2 and lands b once
+   * it arrived and b - 1 landed; the links carry one bucket after another.
+   * Where bytes move only inside the ranks' transport calls, b moves after
+   * its generator landed b - 1 (it receives nothing while it lands), and
+   * where the sender's calls are needed too, after its trainer packed
+   * b + 1 (it sends nothing while it packs). */
+  for (int32_t b = 0; b < nb; b++) {
+    refit_plan_bucket_prediction_t *o = &buckets[b];
     const double packed_prev = b > 0 ? buckets[b - 1].pack_end_s : 0;
+    const double sent_1 = b > 0 ? buckets[b - 1].transfer_end_s : 0;
     const double sent_2 = b > 1 ? buckets[b - 2].transfer_end_s : 0;
     o->pack_end_s = refit_plan_later(packed_prev, sent_2) + o->pack_s;
-    double start = refit_plan_later(o->pack_end_s, b > 0 ? buckets[b - 1].transfer_end_s : 0);
-    if (passes->progress == REFIT_PLAN_PROGRESS_CALLER)
-      start = refit_plan_later(start, b > 0 ? buckets[b - 1].land_end_s : 0);
-    else
+    double start = refit_plan_later(o->pack_end_s, sent_1);
+    if (passes->progress == REFIT_PLAN_PROGRESS_ASYNC)
       start = refit_plan_later(start, b > 1 ? buckets[b - 2].land_end_s : 0);
+    else
+      start = refit_plan_later(start, b > 0 ? buckets[b - 1].land_end_s : 0);
+    if (passes->progress == REFIT_PLAN_PROGRESS_BOTH && b + 1 < nb)
+      start = refit_plan_later(start, refit_plan_later(o->pack_end_s, sent_1) +
+                                          buckets[b + 1].pack_s);
     o->transfer_end_s = start + o->transfer_s;
     o->land_end_s =
         refit_plan_later(o->transfer_end_s, b > 0 ? buckets[b - 1].land_end_s : 0) +

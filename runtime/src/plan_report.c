@@ -158,19 +158,21 @@ refit_status_t refit_plan_report_pipeline(refit_plan_report_h r,
                      "refit_plan_report_pipeline: NULL links or copy");
   const refit_config_t *cfg = &r->cfg;
   refit_plan_overlap_t overlap = copy->overlap;
+  const int host = cfg->refit.transport == REFIT_TRANSPORT_MPI ||
+                   cfg->refit.device_map == REFIT_DEVICE_MAP_NONE;
   if (overlap == REFIT_PLAN_OVERLAP_AUTO)
-    overlap = cfg->refit.transport == REFIT_TRANSPORT_MPI ||
-                      cfg->refit.device_map == REFIT_DEVICE_MAP_NONE
-                  ? REFIT_PLAN_OVERLAP_NONE
-                  : REFIT_PLAN_OVERLAP_FULL;
+    overlap = !host ? REFIT_PLAN_OVERLAP_FULL
+              : cfg->refit.transport == REFIT_TRANSPORT_UCX ? REFIT_PLAN_OVERLAP_NONE
+                                                            : REFIT_PLAN_OVERLAP_PACK;
   const refit_plan_network_t net = {.link_gbps = links->link_gbps,
                                     .nvlink_gbps = links->nvlink_gbps,
                                     .gpus_per_node = links->gpus_per_node};
   const int async = cfg->refit.mode == REFIT_MODE_ASYNC;
   const refit_plan_passes_t passes = {
       .copy_gbps = copy->copy_gbps,
-      .progress = overlap == REFIT_PLAN_OVERLAP_NONE ? REFIT_PLAN_PROGRESS_CALLER
-                                                     : REFIT_PLAN_PROGRESS_ASYNC,
+      .progress = overlap == REFIT_PLAN_OVERLAP_NONE   ? REFIT_PLAN_PROGRESS_BOTH
+                  : overlap == REFIT_PLAN_OVERLAP_PACK ? REFIT_PLAN_PROGRESS_RECEIVER
+                                                       : REFIT_PLAN_PROGRESS_ASYNC,
       .save = !async && cfg->refit.restore == REFIT_RESTORE_FULL,
       .commit_copy = async};
   const int32_t nb = r->plan->nbuckets;

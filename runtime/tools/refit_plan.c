@@ -1,6 +1,6 @@
 /*
  * refit-plan CONFIG [--link-gbps G] [--gpus-per-node N] [--nvlink-gbps G]
- *            [--copy-gbps G [--overlap auto|full|none] [--buckets]]
+ *            [--copy-gbps G [--overlap auto|full|pack|none] [--buckets]]
  *            [--ranks] | --world-size CONFIG
  * Prints the reshard plan without moving data: per-rank bytes, max/mean,
  * messages, buckets, the floor (the busiest rank's bytes over its links),
@@ -27,7 +27,7 @@ static int refit_plan_usage(void) {
   fprintf(stderr,
           "usage: refit-plan CONFIG.yaml [--link-gbps GB_PER_S] [--gpus-per-node N]\n"
           "                  [--nvlink-gbps GB_PER_S] [--copy-gbps GB_PER_S\n"
-          "                  [--overlap auto|full|none] [--buckets]] [--ranks]\n"
+          "                  [--overlap auto|full|pack|none] [--buckets]] [--ranks]\n"
           "       refit-plan --world-size CONFIG.yaml\n"
           "  --link-gbps  per-rank NIC bandwidth for the predicted time "
           "(default 25)\n"
@@ -41,12 +41,14 @@ static int refit_plan_usage(void) {
           "the\n"
           "               pipelined prediction (pack, transfer, land, restore "
           "save)\n"
-          "  --overlap    auto | full | none: do transfers move while ranks "
-          "pack and\n"
-          "               land (full: GPU transports) or only in their "
-          "transport calls\n"
-          "               (none: host MPI, UCX); auto: none for host-memory "
-          "configs\n"
+          "  --overlap    auto | full | pack | none: transfers move while "
+          "ranks pack and\n"
+          "               land (full: GPU transports), while trainers pack but "
+          "not while\n"
+          "               generators land (pack: host MPI), or only while both "
+          "ends are\n"
+          "               in transport calls (none: host UCX); auto: from the "
+          "config\n"
           "  --buckets    with --copy-gbps: the pipelined prediction bucket by "
           "bucket\n"
           "  --ranks      print every rank's bytes, not only the summary\n"
@@ -73,7 +75,9 @@ static int refit_plan_print_pipeline(refit_plan_report_h report,
   }
   printf("  passes           memory copy %.2f GB/s per rank; transfers %s\n", copy,
          p.overlap == REFIT_PLAN_OVERLAP_NONE
-             ? "only in the transport calls, not while landing (overlap none)"
+             ? "only while both ends are in transport calls (overlap none)"
+         : p.overlap == REFIT_PLAN_OVERLAP_PACK
+             ? "while trainers pack, not while generators land (overlap pack)"
              : "beside packing and landing (overlap full)");
   printf("  pipelined        %.4f s: sums pack %.4f s, transfer %.4f s, land %.4f s "
          "(restore save %.1f MiB)%s\n",
@@ -128,10 +132,12 @@ int main(int argc, char **argv) {
         overlap = REFIT_PLAN_OVERLAP_AUTO;
       else if (strcmp(v, "full") == 0)
         overlap = REFIT_PLAN_OVERLAP_FULL;
+      else if (strcmp(v, "pack") == 0)
+        overlap = REFIT_PLAN_OVERLAP_PACK;
       else if (strcmp(v, "none") == 0)
         overlap = REFIT_PLAN_OVERLAP_NONE;
       else {
-        fprintf(stderr, "refit-plan: --overlap expects auto, full or none, got '%s'\n", v);
+        fprintf(stderr, "refit-plan: --overlap expects auto, full, pack or none, got '%s'\n", v);
         return 2;
       }
     }

@@ -137,17 +137,22 @@ refit_status_t refit_plan_report_predict(refit_plan_report_h r,
 
 /* Whether a bucket's transfer moves while the ranks pack and land. */
 typedef enum {
-  /* From the configuration: NONE where it keeps every rank in host memory
-   * (refit.transport mpi, or refit.device_map none), else FULL. A job that
-   * lands in host memory for want of a GPU names NONE itself. */
+  /* From the configuration: where it keeps every rank in host memory
+   * (refit.transport mpi, or refit.device_map none), PACK for MPI and
+   * NONE for UCX; else FULL. A job in host memory for want of a GPU names
+   * its overlap itself. */
   REFIT_PLAN_OVERLAP_AUTO = 0,
   /* Transfers move beside the ranks' passes (GPU transports: NCCL's
    * kernels, CUDA IPC's copies). */
   REFIT_PLAN_OVERLAP_FULL = 1,
-  /* A generator's transfers move only inside its transport calls, never
-   * while it lands (MPI and UCX in host memory: its own CPU copies the
-   * bytes in its wait). */
-  REFIT_PLAN_OVERLAP_NONE = 2
+  /* Transfers move while trainers pack, not while generators land: the
+   * generator's own CPU moves the bytes in its transport calls (MPI in
+   * host memory on one host, single-copy CMA). */
+  REFIT_PLAN_OVERLAP_PACK = 2,
+  /* Transfers move only while both ends are in their transport calls:
+   * neither while the generator lands nor while the trainer packs the next
+   * bucket (UCX in host memory on one host, over TCP). */
+  REFIT_PLAN_OVERLAP_NONE = 3
 } refit_plan_overlap_t;
 
 /* The ranks' own passes over memory, for refit_plan_report_pipeline. */
