@@ -92,7 +92,12 @@ def make_job(config, sets, steps, out):
         parts = key.split(".")
         for p in parts[:-1]:
             node = node.setdefault(p, {})
-        node[parts[-1]] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        # YAML 1.1 reads on/off/yes/no as booleans; refit's enums take them
+        # as names (refit.zero_copy: off).
+        if isinstance(parsed, bool) and value.strip().lower() not in ("true", "false"):
+            parsed = value.strip()
+        node[parts[-1]] = parsed
     cfg.setdefault("refit", {})
     cfg["refit"]["timeline"] = os.path.join(out, "tl")
     cfg["refit"]["steps"] = steps
