@@ -256,9 +256,9 @@ typedef struct {
  * when the stage ends, in seconds from the moment every trainer holds the
  * new weights. */
 typedef struct {
-  int64_t pack_bytes;          /* the busiest trainer's charged bytes */
-  int64_t land_bytes;          /* the busiest generator's land ... */
-  int64_t save_bytes;          /* ... and restore save */
+  int64_t pack_bytes; /* the busiest trainer's charged bytes */
+  int64_t land_bytes; /* the busiest generator's land ... */
+  int64_t save_bytes; /* ... and restore save */
   double pack_s, transfer_s, land_s;
   double pack_end_s, transfer_end_s, land_end_s;
 } refit_plan_bucket_prediction_t;
@@ -282,7 +282,8 @@ typedef struct {
  * Errors: REFIT_ERR_INVALID_ARGUMENT (a rate not positive),
  * REFIT_ERR_NO_MEMORY.
  */
-refit_status_t refit_plan_predict_passes(const refit_plan_t *plan, const refit_catalog_t *cat,
+refit_status_t refit_plan_predict_passes(const refit_plan_t *plan,
+                                         const refit_catalog_t *cat,
                                          const refit_plan_network_t *net,
                                          const refit_plan_passes_t *passes,
                                          refit_plan_bucket_prediction_t *buckets,

@@ -133,7 +133,8 @@ static int64_t refit_plan_runtime_bytes(const refit_gen_tensor_t *g, int64_t ele
   case REFIT_QUANT_MXFP8:
     return elements + elements / 32;
   case REFIT_QUANT_FP8_BLOCK:
-    return elements + (elements + block - 1) / block * 4 + (g->mla_derived ? 2 * elements : 0);
+    return elements + (elements + block - 1) / block * 4 +
+           (g->mla_derived ? 2 * elements : 0);
   case REFIT_QUANT_NVFP4:
     return elements / 2 + elements / 16;
   default:
@@ -174,8 +175,8 @@ static void refit_plan_bucket_pack(const refit_plan_t *plan, const refit_catalog
  * the first time in the refit (seen[engine * ntensors + tensor]), which
  * restore: full copies aside before the first byte lands. */
 static void refit_plan_bucket_land(const refit_plan_t *plan, const refit_catalog_t *cat,
-                                   int32_t b, int save, unsigned char *seen, int64_t *land,
-                                   int64_t *saved) {
+                                   int32_t b, int save, unsigned char *seen,
+                                   int64_t *land, int64_t *saved) {
   const int32_t tp = cat->generator.tp;
   const int64_t ntensors = cat->gen_begin[tp];
   for (int64_t i = plan->bucket_msg_begin[b]; i < plan->bucket_msg_begin[b + 1]; i++) {
@@ -206,7 +207,8 @@ static int64_t refit_plan_max(const int64_t *v, int32_t n) {
 
 static double refit_plan_later(double a, double b) { return a > b ? a : b; }
 
-refit_status_t refit_plan_predict_passes(const refit_plan_t *plan, const refit_catalog_t *cat,
+refit_status_t refit_plan_predict_passes(const refit_plan_t *plan,
+                                         const refit_catalog_t *cat,
                                          const refit_plan_network_t *net,
                                          const refit_plan_passes_t *passes,
                                          refit_plan_bucket_prediction_t *buckets,
@@ -302,7 +304,8 @@ refit_status_t refit_plan_predict_passes(const refit_plan_t *plan, const refit_c
       int64_t bytes = 0;
       const int32_t t = g % tp;
       for (int64_t i = cat->gen_begin[t]; i < cat->gen_begin[t + 1]; i++)
-        bytes += refit_plan_runtime_bytes(&cat->gen[i], cat->gen[i].rows * cat->gen[i].cols);
+        bytes +=
+            refit_plan_runtime_bytes(&cat->gen[i], cat->gen[i].rows * cat->gen[i].cols);
       const double c = (double)bytes / copy;
       pl.commit_s = c > pl.commit_s ? c : pl.commit_s;
     }

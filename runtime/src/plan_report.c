@@ -161,7 +161,7 @@ refit_status_t refit_plan_report_pipeline(refit_plan_report_h r,
   const int host = cfg->refit.transport == REFIT_TRANSPORT_MPI ||
                    cfg->refit.device_map == REFIT_DEVICE_MAP_NONE;
   if (overlap == REFIT_PLAN_OVERLAP_AUTO)
-    overlap = !host ? REFIT_PLAN_OVERLAP_FULL
+    overlap = !host                                         ? REFIT_PLAN_OVERLAP_FULL
               : cfg->refit.transport == REFIT_TRANSPORT_UCX ? REFIT_PLAN_OVERLAP_NONE
                                                             : REFIT_PLAN_OVERLAP_PACK;
   const refit_plan_network_t net = {.link_gbps = links->link_gbps,

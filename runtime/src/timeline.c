@@ -116,7 +116,8 @@ refit_status_t refit_timeline_write(const refit_timeline_t *tl, const char *pref
     refit_timeline_put(f, tl->stamp[at + REFIT_TL_POST]);
     for (size_t k = 0; k < sizeof(spans) / sizeof(spans[0]); k++) {
       fprintf(f, ", \"%s\": ", spans[k].name);
-      refit_timeline_span(f, tl->stamp[at + spans[k].start], tl->stamp[at + spans[k].end]);
+      refit_timeline_span(f, tl->stamp[at + spans[k].start],
+                          tl->stamp[at + spans[k].end]);
     }
     fputs(", \"cpu\": {", f);
     for (size_t k = 0; k < sizeof(spans) / sizeof(spans[0]); k++) {

@@ -68,11 +68,11 @@ typedef enum {
 
 typedef struct {
   int32_t nbuckets;
-  double t0;                       /* begin, absolute monotonic seconds */
-  double *stamp;                   /* [nbuckets][REFIT_TL_FIELDS], NaN: unset */
-  double *cpu;                     /* the process's CPU seconds at each mark */
-  int64_t *bytes;                  /* [nbuckets] */
-  double phase[REFIT_TL_PHASES];   /* NaN: unset */
+  double t0;                     /* begin, absolute monotonic seconds */
+  double *stamp;                 /* [nbuckets][REFIT_TL_FIELDS], NaN: unset */
+  double *cpu;                   /* the process's CPU seconds at each mark */
+  int64_t *bytes;                /* [nbuckets] */
+  double phase[REFIT_TL_PHASES]; /* NaN: unset */
   int32_t slot_bucket[REFIT_EXCHANGES_IN_FLIGHT]; /* each slot's bucket */
 } refit_timeline_t;
 

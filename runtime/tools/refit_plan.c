@@ -137,11 +137,11 @@ int main(int argc, char **argv) {
       else if (strcmp(v, "none") == 0)
         overlap = REFIT_PLAN_OVERLAP_NONE;
       else {
-        fprintf(stderr, "refit-plan: --overlap expects auto, full, pack or none, got '%s'\n", v);
+        fprintf(stderr,
+                "refit-plan: --overlap expects auto, full, pack or none, got '%s'\n", v);
         return 2;
       }
-    }
-    else if (strcmp(argv[i], "--link-gbps") == 0 && i + 1 < argc) {
+    } else if (strcmp(argv[i], "--link-gbps") == 0 && i + 1 < argc) {
       char *end = NULL;
       gbps = strtod(argv[++i], &end);
       if (end == argv[i] || *end != '\0' || gbps <= 0) {

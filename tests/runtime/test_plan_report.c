@@ -203,8 +203,8 @@ static void test_pipeline(void **state) {
 
     /* Fewer overlaps, no shorter a refit. */
     double total[3];
-    const refit_plan_overlap_t order[3] = {REFIT_PLAN_OVERLAP_FULL, REFIT_PLAN_OVERLAP_PACK,
-                                           REFIT_PLAN_OVERLAP_NONE};
+    const refit_plan_overlap_t order[3] = {
+        REFIT_PLAN_OVERLAP_FULL, REFIT_PLAN_OVERLAP_PACK, REFIT_PLAN_OVERLAP_NONE};
     for (int k = 0; k < 3; k++) {
       copy.overlap = order[k];
       assert_int_equal(refit_plan_report_pipeline(r, &links, &copy, NULL, &pl), REFIT_OK);

@@ -176,8 +176,8 @@ typedef struct {
 typedef struct {
   double pack_s, transfer_s, land_s; /* each stage summed over buckets */
   int64_t save_bytes;                /* the restore saves, summed */
-  double commit_s; /* refit.mode async: the commit's copy of the shadow */
-  double total_s;  /* the last bucket landed, plus commit_s */
+  double commit_s;              /* refit.mode async: the commit's copy of the shadow */
+  double total_s;               /* the last bucket landed, plus commit_s */
   refit_plan_overlap_t overlap; /* as used (AUTO resolved) */
 } refit_plan_pipeline_prediction_t;
 
