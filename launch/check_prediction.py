@@ -57,6 +57,16 @@ ROOT = os.path.dirname(HERE)
 UCX_MPI = "--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=%s"
 
 
+def find_python(modules):
+    """The first of this interpreter, python3 and /usr/bin/python3 that
+    imports `modules` (a pyenv python3 on PATH may lack Debian's)."""
+    for candidate in (sys.executable, "python3", "/usr/bin/python3"):
+        if subprocess.run([candidate, "-c", "import " + ", ".join(modules)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
+            return candidate
+    sys.exit("check_prediction: no python imports %s (give --python)" % ", ".join(modules))
+
+
 def run(cmd, log):
     """Run cmd, keep its output in log, return it; a failure ends the check."""
     print("check_prediction: $ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
@@ -201,7 +211,8 @@ def measure(ranks):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--steps", type=int, default=5)
@@ -212,9 +223,13 @@ def main():
     ap.add_argument("--gpu", action="store_true")
     ap.add_argument("--ucx-tls", default="tcp,self",
                     help="UCX_TLS of the link benchmark when refit.transport is ucx")
-    ap.add_argument("--python", default=sys.executable,
-                    help="the python with mpi4py and numpy (host) or torch (--gpu)")
+    ap.add_argument("--python",
+                    help="the python the benchmarks run in: with mpi4py, numpy and yaml "
+                    "(host) or torch (--gpu); default: the first of this one, python3, "
+                    "/usr/bin/python3 that has them")
     args = ap.parse_args()
+    args.python = args.python or find_python(["torch"] if args.gpu else
+                                             ["mpi4py", "numpy", "yaml"])
     out = os.path.abspath(args.out or tempfile.mkdtemp(prefix="check-prediction."))
     os.makedirs(out, exist_ok=True)
     for old in glob.glob(os.path.join(out, "tl.refit*.json")):
