@@ -234,4 +234,72 @@ void refit_plan_stats(const refit_plan_t *plan, double link_gbps,
 void refit_plan_predict(const refit_plan_t *plan, const refit_plan_network_t *net,
                         refit_plan_stats_t *stats);
 
+/* Whether the transport moves a bucket's bytes while the ranks pack and
+ * land (refit_plan_passes_t.progress). */
+typedef enum {
+  /* GPU transports: NCCL's kernels, CUDA IPC's copies run beside the
+   * ranks' own kernels. */
+  REFIT_PLAN_PROGRESS_ASYNC = 0,
+  /* The receiver moves the bytes, in its transport calls (MPI in host
+   * memory on one host: the generator's CPU copies them by CMA in its
+   * wait): never while the generator lands; while the trainer packs, yes. */
+  REFIT_PLAN_PROGRESS_RECEIVER = 1,
+  /* Bytes move only while both ends are in their transport calls (UCX on
+   * one host, over TCP): neither while the generator lands nor while the
+   * trainer packs the next bucket. */
+  REFIT_PLAN_PROGRESS_BOTH = 2
+} refit_plan_progress_t;
+
+/* The ranks' own passes over memory that a prediction charges. */
+typedef struct {
+  /* One rank's memory copy rate, GB/s (1e9 bytes copied a second) while
+   * the other ranks run too; a pass that reads R bytes and writes W is
+   * charged (R + W) / 2 at it. */
+  double copy_gbps;
+  refit_plan_progress_t progress;
+  /* refit.mode sync with refit.restore full: a tensor's whole runtime
+   * storage is copied aside before its first chunk of the refit lands. */
+  int save;
+  /* refit.mode async: the commit copies the whole shadow into runtime
+   * storage. */
+  int commit_copy;
+} refit_plan_passes_t;
+
+/* One bucket of a pipelined prediction: each stage's busiest rank, and
+ * when the stage ends, in seconds from the moment every trainer holds the
+ * new weights. */
+typedef struct {
+  int64_t pack_bytes; /* the busiest trainer's charged bytes */
+  int64_t land_bytes; /* the busiest generator's land ... */
+  int64_t save_bytes; /* ... and restore save */
+  double pack_s, transfer_s, land_s;
+  double pack_end_s, transfer_end_s, land_end_s;
+} refit_plan_bucket_prediction_t;
+
+/* A pipelined prediction's sums. */
+typedef struct {
+  double pack_s, transfer_s, land_s; /* each stage summed over buckets */
+  int64_t save_bytes;                /* summed over buckets (busiest ranks) */
+  double commit_s;                   /* the async commit's copy, else 0 */
+  double total_s;                    /* the last land's end plus the commit */
+} refit_plan_pipeline_t;
+
+/*
+ * The refit predicted as the lifecycle pipelines it (docs/architecture.md,
+ * "The prediction's model"): per bucket, the busiest trainer's pack, the
+ * busiest rank's transfer over its links (as refit_plan_predict) and the
+ * busiest generator's land (and restore save), each pass's bytes at
+ * passes->copy_gbps; then the schedule of two exchanges in flight.
+ * buckets[] holds plan->nbuckets entries. Computation (quantizing, digests),
+ * per-message latency and the begin and commit exchanges are not charged.
+ * Errors: REFIT_ERR_INVALID_ARGUMENT (a rate not positive),
+ * REFIT_ERR_NO_MEMORY.
+ */
+refit_status_t refit_plan_predict_passes(const refit_plan_t *plan,
+                                         const refit_catalog_t *cat,
+                                         const refit_plan_network_t *net,
+                                         const refit_plan_passes_t *passes,
+                                         refit_plan_bucket_prediction_t *buckets,
+                                         refit_plan_pipeline_t *out);
+
 #endif /* REFIT_RESHARD_PLAN_H */

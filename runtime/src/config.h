@@ -216,6 +216,9 @@ typedef struct {
     refit_device_map_t device_map; /* local_rank (default) | none */
     refit_locality_t locality;     /* host (default) | gpu */
     refit_zero_copy_t zero_copy;   /* auto (default) | on | off */
+    /* File prefix of the per-bucket timelines (timeline.h): each rank
+     * writes one file per committed refit; "" (default) records none. */
+    char timeline[REFIT_PATH_MAX];
     struct {
       int enabled;        /* the file has a refit.fault mapping */
       int phase;          /* refit_fault_phase_t */

@@ -228,6 +228,10 @@
   X(REFIT_ZERO_COPY, "refit", "zero_copy", ENUM, refit.zero_copy, "auto", 0,   \
     0, "auto|on|off", 0,                                                       \
     "generators read trainers on their GPU in place (auto: where all can)")    \
+  X(REFIT_TIMELINE, "refit", "timeline", STRING, refit.timeline, "", 0, 0,   \
+    "", 0,                                                                     \
+    "file prefix of per-bucket timelines: after each committed refit every "  \
+    "rank writes PREFIX.refit<N>.rank<R>.json; empty = none")                 \
   X(REFIT_FAULT, "refit", "fault", SECTION, refit.fault.enabled, NULL, 0, 0,   \
     "", 0, "fault injection seam for tests")                                   \
   X(REFIT_FAULT_PHASE, "refit.fault", "phase", ENUM, refit.fault.phase, NULL,  \

@@ -176,6 +176,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
                      "(state %d); commit or abort it first",
                      (unsigned long long)version, (int)s->state);
   const double t_acquire = MPI_Wtime();
+  const double tl0 = s->timeline != NULL ? refit_timeline_clock() : 0;
   /* Every rank's first begin, whether or not its memory is complete: the
    * engines' forms are reduced once (collective). A failure after planning
    * again leaves nothing consistent to refit with. */
@@ -314,6 +315,8 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
   s->next_posted = 0;
   memset(&s->times, 0, sizeof(s->times));
   s->times.staging = acquire_s;
+  if (s->timeline != NULL)
+    refit_timeline_start(s->timeline, tl0);
   s->t_begin = MPI_Wtime() - acquire_s;
   s->deadline = s->t_begin + s->cfg.refit.timeout_s;
   /* Tags name the attempt as far as MPI_TAG_UB allows (Open MPI: 2^31 - 1,
@@ -324,9 +327,11 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
   s->state = REFIT_STATE_RECEIVING;
   if (s->is_trainer) {
     double t = MPI_Wtime();
+    refit_timeline_phase(s->timeline, REFIT_TL_SOURCE_START);
     if (s->cfg.source.kind != REFIT_SOURCE_CALLER)
       st = refit_trainer_source(s, version);
     s->times.source = MPI_Wtime() - t;
+    refit_timeline_phase(s->timeline, REFIT_TL_SOURCE_END);
   } else {
     refit_loader_begin(s->loader);
   }
@@ -352,6 +357,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
     refit_error_set(st, "%s", s->failure);
     return st;
   }
+  refit_timeline_phase(s->timeline, REFIT_TL_BEGIN_END);
   return REFIT_OK;
 }
 
@@ -371,11 +377,14 @@ static refit_status_t refit_session_wait_slot(refit_session_t *s, int slot,
   snprintf(phase, sizeof(phase), "version %llu bucket %d %s on %s rank %d",
            (unsigned long long)s->pending, bucket, what,
            s->is_trainer ? "trainer" : "generator", s->role_rank);
+  const int32_t tb = refit_timeline_slot(s->timeline, slot);
+  refit_timeline_mark(s->timeline, tb, REFIT_TL_WAIT_START, 1);
   double t = MPI_Wtime();
   refit_status_t st =
       s->transport.ops->wait(s->transport.ctx, s->inflight[slot], s->deadline, phase);
   s->inflight[slot] = NULL;
   s->times.transfer += MPI_Wtime() - t;
+  refit_timeline_mark(s->timeline, tb, REFIT_TL_WAIT_END, 0);
   if (st != REFIT_OK) /* the transport abandoned what was left */
     s->exposed = 1;
   if (st == REFIT_ERR_TIMEOUT)
@@ -395,10 +404,14 @@ static refit_status_t refit_session_poll_slot(refit_session_t *s, int slot,
     return REFIT_OK;
   if (s->transport.ops->test == NULL)
     return refit_session_wait_slot(s, slot, "poll", -1);
+  const int32_t tb = refit_timeline_slot(s->timeline, slot);
+  refit_timeline_mark(s->timeline, tb, REFIT_TL_WAIT_START, 1);
   double t = MPI_Wtime();
   refit_status_t st =
       s->transport.ops->test(s->transport.ctx, s->inflight[slot], arrived);
   s->times.transfer += MPI_Wtime() - t;
+  if (st == REFIT_OK && *arrived)
+    refit_timeline_mark(s->timeline, tb, REFIT_TL_WAIT_END, 0);
   if (st != REFIT_OK || *arrived)
     s->inflight[slot] = NULL; /* freed by test */
   if (st != REFIT_OK)
@@ -406,6 +419,14 @@ static refit_status_t refit_session_poll_slot(refit_session_t *s, int slot,
   if (st == REFIT_OK && *arrived)
     s->deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
   return st;
+}
+
+/* Bytes of an exchange's messages, for the timeline. */
+static int64_t refit_xfers_bytes(const refit_xfer_t *xfers, int n) {
+  int64_t bytes = 0;
+  for (int i = 0; i < n; i++)
+    bytes += (int64_t)xfers[i].bytes;
+  return bytes;
 }
 
 /* Trainer: one bucket (pack and send), or the final drain. */
@@ -416,6 +437,7 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
   if (b >= p->nbuckets) {
     for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
       REFIT_CHECK(refit_session_wait_slot(s, i, "send", b));
+    refit_timeline_phase(s->timeline, REFIT_TL_PROGRESS_END);
     *done = 1;
     return REFIT_OK;
   }
@@ -423,6 +445,7 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
   REFIT_CHECK(refit_session_wait_slot(s, slot, "send", b - REFIT_EXCHANGES_IN_FLIGHT));
   int nx = 0;
   double t = MPI_Wtime();
+  refit_timeline_mark(s->timeline, b, REFIT_TL_PACK_START, 0);
   unsigned char *packed_at = refit_dw_pack_target(s->dw, b, s->buffer[slot]);
   st = refit_trainer_pack(s, b, packed_at, s->xfers, &nx, 0);
   /* While the pack kernel runs, keep the bucket in flight moving: some
@@ -438,6 +461,7 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
   if (st == REFIT_OK && s->dw != NULL)
     st = refit_dw_trainer_encode(s, b, slot, packed_at, s->xfers, nx);
   s->times.pack += MPI_Wtime() - t;
+  refit_timeline_mark(s->timeline, b, REFIT_TL_PACK_END, 0);
   REFIT_CHECK(st);
   if (nx > 0 && refit_session_fault_here(s, REFIT_FAULT_PHASE_TRANSFER) &&
       b == refit_session_fault_bucket(s)) {
@@ -468,6 +492,7 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
   }
   REFIT_CHECK(refit_session_start(s, s->xfers, nx, NULL, 0, s->tag_base | (b & 0xfff),
                                   &s->inflight[slot]));
+  refit_timeline_post(s->timeline, b, slot, refit_xfers_bytes(s->xfers, nx));
   s->next_posted = b + 1;
   s->next_bucket++;
   *done = 0;
@@ -483,6 +508,7 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
     refit_generator_recvs(s, 0, s->buffer[0], s->xfers, &nx);
     REFIT_CHECK(
         refit_session_start(s, NULL, 0, s->xfers, nx, s->tag_base, &s->inflight[0]));
+    refit_timeline_post(s->timeline, 0, 0, refit_xfers_bytes(s->xfers, nx));
     s->next_posted = 1;
   }
   if (b >= p->nbuckets) {
@@ -490,6 +516,7 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
     refit_status_t st = refit_loader_end(s->loader);
     s->times.unpack += MPI_Wtime() - t;
     REFIT_CHECK(st);
+    refit_timeline_phase(s->timeline, REFIT_TL_PROGRESS_END);
     *done = 1;
     return REFIT_OK;
   }
@@ -498,6 +525,7 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
     refit_generator_recvs(s, b + 1, s->buffer[next], s->xfers, &nx);
     REFIT_CHECK(refit_session_start(s, NULL, 0, s->xfers, nx,
                                     s->tag_base | ((b + 1) & 0xfff), &s->inflight[next]));
+    refit_timeline_post(s->timeline, b + 1, next, refit_xfers_bytes(s->xfers, nx));
     s->next_posted = b + 2;
   }
   const int slot = b % REFIT_EXCHANGES_IN_FLIGHT;
@@ -525,6 +553,7 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
                                                     : REFIT_LAND_NORMAL;
   }
   double t = MPI_Wtime();
+  refit_timeline_mark(s->timeline, b, REFIT_TL_LAND_START, 0);
   const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
   unsigned char *land_from = s->buffer[slot];
   refit_status_t st =
@@ -534,6 +563,7 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
     st = s->zero_copy ? refit_loader_land_direct(s->loader, b, s->buffer[slot], tag, lf)
                       : refit_loader_land_bucket(s->loader, b, land_from, tag, lf);
   s->times.unpack += MPI_Wtime() - t;
+  refit_timeline_mark(s->timeline, b, REFIT_TL_LAND_END, 0);
   REFIT_CHECK(st);
   s->next_bucket++;
   *done = 0;
@@ -563,6 +593,21 @@ refit_status_t refit_session_progress(refit_session_t *s, int *done) {
   if (*done)
     s->state = REFIT_STATE_READY;
   return REFIT_OK;
+}
+
+/* refit.timeline: this committed refit's marks to their file. The refit
+ * stands whatever becomes of the file: a failure to write it is a warning. */
+static void refit_session_write_timeline(const refit_session_t *s) {
+  if (s->timeline == NULL)
+    return;
+  const refit_timeline_owner_t who = {.rank = s->rank,
+                                      .role_rank = s->role_rank,
+                                      .trainer = s->is_trainer,
+                                      .version = s->committed,
+                                      .attempt = s->attempt,
+                                      .transport = s->transport.ops->name};
+  if (refit_timeline_write(s->timeline, s->cfg.refit.timeline, &who) != REFIT_OK)
+    REFIT_WARN("%s", refit_last_error());
 }
 
 /* This rank's vote on the attempt begun (ok: yes), everyone's into
@@ -614,6 +659,7 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
   if (ok)
     s->state = REFIT_STATE_COMMITTING;
   const double t = MPI_Wtime();
+  refit_timeline_phase(s->timeline, REFIT_TL_COMMIT_START);
   if (refit_session_fault_here(s, REFIT_FAULT_PHASE_VOTE) &&
       s->fault.action == REFIT_FAULT_STALL) {
     /* Held at the vote until every peer's vote deadline has passed, then
@@ -699,6 +745,8 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
   refit_session_release_staging(s);
   s->times.staging += MPI_Wtime() - t_release;
   s->times.total = MPI_Wtime() - s->t_begin;
+  refit_timeline_phase(s->timeline, REFIT_TL_COMMIT_END);
+  refit_session_write_timeline(s);
   return REFIT_OK;
 }
 

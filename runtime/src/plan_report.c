@@ -150,6 +150,65 @@ refit_status_t refit_plan_report_predict(refit_plan_report_h r,
   return REFIT_OK;
 }
 
+refit_status_t refit_plan_report_pipeline(refit_plan_report_h r,
+                                          const refit_plan_links_t *links,
+                                          const refit_plan_copy_t *copy,
+                                          refit_plan_bucket_t *buckets,
+                                          refit_plan_pipeline_prediction_t *out) {
+  REFIT_CHECK(refit_plan_report_built(r, out, __func__));
+  if (links == NULL || copy == NULL)
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "refit_plan_report_pipeline: NULL links or copy");
+  const refit_config_t *cfg = &r->cfg;
+  refit_plan_overlap_t overlap = copy->overlap;
+  const int host = cfg->refit.transport == REFIT_TRANSPORT_MPI ||
+                   cfg->refit.device_map == REFIT_DEVICE_MAP_NONE;
+  if (overlap == REFIT_PLAN_OVERLAP_AUTO)
+    overlap = !host                                         ? REFIT_PLAN_OVERLAP_FULL
+              : cfg->refit.transport == REFIT_TRANSPORT_UCX ? REFIT_PLAN_OVERLAP_NONE
+                                                            : REFIT_PLAN_OVERLAP_PACK;
+  const refit_plan_network_t net = {.link_gbps = links->link_gbps,
+                                    .nvlink_gbps = links->nvlink_gbps,
+                                    .gpus_per_node = links->gpus_per_node};
+  const int async = cfg->refit.mode == REFIT_MODE_ASYNC;
+  const refit_plan_passes_t passes = {
+      .copy_gbps = copy->copy_gbps,
+      .progress = overlap == REFIT_PLAN_OVERLAP_NONE   ? REFIT_PLAN_PROGRESS_BOTH
+                  : overlap == REFIT_PLAN_OVERLAP_PACK ? REFIT_PLAN_PROGRESS_RECEIVER
+                                                       : REFIT_PLAN_PROGRESS_ASYNC,
+      .save = !async && cfg->refit.restore == REFIT_RESTORE_FULL,
+      .commit_copy = async};
+  const int32_t nb = r->plan->nbuckets;
+  refit_plan_bucket_prediction_t *b = malloc((size_t)(nb > 0 ? nb : 1) * sizeof(*b));
+  if (b == NULL)
+    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "refit_plan_report_pipeline: %d buckets",
+                     (int)nb);
+  refit_plan_pipeline_t pl;
+  const refit_status_t st =
+      refit_plan_predict_passes(r->plan, r->cat, &net, &passes, b, &pl);
+  for (int32_t i = 0; st == REFIT_OK && buckets != NULL && i < nb; i++)
+    buckets[i] = (refit_plan_bucket_t){.pack_bytes = b[i].pack_bytes,
+                                       .land_bytes = b[i].land_bytes,
+                                       .save_bytes = b[i].save_bytes,
+                                       .pack_s = b[i].pack_s,
+                                       .transfer_s = b[i].transfer_s,
+                                       .land_s = b[i].land_s,
+                                       .pack_end_s = b[i].pack_end_s,
+                                       .transfer_end_s = b[i].transfer_end_s,
+                                       .land_end_s = b[i].land_end_s};
+  free(b);
+  if (st != REFIT_OK)
+    return st;
+  *out = (refit_plan_pipeline_prediction_t){.pack_s = pl.pack_s,
+                                            .transfer_s = pl.transfer_s,
+                                            .land_s = pl.land_s,
+                                            .save_bytes = pl.save_bytes,
+                                            .commit_s = pl.commit_s,
+                                            .total_s = pl.total_s,
+                                            .overlap = overlap};
+  return REFIT_OK;
+}
+
 refit_status_t refit_plan_report_rank_bytes(refit_plan_report_h r, refit_plan_side_t side,
                                             int rank, int64_t *bytes) {
   REFIT_CHECK(refit_plan_report_built(r, bytes, __func__));

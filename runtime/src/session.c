@@ -626,6 +626,9 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   }
   if (st == REFIT_OK)
     st = refit_session_alloc_buffers(s);
+  if (st == REFIT_OK && s->cfg.refit.timeline[0] != '\0' &&
+      (s->timeline = refit_timeline_create(s->plan->nbuckets)) == NULL)
+    st = REFIT_ERR(REFIT_ERR_NO_MEMORY, "refit.timeline: the marks' table");
   REFIT_CHECK_GOTO(refit_session_agree(s, st, "allocating memory"), st, err);
   REFIT_CHECK_GOTO(refit_session_register_staging(s, st), st, err);
   s->state = REFIT_STATE_IDLE;
@@ -696,6 +699,7 @@ void refit_session_destroy(refit_session_t *s) {
   free(s->xfers);
   free(s->my_msgs);
   free(s->my_begin);
+  refit_timeline_destroy(s->timeline);
   refit_plan_destroy(s->plan);
   refit_catalog_destroy(s->cat);
   free(s->config_text);

@@ -16,6 +16,7 @@
 #include "loader.h"
 #include "memory.h"
 #include "source.h"
+#include "timeline.h"
 #include "transport.h"
 
 #include <mpi.h>
@@ -149,6 +150,8 @@ typedef struct refit_session {
   refit_exchange_t *inflight[REFIT_EXCHANGES_IN_FLIGHT];
   double t_begin, deadline;
   refit_phase_times_t times;
+  /* refit.timeline: this refit's bucket marks; NULL when not asked for. */
+  refit_timeline_t *timeline;
   refit_fault_t fault;
 
   /* Zero copy (refit.zero_copy, zero_copy.c): the GPU of every rank (NULL

@@ -1,11 +1,14 @@
 /*
  * refit-plan CONFIG [--link-gbps G] [--gpus-per-node N] [--nvlink-gbps G]
+ *            [--copy-gbps G [--overlap auto|full|pack|none] [--buckets]]
  *            [--ranks] | --world-size CONFIG
  * Prints the reshard plan without moving data: per-rank bytes, max/mean,
  * messages, buckets, the floor (the busiest rank's bytes over its links),
  * the transfer time predicted bucket by bucket, their ratio, the worst
- * bucket's balance and the MXFP8 arena. One process, no MPI launch needed:
- * a client of refit/plan.h alone.
+ * bucket's balance and the MXFP8 arena; with --copy-gbps also the refit as
+ * the lifecycle pipelines it (pack, transfer, land and the restore save),
+ * and with --buckets that prediction bucket by bucket. One process, no MPI
+ * launch needed: a client of refit/plan.h alone.
  */
 #include "refit/plan.h"
 
@@ -23,7 +26,8 @@ static double refit_plan_now(void) {
 static int refit_plan_usage(void) {
   fprintf(stderr,
           "usage: refit-plan CONFIG.yaml [--link-gbps GB_PER_S] [--gpus-per-node N]\n"
-          "                  [--nvlink-gbps GB_PER_S] [--ranks]\n"
+          "                  [--nvlink-gbps GB_PER_S] [--copy-gbps GB_PER_S\n"
+          "                  [--overlap auto|full|pack|none] [--buckets]] [--ranks]\n"
           "       refit-plan --world-size CONFIG.yaml\n"
           "  --link-gbps  per-rank NIC bandwidth for the predicted time "
           "(default 25)\n"
@@ -33,16 +37,77 @@ static int refit_plan_usage(void) {
           "on the NIC)\n"
           "  --nvlink-gbps per-GPU NVLink bandwidth per direction (default "
           "450)\n"
+          "  --copy-gbps  one rank's memory copy rate while all ranks run: adds "
+          "the\n"
+          "               pipelined prediction (pack, transfer, land, restore "
+          "save)\n"
+          "  --overlap    auto | full | pack | none: transfers move while "
+          "ranks pack and\n"
+          "               land (full: GPU transports), while trainers pack but "
+          "not while\n"
+          "               generators land (pack: host MPI), or only while both "
+          "ends are\n"
+          "               in transport calls (none: host UCX); auto: from the "
+          "config\n"
+          "  --buckets    with --copy-gbps: the pipelined prediction bucket by "
+          "bucket\n"
           "  --ranks      print every rank's bytes, not only the summary\n"
           "  --world-size print the number of MPI ranks the config needs\n");
   return 2;
 }
 
+/* The pipelined prediction (--copy-gbps), and with `per_bucket` its table:
+ * per bucket the busiest trainer's pack, the busiest rank's transfer and
+ * the busiest generator's land (restore save included), in seconds, and
+ * when each stage of the bucket ends, from the moment every trainer holds
+ * the new weights. */
+static int refit_plan_print_pipeline(refit_plan_report_h report,
+                                     const refit_plan_links_t *links, double copy,
+                                     refit_plan_overlap_t overlap, int nbuckets,
+                                     int per_bucket) {
+  refit_plan_bucket_t *b = calloc((size_t)(nbuckets > 0 ? nbuckets : 1), sizeof(*b));
+  refit_plan_pipeline_prediction_t p;
+  const refit_plan_copy_t c = {.copy_gbps = copy, .overlap = overlap};
+  if (b == NULL || refit_plan_report_pipeline(report, links, &c, b, &p) != REFIT_OK) {
+    fprintf(stderr, "refit-plan: %s\n", b == NULL ? "out of memory" : refit_last_error());
+    free(b);
+    return 1;
+  }
+  printf("  passes           memory copy %.2f GB/s per rank; transfers %s\n", copy,
+         p.overlap == REFIT_PLAN_OVERLAP_NONE
+             ? "only while both ends are in transport calls (overlap none)"
+         : p.overlap == REFIT_PLAN_OVERLAP_PACK
+             ? "while trainers pack, not while generators land (overlap pack)"
+             : "beside packing and landing (overlap full)");
+  printf("  pipelined        %.4f s: sums pack %.4f s, transfer %.4f s, land %.4f s "
+         "(restore save %.1f MiB)%s\n",
+         p.total_s, p.pack_s, p.transfer_s, p.land_s, (double)p.save_bytes / 1048576.0,
+         p.commit_s > 0 ? ", plus the async commit's copy" : "");
+  if (p.commit_s > 0)
+    printf("  commit copy      %.4f s (refit.mode async: the shadow into runtime "
+           "storage)\n",
+           p.commit_s);
+  if (per_bucket) {
+    printf("\n  %6s %9s %9s %9s %9s %9s %9s %12s %12s %12s\n", "bucket", "pack_s",
+           "xfer_s", "land_s", "pack_end", "xfer_end", "land_end", "pack_bytes",
+           "land_bytes", "save_bytes");
+    for (int i = 0; i < nbuckets; i++)
+      printf("  %6d %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %12lld %12lld %12lld\n", i,
+             b[i].pack_s, b[i].transfer_s, b[i].land_s, b[i].pack_end_s,
+             b[i].transfer_end_s, b[i].land_end_s, (long long)b[i].pack_bytes,
+             (long long)b[i].land_bytes, (long long)b[i].save_bytes);
+    printf("\n");
+  }
+  free(b);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *path = NULL;
-  double gbps = 25.0, nvlink = 450.0;
+  double gbps = 25.0, nvlink = 450.0, copy = 0;
   int gpus_per_node = 0;
-  int world_only = 0, all_ranks = 0;
+  int world_only = 0, all_ranks = 0, per_bucket = 0;
+  refit_plan_overlap_t overlap = REFIT_PLAN_OVERLAP_AUTO;
   refit_plan_report_h report = NULL;
   char *errors = NULL;
 
@@ -51,7 +116,32 @@ int main(int argc, char **argv) {
       world_only = 1;
     else if (strcmp(argv[i], "--ranks") == 0)
       all_ranks = 1;
-    else if (strcmp(argv[i], "--link-gbps") == 0 && i + 1 < argc) {
+    else if (strcmp(argv[i], "--buckets") == 0)
+      per_bucket = 1;
+    else if (strcmp(argv[i], "--copy-gbps") == 0 && i + 1 < argc) {
+      char *end = NULL;
+      copy = strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || !(copy > 0)) {
+        fprintf(stderr, "refit-plan: --copy-gbps expects a positive number, got '%s'\n",
+                argv[i]);
+        return 2;
+      }
+    } else if (strcmp(argv[i], "--overlap") == 0 && i + 1 < argc) {
+      const char *v = argv[++i];
+      if (strcmp(v, "auto") == 0)
+        overlap = REFIT_PLAN_OVERLAP_AUTO;
+      else if (strcmp(v, "full") == 0)
+        overlap = REFIT_PLAN_OVERLAP_FULL;
+      else if (strcmp(v, "pack") == 0)
+        overlap = REFIT_PLAN_OVERLAP_PACK;
+      else if (strcmp(v, "none") == 0)
+        overlap = REFIT_PLAN_OVERLAP_NONE;
+      else {
+        fprintf(stderr,
+                "refit-plan: --overlap expects auto, full, pack or none, got '%s'\n", v);
+        return 2;
+      }
+    } else if (strcmp(argv[i], "--link-gbps") == 0 && i + 1 < argc) {
       char *end = NULL;
       gbps = strtod(argv[++i], &end);
       if (end == argv[i] || *end != '\0' || gbps <= 0) {
@@ -89,7 +179,7 @@ int main(int argc, char **argv) {
     else
       return refit_plan_usage();
   }
-  if (path == NULL)
+  if (path == NULL || (per_bucket && copy <= 0))
     return refit_plan_usage();
   refit_status_t st = refit_plan_report_open(path, &report, &errors);
   if (st != REFIT_OK) {
@@ -170,6 +260,11 @@ int main(int argc, char **argv) {
            (double)f.delta_trainer_bytes / 1048576.0,
            f.delta_baseline == 2 ? "pinned host memory" : "GPU memory",
            (double)f.delta_generator_bytes / 1024.0, f.delta == 1 ? "on" : "auto");
+  if (copy > 0 && refit_plan_print_pipeline(report, &links, copy, overlap, f.buckets,
+                                            per_bucket) != 0) {
+    refit_plan_report_close(report);
+    return 1;
+  }
   printf("  planned in       %.3f s\n", plan_s);
   printf("  plan hash        %016llx\n", (unsigned long long)f.hash);
   if (all_ranks || T + G <= 16) {

@@ -193,12 +193,96 @@ static void test_delta_block_fallback(void **state) {
   refit_plan_report_close(r);
 }
 
+/* The pipelined prediction (refit_plan_report_pipeline): every bucket's
+ * stages in the lifecycle's order, the restore save where sync mode keeps
+ * one, the async commit's copy, the overlaps in their order, AUTO resolved
+ * from the transport, and with free passes the link prediction itself. */
+static void test_pipeline(void **state) {
+  (void)state;
+  static const char job[] = "model:\n  family: qwen3_moe\n  hidden_size: 256\n"
+                            "  num_layers: 2\n  num_attention_heads: 4\n"
+                            "  num_kv_heads: 2\n  head_dim: 64\n  vocab_size: 1024\n"
+                            "  num_experts: 4\n  moe_intermediate_size: 128\n"
+                            "trainer:\n  tp: 2\ngenerator:\n  tp: 2\n  engines: 2\n"
+                            "refit:\n  bucket_bytes: 64KiB\n  transport: %s\n"
+                            "  mode: %s\n  restore: %s\n";
+  static const struct {
+    const char *transport, *mode, *restore;
+    refit_plan_overlap_t overlap; /* what AUTO resolves to */
+  } jobs[] = {{"mpi", "sync", "full", REFIT_PLAN_OVERLAP_PACK},
+              {"ucx\n  device_map: none", "sync", "none", REFIT_PLAN_OVERLAP_NONE},
+              {"auto", "async", "full", REFIT_PLAN_OVERLAP_FULL}};
+  const refit_plan_links_t links = {.link_gbps = 25};
+  for (size_t j = 0; j < sizeof(jobs) / sizeof(jobs[0]); j++) {
+    char text[1024];
+    snprintf(text, sizeof(text), job, jobs[j].transport, jobs[j].mode, jobs[j].restore);
+    refit_plan_report_h r = open_text(text);
+    refit_plan_figures_t f;
+    refit_plan_prediction_t p;
+    assert_int_equal(refit_plan_report_figures(r, &f), REFIT_OK);
+    assert_int_equal(refit_plan_report_predict(r, &links, &p), REFIT_OK);
+    assert_true(f.buckets > 2);
+    refit_plan_bucket_t *b = calloc((size_t)f.buckets, sizeof(*b));
+    assert_non_null(b);
+    refit_plan_pipeline_prediction_t pl;
+    refit_plan_copy_t copy = {.copy_gbps = 10, .overlap = REFIT_PLAN_OVERLAP_AUTO};
+    assert_int_equal(refit_plan_report_pipeline(r, &links, &copy, b, &pl), REFIT_OK);
+    assert_int_equal(pl.overlap, jobs[j].overlap);
+    const int sync = strcmp(jobs[j].mode, "sync") == 0;
+    const int saves = sync && strcmp(jobs[j].restore, "full") == 0;
+    int64_t saved = 0;
+    double last = 0;
+    for (int k = 0; k < f.buckets; k++) {
+      assert_true(b[k].pack_bytes > 0 && b[k].land_bytes > 0);
+      assert_true(b[k].pack_end_s >= b[k].pack_s);
+      assert_true(b[k].transfer_end_s >= b[k].pack_end_s + b[k].transfer_s - 1e-12);
+      assert_true(b[k].land_end_s >= b[k].transfer_end_s + b[k].land_s - 1e-12);
+      assert_true(b[k].land_end_s >= last);
+      last = b[k].land_end_s;
+      saved += b[k].save_bytes;
+    }
+    /* The save copies what a generator rank holds once; none without it. */
+    if (saves)
+      assert_true(saved >= p.ingress_max - 8 * f.chunks && saved <= 2 * p.ingress_max);
+    else
+      assert_int_equal(saved, 0);
+    assert_int_equal(pl.save_bytes, saved);
+    assert_true(sync ? pl.commit_s == 0 : pl.commit_s > 0);
+    assert_true(pl.total_s == last + pl.commit_s);
+
+    /* Fewer overlaps, no shorter a refit. */
+    double total[3];
+    const refit_plan_overlap_t order[3] = {
+        REFIT_PLAN_OVERLAP_FULL, REFIT_PLAN_OVERLAP_PACK, REFIT_PLAN_OVERLAP_NONE};
+    for (int k = 0; k < 3; k++) {
+      copy.overlap = order[k];
+      assert_int_equal(refit_plan_report_pipeline(r, &links, &copy, NULL, &pl), REFIT_OK);
+      assert_int_equal(pl.overlap, order[k]);
+      total[k] = pl.total_s;
+    }
+    assert_true(total[0] <= total[1] && total[1] <= total[2]);
+    assert_true(total[2] > total[0]);
+
+    /* Passes that cost nothing leave the links, bucket after bucket. */
+    copy.copy_gbps = 1e12;
+    assert_int_equal(refit_plan_report_pipeline(r, &links, &copy, NULL, &pl), REFIT_OK);
+    assert_true(pl.total_s > p.predicted_s * (1 - 1e-6) &&
+                pl.total_s < p.predicted_s * (1 + 1e-6));
+    copy.copy_gbps = 0;
+    assert_int_equal(refit_plan_report_pipeline(r, &links, &copy, NULL, &pl),
+                     REFIT_ERR_INVALID_ARGUMENT);
+    free(b);
+    refit_plan_report_close(r);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_open_refuses),
       cmocka_unit_test(test_figures_agree),
       cmocka_unit_test(test_delta_baselines),
       cmocka_unit_test(test_delta_block_fallback),
+      cmocka_unit_test(test_pipeline),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

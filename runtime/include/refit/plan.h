@@ -138,6 +138,69 @@ refit_status_t refit_plan_report_predict(refit_plan_report_h r,
                                          const refit_plan_links_t *links,
                                          refit_plan_prediction_t *out);
 
+/* Whether a bucket's transfer moves while the ranks pack and land. */
+typedef enum {
+  /* From the configuration: where it keeps every rank in host memory
+   * (refit.transport mpi, or refit.device_map none), PACK for MPI and
+   * NONE for UCX; else FULL. A job in host memory for want of a GPU names
+   * its overlap itself. */
+  REFIT_PLAN_OVERLAP_AUTO = 0,
+  /* Transfers move beside the ranks' passes (GPU transports: NCCL's
+   * kernels, CUDA IPC's copies). */
+  REFIT_PLAN_OVERLAP_FULL = 1,
+  /* Transfers move while trainers pack, not while generators land: the
+   * generator's own CPU moves the bytes in its transport calls (MPI in
+   * host memory on one host, single-copy CMA). */
+  REFIT_PLAN_OVERLAP_PACK = 2,
+  /* Transfers move only while both ends are in their transport calls:
+   * neither while the generator lands nor while the trainer packs the next
+   * bucket (UCX in host memory on one host, over TCP). */
+  REFIT_PLAN_OVERLAP_NONE = 3
+} refit_plan_overlap_t;
+
+/* The ranks' own passes over memory, for refit_plan_report_pipeline. */
+typedef struct {
+  double copy_gbps; /* one rank's memory copy rate (GB/s, 1e9 bytes copied a
+                       second) while the job's other ranks run too; > 0 */
+  refit_plan_overlap_t overlap;
+} refit_plan_copy_t;
+
+/* One bucket of the pipelined prediction: each stage's busiest rank, and
+ * when each stage of the bucket ends, in seconds from the moment every
+ * trainer holds the new weights. */
+typedef struct {
+  int64_t pack_bytes; /* the busiest trainer's: (read + written) / 2 */
+  int64_t land_bytes; /* the busiest generator's land, likewise ... */
+  int64_t save_bytes; /* ... and its restore save (sync, restore: full) */
+  double pack_s, transfer_s, land_s;
+  double pack_end_s, transfer_end_s, land_end_s;
+} refit_plan_bucket_t;
+
+typedef struct {
+  double pack_s, transfer_s, land_s; /* each stage summed over buckets */
+  int64_t save_bytes;                /* the restore saves, summed */
+  double commit_s;              /* refit.mode async: the commit's copy of the shadow */
+  double total_s;               /* the last bucket landed, plus commit_s */
+  refit_plan_overlap_t overlap; /* as used (AUTO resolved) */
+} refit_plan_pipeline_prediction_t;
+
+/*
+ * The refit as the lifecycle pipelines it (docs/architecture.md, "The
+ * prediction's model"): per bucket the busiest trainer's pack, the
+ * busiest rank's transfer over `links` (as refit_plan_report_predict) and
+ * the busiest generator's land with its restore save, each pass charged
+ * (bytes read + bytes written) / 2 at copy->copy_gbps; two exchanges in
+ * flight; transfers beside landing or not (copy->overlap). `buckets`, when
+ * not NULL, receives figures.buckets entries. Pure computation over the
+ * plan. Errors: REFIT_ERR_INVALID_ARGUMENT (NULL argument, a rate not
+ * positive), REFIT_ERR_STATE (not built), REFIT_ERR_NO_MEMORY.
+ */
+refit_status_t refit_plan_report_pipeline(refit_plan_report_h r,
+                                          const refit_plan_links_t *links,
+                                          const refit_plan_copy_t *copy,
+                                          refit_plan_bucket_t *buckets,
+                                          refit_plan_pipeline_prediction_t *out);
+
 typedef enum {
   REFIT_PLAN_SIDE_TRAINER = 0,
   REFIT_PLAN_SIDE_GENERATOR = 1
