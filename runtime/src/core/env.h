@@ -2,8 +2,11 @@
  * Environment variables: the one place that lists every variable refit's
  * code, launcher and Python package read, with its kind, its bounds and its
  * precedence (docs/configuration.md's table is checked against this one by
- * tests/runtime/check_config_doc.py). The C code reads its variables only
- * through the functions below, which refuse a malformed or out-of-bounds
+ * tests/runtime/check_config_doc.py). The runtime and the kernels read
+ * their variables only through the functions below (not listed: the
+ * benchmark tools' REFIT_BENCH_REPS, and other programs' variables refit
+ * only looks at, CUDA_VISIBLE_DEVICES in a message and Open MPI's to tell a
+ * singleton), which refuse a malformed or out-of-bounds
  * value with a message naming the variable, what it holds and the bounds,
  * instead of ignoring it.
  *
