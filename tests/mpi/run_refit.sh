@@ -17,7 +17,7 @@ out=$(mktemp)
 job=$(mktemp --suffix=.yaml)
 trap 'rm -f "$out" "$job"' EXIT
 if [ $gpu -eq 1 ]; then
-  if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU "; then
+  if ! nvidia-smi -L 2>/dev/null | grep "^GPU " >/dev/null; then
     echo "run_refit: skipped: needs a GPU, none visible"
     exit 77
   fi
