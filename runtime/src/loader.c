@@ -254,8 +254,9 @@ static int64_t refit_loader_assembly_bytes(const refit_gen_tensor_t *g) {
   return refit_plan_assembly_bytes(g);
 }
 
-/* loader.h */
-int64_t refit_loader_scale_row(const refit_loader_t *l, int64_t i, int64_t row) {
+/* The scale_inv row (of its [E * ceil(n/128), ceil(K/128)] view) of row `row`
+ * of block FP8 tensor i, a row that starts a block row of its piece. */
+static int64_t refit_loader_scale_row(const refit_loader_t *l, int64_t i, int64_t row) {
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
   const int64_t n = g->rows / refit_block_matrices(g);
   const int64_t matrix = row / n, r0 = row - matrix * n;
@@ -265,6 +266,21 @@ int64_t refit_loader_scale_row(const refit_loader_t *l, int64_t i, int64_t row) 
       return p->scale_row0 + (r0 - p->row0) / REFIT_BLOCK_EDGE;
   }
   return 0; /* the plan's pieces are the catalog's: not reached */
+}
+
+/* loader.h */
+void refit_loader_block_place(const refit_loader_t *l, const refit_chunk_t *ch, void **dst,
+                              int64_t *dst_pitch, void **scale, int64_t *scale_pitch) {
+  const int64_t i = ch->dst_tensor - l->first;
+  const refit_gen_tensor_t *g = &l->cat->gen[ch->dst_tensor];
+  const refit_store_t *w = &l->stores[l->store_of[i]];
+  const int64_t sc = refit_block_scale_cols(g);
+  *dst = (uint8_t *)w[0].target + ch->dst_row * g->cols + ch->dst_col;
+  *dst_pitch = g->cols;
+  *scale = (uint8_t *)w[1].target +
+           (refit_loader_scale_row(l, i, ch->dst_row) * sc + ch->dst_col / REFIT_BLOCK_EDGE) *
+               (int64_t)sizeof(float);
+  *scale_pitch = sc * (int64_t)sizeof(float);
 }
 
 /* Does tensor g land straight in its runtime layout (MXFP8)? */
@@ -371,16 +387,8 @@ static refit_status_t refit_loader_build_tables(refit_loader_t *l) {
     if (refit_plan_block_prequantized(p, ch->dst_tensor)) {
       /* Block FP8 quantized by the trainer, whole blocks: the values and
        * the scales of its block rows straight into place. */
-      const refit_store_t *w = &l->stores[l->store_of[i]];
-      const int64_t sc = refit_block_scale_cols(g);
       d->op = REFIT_CHUNK_BLOCK_SPLIT;
-      d->dst = (uint8_t *)w[0].target + ch->dst_row * g->cols + ch->dst_col;
-      d->dst_pitch = g->cols;
-      d->scale = (uint8_t *)w[1].target +
-                 (refit_loader_scale_row(l, i, ch->dst_row) * sc +
-                  ch->dst_col / REFIT_BLOCK_EDGE) *
-                     (int64_t)sizeof(float);
-      d->scale_pitch = sc * (int64_t)sizeof(float);
+      refit_loader_block_place(l, ch, &d->dst, &d->dst_pitch, &d->scale, &d->scale_pitch);
     } else if (refit_plan_assembles(g)) {
       /* BF16 rows into the tensor's assembly area. */
       d->op = REFIT_CHUNK_COPY;

@@ -295,9 +295,13 @@ refit_status_t refit_loader_touch(refit_loader_t *l, refit_store_t *s);
 void refit_loader_chunk_str(const refit_loader_t *l, int64_t k, char *buf, size_t len);
 /* The expert-layout shape of a MoE runtime tensor (w13 or w2). */
 refit_kernels_moe_shape_t refit_loader_moe_shape(const refit_gen_tensor_t *g);
-/* The scale_inv row (of its [E * ceil(n/128), ceil(K/128)] view) of row `row`
- * of block FP8 tensor i, a row that starts a block row of its piece. */
-int64_t refit_loader_scale_row(const refit_loader_t *l, int64_t i, int64_t row);
+/* Where chunk ch of a block FP8 tensor the plan marks whole-block
+ * (refit_plan_block_prequantized) lands: its E4M3 values in `weight` (row
+ * pitch in bytes) and its block rows' FP32 scales in `weight_scale_inv`
+ * (pitch between block rows in bytes), each fused piece with its own scale
+ * rows. The staged BLOCK_SPLIT and zero copy's BLOCK_QUANTIZE both use it. */
+void refit_loader_block_place(const refit_loader_t *l, const refit_chunk_t *ch, void **dst,
+                              int64_t *dst_pitch, void **scale, int64_t *scale_pitch);
 /* The layout fields of MXFP8 tensor g's QUANTIZE, SPLIT and PAD descriptors
  * (stores w, kernels/direct.h); returns whether the layout has padding bytes
  * no chunk writes. */

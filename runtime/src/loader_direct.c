@@ -18,7 +18,6 @@
 
 #include "core/digest.h"
 #include "core/error.h"
-#include "kernels/fp8_block.h"
 #include "kernels/layout.h"
 
 #include <stdlib.h>
@@ -111,16 +110,9 @@ refit_status_t refit_loader_direct_tables(refit_loader_t *l, const uint16_t *con
     d->digest_offset = 8 * (c - base[ch->bucket]);
     if (refit_plan_block_prequantized(p, ch->dst_tensor)) {
       /* Whole blocks: quantized from the trainer's rows into place. */
-      const int64_t sc = refit_block_scale_cols(g);
       d->op = REFIT_DIRECT_BLOCK_QUANTIZE;
       d->perm = -1;
-      d->dst = (uint8_t *)w[0].target + ch->dst_row * g->cols + ch->dst_col;
-      d->dst_pitch = g->cols;
-      d->scale = (uint8_t *)w[1].target +
-                 (refit_loader_scale_row(l, i, ch->dst_row) * sc +
-                  ch->dst_col / REFIT_BLOCK_EDGE) *
-                     (int64_t)sizeof(float);
-      d->scale_pitch = sc * (int64_t)sizeof(float);
+      refit_loader_block_place(l, ch, &d->dst, &d->dst_pitch, &d->scale, &d->scale_pitch);
       d->fp8_scale = (int32_t)l->cfg->refit.fp8_scale;
     } else if (refit_plan_assembles(g)) {
       /* BF16 rows into the tensor's assembly area. */
