@@ -66,12 +66,10 @@ def join_strings(arg):
     return ("tok", arg)
 
 
-def read_table(root):
-    header = (root / "runtime/src/config_table.h").read_text()
-    defines = {}
-    for name, value in re.findall(r"#define (REFIT_CONFIG_MAX_\w+) (\(?[0-9 <]+\)?)\n", header):
-        defines[name] = eval(value, {})  # literals and shifts only
-    body = header[header.index("#define REFIT_CONFIG_TABLE(X)") :]
+def x_rows(header, macro, fields, what):
+    """The argument lists of the X(...) rows of `#define macro(X)` in a
+    header, each split by split_args; exits when a row has not `fields`."""
+    body = header[header.index("#define %s(X)" % macro) :]
     body = body[: body.index("\ntypedef")].replace("\\\n", " ")
     rows = []
     for m in re.finditer(r"\bX\(", body):
@@ -85,9 +83,20 @@ def read_table(root):
                 depth -= 1
             i += 1
         a = split_args(body[m.end() : i - 1])
-        if len(a) != 11:
-            sys.exit("check_config_doc: a row of config_table.h has %d fields, not 11: %s"
-                     % (len(a), body[m.start() : i][:120]))
+        if len(a) != fields:
+            sys.exit("check_config_doc: a row of %s has %d fields, not %d: %s"
+                     % (what, len(a), fields, body[m.start() : i][:120]))
+        rows.append(a)
+    return rows
+
+
+def read_table(root):
+    header = (root / "runtime/src/config_table.h").read_text()
+    defines = {}
+    for name, value in re.findall(r"#define (REFIT_CONFIG_MAX_\w+) (\(?[0-9 <]+\)?)\n", header):
+        defines[name] = eval(value, {})  # literals and shifts only
+    rows = []
+    for a in x_rows(header, "REFIT_CONFIG_TABLE", 11, "config_table.h"):
         section, key = a[1][1], a[2][1]
         rows.append({
             "key": section + "." + key if section else key,
@@ -151,22 +160,8 @@ def check_default(row, cell, defines):
 
 def read_env_table(root):
     header = (root / "runtime/src/core/env.h").read_text()
-    body = header[header.index("#define REFIT_ENV_TABLE(X)") :]
-    body = body[: body.index("\ntypedef")].replace("\\\n", " ")
     rows = []
-    for m in re.finditer(r"\bX\(", body):
-        depth, i = 1, m.end()
-        while depth:
-            if body[i] == '"':
-                i = body.index('"', i + 1)
-            elif body[i] == "(":
-                depth += 1
-            elif body[i] == ")":
-                depth -= 1
-            i += 1
-        a = split_args(body[m.end() : i - 1])
-        if len(a) != 7:
-            sys.exit("check_config_doc: a row of core/env.h has %d fields, not 7" % len(a))
+    for a in x_rows(header, "REFIT_ENV_TABLE", 7, "core/env.h"):
         rows.append({"name": a[0][1], "kind": a[1][1], "lo": a[2][1], "hi": a[3][1],
                      "choices": a[4][1] if a[4][0] == "str" else None})
     return rows
