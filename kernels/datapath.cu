@@ -20,7 +20,7 @@
  *             once for the quantizing descriptors and once for the rest, so
  *             that the quantizer is compiled on its own (80 registers, 3
  *             blocks per SM) instead of at the copy paths' register count.
- *   digest    chunk-relative words (runtime/src/core/digest.h): each warp
+ *   digest    chunk-relative words (core/digest.h): each warp
  *             sums its terms and adds them to the chunk's 64-bit accumulator
  *             with one atomicAdd (addition mod 2^64 commutes, so the order of
  *             the warps does not matter). Terms come from the registers that

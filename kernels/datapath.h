@@ -18,7 +18,7 @@
  * names one runtime byte (kernels/place.h: a delta refit writes a changed
  * scale from the block row's first row and checks the others against it).
  * When the plan carries digests, an 8-byte little-endian digest of the rows
- * (runtime/src/core/digest.h) follows them.
+ * (core/digest.h) follows them.
  */
 #ifndef REFIT_KERNELS_DATAPATH_H
 #define REFIT_KERNELS_DATAPATH_H
@@ -137,7 +137,7 @@ refit_status_t refit_land_rows(const refit_land_desc_t *descs, int64_t n, uint64
                                const void *staging, int64_t *bad_chunk);
 
 /*
- * Synthetic weights (runtime/src/synth.h states the model, kernels/
+ * Synthetic weights (runtime/src/source/synth.h states the model, kernels/
  * synth_rules.h the definition): element (row, col) of a tensor with
  * `tensor_cols` columns is refit_synth_value(key, row * tensor_cols + col).
  * Fill rows x cols from global (row0, col0), row-major with `cols` per row.

@@ -1,6 +1,6 @@
 /*
  * The synthetic weight of one element, shared by the host and the device so
- * that both produce the same bits (runtime/src/synth.h states the model).
+ * that both produce the same bits (runtime/src/source/synth.h states the model).
  *
  * Independent versions (rate 0): a splitmix64 hash of (tensor key, global
  * element index) shaped into BF16 with realistic magnitudes. Projections and

@@ -287,7 +287,7 @@ refit_status_t refit_plan_create(const refit_catalog_t *cat,
    * by the tensor- or expert-parallel ranks of the one model replica (norms,
    * routers): every engine then takes a tensor from the copy the first
    * engine got, so a trainer sends all engines the same bytes in the same
-   * buckets and packs them once (runtime/src/session.c), at no cost to
+   * buckets and packs them once (runtime/src/session/session.c), at no cost to
    * balance (such tensors are small). With data-parallel replicas the
    * engines spread over them instead. */
   if (cat->trainer.dp == 1 && cat->generator.engines > 1) {

@@ -3,7 +3,7 @@
  * for the catalog to describe them (../shared/reference/sharding.md). They
  * are stated once, here. The catalog refuses a layout that breaks one
  * (refit_catalog_create, for programmatic callers); the YAML config
- * (runtime/src/config_rules.c) reports every broken rule at the key of the field
+ * (runtime/src/config/config_rules.c) reports every broken rule at the key of the field
  * it blames, with the file's line and column.
  *
  * Pure C: no MPI, no CUDA, no I/O.

@@ -21,7 +21,7 @@
  * and for scattered bytes and whole blocks the model's value from the sizes
  * in kernels/delta.h (scattered: a block changes with 1 - (1 - p)^32).
  *
- * Part 3, the synthetic source's training-like versions (runtime/src/synth.h)
+ * Part 3, the synthetic source's training-like versions (runtime/src/source/synth.h)
  * at several update rates: one [1024, 4096] projection, versions 1 and 2,
  * quantized to MXFP8; the changed fraction of BF16 elements, MXFP8 value and
  * scale bytes and 32-byte value blocks, and the chosen deltas of the values

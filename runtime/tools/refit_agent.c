@@ -31,7 +31,7 @@
 
 #include "refit/refit.h"
 
-#include "../src/agent_wire.h"
+#include "agent/agent_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
  * Write a checkpoint of the config's model with the synthetic source's values
  * of version V (default 1, seed from source.seed), so that demos and tests of
  * source.kind hdf5 and safetensors need no external files: an HDF5 file
- * (schema in runtime/src/dump.h), or with --format safetensors a Hugging Face
+ * (schema in runtime/src/session/dump.h), or with --format safetensors a Hugging Face
  * checkpoint, one .safetensors file or with --shards N > 1 a directory of N
  * files and model.safetensors.index.json. A client of the public API
  * (refit_checkpoint_write in refit/refit.h says what is written).

@@ -4,7 +4,7 @@
  * no undefined behaviour, and an accepted configuration formats to YAML that
  * parses back to the same configuration (same hash).
  */
-#include "config.h"
+#include "config/config.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * its output on failure; no crash, no undefined behaviour.
  */
 #include "core/error.h"
-#include "fault.h"
+#include "fault/fault.h"
 
 #include <stdint.h>
 #include <stdlib.h>

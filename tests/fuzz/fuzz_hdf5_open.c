@@ -6,10 +6,10 @@
  * open, never a crash, a leak or a failure mid-read. The file lives in
  * /dev/shm when it exists, so a run costs no disk.
  */
-#include "config.h"
+#include "config/config.h"
 #include "core/error.h"
 #include "reshard/catalog.h"
-#include "source.h"
+#include "source/source.h"
 
 #include <hdf5.h>
 
@@ -24,9 +24,9 @@ extern const refit_source_ops_t refit_source_hdf5;
 /* dump.c holds the HDF5 helpers the source uses, next to the dump writer,
  * which needs the session's memory layer; the writer is not fuzzed, so its
  * callees are stand-ins that must never run. */
-#include "loader.h"
-#include "memory.h"
-#include "transport.h"
+#include "generator/loader.h"
+#include "device/memory.h"
+#include "transport/transport.h"
 int refit_mem_on_device(const refit_mem_t *m) {
   (void)m;
   abort();

@@ -3,7 +3,7 @@
  * returns a shape or a list of problems: no crash, no leak, and an accepted
  * shape has every dimension it needs positive.
  */
-#include "hf_config.h"
+#include "config/hf_config.h"
 
 #include <stdint.h>
 #include <stdlib.h>

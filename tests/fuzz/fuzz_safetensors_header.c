@@ -4,7 +4,7 @@
  * (safetensors.h); whatever the bytes, no crash, no leak, and an accepted
  * header describes tensors that lie inside the data and cover it exactly.
  */
-#include "safetensors.h"
+#include "source/safetensors.h"
 
 #include <stdint.h>
 #include <stdio.h>

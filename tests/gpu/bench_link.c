@@ -25,9 +25,9 @@
  * poisons its buffer; afterwards the receiver counts the bytes that differ
  * from the pattern (wrong): any nonzero value is an error (exit 1).
  */
-#include "device.h"
+#include "device/device.h"
 #include "pattern.h"
-#include "transport.h"
+#include "transport/transport.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * Shareable device memory (runtime/src/device_share.h) between two processes
+ * Shareable device memory (runtime/src/device/device_share.h) between two processes
  * of one GPU: a child allocates, fills with fresh random bytes and exports;
  * the parent maps the child's allocation and reads every byte back. Also the
  * refusals: a descriptor the child does not hold, a process that does not
@@ -7,7 +7,7 @@
  *
  * The parent forks before it touches CUDA (CUDA does not survive a fork).
  */
-#include "device_share.h"
+#include "device/device_share.h"
 
 #include "core/error.h"
 

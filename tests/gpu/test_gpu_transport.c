@@ -32,9 +32,9 @@
  * Exit 77 (skip) when no rank sees a CUDA device, or for --transport ucx
  * when the UCX build has no CUDA transports (the reason is printed).
  */
-#include "device.h"
+#include "device/device.h"
 #include "pattern.h"
-#include "transport.h"
+#include "transport/transport.h"
 
 #include <signal.h>
 #include <stdint.h>

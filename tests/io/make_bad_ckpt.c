@@ -9,7 +9,7 @@
  *   dtype    the dataset holds 32-bit signed integers
  *   attr     the uint16 dataset's dtype attribute says "float16"
  */
-#include "dump.h"
+#include "source/h5file.h"
 
 #include <stdio.h>
 #include <stdlib.h>

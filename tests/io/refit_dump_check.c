@@ -6,7 +6,7 @@
  * refit from a checkpoint that refit-ckpt wrote with --version S must match
  * it, which checks the HDF5 reader against an independent definition.
  *
- * Check a generator dump (schema in runtime/src/dump.h) bit for bit against
+ * Check a generator dump (schema in runtime/src/session/dump.h) bit for bit against
  * the from-definition reference: the config is the one stored in the dump,
  * the expected value of every runtime row comes from reshard/reference.h
  * (which trainer row feeds it) and the config's source (synthetic values, or
@@ -14,9 +14,9 @@
  * tensor of every generator rank is there with its shape, dtype, layout and
  * version, and that there is nothing else. Exits 0 only when all matches.
  */
-#include "dump.h"
+#include "source/h5file.h"
 #include "reshard/reference.h"
-#include "source.h"
+#include "source/source.h"
 
 #include <stdarg.h>
 #include <stdio.h>

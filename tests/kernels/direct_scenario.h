@@ -275,7 +275,7 @@ static inline void dis_bind(refit_direct_desc_t *d, int64_t n, const uint8_t *sr
 }
 
 /*
- * The scenario as the staged loader lands it (runtime/src/loader.c): every
+ * The scenario as the staged loader lands it (runtime/src/generator/loader.c): every
  * chunk's wire rows back to back in a staging area, at odd offsets, each
  * followed by its sealed digest (tag), the land descriptors reading them
  * there (staged) and checking that trailer. With `split` the quantized

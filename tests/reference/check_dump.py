@@ -8,7 +8,7 @@ and bytes. Prints, per tensor with a difference, the mismatch count and the
 first mismatch (tensor, rank, index, expected, actual); exits 1 on any
 difference, 0 when the dump matches byte for byte.
 
-Schemas (runtime/src/dump.h): the checkpoint holds one dataset per Hugging
+Schemas (runtime/src/session/dump.h): the checkpoint holds one dataset per Hugging
 Face tensor at full shape, uint16 with attribute dtype = "bfloat16", or
 float32 / float16; the dump holds /rank<g>/<store name> with attributes
 dtype, layout and version, and /rank<g> carries engine and tp_rank.
@@ -35,7 +35,7 @@ def _attr_str(obj, name):
 
 def bf16_from_f32(values):
     """float32 -> bfloat16 bits, round to nearest even, NaN kept a quiet NaN:
-    the conversion refit documents for float32 checkpoints (runtime/src/dump.h,
+    the conversion refit documents for float32 checkpoints (runtime/src/session/dump.h,
     refit_bf16_from_f32)."""
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16

@@ -42,7 +42,7 @@ Sources (read with the project's search tools, 2026-08 snapshots):
 
 Store naming (which stores exist beside a weight, their shapes when the
 scale bytes are padded, the [K, N] view of the CuTe-DSL backend) follows
-refit's dump schema (runtime/src/dump.h); only names and shapes are taken
+refit's dump schema (runtime/src/session/dump.h); only names and shapes are taken
 from there, never a byte value.
 
 Weights are numpy uint16 arrays of bfloat16 bit patterns (float32 arrays for
@@ -69,7 +69,7 @@ SF_TILE_ROWS = 128
 SF_TILE_COLS = 4
 E4M3_MAX = 448.0
 
-# Defaults of refit's config table (runtime/src/config_table.h) for the keys
+# Defaults of refit's config table (runtime/src/config/config_table.h) for the keys
 # this module reads; a config dict from PyYAML may leave any of them out.
 _DEFAULTS = {
     "model": {"intermediate_size": 0, "num_experts": 0,

@@ -1,5 +1,5 @@
 #!/bin/bash
-# refit-plan at the model bounds of runtime/src/config_table.h: one past a
+# refit-plan at the model bounds of runtime/src/config/config_table.h: one past a
 # bound is refused at its key (file:line:col, exit 2, no plan); every
 # dimension at its bound at once plans or is refused with a message (exit
 # 1), within the time limit: never a crash, a hang or a division by zero.

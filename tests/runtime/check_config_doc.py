@@ -2,7 +2,7 @@
 """Keeps docs/configuration.md true to the configuration table.
 
 Reads every key the parser accepts from the X-macro table
-runtime/src/config_table.h (the one place a key is declared) and every key
+runtime/src/config/config_table.h (the one place a key is declared) and every key
 row of docs/configuration.md (a table row whose first cell is one key in
 backticks, as `refit.delta` or `verify`), and fails naming:
 
@@ -14,7 +14,7 @@ backticks, as `refit.delta` or `verify`), and fails naming:
   the numeric bounds of an integer key (a bound of C's limits, INT_MAX,
   is left to words).
 
-And the environment: every variable of runtime/src/core/env.h's table
+And the environment: every variable of core/env.h's table
 (REFIT_ENV_TABLE, the one list of what refit's code, launcher and Python
 package read) must be named in backticks in the first cell of a row of the
 page's "Environment variables" section, every variable such a cell names
@@ -91,7 +91,7 @@ def x_rows(header, macro, fields, what):
 
 
 def read_table(root):
-    header = (root / "runtime/src/config_table.h").read_text()
+    header = (root / "runtime/src/config/config_table.h").read_text()
     defines = {}
     for name, value in re.findall(r"#define (REFIT_CONFIG_MAX_\w+) (\(?[0-9 <]+\)?)\n", header):
         defines[name] = eval(value, {})  # literals and shifts only
@@ -159,7 +159,7 @@ def check_default(row, cell, defines):
 
 
 def read_env_table(root):
-    header = (root / "runtime/src/core/env.h").read_text()
+    header = (root / "core/env.h").read_text()
     rows = []
     for a in x_rows(header, "REFIT_ENV_TABLE", 7, "core/env.h"):
         rows.append({"name": a[0][1], "kind": a[1][1], "lo": a[2][1], "hi": a[3][1],
@@ -191,7 +191,7 @@ def check_env(root, page):
     for r in rows:
         cell = doc.get(r["name"])
         if cell is None:
-            problems.append("%s: in runtime/src/core/env.h but not a row of docs/"
+            problems.append("%s: in core/env.h but not a row of docs/"
                             "configuration.md's Environment variables" % r["name"])
             continue
         if r["kind"] == "REFIT_ENV_CHOICE":
@@ -209,7 +209,7 @@ def check_env(root, page):
     for name in doc:
         if name not in names:
             problems.append("%s: documented as an environment variable but not in "
-                            "runtime/src/core/env.h's table" % name)
+                            "core/env.h's table" % name)
     return problems, len(rows)
 
 
@@ -225,7 +225,7 @@ def main():
     for row in rows:
         cells = doc.get(row["key"])
         if cells is None:
-            problems.append("%s: accepted by the parser (runtime/src/config_table.h) but not "
+            problems.append("%s: accepted by the parser (runtime/src/config/config_table.h) but not "
                             "documented in docs/configuration.md" % row["key"])
             continue
         if len(cells) > 1:
@@ -238,16 +238,16 @@ def main():
     for key in doc:
         if key not in known:
             problems.append("%s: documented in docs/configuration.md but unknown to the parser "
-                            "(runtime/src/config_table.h)" % key)
+                            "(runtime/src/config/config_table.h)" % key)
     env_problems, nenv = check_env(root, page)
     problems += env_problems
     for p in problems:
         print("FAIL: " + p)
     if problems:
         return 1
-    print("PASS: %d keys of runtime/src/config_table.h, each documented once in "
+    print("PASS: %d keys of runtime/src/config/config_table.h, each documented once in "
           "docs/configuration.md with its default; %d environment variables of "
-          "runtime/src/core/env.h, each with its bounds or choices" % (len(rows), nenv))
+          "core/env.h, each with its bounds or choices" % (len(rows), nenv))
     return 0
 
 

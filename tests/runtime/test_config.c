@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "kernels/layout.h"

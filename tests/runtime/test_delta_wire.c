@@ -1,13 +1,13 @@
 /*
- * Delta frames (runtime/src/delta_wire.h): a message's chunks encoded against
+ * Delta frames (runtime/src/session/delta_wire.h): a message's chunks encoded against
  * its baseline and applied to a copy of that baseline give the new message
  * bit for bit, at every density, pattern and cut of the message into chunks;
  * every malformed frame is REFIT_ERR_INTEGRITY naming what is wrong; random
  * corruptions never write outside the message. Fresh random inputs each run
  * (the seed is printed; REFIT_TEST_SEED repeats one).
  */
-#include "delta_wire.h"
-#include "memory.h"
+#include "session/delta_wire.h"
+#include "device/memory.h"
 
 #include "core/error.h"
 #include "kernels/delta.h"

@@ -1,5 +1,5 @@
 /*
- * The fault seam's REFIT_FAULT parser (runtime/src/fault.c): the config's
+ * The fault seam's REFIT_FAULT parser (runtime/src/fault/fault.c): the config's
  * bounds for every value, every problem named, and the seam off unless the
  * build's user switches it on (REFIT_ENABLE_FAULTS=1 or refit.fault).
  */
@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "core/error.h"
-#include "fault.h"
+#include "fault/fault.h"
 
 #include <string.h>
 

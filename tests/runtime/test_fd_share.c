@@ -1,6 +1,6 @@
 /*
  * Descriptors handed between processes over refit's abstract Unix socket
- * (runtime/src/fd_share.h), the way a trainer's VMM allocations reach a
+ * (runtime/src/device/fd_share.h), the way a trainer's VMM allocations reach a
  * zero-copy generator without ptrace rights (issue: pidfd_getfd is refused
  * under Yama ptrace_scope 1 and in containers). A parent serves a memfd of
  * fresh random bytes; forked children fetch it and must read exactly those
@@ -8,7 +8,7 @@
  * process that serves nothing is named, and a child of another uid (when
  * the test runs as root) gets nothing.
  */
-#include "fd_share.h"
+#include "device/fd_share.h"
 
 #include "core/error.h"
 

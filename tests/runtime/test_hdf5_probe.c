@@ -6,11 +6,11 @@
  * good checkpoint must still open and read, and a damaged one must still be
  * refused by its checks' message, never "waitpid: No child processes".
  */
-#include "checkpoint.h"
-#include "config.h"
+#include "source/checkpoint.h"
+#include "config/config.h"
 #include "core/error.h"
 #include "reshard/catalog.h"
-#include "source.h"
+#include "source/source.h"
 
 #include <setjmp.h>
 #include <signal.h>

@@ -10,9 +10,9 @@
 
 #include <cmocka.h>
 
-#include "config.h"
-#include "config_table.h"
-#include "hf_config.h"
+#include "config/config.h"
+#include "config/config_table.h"
+#include "config/hf_config.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * The per-pair transport's NCCL groups (runtime/src/pair_groups.h) over
+ * The per-pair transport's NCCL groups (runtime/src/transport/pair_groups.h) over
  * random jobs: 1 to 4 nodes of 1 to 4 GPUs with 1 to 3 ranks per GPU, ranks
  * placed on GPUs in random order, and a random set of (sender, receiver)
  * pairs (trainer -> generator sides, or any direction). Checked against the
@@ -10,7 +10,7 @@
  * the colocated layout across two nodes in full, and an error-free empty
  * list.
  */
-#include "pair_groups.h"
+#include "transport/pair_groups.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

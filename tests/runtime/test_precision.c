@@ -1,15 +1,15 @@
 /*
  * Which runtime tensors are MXFP8 when the engine registers its own
- * (runtime/src/precision.h): the reduced votes of every rank flip a tensor
+ * (runtime/src/session/precision.h): the reduced votes of every rank flip a tensor
  * to BF16 or to MXFP8, engines that disagree are refused naming the tensor,
  * and a tensor refit cannot quantize (a K that is no multiple of the MXFP8
  * block, which the config never checked because it keeps that module in
  * BF16) is refused naming the rule, changing nothing. The expected flags are
  * stated from the votes, not from the code under test.
  */
-#include "config.h"
+#include "config/config.h"
 #include "core/error.h"
-#include "precision.h"
+#include "session/precision.h"
 #include "reshard/catalog.h"
 
 #include <setjmp.h>

@@ -1,17 +1,17 @@
 /*
- * The synthetic source (runtime/src/synth.h): with source.update_rate 0 the
+ * The synthetic source (runtime/src/source/synth.h): with source.update_rate 0 the
  * values of before, bit for bit; with a rate, the update of a master as an
  * independent statement of the formula computes it; and the fraction of BF16
  * elements that change between two versions lies in the band the model
  * predicts.
  */
 #include "../kernels/kernels_test.h"
-#include "config.h"
+#include "config/config.h"
 #include "core/hash.h"
 #include "kernels/mxfp8.h"
 #include "kernels/synth_rules.h"
-#include "source.h"
-#include "synth.h"
+#include "source/source.h"
+#include "source/synth.h"
 
 #include <math.h>
 #include <setjmp.h>

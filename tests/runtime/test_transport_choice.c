@@ -1,5 +1,5 @@
 /*
- * The per-pair choice of transport (runtime/src/transport.h): a lookup over
+ * The per-pair choice of transport (runtime/src/transport/transport.h): a lookup over
  * refit_transports[] in preference order, each transport answering
  * can_connect() from a pair's locality facts. Device memory: CUDA IPC within
  * a node (also two ranks of one GPU), NCCL between nodes, nothing without
@@ -7,7 +7,7 @@
  * later in the table, is never the first). The candidates the per-pair
  * transport opens are the transports the lookup can give, in table order.
  */
-#include "transport.h"
+#include "transport/transport.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

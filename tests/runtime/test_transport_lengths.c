@@ -19,7 +19,7 @@
  * with the same tag must then complete cleanly: nothing of the failed one
  * matches it.
  */
-#include "transport.h"
+#include "transport/transport.h"
 
 #include "core/log.h"
 

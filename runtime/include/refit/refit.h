@@ -387,7 +387,7 @@ refit_status_t refit_tensor_digest(refit_session_h s, uint64_t *out);
  * Write every generator rank's runtime storage, as it stands, to one HDF5
  * file at `path` (format "refit-dump-1": a group per generator rank, a
  * dataset per runtime tensor holding its bytes exactly, the config and the
- * committed version as attributes; runtime/src/dump.h states the schema).
+ * committed version as attributes; runtime/src/session/dump.h states the schema).
  * Collective: generator ranks write one after another, trainers take part
  * in the final agreement only. Blocking, every wait bounded by
  * refit.timeout_s (a generator rank's turn by its predecessors' too):
