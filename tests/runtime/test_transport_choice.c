@@ -6,6 +6,7 @@
  * the GPU transports compiled in; host memory: MPI for every pair (UCX,
  * later in the table, is never the first). The candidates the per-pair
  * transport opens are the transports the lookup can give, in table order.
+ * Every table is full: no function left NULL for a caller to test.
  */
 #include "transport/transport.h"
 
@@ -15,6 +16,8 @@
 #include <stdint.h>
 
 #include <cmocka.h> /* after setjmp.h, stdarg.h, stddef.h */
+
+#include <string.h>
 
 static const char *chosen(int same_node, int same_gpu, refit_memory_t memory) {
   const refit_pair_facts_t f = {same_node, same_gpu, memory};
@@ -49,8 +52,8 @@ static void test_candidates(void **state) {
   assert_int_equal(ndevice, 2);
   assert_string_equal(ops[0]->name, "ipc");
   assert_string_equal(ops[1]->name, "nccl");
-  assert_non_null(ops[1]->create_pairs); /* NCCL builds communicators per pair */
-  assert_null(ops[0]->create_pairs);     /* IPC reaches every rank once open */
+  assert_true(ops[0]->registers_buffers);  /* IPC hands its peers the handles */
+  assert_false(ops[1]->registers_buffers); /* NCCL does not */
 #else
   assert_int_equal(ndevice, 0);
 #endif
@@ -58,11 +61,51 @@ static void test_candidates(void **state) {
   assert_string_equal(ops[0]->name, "mpi");
 }
 
+/* Every compiled-in transport's table sets every function. */
+static void test_full_tables(void **state) {
+  (void)state;
+  const refit_transport_ops_t *const tables[] = {
+      &refit_transport_mpi, &refit_transport_ucx,
+#ifdef REFIT_HAVE_CUDA
+      &refit_transport_ipc, &refit_transport_nccl, &refit_transport_pairs,
+#endif
+  };
+  for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+    if (refit_transport_check_table(tables[i]) != REFIT_OK)
+      fail_msg("%s: %s", tables[i]->name, refit_last_error());
+  }
+  /* Explicit defaults do what they say. */
+  const refit_pair_facts_t f = {1, 1, REFIT_MEMORY_HOST};
+  assert_int_equal(refit_transport_never_per_pair(&f), 0);
+  assert_int_equal(refit_transport_register_none(NULL, NULL, 0), REFIT_OK);
+  void *ctx = NULL;
+  assert_int_equal(refit_transport_not_per_pair(NULL, NULL, &ctx), REFIT_ERR_STATE);
+  assert_null(ctx);
+  assert_false(refit_transport_mpi.registers_buffers);
+  assert_false(refit_transport_ucx.registers_buffers);
+}
+
+/* A table with holes is refused, naming the transport and every hole. */
+static void test_table_with_holes(void **state) {
+  (void)state;
+  refit_transport_ops_t holes = refit_transport_mpi;
+  holes.name = "holey";
+  holes.abandon = NULL;
+  holes.recover = NULL;
+  assert_int_equal(refit_transport_check_table(&holes), REFIT_ERR_STATE);
+  const char *msg = refit_last_error();
+  assert_non_null(strstr(msg, "holey"));
+  assert_non_null(strstr(msg, "abandon, recover"));
+  assert_null(strstr(msg, "healthy"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_device_pairs),
       cmocka_unit_test(test_host_pairs),
       cmocka_unit_test(test_candidates),
+      cmocka_unit_test(test_full_tables),
+      cmocka_unit_test(test_table_with_holes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

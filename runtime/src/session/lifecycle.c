@@ -112,13 +112,6 @@ refit_session_recover_transport(refit_session_t *s, int unhealthy_rank, double d
   refit_status_t st = REFIT_OK;
   char whose[64];
   refit_session_rank_name(s, unhealthy_rank, whose, sizeof(whose));
-  if (ops->recover == NULL) {
-    s->broken = 1;
-    return REFIT_ERR(REFIT_ERR_PEER,
-                     "begin: the %s transport of %s is unusable after the "
-                     "failed refit and cannot be repaired; restart the job",
-                     ops->name, whose);
-  }
   REFIT_WARN("begin: repairing the %s transport on every rank (that of %s "
              "failed in the last refit)",
              ops->name, whose);
@@ -214,8 +207,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
 
   /* Everyone's (run id, version, plan hash, committed version, whether it
    * could start, transport health) before a byte moves. */
-  const int transport_ok =
-      s->transport.ops->healthy == NULL || s->transport.ops->healthy(s->transport.ctx);
+  const int transport_ok = s->transport.ops->healthy(s->transport.ctx);
   /* The exchange's buffers live in the session: a collective that misses
    * its deadline stays with MPI, which may still write them later. */
   refit_header_t *mine = s->header_buf, *all = s->header_buf + 1;
@@ -395,15 +387,12 @@ static refit_status_t refit_session_wait_slot(refit_session_t *s, int slot,
 }
 
 /* Advance the exchange in `slot` without blocking: *arrived = 1 once it
- * completed (then the slot is free). Transports without a test op complete
- * it with a blocking wait. */
+ * completed (then the slot is free). */
 static refit_status_t refit_session_poll_slot(refit_session_t *s, int slot,
                                               int *arrived) {
   *arrived = 1;
   if (s->inflight[slot] == NULL)
     return REFIT_OK;
-  if (s->transport.ops->test == NULL)
-    return refit_session_wait_slot(s, slot, "poll", -1);
   const int32_t tb = refit_timeline_slot(s->timeline, slot);
   refit_timeline_mark(s->timeline, tb, REFIT_TL_WAIT_START, 1);
   double t = MPI_Wtime();
@@ -454,8 +443,7 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
     st = refit_mem_done(s->mem, &packed);
     const int other = (slot + 1) % REFIT_EXCHANGES_IN_FLIGHT;
     int sent = 1;
-    if (st == REFIT_OK && !packed && s->inflight[other] != NULL &&
-        s->transport.ops->test != NULL)
+    if (st == REFIT_OK && !packed && s->inflight[other] != NULL)
       st = refit_session_poll_slot(s, other, &sent);
   }
   if (st == REFIT_OK && s->dw != NULL)
@@ -789,11 +777,7 @@ refit_status_t refit_session_abort(refit_session_t *s) {
     refit_session_drain(s);
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
     if (s->inflight[i] != NULL) {
-      if (s->transport.ops->abandon != NULL)
-        s->transport.ops->abandon(s->transport.ctx, s->inflight[i]);
-      else /* no way to cancel: wait out what is left, ignoring failures */
-        (void)s->transport.ops->wait(s->transport.ctx, s->inflight[i], MPI_Wtime(),
-                                     "abort");
+      s->transport.ops->abandon(s->transport.ctx, s->inflight[i]);
       s->inflight[i] = NULL;
       s->exposed = 1;
     }

@@ -438,7 +438,7 @@ refit_status_t refit_session_register_staging(refit_session_t *s, refit_status_t
     st = refit_transport_register(&s->transport, s->is_trainer ? NULL : s->buffer[i],
                                   s->is_trainer ? 0 : s->buffer_bytes);
   REFIT_CHECK(refit_session_agree(s, st, "registering staging"));
-  if (!s->cfg.refit.keep_staging && s->transport.ops->register_buffer != NULL)
+  if (!s->cfg.refit.keep_staging && s->transport.ops->registers_buffers)
     return REFIT_ERR(REFIT_ERR_CONFIG,
                      "refit.keep_staging: false cannot be used with the %s transport, "
                      "which registers staging buffers with its peers once; use "
@@ -643,17 +643,19 @@ err:
 void refit_session_destroy(refit_session_t *s) {
   if (s == NULL)
     return;
-  /* Close is not collective and waits for nothing: a refit in flight is
-   * abandoned, and what a late peer may still write or read (staging and
+  /* Close is not collective and waits for no peer: a refit in flight is
+   * abandoned through its transport (one that cannot cancel drops it at
+   * once: IPC as it stands, NCCL by aborting its communicators, bounded),
+   * and what a late peer may still write or read (staging and
    * send buffers, delta frames, the memory they belong to) is kept, as
    * after any abandoned exchange (outlive.h). */
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++) {
     if (s->inflight[i] == NULL)
       continue;
-    if (s->transport.ops != NULL && s->transport.ops->abandon != NULL) {
+    if (s->transport.ops != NULL) {
       s->transport.ops->abandon(s->transport.ctx, s->inflight[i]);
     } else {
-      void *kept[] = {s->inflight[i]}; /* no way to cancel it */
+      void *kept[] = {s->inflight[i]}; /* no transport left to cancel it */
       refit_outlive_keep(kept, 1);
     }
     s->inflight[i] = NULL;

@@ -4,8 +4,6 @@
 
 #include <stdio.h>
 
-extern const refit_transport_ops_t refit_transport_ucx; /* transport_ucx.c */
-
 /* Compiled-in transports in order of preference for refit.transport: auto,
  * and for the per-pair choice (refit_transport_for_pair). For device memory
  * the GPU transports come first, and auto chooses per pair of ranks by
@@ -34,8 +32,7 @@ _Static_assert(REFIT_NTRANSPORTS <= REFIT_TRANSPORTS_MAX,
 
 const refit_transport_ops_t *refit_transport_for_pair(const refit_pair_facts_t *pair) {
   for (size_t i = 0; i < REFIT_NTRANSPORTS; i++)
-    if (refit_transports[i]->can_connect != NULL &&
-        refit_transports[i]->can_connect(pair))
+    if (refit_transports[i]->can_connect(pair))
       return refit_transports[i];
   return NULL;
 }
@@ -92,6 +89,7 @@ refit_status_t refit_transport_open(refit_transport_kind_t kind,
                                  refit_last_error());
       continue;
     }
+    REFIT_CHECK(refit_transport_check_table(ops));
     REFIT_CHECK(ops->create(args, &out->ctx));
     out->ops = ops;
     REFIT_INFO("transport %s selected", ops->name);
@@ -121,9 +119,61 @@ refit_status_t refit_transport_register(refit_transport_t *t, void *ptr,
                                         size_t bytes) {
   if (t->ops == NULL)
     return REFIT_ERR(REFIT_ERR_STATE, "register_buffer: transport not open");
-  if (t->ops->register_buffer == NULL)
-    return REFIT_OK;
   return t->ops->register_buffer(t->ctx, ptr, bytes);
+}
+
+refit_status_t refit_transport_check_table(const refit_transport_ops_t *ops) {
+  const struct {
+    const char *name;
+    int set;
+  } fns[] = {
+      {"query", ops->query != NULL},
+      {"create", ops->create != NULL},
+      {"can_connect", ops->can_connect != NULL},
+      {"create_pairs", ops->create_pairs != NULL},
+      {"start", ops->start != NULL},
+      {"wait", ops->wait != NULL},
+      {"test", ops->test != NULL},
+      {"abandon", ops->abandon != NULL},
+      {"destroy", ops->destroy != NULL},
+      {"register_buffer", ops->register_buffer != NULL},
+      {"healthy", ops->healthy != NULL},
+      {"recover", ops->recover != NULL},
+  };
+  char missing[256] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
+    if (!fns[i].set && used < sizeof(missing))
+      used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s",
+                               used ? ", " : "", fns[i].name);
+  if (used == 0)
+    return REFIT_OK;
+  return REFIT_ERR(REFIT_ERR_STATE,
+                   "transport %s: its table leaves %s unset (every function is "
+                   "required; transport.h lists the explicit defaults)",
+                   ops->name != NULL ? ops->name : "(unnamed)", missing);
+}
+
+refit_status_t refit_transport_register_none(void *ctx, void *ptr, size_t bytes) {
+  (void)ctx;
+  (void)ptr;
+  (void)bytes;
+  return REFIT_OK;
+}
+
+int refit_transport_never_per_pair(const refit_pair_facts_t *pair) {
+  (void)pair;
+  return 0;
+}
+
+refit_status_t refit_transport_not_per_pair(const refit_transport_args_t *args,
+                                            const refit_pair_locality_t *loc, void **ctx) {
+  (void)args;
+  (void)loc;
+  (void)ctx;
+  return REFIT_ERR(REFIT_ERR_STATE,
+                   "this transport is never chosen per pair of ranks (can_connect "
+                   "answers 0), so the per-pair transport cannot open it");
 }
 
 void refit_transport_close(refit_transport_t *t) {

@@ -36,8 +36,17 @@
  * the same order, passing NULL/0 when it has nothing to register in that
  * round (trainers, typically). Afterwards every receive buffer given to
  * start() must lie inside a buffer this rank registered; send buffers need no
- * registration. Transports that do not need it leave register_buffer NULL
- * and the call is a no-op. Registrations live until destroy().
+ * registration. Transports that do not need it say so (registers_buffers 0)
+ * and take refit_transport_register_none, a no-op. Registrations live until
+ * destroy().
+ *
+ * Full tables: every function of refit_transport_ops_t is set, so that no
+ * caller tests for NULL. What a transport does not do is one of the explicit
+ * defaults below (refit_transport_register_none, _never_per_pair,
+ * _not_per_pair), or its own few lines saying what it does instead (a
+ * transport that cannot cancel abandons by a wait whose deadline has
+ * passed). refit_transport_check_table() refuses a table with a hole, and
+ * refit_transport_open() asks it of the table it chose.
  */
 #ifndef REFIT_TRANSPORT_H
 #define REFIT_TRANSPORT_H
@@ -121,16 +130,20 @@ typedef struct {
    * args->world: every rank gets the same answer. */
   refit_status_t (*query)(const refit_transport_args_t *args);
   refit_status_t (*create)(const refit_transport_args_t *args, void **ctx);
-  /* Optional (NULL: never chosen per pair). Whether this transport can carry
-   * the bytes of one pair of ranks, from the pair's facts alone (no
-   * communication): the per-pair choice gives the pair to the first
-   * transport of refit_transports[] that answers 1. */
+  /* 1 when register_buffer() hands the buffers to the peers once (IPC
+   * handles): staging must then stay allocated (refit.keep_staging). */
+  int registers_buffers;
+  /* Whether this transport can carry the bytes of one pair of ranks, from
+   * the pair's facts alone (no communication): the per-pair choice gives the
+   * pair to the first transport of refit_transports[] that answers 1
+   * (refit_transport_never_per_pair: never). */
   int (*can_connect)(const refit_pair_facts_t *pair);
-  /* Optional (NULL: the per-pair transport opens it with create(), which
-   * reaches every rank once set up). Create this transport for the pairs the
-   * per-pair choice gave it (args->pairs, possibly none), collectively over
-   * args->world; leaves *ctx untouched when those pairs need nothing opened
-   * (every rank then agrees, having the same pairs). */
+  /* Create this transport for the pairs the per-pair choice gave it
+   * (args->pairs, possibly none), collectively over args->world; leaves *ctx
+   * untouched when those pairs need nothing opened (every rank then agrees,
+   * having the same pairs). A transport that opens the same way for any
+   * pairs calls its create(); one never chosen per pair refuses
+   * (refit_transport_not_per_pair). */
   refit_status_t (*create_pairs)(const refit_transport_args_t *args,
                                  const refit_pair_locality_t *loc, void **ctx);
   /* Post every send and receive of one bucket; `tag` tells buckets apart. */
@@ -140,24 +153,27 @@ typedef struct {
   /* Complete an exchange by `deadline` (MPI_Wtime seconds); frees it. */
   refit_status_t (*wait)(void *ctx, refit_exchange_t *ex, double deadline,
                          const char *phase);
-  /* Optional (NULL: callers use wait). Advance an exchange without
-   * blocking; *done = 1 when it completed, and then (or on an error) the
-   * exchange is freed. Deadlines are the caller's: wait() reports them. */
+  /* Advance an exchange without blocking; *done = 1 when it completed, and
+   * then (or on an error) the exchange is freed. Deadlines are the caller's:
+   * wait() reports them. */
   refit_status_t (*test)(void *ctx, refit_exchange_t *ex, int *done);
   /* Give up an exchange after a failure: receives are cancelled, sends are
    * left to finish or fail on their own; frees the exchange. The buffers
-   * must stay valid until destroy(): a late peer may still touch them. */
+   * must stay valid until destroy(): a late peer may still touch them. A
+   * transport that cannot cancel (IPC, NCCL) waits with a deadline already
+   * past, which leaves it unhealthy (NCCL aborts its communicators) until
+   * recover(). */
   void (*abandon)(void *ctx, refit_exchange_t *ex);
   void (*destroy)(void *ctx);
-  /* Optional (NULL: not needed). Collective over the world: see "Registered
-   * buffers" above. `ptr` may be NULL with `bytes` 0. */
+  /* Collective over the world: see "Registered buffers" above. `ptr` may be
+   * NULL with `bytes` 0. */
   refit_status_t (*register_buffer)(void *ctx, void *ptr, size_t bytes);
-  /* Optional (NULL: always healthy). 0 once a failed exchange left this
-   * rank's side of the transport unusable (an aborted NCCL communicator,
-   * IPC copies and messages of a dropped exchange still in flight). */
+  /* 0 once a failed exchange left this rank's side of the transport
+   * unusable (an aborted NCCL communicator, IPC copies and messages of a
+   * dropped exchange still in flight). */
   int (*healthy)(void *ctx);
-  /* Optional (NULL: an unhealthy transport ends the session). Make the
-   * transport usable again after a failed refit. Collective over the world,
+  /* Make the transport usable again after a failed refit (or say why it
+   * cannot: the session then ends). Collective over the world,
    * entered by every rank at the same point (the next begin, once every
    * rank is known alive and not one has an exchange in flight), healthy or
    * not; bounded by `deadline` (MPI_Wtime seconds). */
@@ -200,12 +216,26 @@ int refit_transport_pair_candidates(refit_memory_t memory,
                                     const refit_transport_ops_t **out);
 
 /* Register a receive buffer with the open transport, collectively (every
- * rank, same number of calls; NULL/0 where a rank has none). No-op for
- * transports without register_buffer. */
+ * rank, same number of calls; NULL/0 where a rank has none). */
 refit_status_t refit_transport_register(refit_transport_t *t, void *ptr,
                                         size_t bytes);
 
+/* REFIT_OK when every function of `ops` is set; otherwise REFIT_ERR_STATE
+ * naming the transport and each missing function. */
+refit_status_t refit_transport_check_table(const refit_transport_ops_t *ops);
+
+/* The explicit defaults of a full table. */
+/* register_buffer of a transport that needs no registration: a no-op. */
+refit_status_t refit_transport_register_none(void *ctx, void *ptr, size_t bytes);
+/* can_connect of a transport the per-pair choice never takes: 0. */
+int refit_transport_never_per_pair(const refit_pair_facts_t *pair);
+/* create_pairs of a transport the per-pair choice never takes:
+ * REFIT_ERR_STATE. */
+refit_status_t refit_transport_not_per_pair(const refit_transport_args_t *args,
+                                            const refit_pair_locality_t *loc, void **ctx);
+
 extern const refit_transport_ops_t refit_transport_mpi;
+extern const refit_transport_ops_t refit_transport_ucx;
 #ifdef REFIT_HAVE_CUDA
 extern const refit_transport_ops_t refit_transport_ipc;
 extern const refit_transport_ops_t refit_transport_nccl;

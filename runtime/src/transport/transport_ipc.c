@@ -674,17 +674,34 @@ static void refit_ipc_destroy(void *ctx) {
   free(c);
 }
 
+/* IPC cannot cancel: copies a peer started, and its notices, may still come.
+ * A wait whose deadline has passed drops the exchange and leaves the
+ * transport to its repair. */
+static void refit_ipc_abandon(void *ctx, refit_exchange_t *ex) {
+  (void)refit_ipc_wait(ctx, ex, MPI_Wtime() - 1, "abandoned");
+}
+
+/* Opened the same way whichever pairs the per-pair choice gave it. */
+static refit_status_t refit_ipc_create_pairs(const refit_transport_args_t *args,
+                                             const refit_pair_locality_t *loc, void **ctx) {
+  (void)loc;
+  return refit_ipc_create(args, ctx);
+}
+
 const refit_transport_ops_t refit_transport_ipc = {
     .name = "ipc",
     .kind = REFIT_TRANSPORT_IPC,
     .memory = REFIT_MEMORY_DEVICE,
     .variable_length = 1,
+    .registers_buffers = 1,
     .query = refit_ipc_query,
     .create = refit_ipc_create,
     .can_connect = refit_ipc_can_connect,
+    .create_pairs = refit_ipc_create_pairs,
     .start = refit_ipc_start,
     .wait = refit_ipc_wait,
     .test = refit_ipc_test,
+    .abandon = refit_ipc_abandon,
     .destroy = refit_ipc_destroy,
     .register_buffer = refit_ipc_register,
     .healthy = refit_ipc_healthy,

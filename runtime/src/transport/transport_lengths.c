@@ -230,14 +230,11 @@ static void refit_lengths_unqueue(refit_lengths_ctx_t *c, refit_exchange_t *ex) 
   ex->next = NULL;
 }
 
-/* Give up one of ex's parts on transport t: abandoned, or where t cannot
- * (NCCL, IPC) waited for with a deadline already past, as the session's
- * abort does (NCCL then aborts its communicators). */
+/* Give up one of ex's parts on transport t (where t cannot cancel, NCCL
+ * and IPC, its abandon waits with a deadline already past, and NCCL then
+ * aborts its communicators). */
 static void refit_lengths_give_up(const refit_transport_t *t, refit_exchange_t *part) {
-  if (t->ops->abandon != NULL)
-    t->ops->abandon(t->ctx, part);
-  else
-    (void)t->ops->wait(t->ctx, part, MPI_Wtime(), "abandoned");
+  t->ops->abandon(t->ctx, part);
 }
 
 /* Give up what of ex is still in flight and keep its buffers until
@@ -415,8 +412,7 @@ static void refit_lengths_abandon(void *ctx, refit_exchange_t *ex) {
 
 static int refit_lengths_healthy(void *ctx) {
   refit_lengths_ctx_t *c = ctx;
-  return !c->dirty && (c->hdr.ops->healthy == NULL || c->hdr.ops->healthy(c->hdr.ctx)) &&
-         (c->inner.ops->healthy == NULL || c->inner.ops->healthy(c->inner.ctx));
+  return !c->dirty && c->hdr.ops->healthy(c->hdr.ctx) && c->inner.ops->healthy(c->inner.ctx);
 }
 
 /* Collective over the world: both transports repaired (the header one gets
@@ -424,13 +420,7 @@ static int refit_lengths_healthy(void *ctx) {
 static refit_status_t refit_lengths_recover(void *ctx, double deadline) {
   refit_lengths_ctx_t *c = ctx;
   refit_status_t st = c->hdr.ops->recover(c->hdr.ctx, deadline);
-  refit_status_t st_inner = REFIT_OK;
-  if (c->inner.ops->recover != NULL)
-    st_inner = c->inner.ops->recover(c->inner.ctx, deadline);
-  else if (c->inner.ops->healthy != NULL && !c->inner.ops->healthy(c->inner.ctx))
-    st_inner =
-        REFIT_ERR(REFIT_ERR_STATE, "%s transport: it cannot be repaired after a failure",
-                  c->inner.ops->name);
+  refit_status_t st_inner = c->inner.ops->recover(c->inner.ctx, deadline);
   if (st != REFIT_OK)
     return st;
   REFIT_CHECK(st_inner);
@@ -441,6 +431,19 @@ static refit_status_t refit_lengths_recover(void *ctx, double deadline) {
 static refit_status_t refit_lengths_register(void *ctx, void *ptr, size_t bytes) {
   refit_lengths_ctx_t *c = ctx;
   return c->inner.ops->register_buffer(c->inner.ctx, ptr, bytes);
+}
+
+/* The wrapper is made by refit_transport_lengths_wrap(), never chosen. */
+static refit_status_t refit_lengths_query(const refit_transport_args_t *args) {
+  (void)args;
+  return REFIT_ERR(REFIT_ERR_STATE, "message lengths: a wrapper, not chosen by query");
+}
+
+static refit_status_t refit_lengths_create(const refit_transport_args_t *args, void **ctx) {
+  (void)args;
+  (void)ctx;
+  return REFIT_ERR(REFIT_ERR_STATE,
+                   "message lengths: made by refit_transport_lengths_wrap, not create");
 }
 
 static void refit_lengths_destroy(void *ctx) {
@@ -489,16 +492,21 @@ refit_status_t refit_transport_lengths_wrap(refit_transport_t *t,
       .kind = t->ops->kind,
       .memory = t->ops->memory,
       .variable_length = 1,
+      .registers_buffers = t->ops->registers_buffers,
+      .query = refit_lengths_query,
+      .create = refit_lengths_create,
+      .can_connect = refit_transport_never_per_pair,
+      .create_pairs = refit_transport_not_per_pair,
       .start = refit_lengths_start,
       .wait = refit_lengths_wait,
-      .test = t->ops->test != NULL ? refit_lengths_test : NULL,
+      .test = refit_lengths_test,
       .abandon = refit_lengths_abandon,
       .destroy = refit_lengths_destroy,
-      .register_buffer = t->ops->register_buffer != NULL ? refit_lengths_register : NULL,
+      .register_buffer = refit_lengths_register,
       .healthy = refit_lengths_healthy,
       .recover = refit_lengths_recover,
   };
   t->ops = &c->ops;
   t->ctx = c;
-  return REFIT_OK;
+  return refit_transport_check_table(t->ops);
 }

@@ -336,6 +336,13 @@ static void refit_mpi_destroy(void *ctx) {
   free(c);
 }
 
+/* Opened the same way whichever pairs the per-pair choice gave it. */
+static refit_status_t refit_mpi_create_pairs(const refit_transport_args_t *args,
+                                             const refit_pair_locality_t *loc, void **ctx) {
+  (void)loc;
+  return refit_mpi_create(args, ctx);
+}
+
 const refit_transport_ops_t refit_transport_mpi = {
     .name = "mpi",
     .kind = REFIT_TRANSPORT_MPI,
@@ -343,6 +350,7 @@ const refit_transport_ops_t refit_transport_mpi = {
     .query = refit_mpi_query,
     .create = refit_mpi_create,
     .can_connect = refit_mpi_can_connect,
+    .create_pairs = refit_mpi_create_pairs,
     .start = refit_mpi_start,
     .wait = refit_mpi_wait,
     .test = refit_mpi_test,
@@ -350,4 +358,5 @@ const refit_transport_ops_t refit_transport_mpi = {
     .healthy = refit_mpi_healthy,
     .recover = refit_mpi_recover,
     .destroy = refit_mpi_destroy,
+    .register_buffer = refit_transport_register_none,
 };

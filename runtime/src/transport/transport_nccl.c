@@ -627,6 +627,12 @@ static void refit_nccl_destroy(void *ctx) {
   free(c);
 }
 
+/* NCCL cannot cancel a posted send or receive: a wait whose deadline has
+ * passed aborts the communicators (recover() builds new ones). */
+static void refit_nccl_abandon(void *ctx, refit_exchange_t *ex) {
+  (void)refit_nccl_wait(ctx, ex, MPI_Wtime() - 1, "abandoned");
+}
+
 const refit_transport_ops_t refit_transport_nccl = {
     .name = "nccl",
     .kind = REFIT_TRANSPORT_NCCL,
@@ -638,8 +644,9 @@ const refit_transport_ops_t refit_transport_nccl = {
     .start = refit_nccl_start,
     .wait = refit_nccl_wait,
     .test = refit_nccl_test,
+    .abandon = refit_nccl_abandon,
     .destroy = refit_nccl_destroy,
-    .register_buffer = NULL,
+    .register_buffer = refit_transport_register_none,
     .healthy = refit_nccl_healthy,
     .recover = refit_nccl_recover,
 };

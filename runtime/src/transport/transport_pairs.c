@@ -120,10 +120,8 @@ static refit_status_t refit_pairs_create(const refit_transport_args_t *args, voi
         mine[2 * sub.npairs] = args->pairs[2 * i];
         mine[2 * sub.npairs++ + 1] = args->pairs[2 * i + 1];
       }
-    if (c->ops[k]->create_pairs != NULL)
-      REFIT_CHECK_GOTO(c->ops[k]->create_pairs(&sub, &where, &c->ctx[k]), st, err);
-    else
-      REFIT_CHECK_GOTO(c->ops[k]->create(&sub, &c->ctx[k]), st, err);
+    REFIT_CHECK_GOTO(refit_transport_check_table(c->ops[k]), st, err);
+    REFIT_CHECK_GOTO(c->ops[k]->create_pairs(&sub, &where, &c->ctx[k]), st, err);
     REFIT_INFO("ipc+nccl transport: %s for %d pairs%s", c->ops[k]->name, sub.npairs,
                c->ctx[k] == NULL ? " (not opened)" : "");
   }
@@ -152,8 +150,7 @@ static refit_status_t refit_pairs_drop(refit_pairs_ctx_t *c, refit_exchange_t *e
   snprintf(why, sizeof(why), "%s", refit_last_error());
   for (int k = 0; k < c->n; k++)
     if (ex->sub[k] != NULL)
-      (void)c->ops[k]->wait(c->ctx[k], ex->sub[k], MPI_Wtime() - 1.0,
-                            "ipc+nccl: dropped after a failure");
+      c->ops[k]->abandon(c->ctx[k], ex->sub[k]);
   refit_pairs_exchange_free(ex);
   return refit_error_set(st, "%s", why);
 }
@@ -291,15 +288,24 @@ static void refit_pairs_destroy(void *ctx) {
   free(c);
 }
 
+/* Each part abandoned on its own transport. */
+static void refit_pairs_abandon(void *ctx, refit_exchange_t *ex) {
+  (void)refit_pairs_drop(ctx, ex, REFIT_ERR_PEER);
+}
+
 const refit_transport_ops_t refit_transport_pairs = {
     .name = "ipc+nccl",
     .kind = REFIT_TRANSPORT_AUTO, /* chosen by auto only */
     .memory = REFIT_MEMORY_DEVICE,
+    .registers_buffers = 1,
     .query = refit_pairs_query,
     .create = refit_pairs_create,
+    .can_connect = refit_transport_never_per_pair, /* it is the per-pair choice */
+    .create_pairs = refit_transport_not_per_pair,
     .start = refit_pairs_start,
     .wait = refit_pairs_wait,
     .test = refit_pairs_test,
+    .abandon = refit_pairs_abandon,
     .destroy = refit_pairs_destroy,
     .register_buffer = refit_pairs_register,
     .healthy = refit_pairs_healthy,

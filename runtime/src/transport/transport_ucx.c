@@ -649,6 +649,13 @@ static void refit_ucx_destroy(void *vctx) {
   free(c);
 }
 
+/* Opened the same way whichever pairs the per-pair choice gave it. */
+static refit_status_t refit_ucx_create_pairs(const refit_transport_args_t *args,
+                                             const refit_pair_locality_t *loc, void **ctx) {
+  (void)loc;
+  return refit_ucx_create(args, ctx);
+}
+
 const refit_transport_ops_t refit_transport_ucx = {
     .name = "ucx",
     .kind = REFIT_TRANSPORT_UCX,
@@ -657,6 +664,7 @@ const refit_transport_ops_t refit_transport_ucx = {
     .query = refit_ucx_query,
     .create = refit_ucx_create,
     .can_connect = refit_ucx_can_connect,
+    .create_pairs = refit_ucx_create_pairs,
     .start = refit_ucx_start,
     .wait = refit_ucx_wait,
     .test = refit_ucx_test,
@@ -664,4 +672,5 @@ const refit_transport_ops_t refit_transport_ucx = {
     .healthy = refit_ucx_healthy,
     .recover = refit_ucx_recover,
     .destroy = refit_ucx_destroy,
+    .register_buffer = refit_transport_register_none,
 };
