@@ -5,9 +5,8 @@
  * one outcome per commit), abort with drain and rollback, verification;
  * and the fault seam that tests fail each step with.
  */
-#include "session/delta_wire.h"
+#include "session/path.h"
 #include "session/session.h"
-#include "session/zero_copy.h"
 
 #include "core/digest.h"
 #include "core/hash.h"
@@ -28,15 +27,14 @@ static void refit_generator_recvs(refit_session_t *s, int32_t b, unsigned char *
   *nxfers = 0;
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
     const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
-    int64_t at = m->offset, bytes = m->bytes;
-    if (s->zero_copy) /* the chunks' digests only (zero_copy.c) */
-      refit_zc_msg(s, k, &at, &bytes);
+    int64_t at, bytes;
+    s->path->msg(s, k, &at, &bytes);
     xfers[*nxfers].peer = m->src_rank;
     xfers[*nxfers].buf = buf + at;
     xfers[*nxfers].bytes = (size_t)bytes;
     (*nxfers)++;
   }
-  refit_dw_generator_recvs(s, (int)(b % REFIT_EXCHANGES_IN_FLIGHT), xfers, *nxfers);
+  s->path->recvs(s, (int)(b % REFIT_EXCHANGES_IN_FLIGHT), xfers, *nxfers);
 }
 
 /* Start an exchange; one that failed part way may leave requests posted
@@ -193,11 +191,9 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
    * the refit is a full one. */
   const int moved = (s->is_trainer && s->moved) || s->rebound;
   if (st == REFIT_OK && s->moved)
-    st = refit_trainer_repoint(s);
-  if (st == REFIT_OK && !s->dw_made) {
-    st = refit_dw_create(s, &s->dw);
-    s->dw_made = st == REFIT_OK;
-  }
+    st = s->path->repoint(s);
+  if (st == REFIT_OK)
+    st = s->path->prepare(s);
   /* Nothing refit does on the device starts before the caller's work
    * queued on `stream` so far: a trainer's last optimizer step, an engine's
    * last forward over the storage a sync refit overwrites. */
@@ -219,7 +215,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
                            st == REFIT_OK,
                            transport_ok,
                            moved,
-                           refit_dw_ready(s, s->dw) && !moved,
+                           s->path->delta_ready(s) && !moved,
                            0};
   const double deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
   refit_status_t wst =
@@ -270,24 +266,18 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
     return st;
   if (unhealthy >= 0)
     REFIT_CHECK(refit_session_recover_transport(s, unhealthy, deadline));
-  /* Zero copy: generators map their trainers' tensors once, and again
-   * after a trainer registered one at a new address (zero_copy.c). */
-  int any_moved = 0;
-  for (int r = 0; r < s->size; r++)
+  /* The path's own begin (path.h): zero copy's generators map their
+   * trainers' tensors once, and again after a trainer registered one at a
+   * new address; a delta refit needs every rank's baseline of the committed
+   * version: one rank without it (first refit, a failed or aborted one,
+   * restored or POISONED, a tensor registered anew) makes it a full one
+   * everywhere. */
+  int any_moved = 0, delta = 1;
+  for (int r = 0; r < s->size; r++) {
     any_moved |= all[r].moved;
-  if (s->zero_copy && (!s->zc_ready || any_moved)) {
-    REFIT_CHECK(refit_session_agree(s, refit_zc_exchange(s, deadline),
-                                    "zero-copy: mapping the trainers' tensors"));
-    s->zc_ready = 1;
-  }
-
-  /* A delta refit needs every rank's baseline of the committed version:
-   * one rank without it (first refit, a failed or aborted one, restored or
-   * POISONED, a tensor registered anew) makes it a full one everywhere. */
-  int delta = 1;
-  for (int r = 0; r < s->size; r++)
     delta &= all[r].delta_ready != 0;
-  refit_dw_begin(s->dw, delta);
+  }
+  REFIT_CHECK(s->path->begin(s, any_moved, delta, deadline));
 
   /* The refit begins for real: every rank has seen a moved tensor (the
    * pack table and zero copy's mapping follow it, the delta decision was
@@ -435,7 +425,7 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
   int nx = 0;
   double t = MPI_Wtime();
   refit_timeline_mark(s->timeline, b, REFIT_TL_PACK_START, 0);
-  unsigned char *packed_at = refit_dw_pack_target(s->dw, b, s->buffer[slot]);
+  unsigned char *packed_at = s->path->pack_target(s, b, s->buffer[slot]);
   st = refit_trainer_pack(s, b, packed_at, s->xfers, &nx, 0);
   /* While the pack kernel runs, keep the bucket in flight moving: some
    * transports (CUDA IPC) only advance when called. */
@@ -446,8 +436,8 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
     if (st == REFIT_OK && !packed && s->inflight[other] != NULL)
       st = refit_session_poll_slot(s, other, &sent);
   }
-  if (st == REFIT_OK && s->dw != NULL)
-    st = refit_dw_trainer_encode(s, b, slot, packed_at, s->xfers, nx);
+  if (st == REFIT_OK)
+    st = s->path->packed(s, b, slot, packed_at, s->xfers, nx);
   s->times.pack += MPI_Wtime() - t;
   refit_timeline_mark(s->timeline, b, REFIT_TL_PACK_END, 0);
   REFIT_CHECK(st);
@@ -471,7 +461,7 @@ static refit_status_t refit_session_step_trainer(refit_session_t *s, int *done) 
     } else if (s->fault.action == REFIT_FAULT_STALE && s->pending > 1 && s->attempt > 1) {
       /* The bytes of this refit, sealed as the previous refit's: what a
        * message of that refit left in a queue would look like. */
-      REFIT_CHECK(refit_trainer_seal(s, b, packed_at,
+      REFIT_CHECK(s->path->seal(s, b, packed_at,
                                      refit_seal_tag(s->pending - 1, s->attempt - 1)));
       REFIT_CHECK(refit_mem_sync(s->mem));
       REFIT_WARN("fault seam: bucket %d sealed as the refit of version %llu", b,
@@ -543,13 +533,7 @@ static refit_status_t refit_session_step_generator(refit_session_t *s, int *done
   double t = MPI_Wtime();
   refit_timeline_mark(s->timeline, b, REFIT_TL_LAND_START, 0);
   const uint64_t tag = refit_seal_tag(s->pending, s->attempt);
-  unsigned char *land_from = s->buffer[slot];
-  refit_status_t st =
-      refit_dw_generator_apply(s, b, slot, s->buffer[slot], lf, &land_from);
-  /* land_from NULL: the bucket's deltas went to runtime storage in place. */
-  if (st == REFIT_OK && land_from != NULL)
-    st = s->zero_copy ? refit_loader_land_direct(s->loader, b, s->buffer[slot], tag, lf)
-                      : refit_loader_land_bucket(s->loader, b, land_from, tag, lf);
+  refit_status_t st = s->path->land(s, b, slot, tag, lf);
   s->times.unpack += MPI_Wtime() - t;
   refit_timeline_mark(s->timeline, b, REFIT_TL_LAND_END, 0);
   REFIT_CHECK(st);
@@ -726,7 +710,7 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
   }
   s->times.commit = MPI_Wtime() - t;
   s->committed = s->pending;
-  refit_dw_commit(s->dw, s->committed);
+  s->path->commit(s);
   s->poisoned_before = 0;
   s->state = REFIT_STATE_IDLE;
   const double t_release = MPI_Wtime();

@@ -9,6 +9,7 @@
 #include "session/session.h"
 #include "session/delta_wire.h"
 #include "mpi/outlive.h"
+#include "session/path.h"
 #include "session/zero_copy.h"
 
 #include "fault/fault.h"
@@ -348,7 +349,7 @@ refit_status_t refit_session_acquire_staging(refit_session_t *s) {
 }
 
 refit_status_t refit_session_alloc_buffers(refit_session_t *s) {
-  int64_t need = 0, max_msgs = 1;
+  int64_t max_msgs = 1;
   for (int32_t b = 0; b < s->plan->nbuckets; b++)
     if (s->my_begin[b + 1] - s->my_begin[b] > max_msgs)
       max_msgs = s->my_begin[b + 1] - s->my_begin[b];
@@ -356,19 +357,7 @@ refit_status_t refit_session_alloc_buffers(refit_session_t *s) {
     s->xfers = malloc((size_t)max_msgs * sizeof(*s->xfers));
   if (s->xfers == NULL)
     return REFIT_ERR(REFIT_ERR_NO_MEMORY, "transfer list of %lld", (long long)max_msgs);
-  if (s->is_trainer) {
-    for (int32_t b = 0; b < s->plan->nbuckets; b++) {
-      int64_t bytes = 0;
-      for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++)
-        bytes += s->plan->msgs[s->my_msgs[k]].bytes;
-      if (bytes > need)
-        need = bytes;
-    }
-  } else {
-    need = s->plan->staging[s->role_rank];
-  }
-  if (s->zero_copy)
-    need = refit_zc_buffer_bytes(s);
+  const int64_t need = s->path->buffer_bytes(s);
   s->buffer_bytes = (size_t)need;
   for (int i = 0; i < REFIT_EXCHANGES_IN_FLIGHT; i++)
     REFIT_CHECK(refit_mem_alloc(s->mem, (size_t)need, (void **)&s->buffer[i]));
@@ -600,6 +589,7 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   REFIT_CHECK_GOTO(refit_session_agree(s, refit_zc_decide(s), "refit.zero_copy"), st,
                    err);
   REFIT_CHECK_GOTO(refit_zc_merge(s), st, err);
+  refit_session_choose_path(s);
   /* Fault seam: a rank that dies (or stalls) just as the transports start
    * up; its peers' start-up collectives must end at their deadline. */
   if (REFIT_FAULTS_BUILT && s->fault.enabled && s->fault.phase == REFIT_FAULT_PHASE_OPEN &&

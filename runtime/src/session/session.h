@@ -177,6 +177,10 @@ typedef struct refit_session {
    * begin once memory is bound; NULL with delta off. */
   struct refit_dw *dw;
   int dw_made;
+
+  /* The refit path this session takes (path.h): staged, delta or zero copy,
+   * chosen once the plan is known. */
+  const struct refit_path_ops *path;
 } refit_session_t;
 
 /*
@@ -329,11 +333,6 @@ void refit_session_release_staging(refit_session_t *s);
 refit_status_t refit_session_acquire_staging(refit_session_t *s);
 
 /* trainer.c */
-
-/* Write bucket b's messages into `buf` sealed with `tag`: packed rows and
- * their digests, or under zero copy the digests alone. */
-refit_status_t refit_trainer_seal(refit_session_t *s, int32_t b, unsigned char *buf,
-                                  uint64_t tag);
 
 /* The shards this trainer rank holds (memory attached at bind). */
 refit_status_t refit_session_index_trainer(refit_session_t *s);

@@ -5,6 +5,7 @@
  * need; and binding memory at the first begin.
  */
 #include "session/session.h"
+#include "session/path.h"
 #include "session/zero_copy.h"
 
 #include "session/precision.h"
@@ -280,6 +281,7 @@ static refit_status_t refit_session_replan(refit_session_t *s) {
   REFIT_CHECK(refit_session_make_plan(s, REFIT_OK));
   REFIT_CHECK(refit_zc_decide(s));
   REFIT_CHECK(refit_zc_merge(s));
+  refit_session_choose_path(s);
   refit_transport_close(&s->transport);
   REFIT_CHECK(refit_session_open_transport(s));
   refit_status_t st = REFIT_OK;
@@ -412,7 +414,7 @@ refit_status_t refit_session_bind(refit_session_t *s) {
       if (total == 0)
         break;
     }
-    REFIT_CHECK(s->zero_copy ? refit_zc_trainer_tables(s) : refit_trainer_tables(s));
+    REFIT_CHECK(s->path->trainer_tables(s));
   } else {
     REFIT_CHECK(refit_loader_allocate(s->loader));
   }

@@ -5,7 +5,7 @@
  * bucket by bucket, with each chunk's sealed digest.
  */
 #include "session/session.h"
-#include "session/zero_copy.h"
+#include "session/path.h"
 
 #include "core/digest.h"
 #include "core/log.h"
@@ -181,8 +181,6 @@ refit_status_t refit_trainer_tables(refit_session_t *s) {
  * addresses in the descriptor table change, and the table is copied to the
  * device again. */
 refit_status_t refit_trainer_repoint(refit_session_t *s) {
-  if (s->zero_copy)
-    return refit_zc_trainer_tables(s);
   refit_pack_desc_t *d = s->pack.host;
   for (int64_t j = 0; j < s->pack.count; j++)
     d[j].src = s->shards[s->pack_src[j]] + s->pack_elem[j];
@@ -198,25 +196,16 @@ refit_status_t refit_trainer_pack(refit_session_t *s, int32_t b, unsigned char *
   *nxfers = 0;
   for (int64_t k = s->my_begin[b]; k < s->my_begin[b + 1]; k++) {
     const refit_msg_t *m = &p->msgs[s->my_msgs[k]];
-    int64_t at = s->zero_copy ? 0 : s->msg_wire[k], bytes = m->bytes;
-    if (s->zero_copy)
-      refit_zc_msg(s, k, &at, &bytes);
+    int64_t at, bytes;
+    s->path->msg(s, k, &at, &bytes);
     xfers[*nxfers].peer = s->ntrainer + m->dst_rank;
     xfers[*nxfers].buf = buf + at;
     xfers[*nxfers].bytes = (size_t)bytes;
     xfers[*nxfers].got = NULL;
     (*nxfers)++;
   }
-  REFIT_CHECK(refit_trainer_seal(s, b, buf, refit_seal_tag(s->pending, s->attempt)));
+  REFIT_CHECK(s->path->seal(s, b, buf, refit_seal_tag(s->pending, s->attempt)));
   return wait_done ? refit_mem_sync(s->mem) : REFIT_OK;
-}
-
-refit_status_t refit_trainer_seal(refit_session_t *s, int32_t b, unsigned char *buf,
-                                  uint64_t tag) {
-  if (s->zero_copy)
-    return refit_zc_seal(s, b, buf, tag);
-  return refit_mem_pack(s->mem, &s->pack, s->pack_begin[b],
-                        s->pack_begin[b + 1] - s->pack_begin[b], tag, buf);
 }
 
 /* Trainer: find the shard of each catalog tensor this rank holds. Memory is
