@@ -11,8 +11,14 @@
  *             out: packed E2M1 [rows, ceil(k/2)] (stride q_stride bytes),
  *             E4M3 scales [rows, ceil(k/16)] (stride sf_stride bytes).
  *   mapping   one thread per block (a grid-stride loop over rows * blocks,
- *             32-bit indices where they fit; the tensor's 1/gsf and gsf/6
- *             computed once, kernels/nvfp4_rules.h):
+ *             32-bit indices where they fit, no division per block; the
+ *             tensor's 1/gsf and gsf/6 computed once, kernels/nvfp4_rules.h).
+ *             The elements take float arithmetic, which runs on the FMA
+ *             pipe (Hopper has no E2M1 conversion, and integer work is what
+ *             bounded this kernel): the amax by fmaxf and the E2M1 code by
+ *             refit_nvfp4_e2m1_finite; a block holding a NaN takes
+ *             refit_nvfp4_e2m1 instead, whose rule for NaN is its own.
+ *             Memory:
  *             a full block at a 16-byte-aligned address is two 16-byte loads
  *             and, at an 8-byte-aligned output, one 8-byte store, so a warp
  *             reads 1 KiB and writes 256 contiguous bytes of a row; a partial
@@ -46,48 +52,64 @@ struct refit_nvfp4_dev_t {
   refit_nvfp4_tensor_rule_t rule;
 };
 
-/* Index is uint32_t where rows * nb fits (the usual case: a 64-bit division
- * per block costs more than the block's arithmetic), else int64_t. */
+/* Index is uint32_t where rows * nb fits (the usual case: 64-bit index
+ * arithmetic per block costs more than the block's own), else int64_t. A
+ * thread's (row, block) pair advances by the grid's stride with one compare,
+ * not a division per block. */
 template <typename Index>
 __global__ void __launch_bounds__(kThreads)
     refit_nvfp4_quantize_kernel(refit_nvfp4_dev_t m) {
   const Index total = static_cast<Index>(m.rows * m.nb), nb = static_cast<Index>(m.nb);
-  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<Index>(gridDim.x) * blockDim.x) {
-    const Index r = i / nb, b = i - r * nb;
+  const Index step = static_cast<Index>(gridDim.x) * blockDim.x;
+  const Index step_r = step / nb, step_b = step - step_r * nb;
+  Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
+  Index r = i / nb, b = i - r * nb;
+  for (; i < total; i += step) {
     const int64_t x0 = static_cast<int64_t>(b) * REFIT_NVFP4_BLOCK;
     const int n =
         m.k - x0 < REFIT_NVFP4_BLOCK ? static_cast<int>(m.k - x0) : REFIT_NVFP4_BLOCK;
     const uint16_t *s = m.src + static_cast<int64_t>(r) * m.src_stride + x0;
-    uint16_t v[REFIT_NVFP4_BLOCK];
+    /* The block as 8 pairs of BF16 (element 2j low); a partial block's
+     * missing elements are +0, which change no amax and encode as 0. */
+    uint32_t w[8];
     if (n == REFIT_NVFP4_BLOCK && (reinterpret_cast<uintptr_t>(s) & 15) == 0) {
       const uint4 a = reinterpret_cast<const uint4 *>(s)[0];
       const uint4 c = reinterpret_cast<const uint4 *>(s)[1];
-      const uint32_t w[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+      w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
+      w[4] = c.x, w[5] = c.y, w[6] = c.z, w[7] = c.w;
+    } else {
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
-        v[2 * j] = static_cast<uint16_t>(w[j]);
-        v[2 * j + 1] = static_cast<uint16_t>(w[j] >> 16);
-      }
+      for (int j = 0; j < 8; j++)
+        w[j] = (2 * j < n ? s[2 * j] : 0u) | (2 * j + 1 < n ? s[2 * j + 1] : 0u) << 16;
+    }
+    float v[REFIT_NVFP4_BLOCK];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      v[2 * j] = __uint_as_float(w[j] << 16);
+      v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+    }
+    /* The amax key as a float maximum (fmaxf drops NaN, as the key rule
+     * does); the sum is NaN when an element is (or +Inf meets -Inf), which
+     * sends the block to the reference encoder. */
+    float amax = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < REFIT_NVFP4_BLOCK; j++) {
+      amax = fmaxf(amax, fabsf(v[j]));
+      sum += v[j];
+    }
+    uint8_t code;
+    const float out = refit_nvfp4_block_rule(__float_as_uint(amax) >> 16, m.rule, &code);
+    m.sf[static_cast<int64_t>(r) * m.sf_stride + b] = code;
+    uint32_t packed[2] = {0, 0};
+    if (sum == sum) {
+#pragma unroll
+      for (int j = 0; j < REFIT_NVFP4_BLOCK; j++)
+        packed[j / 8] += refit_nvfp4_e2m1_finite(v[j] * out) << (4 * (j % 8));
     } else {
 #pragma unroll
       for (int j = 0; j < REFIT_NVFP4_BLOCK; j++)
-        v[j] = j < n ? s[j] : 0;
+        packed[j / 8] |= refit_nvfp4_e2m1(v[j] * out) << (4 * (j % 8));
     }
-    uint32_t key = 0;
-#pragma unroll
-    for (int j = 0; j < REFIT_NVFP4_BLOCK; j++)
-      key = max(key, refit_nvfp4_key(v[j]));
-    uint8_t code;
-    const float out = refit_nvfp4_block_rule(key, m.rule, &code);
-    m.sf[static_cast<int64_t>(r) * m.sf_stride + b] = code;
-    uint32_t packed[2] = {0, 0};
-#pragma unroll
-    for (int j = 0; j < REFIT_NVFP4_BLOCK; j++)
-      if (j < n)
-        packed[j / 8] |=
-            refit_nvfp4_e2m1(__uint_as_float(static_cast<uint32_t>(v[j]) << 16) * out)
-            << (4 * (j % 8));
     uint8_t *d = m.q + static_cast<int64_t>(r) * m.q_stride + x0 / 2;
     const int bytes = (n + 1) / 2;
     if (bytes == 8 && (reinterpret_cast<uintptr_t>(d) & 7) == 0) {
@@ -95,6 +117,12 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       for (int j = 0; j < bytes; j++)
         d[j] = static_cast<uint8_t>(packed[j / 4] >> (8 * (j % 4)));
+    }
+    r += step_r;
+    b += step_b;
+    if (b >= nb) {
+      b -= nb;
+      r++;
     }
   }
 }
@@ -185,3 +213,4 @@ extern "C" refit_status_t refit_nvfp4_quantize_cuda(
   }
   return refit_cuda_launch_check("nvfp4 quantize");
 }
+
