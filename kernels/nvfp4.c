@@ -75,6 +75,51 @@ uint16_t refit_nvfp4_amax_key(const uint16_t *src, int64_t rows, int64_t k,
   return (uint16_t)m;
 }
 
+int64_t refit_nvfp4_amax_number(refit_nvfp4_amax_desc_t *descs, int64_t n,
+                                refit_status_t *status) {
+  int64_t tiles = 0;
+  for (int64_t i = 0; i < n; i++) {
+    refit_nvfp4_amax_desc_t *d = &descs[i];
+    refit_status_t st = refit_nvfp4_shape_check("nvfp4 amax (table)", d->src, d->rows,
+                                                d->k, d->stride);
+    if (st == REFIT_OK && d->rows > 0 && d->k > 0 &&
+        (d->slot == NULL || (d->k + 7) / 8 > INT32_MAX))
+      st = REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "nvfp4 amax (table): descriptor %lld of %lld: slot %p, K = %lld: "
+                     "needs a slot and K / 8 below 2^31",
+                     (long long)i, (long long)n, (void *)d->slot, (long long)d->k);
+    if (st != REFIT_OK) {
+      if (status != NULL)
+        *status = st;
+      return -1;
+    }
+    d->tile0 = tiles;
+    if (d->rows > 0 && d->k > 0) {
+      const int64_t per = refit_nvfp4_amax_tile_rows(d->k);
+      tiles += (d->rows + per - 1) / per;
+    }
+  }
+  if (status != NULL)
+    *status = REFIT_OK;
+  return tiles;
+}
+
+refit_status_t refit_nvfp4_amax_keys(const refit_nvfp4_amax_desc_t *descs, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const refit_nvfp4_amax_desc_t *d = &descs[i];
+    refit_status_t st = REFIT_OK;
+    const uint16_t key = refit_nvfp4_amax_key(d->src, d->rows, d->k, d->stride, &st);
+    REFIT_CHECK(st);
+    if (d->rows > 0 && d->k > 0 && d->slot == NULL)
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "nvfp4 amax (table): descriptor %lld of %lld has no slot",
+                       (long long)i, (long long)n);
+    if (d->slot != NULL && key > *d->slot)
+      *d->slot = key;
+  }
+  return REFIT_OK;
+}
+
 float refit_nvfp4_global_scale(uint16_t key) { return refit_nvfp4_global_rule(key); }
 
 float refit_nvfp4_global_decode(float gsf) { return 1.0f / gsf; }

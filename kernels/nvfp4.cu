@@ -127,6 +127,31 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+/* The amax key of the n <= 8 elements at s: one 16-byte load when vec. */
+__device__ __forceinline__ uint32_t refit_nvfp4_group_key(const uint16_t *s, int vec, int n) {
+  uint32_t m = 0;
+  if (vec) {
+    const uint4 a = *reinterpret_cast<const uint4 *>(s);
+    const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      m = max(m, max(refit_nvfp4_key(static_cast<uint16_t>(w[j])),
+                     refit_nvfp4_key(static_cast<uint16_t>(w[j] >> 16))));
+  } else {
+    for (int j = 0; j < n; j++)
+      m = max(m, refit_nvfp4_key(s[j]));
+  }
+  return m;
+}
+
+/* A warp's largest m, in every lane. */
+__device__ __forceinline__ uint32_t refit_nvfp4_warp_max(uint32_t m) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2)
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, d));
+  return m;
+}
+
 __global__ void __launch_bounds__(kThreads)
     refit_nvfp4_amax_kernel(const uint16_t *src, int64_t rows, int64_t k, int64_t stride,
                             int vec, uint32_t *key) {
@@ -135,25 +160,57 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / groups, c = (i - r * groups) * 8;
-    const uint16_t *s = src + r * stride + c;
-    if (vec) {
-      const uint4 a = *reinterpret_cast<const uint4 *>(s);
-      const uint32_t w[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-        m = max(m, max(refit_nvfp4_key(static_cast<uint16_t>(w[j])),
-                       refit_nvfp4_key(static_cast<uint16_t>(w[j] >> 16))));
-    } else {
-      const int n = k - c < 8 ? static_cast<int>(k - c) : 8;
-      for (int j = 0; j < n; j++)
-        m = max(m, refit_nvfp4_key(s[j]));
-    }
+    m = max(m, refit_nvfp4_group_key(src + r * stride + c, vec,
+                                     k - c < 8 ? static_cast<int>(k - c) : 8));
   }
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2)
-    m = max(m, __shfl_xor_sync(0xffffffffu, m, d));
+  m = refit_nvfp4_warp_max(m);
   if ((threadIdx.x & 31) == 0 && m != 0)
     atomicMax(key, m);
+}
+
+/* The table's tiles (refit_nvfp4_amax_number), a grid-stride loop over
+ * them: a thread block finds its tile's descriptor (the last whose tile0 is
+ * not past it), reads the tile's rows in groups of 8 and merges the tile's
+ * key into the descriptor's slot with one atomicMax. */
+__global__ void __launch_bounds__(kThreads)
+    refit_nvfp4_amax_table_kernel(const refit_nvfp4_amax_desc_t *descs, int64_t n,
+                                  int64_t tiles) {
+  __shared__ uint32_t warp_max[kThreads / 32];
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (descs[mid].tile0 <= t)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const refit_nvfp4_amax_desc_t d = descs[lo];
+    const int64_t per = refit_nvfp4_amax_tile_rows(d.k), r0 = (t - d.tile0) * per;
+    const uint32_t groups = static_cast<uint32_t>((d.k + 7) / 8);
+    const uint32_t work =
+        static_cast<uint32_t>(d.rows - r0 < per ? d.rows - r0 : per) * groups;
+    const int vec = (reinterpret_cast<uintptr_t>(d.src) & 15) == 0 && d.k % 8 == 0 &&
+                    d.stride % 8 == 0;
+    uint32_t m = 0;
+    for (uint32_t i = threadIdx.x; i < work; i += blockDim.x) {
+      const uint32_t r = i / groups;
+      const int64_t c = static_cast<int64_t>(i - r * groups) * 8;
+      m = max(m, refit_nvfp4_group_key(d.src + (r0 + r) * d.stride + c, vec,
+                                       d.k - c < 8 ? static_cast<int>(d.k - c) : 8));
+    }
+    m = refit_nvfp4_warp_max(m);
+    if ((threadIdx.x & 31) == 0)
+      warp_max[threadIdx.x / 32] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kThreads / 32; w++)
+        m = max(m, warp_max[w]);
+      if (m != 0)
+        atomicMax(d.slot, m);
+    }
+    __syncthreads();
+  }
 }
 
 } // namespace
@@ -214,3 +271,19 @@ extern "C" refit_status_t refit_nvfp4_quantize_cuda(
   return refit_cuda_launch_check("nvfp4 quantize");
 }
 
+extern "C" refit_status_t refit_nvfp4_amax_keys_cuda(const refit_nvfp4_amax_desc_t *descs,
+                                                     int64_t n, int64_t tiles,
+                                                     cudaStream_t stream) {
+  if (n < 0 || tiles < 0 || (tiles > 0 && (descs == NULL || n == 0)))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "nvfp4 amax (cuda table): %lld descriptors at %p with %lld tiles: "
+                     "needs a numbered table (refit_nvfp4_amax_number)",
+                     (long long)n, static_cast<const void *>(descs), (long long)tiles);
+  if (tiles == 0)
+    return REFIT_OK;
+  static refit_cuda_grid_cache_t grid;
+  refit_nvfp4_amax_table_kernel<<<
+      refit_cuda_grid(refit_nvfp4_amax_table_kernel, kThreads, grid, tiles), kThreads, 0,
+      stream>>>(descs, n, tiles);
+  return refit_cuda_launch_check("nvfp4 amax (table)");
+}

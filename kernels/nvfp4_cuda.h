@@ -32,6 +32,13 @@ refit_status_t refit_nvfp4_amax_key_cuda(const uint16_t *src, int64_t rows, int6
                                          int64_t src_stride_elems, uint32_t *key,
                                          cudaStream_t stream);
 
+/* refit_nvfp4_amax_keys on the device, one launch: descs_device is the
+ * device copy of a table numbered by refit_nvfp4_amax_number (which returned
+ * `tiles`); each tile's key merges into its descriptor's slot (device
+ * memory) by one atomicMax. */
+refit_status_t refit_nvfp4_amax_keys_cuda(const refit_nvfp4_amax_desc_t *descs_device,
+                                          int64_t n, int64_t tiles, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

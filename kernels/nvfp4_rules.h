@@ -34,6 +34,12 @@ static inline REFIT_HD uint32_t refit_nvfp4_key(uint16_t b) {
   return a > 0x7f80u ? 0u : a;
 }
 
+/* Rows of a [rows, k] matrix per amax tile (refit_nvfp4_amax_number):
+ * REFIT_NVFP4_AMAX_TILE / k, at least 1. */
+static inline REFIT_HD int64_t refit_nvfp4_amax_tile_rows(int64_t k) {
+  return k >= REFIT_NVFP4_AMAX_TILE ? 1 : REFIT_NVFP4_AMAX_TILE / k;
+}
+
 /* gsf of a tensor whose amax key is `key`: fl(fl(1 / a) * 2688), +Inf amax
  * taken as FLT_MAX; 0 gives +Inf. */
 static inline REFIT_HD float refit_nvfp4_global_rule(uint32_t key) {
