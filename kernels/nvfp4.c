@@ -179,3 +179,38 @@ refit_status_t refit_nvfp4_quantize(const uint16_t *src, int64_t rows, int64_t k
   refit_kernels_parallel_for(rows, k * 3, refit_nvfp4_range, &job);
   return REFIT_OK;
 }
+
+refit_status_t refit_nvfp4_groups_check(const char *who, const void *src, int64_t groups,
+                                        int64_t rows, int64_t k, int64_t src_stride_elems,
+                                        const float *gsf, const void *q, int64_t q_stride,
+                                        const void *sf, int64_t sf_stride) {
+  if (groups < 0 || (groups > 0 && gsf == NULL))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s: %lld matrices with global scales %p: needs a count >= 0 and a "
+                     "scale for each",
+                     who, (long long)groups, (const void *)gsf);
+  for (int64_t g = 0; g < groups; g++)
+    if (!(gsf[g] > 0.0f))
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "%s: matrix %lld of %lld: global scale %g must be positive (+Inf "
+                       "allowed), not zero, negative or NaN",
+                       who, (long long)g, (long long)groups, (double)gsf[g]);
+  return groups == 0 ? REFIT_OK
+                     : refit_nvfp4_check(who, src, rows, k, src_stride_elems, gsf[0], q,
+                                         q_stride, sf, sf_stride);
+}
+
+refit_status_t refit_nvfp4_quantize_groups(const uint16_t *src, int64_t groups, int64_t rows,
+                                           int64_t k, int64_t src_stride_elems,
+                                           const float *gsf, uint8_t *q, int64_t q_stride,
+                                           uint8_t *sf, int64_t sf_stride, float *decode) {
+  REFIT_CHECK(refit_nvfp4_groups_check("nvfp4 quantize", src, groups, rows, k,
+                                       src_stride_elems, gsf, q, q_stride, sf, sf_stride));
+  for (int64_t g = 0; g < groups && decode != NULL; g++)
+    decode[g] = refit_nvfp4_global_decode(gsf[g]);
+  for (int64_t g = 0; g < groups && rows > 0 && k > 0; g++)
+    REFIT_CHECK(refit_nvfp4_quantize(src + g * rows * src_stride_elems, rows, k,
+                                     src_stride_elems, gsf[g], q + g * rows * q_stride, q_stride,
+                                     sf + g * rows * sf_stride, sf_stride));
+  return REFIT_OK;
+}

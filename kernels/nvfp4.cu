@@ -24,6 +24,8 @@
  *             reads 1 KiB and writes 256 contiguous bytes of a row; a partial
  *             block or an unaligned address takes element-wise loads and
  *             byte stores.
+ *             Stacked matrices (experts) under their own global scales
+ *             are one launch: each block's matrix is tracked with its row.
  *   constraints any shape and alignment.
  *
  * Kernel refit_nvfp4_amax_kernel
@@ -40,6 +42,9 @@
 namespace {
 
 constexpr int kThreads = 256;
+/* Matrices of one quantizer launch: their rules (8 bytes each) travel in the
+ * kernel's parameters, 2 KiB of the 4 KiB allowed. */
+constexpr int kMaxGroups = 256;
 
 struct refit_nvfp4_dev_t {
   const uint16_t *src;
@@ -49,7 +54,11 @@ struct refit_nvfp4_dev_t {
   uint8_t *sf;
   int64_t sf_stride; /* bytes */
   int64_t rows, k, nb;
-  refit_nvfp4_tensor_rule_t rule;
+  /* Rows [g * group_rows, (g + 1) * group_rows) are quantized under rule[g]
+   * (a launch's matrices: one, or up to kMaxGroups stacked experts). */
+  int64_t group_rows;
+  refit_nvfp4_tensor_rule_t rule[kMaxGroups];
+  float *decode; /* NULL, or rule[g].decode to decode[g] by block 0 */
 };
 
 /* Index is uint32_t where rows * nb fits (the usual case: 64-bit index
@@ -58,12 +67,16 @@ struct refit_nvfp4_dev_t {
  * not a division per block. */
 template <typename Index>
 __global__ void __launch_bounds__(kThreads)
-    refit_nvfp4_quantize_kernel(refit_nvfp4_dev_t m) {
+    refit_nvfp4_quantize_kernel(const __grid_constant__ refit_nvfp4_dev_t m) {
   const Index total = static_cast<Index>(m.rows * m.nb), nb = static_cast<Index>(m.nb);
   const Index step = static_cast<Index>(gridDim.x) * blockDim.x;
   const Index step_r = step / nb, step_b = step - step_r * nb;
+  const Index group_rows = static_cast<Index>(m.group_rows);
   Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
   Index r = i / nb, b = i - r * nb;
+  Index g = r / group_rows, gr = r - g * group_rows; /* the matrix and its row */
+  if (m.decode != NULL && blockIdx.x == 0 && threadIdx.x * m.group_rows < m.rows)
+    m.decode[threadIdx.x] = m.rule[threadIdx.x].decode;
   for (; i < total; i += step) {
     const int64_t x0 = static_cast<int64_t>(b) * REFIT_NVFP4_BLOCK;
     const int n =
@@ -98,7 +111,7 @@ __global__ void __launch_bounds__(kThreads)
       sum += v[j];
     }
     uint8_t code;
-    const float out = refit_nvfp4_block_rule(__float_as_uint(amax) >> 16, m.rule, &code);
+    const float out = refit_nvfp4_block_rule(__float_as_uint(amax) >> 16, m.rule[g], &code);
     m.sf[static_cast<int64_t>(r) * m.sf_stride + b] = code;
     uint32_t packed[2] = {0, 0};
     if (sum == sum) {
@@ -119,10 +132,17 @@ __global__ void __launch_bounds__(kThreads)
         d[j] = static_cast<uint8_t>(packed[j / 4] >> (8 * (j % 4)));
     }
     r += step_r;
+    gr += step_r;
     b += step_b;
     if (b >= nb) {
       b -= nb;
       r++;
+      gr++;
+    }
+    if (gr >= group_rows) { /* a division only where a matrix ends */
+      const Index d = gr / group_rows;
+      g += d;
+      gr -= d * group_rows;
     }
   }
 }
@@ -237,38 +257,65 @@ extern "C" refit_status_t refit_nvfp4_amax_key_cuda(const uint16_t *src, int64_t
   return refit_cuda_launch_check("nvfp4 amax");
 }
 
+extern "C" refit_status_t refit_nvfp4_quantize_groups_cuda(
+    const uint16_t *src, int64_t groups, int64_t rows, int64_t k, int64_t src_stride_elems,
+    const float *gsf, uint8_t *q, int64_t q_stride, uint8_t *sf, int64_t sf_stride,
+    float *decode, cudaStream_t stream) {
+  REFIT_CHECK(refit_nvfp4_groups_check("nvfp4 quantize (cuda)", src, groups, rows, k,
+                                       src_stride_elems, gsf, q, q_stride, sf, sf_stride));
+  if (groups == 0)
+    return REFIT_OK;
+  if (rows == 0 || k == 0) { /* no element: only the decode scales, copied */
+    for (int64_t g = 0; g < groups && decode != NULL; g++) {
+      /* From pageable memory: staged before the call returns. */
+      const float d = refit_nvfp4_global_decode(gsf[g]);
+      const cudaError_t err =
+          cudaMemcpyAsync(decode + g, &d, sizeof(d), cudaMemcpyHostToDevice, stream);
+      if (err != cudaSuccess)
+        return REFIT_ERR(REFIT_ERR_CUDA, "nvfp4 quantize (cuda): decode scale %lld: %s",
+                         (long long)g, cudaGetErrorString(err));
+    }
+    return REFIT_OK;
+  }
+  refit_nvfp4_dev_t m;
+  m.src_stride = src_stride_elems;
+  m.q_stride = q_stride;
+  m.sf_stride = sf_stride;
+  m.k = k;
+  m.nb = refit_nvfp4_scale_cols(k);
+  m.group_rows = rows;
+  for (int64_t g0 = 0; g0 < groups; g0 += kMaxGroups) {
+    const int64_t n = groups - g0 < kMaxGroups ? groups - g0 : kMaxGroups;
+    m.src = src + g0 * rows * src_stride_elems;
+    m.q = q + g0 * rows * q_stride;
+    m.sf = sf + g0 * rows * sf_stride;
+    m.rows = n * rows;
+    m.decode = decode != NULL ? decode + g0 : NULL;
+    for (int64_t g = 0; g < n; g++)
+      m.rule[g] = refit_nvfp4_tensor_rule(gsf[g0 + g]);
+    const int64_t work = (m.rows * m.nb + kThreads - 1) / kThreads;
+    /* Below 2^31 blocks, i plus a grid's stride never wraps 32 bits. */
+    if (m.rows * m.nb <= INT32_MAX) {
+      static refit_cuda_grid_cache_t grid32;
+      refit_nvfp4_quantize_kernel<uint32_t>
+          <<<refit_cuda_grid(refit_nvfp4_quantize_kernel<uint32_t>, kThreads, grid32, work),
+             kThreads, 0, stream>>>(m);
+    } else {
+      static refit_cuda_grid_cache_t grid64;
+      refit_nvfp4_quantize_kernel<int64_t>
+          <<<refit_cuda_grid(refit_nvfp4_quantize_kernel<int64_t>, kThreads, grid64, work),
+             kThreads, 0, stream>>>(m);
+    }
+    REFIT_CHECK(refit_cuda_launch_check("nvfp4 quantize"));
+  }
+  return REFIT_OK;
+}
+
 extern "C" refit_status_t refit_nvfp4_quantize_cuda(
     const uint16_t *src, int64_t rows, int64_t k, int64_t src_stride_elems, float gsf,
     uint8_t *q, int64_t q_stride, uint8_t *sf, int64_t sf_stride, cudaStream_t stream) {
-  REFIT_CHECK(refit_nvfp4_check("nvfp4 quantize (cuda)", src, rows, k, src_stride_elems,
-                                gsf, q, q_stride, sf, sf_stride));
-  if (rows == 0 || k == 0)
-    return REFIT_OK;
-  refit_nvfp4_dev_t m;
-  m.src = src;
-  m.src_stride = src_stride_elems;
-  m.q = q;
-  m.q_stride = q_stride;
-  m.sf = sf;
-  m.sf_stride = sf_stride;
-  m.rows = rows;
-  m.k = k;
-  m.nb = refit_nvfp4_scale_cols(k);
-  m.rule = refit_nvfp4_tensor_rule(gsf);
-  const int64_t work = (rows * m.nb + kThreads - 1) / kThreads;
-  /* Below 2^31 blocks, i plus a grid's stride never wraps 32 bits. */
-  if (rows * m.nb <= INT32_MAX) {
-    static refit_cuda_grid_cache_t grid32;
-    refit_nvfp4_quantize_kernel<uint32_t>
-        <<<refit_cuda_grid(refit_nvfp4_quantize_kernel<uint32_t>, kThreads, grid32, work),
-           kThreads, 0, stream>>>(m);
-  } else {
-    static refit_cuda_grid_cache_t grid64;
-    refit_nvfp4_quantize_kernel<int64_t>
-        <<<refit_cuda_grid(refit_nvfp4_quantize_kernel<int64_t>, kThreads, grid64, work),
-           kThreads, 0, stream>>>(m);
-  }
-  return refit_cuda_launch_check("nvfp4 quantize");
+  return refit_nvfp4_quantize_groups_cuda(src, 1, rows, k, src_stride_elems, &gsf, q,
+                                          q_stride, sf, sf_stride, NULL, stream);
 }
 
 extern "C" refit_status_t refit_nvfp4_amax_keys_cuda(const refit_nvfp4_amax_desc_t *descs,

@@ -470,16 +470,18 @@ refit_status_t refit_mem_fp8_block_dequantize(refit_mem_t *m, const uint8_t *q,
                                     out_stride);
 }
 
-refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src, int64_t rows,
-                                        int64_t k, float gsf, uint8_t *q, uint8_t *sf) {
+refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src, int64_t groups,
+                                        int64_t rows, int64_t k, const float *gsf, uint8_t *q,
+                                        uint8_t *sf, float *decode) {
 #ifdef REFIT_HAVE_CUDA
   if (m->device)
-    return refit_nvfp4_quantize_cuda(src, rows, k, k, gsf, q, refit_nvfp4_row_bytes(k), sf,
-                                     refit_nvfp4_scale_cols(k), m->stream);
+    return refit_nvfp4_quantize_groups_cuda(src, groups, rows, k, k, gsf, q,
+                                            refit_nvfp4_row_bytes(k), sf,
+                                            refit_nvfp4_scale_cols(k), decode, m->stream);
 #endif
   (void)m;
-  return refit_nvfp4_quantize(src, rows, k, k, gsf, q, refit_nvfp4_row_bytes(k), sf,
-                              refit_nvfp4_scale_cols(k));
+  return refit_nvfp4_quantize_groups(src, groups, rows, k, k, gsf, q, refit_nvfp4_row_bytes(k),
+                                     sf, refit_nvfp4_scale_cols(k), decode);
 }
 
 refit_status_t refit_mem_scale_swizzle(refit_mem_t *m, const uint8_t *lin, int64_t num,

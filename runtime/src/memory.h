@@ -140,11 +140,14 @@ refit_status_t refit_mem_fp8_block_dequantize(refit_mem_t *m, const uint8_t *q,
                                               int64_t rows, int64_t k, int64_t q_stride,
                                               const float *scale_inv, int64_t scale_stride,
                                               uint16_t *out, int64_t out_stride);
-/* NVFP4 (kernels/nvfp4.h) of a contiguous [rows, k] BF16 matrix under
- * global scale gsf: packed E2M1 q [rows, ceil(k/2)], linear E4M3 scales sf
- * [rows, ceil(k/16)]. */
-refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src, int64_t rows,
-                                        int64_t k, float gsf, uint8_t *q, uint8_t *sf);
+/* NVFP4 (kernels/nvfp4.h) of `groups` contiguous [rows, k] BF16 matrices
+ * stacked as one, matrix g under global scale gsf[g] (host memory): packed
+ * E2M1 q [groups * rows, ceil(k/2)], linear E4M3 scales sf [groups * rows,
+ * ceil(k/16)] and the decode scales decode[groups] (this rank's memory),
+ * each fl(1 / gsf[g]); on a device one launch per 256 matrices, no copy. */
+refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src, int64_t groups,
+                                        int64_t rows, int64_t k, const float *gsf, uint8_t *q,
+                                        uint8_t *sf, float *decode);
 /* kernels/layout.h's 128x4 swizzle of num linear scale matrices [rows, cols]. */
 refit_status_t refit_mem_scale_swizzle(refit_mem_t *m, const uint8_t *lin, int64_t num,
                                        int64_t rows, int64_t cols, uint8_t *out);

@@ -263,6 +263,36 @@ static void test_nvfp4_moe_layout(void **state) {
   }
 }
 
+/* Stacked matrices, each under its own global scale: the bytes of one
+ * refit_nvfp4_quantize per matrix, and their decode scales; a bad scale
+ * refuses the call by its matrix. */
+static void test_nvfp4_groups(void **state) {
+  (void)state;
+  enum { G = 5, ROWS = 7, K = 40, SK = 48, QB = 20, NB = 3 };
+  uint16_t *x = malloc(sizeof(uint16_t) * G * ROWS * SK);
+  nvs_fill(x, G * ROWS, SK);
+  float gsf[G], decode[G];
+  uint8_t q0[G * ROWS * QB], s0[G * ROWS * NB], q1[G * ROWS * QB], s1[G * ROWS * NB];
+  for (int g = 0; g < G; g++) {
+    gsf[g] = g == 3 ? __builtin_inff()
+                    : refit_nvfp4_global_scale(
+                          refit_nvfp4_amax_key(x + g * ROWS * SK, ROWS, K, SK, NULL));
+    assert_int_equal(refit_nvfp4_quantize(x + g * ROWS * SK, ROWS, K, SK, gsf[g],
+                                          q0 + g * ROWS * QB, QB, s0 + g * ROWS * NB, NB),
+                     REFIT_OK);
+  }
+  assert_int_equal(refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q1, QB, s1, NB, decode),
+                   REFIT_OK);
+  assert_memory_equal(q0, q1, sizeof(q0));
+  assert_memory_equal(s0, s1, sizeof(s0));
+  for (int g = 0; g < G; g++)
+    assert_true(decode[g] == refit_nvfp4_global_decode(gsf[g]));
+  gsf[2] = 0.0f;
+  assert_int_equal(refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q1, QB, s1, NB, NULL),
+                   REFIT_ERR_INVALID_ARGUMENT);
+  free(x);
+}
+
 /* refit_nvfp4_e2m1_finite == refit_nvfp4_e2m1 (the CUDA twin's encoder and
  * the reference's) on every float within 2^16 ulps of each E2M1 value and
  * midpoint, of both signs, and on every 65537th bit pattern (an exhaustive
@@ -297,6 +327,7 @@ int main(void) {
       cmocka_unit_test(test_nvfp4_arguments),  cmocka_unit_test(test_nvfp4_strides),
       cmocka_unit_test(test_nvfp4_threads),    cmocka_unit_test(test_nvfp4_shards),
       cmocka_unit_test(test_nvfp4_moe_layout), cmocka_unit_test(test_nvfp4_e2m1_finite),
+      cmocka_unit_test(test_nvfp4_groups),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

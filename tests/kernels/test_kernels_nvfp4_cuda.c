@@ -165,6 +165,57 @@ static void test_cuda_nvfp4_amax(void **state) {
                    REFIT_ERR_INVALID_ARGUMENT);
 }
 
+/* refit_nvfp4_quantize_groups_cuda == refit_nvfp4_quantize_groups: 300
+ * stacked matrices (two launches) of a partial block and a row stride,
+ * aligned and shifted, under their own scales (+Inf among them), and their
+ * decode scales. */
+static void test_cuda_nvfp4_groups(void **state) {
+  (void)state;
+  enum { G = 300, ROWS = 3, K = 40, SK = 48, QB = 20, NB = 3 };
+  const size_t n = (size_t)G * ROWS * SK, nq = (size_t)G * ROWS * QB,
+               ns = (size_t)G * ROWS * NB;
+  uint16_t *x = malloc(n * 2);
+  uint8_t *q = malloc(nq), *hq = malloc(nq), *s = malloc(ns), *hs = malloc(ns);
+  float gsf[G], decode[G], hdecode[G];
+  nvs_fill(x, G * ROWS, SK);
+  for (int g = 0; g < G; g++)
+    gsf[g] = g % 7 == 3 ? __builtin_inff()
+                        : refit_nvfp4_global_scale(
+                              refit_nvfp4_amax_key(x + g * ROWS * SK, ROWS, K, SK, NULL));
+  assert_int_equal(refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q, QB, s, NB, decode),
+                   REFIT_OK);
+  uint16_t *dx = NULL;
+  uint8_t *dq = NULL, *ds = NULL;
+  float *dd = NULL;
+  CK(cudaMalloc((void **)&dx, (n + 8) * 2));
+  CK(cudaMalloc((void **)&dq, nq + 8));
+  CK(cudaMalloc((void **)&ds, ns + 8));
+  CK(cudaMalloc((void **)&dd, sizeof(decode)));
+  for (int shift = 0; shift < 2; shift++) {
+    CK(cudaMemcpy(dx + shift, x, n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dd, 0, sizeof(decode)));
+    assert_int_equal(refit_nvfp4_quantize_groups_cuda(dx + shift, G, ROWS, K, SK, gsf,
+                                                      dq + shift, QB, ds + shift, NB, dd, 0),
+                     REFIT_OK);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(hq, dq + shift, nq, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hs, ds + shift, ns, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hdecode, dd, sizeof(hdecode), cudaMemcpyDeviceToHost));
+    assert_memory_equal(q, hq, nq);
+    assert_memory_equal(s, hs, ns);
+    assert_memory_equal(decode, hdecode, sizeof(decode));
+  }
+  CK(cudaFree(dx));
+  CK(cudaFree(dq));
+  CK(cudaFree(ds));
+  CK(cudaFree(dd));
+  free(x);
+  free(q);
+  free(hq);
+  free(s);
+  free(hs);
+}
+
 /* refit_nvfp4_amax_keys_cuda == refit_nvfp4_amax_keys: one table of
  * adversarial matrices of aligned and unaligned shapes, strides and starts,
  * an empty one, one wider than a tile and one of many tiles, the last two
@@ -287,6 +338,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_nvfp4_every_bf16),
       cmocka_unit_test(test_cuda_nvfp4_amax),
       cmocka_unit_test(test_cuda_nvfp4_amax_table),
+      cmocka_unit_test(test_cuda_nvfp4_groups),
       cmocka_unit_test(test_cuda_nvfp4_moe_layout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
