@@ -80,8 +80,8 @@ int64_t refit_nvfp4_amax_number(refit_nvfp4_amax_desc_t *descs, int64_t n,
   int64_t tiles = 0;
   for (int64_t i = 0; i < n; i++) {
     refit_nvfp4_amax_desc_t *d = &descs[i];
-    refit_status_t st = refit_nvfp4_shape_check("nvfp4 amax (table)", d->src, d->rows,
-                                                d->k, d->stride);
+    refit_status_t st =
+        refit_nvfp4_shape_check("nvfp4 amax (table)", d->src, d->rows, d->k, d->stride);
     if (st == REFIT_OK && d->rows > 0 && d->k > 0 &&
         (d->slot == NULL || (d->k + 7) / 8 > INT32_MAX))
       st = REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
@@ -200,17 +200,19 @@ refit_status_t refit_nvfp4_groups_check(const char *who, const void *src, int64_
                                          q_stride, sf, sf_stride);
 }
 
-refit_status_t refit_nvfp4_quantize_groups(const uint16_t *src, int64_t groups, int64_t rows,
-                                           int64_t k, int64_t src_stride_elems,
-                                           const float *gsf, uint8_t *q, int64_t q_stride,
-                                           uint8_t *sf, int64_t sf_stride, float *decode) {
+refit_status_t refit_nvfp4_quantize_groups(const uint16_t *src, int64_t groups,
+                                           int64_t rows, int64_t k,
+                                           int64_t src_stride_elems, const float *gsf,
+                                           uint8_t *q, int64_t q_stride, uint8_t *sf,
+                                           int64_t sf_stride, float *decode) {
   REFIT_CHECK(refit_nvfp4_groups_check("nvfp4 quantize", src, groups, rows, k,
-                                       src_stride_elems, gsf, q, q_stride, sf, sf_stride));
+                                       src_stride_elems, gsf, q, q_stride, sf,
+                                       sf_stride));
   for (int64_t g = 0; g < groups && decode != NULL; g++)
     decode[g] = refit_nvfp4_global_decode(gsf[g]);
   for (int64_t g = 0; g < groups && rows > 0 && k > 0; g++)
     REFIT_CHECK(refit_nvfp4_quantize(src + g * rows * src_stride_elems, rows, k,
-                                     src_stride_elems, gsf[g], q + g * rows * q_stride, q_stride,
-                                     sf + g * rows * sf_stride, sf_stride));
+                                     src_stride_elems, gsf[g], q + g * rows * q_stride,
+                                     q_stride, sf + g * rows * sf_stride, sf_stride));
   return REFIT_OK;
 }

@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(kThreads)
       sum += v[j];
     }
     uint8_t code;
-    const float out = refit_nvfp4_block_rule(__float_as_uint(amax) >> 16, m.rule[g], &code);
+    const float out =
+        refit_nvfp4_block_rule(__float_as_uint(amax) >> 16, m.rule[g], &code);
     m.sf[static_cast<int64_t>(r) * m.sf_stride + b] = code;
     uint32_t packed[2] = {0, 0};
     if (sum == sum) {
@@ -148,7 +149,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /* The amax key of the n <= 8 elements at s: one 16-byte load when vec. */
-__device__ __forceinline__ uint32_t refit_nvfp4_group_key(const uint16_t *s, int vec, int n) {
+__device__ __forceinline__ uint32_t refit_nvfp4_group_key(const uint16_t *s, int vec,
+                                                          int n) {
   uint32_t m = 0;
   if (vec) {
     const uint4 a = *reinterpret_cast<const uint4 *>(s);
@@ -257,12 +259,14 @@ extern "C" refit_status_t refit_nvfp4_amax_key_cuda(const uint16_t *src, int64_t
   return refit_cuda_launch_check("nvfp4 amax");
 }
 
-extern "C" refit_status_t refit_nvfp4_quantize_groups_cuda(
-    const uint16_t *src, int64_t groups, int64_t rows, int64_t k, int64_t src_stride_elems,
-    const float *gsf, uint8_t *q, int64_t q_stride, uint8_t *sf, int64_t sf_stride,
-    float *decode, cudaStream_t stream) {
+extern "C" refit_status_t
+refit_nvfp4_quantize_groups_cuda(const uint16_t *src, int64_t groups, int64_t rows,
+                                 int64_t k, int64_t src_stride_elems, const float *gsf,
+                                 uint8_t *q, int64_t q_stride, uint8_t *sf,
+                                 int64_t sf_stride, float *decode, cudaStream_t stream) {
   REFIT_CHECK(refit_nvfp4_groups_check("nvfp4 quantize (cuda)", src, groups, rows, k,
-                                       src_stride_elems, gsf, q, q_stride, sf, sf_stride));
+                                       src_stride_elems, gsf, q, q_stride, sf,
+                                       sf_stride));
   if (groups == 0)
     return REFIT_OK;
   if (rows == 0 || k == 0) { /* no element: only the decode scales, copied */
@@ -298,12 +302,14 @@ extern "C" refit_status_t refit_nvfp4_quantize_groups_cuda(
     if (m.rows * m.nb <= INT32_MAX) {
       static refit_cuda_grid_cache_t grid32;
       refit_nvfp4_quantize_kernel<uint32_t>
-          <<<refit_cuda_grid(refit_nvfp4_quantize_kernel<uint32_t>, kThreads, grid32, work),
+          <<<refit_cuda_grid(refit_nvfp4_quantize_kernel<uint32_t>, kThreads, grid32,
+                             work),
              kThreads, 0, stream>>>(m);
     } else {
       static refit_cuda_grid_cache_t grid64;
       refit_nvfp4_quantize_kernel<int64_t>
-          <<<refit_cuda_grid(refit_nvfp4_quantize_kernel<int64_t>, kThreads, grid64, work),
+          <<<refit_cuda_grid(refit_nvfp4_quantize_kernel<int64_t>, kThreads, grid64,
+                             work),
              kThreads, 0, stream>>>(m);
     }
     REFIT_CHECK(refit_cuda_launch_check("nvfp4 quantize"));
@@ -329,8 +335,8 @@ extern "C" refit_status_t refit_nvfp4_amax_keys_cuda(const refit_nvfp4_amax_desc
   if (tiles == 0)
     return REFIT_OK;
   static refit_cuda_grid_cache_t grid;
-  refit_nvfp4_amax_table_kernel<<<
-      refit_cuda_grid(refit_nvfp4_amax_table_kernel, kThreads, grid, tiles), kThreads, 0,
-      stream>>>(descs, n, tiles);
+  refit_nvfp4_amax_table_kernel<<<refit_cuda_grid(refit_nvfp4_amax_table_kernel, kThreads,
+                                                  grid, tiles),
+                                  kThreads, 0, stream>>>(descs, n, tiles);
   return refit_cuda_launch_check("nvfp4 amax (table)");
 }

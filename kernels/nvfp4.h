@@ -138,10 +138,11 @@ refit_status_t refit_nvfp4_check(const char *who, const void *src, int64_t rows,
  * refit_nvfp4_global_decode(gsf[g]). Errors: refit_nvfp4_quantize's, naming
  * the matrix whose scale is bad; nothing is written then.
  */
-refit_status_t refit_nvfp4_quantize_groups(const uint16_t *src, int64_t groups, int64_t rows,
-                                           int64_t k, int64_t src_stride_elems,
-                                           const float *gsf, uint8_t *q, int64_t q_stride,
-                                           uint8_t *sf, int64_t sf_stride, float *decode);
+refit_status_t refit_nvfp4_quantize_groups(const uint16_t *src, int64_t groups,
+                                           int64_t rows, int64_t k,
+                                           int64_t src_stride_elems, const float *gsf,
+                                           uint8_t *q, int64_t q_stride, uint8_t *sf,
+                                           int64_t sf_stride, float *decode);
 
 /* The argument rule of refit_nvfp4_quantize_groups and its CUDA twin. */
 refit_status_t refit_nvfp4_groups_check(const char *who, const void *src, int64_t groups,

@@ -28,12 +28,11 @@ refit_status_t refit_nvfp4_quantize_cuda(const uint16_t *src, int64_t rows, int6
 /* refit_nvfp4_quantize_groups on the device (gsf a host array, decode device
  * memory or NULL): one launch per 256 matrices, their rules and decode
  * scales carried in its parameters. */
-refit_status_t refit_nvfp4_quantize_groups_cuda(const uint16_t *src, int64_t groups,
-                                                int64_t rows, int64_t k,
-                                                int64_t src_stride_elems, const float *gsf,
-                                                uint8_t *q, int64_t q_stride, uint8_t *sf,
-                                                int64_t sf_stride, float *decode,
-                                                cudaStream_t stream);
+refit_status_t
+refit_nvfp4_quantize_groups_cuda(const uint16_t *src, int64_t groups, int64_t rows,
+                                 int64_t k, int64_t src_stride_elems, const float *gsf,
+                                 uint8_t *q, int64_t q_stride, uint8_t *sf,
+                                 int64_t sf_stride, float *decode, cudaStream_t stream);
 
 /* refit_nvfp4_amax_key on the device, merged into one uint32 of device
  * memory: *key = max(*key, the matrix's key). Many matrices (a tensor's

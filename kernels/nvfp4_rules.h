@@ -127,8 +127,8 @@ static inline REFIT_HD uint32_t refit_nvfp4_e2m1(float v) {
  * the magnitude code; v's sign bit is bit 3 (zero and -0.0 included). */
 static inline REFIT_HD uint32_t refit_nvfp4_e2m1_finite(float v) {
   const float m = fminf(fabsf(v), 6.0f);
-  const float t = fminf(fminf(fmaf(m, 2.0f, 8388608.0f), m + 8388610.0f),
-                        fmaf(m, 0.5f, 8388612.0f));
+  const float t =
+      fminf(fminf(fmaf(m, 2.0f, 8388608.0f), m + 8388610.0f), fmaf(m, 0.5f, 8388612.0f));
   return refit_f32_bits(t) - 0x4b000000u + ((refit_f32_bits(v) >> 31) << 3);
 }
 

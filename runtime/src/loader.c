@@ -732,24 +732,19 @@ static refit_status_t refit_loader_nvfp4(const refit_loader_t *l, int64_t i, con
   for (int64_t m = 0; m < e; m++)
     if (!(gsf[m] > 0.0f))
       return REFIT_ERR(REFIT_ERR_INTERNAL,
-                       "generator rank %d: %s (matrix %lld) has no NVFP4 global scale this "
-                       "refit",
+                       "generator rank %d: %s (matrix %lld) has no NVFP4 global scale "
+                       "this refit",
                        l->generator_rank, g->name, (long long)m);
-  refit_status_t st = REFIT_OK;
-  if (st == REFIT_OK && g->kind == REFIT_GEN_LINEAR) {
-    st = refit_mem_nvfp4_quantize(l->mem, bf16, 1, n, k, gsf, w_out, lin, s2_out);
-    if (st == REFIT_OK)
-      st = refit_mem_scale_swizzle(l->mem, lin, 1, n, kb, s_out);
-  } else if (st == REFIT_OK) {
-    st = refit_mem_nvfp4_quantize(l->mem, bf16, e, n, k, gsf, packed, lin, s2_out);
-    const refit_kernels_moe_shape_t shape = refit_loader_moe_shape(g);
-    if (st == REFIT_OK)
-      st = refit_mem_nvfp4_moe_transform(
-          l->mem, refit_loader_moe_backend(l), &shape,
-          g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_MOE_W13 : REFIT_KERNELS_MOE_W2,
-          packed, lin, w_out, s_out);
+  if (g->kind == REFIT_GEN_LINEAR) {
+    REFIT_CHECK(refit_mem_nvfp4_quantize(l->mem, bf16, 1, n, k, gsf, w_out, lin, s2_out));
+    return refit_mem_scale_swizzle(l->mem, lin, 1, n, kb, s_out);
   }
-  return st;
+  REFIT_CHECK(refit_mem_nvfp4_quantize(l->mem, bf16, e, n, k, gsf, packed, lin, s2_out));
+  const refit_kernels_moe_shape_t shape = refit_loader_moe_shape(g);
+  return refit_mem_nvfp4_moe_transform(
+      l->mem, refit_loader_moe_backend(l), &shape,
+      g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_MOE_W13 : REFIT_KERNELS_MOE_W2, packed,
+      lin, w_out, s_out);
 }
 
 /* Canonical q + linear scales -> the runtime layout of tensor i (for block

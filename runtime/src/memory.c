@@ -470,9 +470,10 @@ refit_status_t refit_mem_fp8_block_dequantize(refit_mem_t *m, const uint8_t *q,
                                     out_stride);
 }
 
-refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src, int64_t groups,
-                                        int64_t rows, int64_t k, const float *gsf, uint8_t *q,
-                                        uint8_t *sf, float *decode) {
+refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src,
+                                        int64_t groups, int64_t rows, int64_t k,
+                                        const float *gsf, uint8_t *q, uint8_t *sf,
+                                        float *decode) {
 #ifdef REFIT_HAVE_CUDA
   if (m->device)
     return refit_nvfp4_quantize_groups_cuda(src, groups, rows, k, k, gsf, q,
@@ -480,8 +481,9 @@ refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src, int
                                             refit_nvfp4_scale_cols(k), decode, m->stream);
 #endif
   (void)m;
-  return refit_nvfp4_quantize_groups(src, groups, rows, k, k, gsf, q, refit_nvfp4_row_bytes(k),
-                                     sf, refit_nvfp4_scale_cols(k), decode);
+  return refit_nvfp4_quantize_groups(src, groups, rows, k, k, gsf, q,
+                                     refit_nvfp4_row_bytes(k), sf,
+                                     refit_nvfp4_scale_cols(k), decode);
 }
 
 refit_status_t refit_mem_scale_swizzle(refit_mem_t *m, const uint8_t *lin, int64_t num,

@@ -145,9 +145,10 @@ refit_status_t refit_mem_fp8_block_dequantize(refit_mem_t *m, const uint8_t *q,
  * E2M1 q [groups * rows, ceil(k/2)], linear E4M3 scales sf [groups * rows,
  * ceil(k/16)] and the decode scales decode[groups] (this rank's memory),
  * each fl(1 / gsf[g]); on a device one launch per 256 matrices, no copy. */
-refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src, int64_t groups,
-                                        int64_t rows, int64_t k, const float *gsf, uint8_t *q,
-                                        uint8_t *sf, float *decode);
+refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src,
+                                        int64_t groups, int64_t rows, int64_t k,
+                                        const float *gsf, uint8_t *q, uint8_t *sf,
+                                        float *decode);
 /* kernels/layout.h's 128x4 swizzle of num linear scale matrices [rows, cols]. */
 refit_status_t refit_mem_scale_swizzle(refit_mem_t *m, const uint8_t *lin, int64_t num,
                                        int64_t rows, int64_t cols, uint8_t *out);

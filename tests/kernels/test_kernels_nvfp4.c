@@ -281,15 +281,17 @@ static void test_nvfp4_groups(void **state) {
                                           q0 + g * ROWS * QB, QB, s0 + g * ROWS * NB, NB),
                      REFIT_OK);
   }
-  assert_int_equal(refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q1, QB, s1, NB, decode),
-                   REFIT_OK);
+  assert_int_equal(
+      refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q1, QB, s1, NB, decode),
+      REFIT_OK);
   assert_memory_equal(q0, q1, sizeof(q0));
   assert_memory_equal(s0, s1, sizeof(s0));
   for (int g = 0; g < G; g++)
     assert_true(decode[g] == refit_nvfp4_global_decode(gsf[g]));
   gsf[2] = 0.0f;
-  assert_int_equal(refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q1, QB, s1, NB, NULL),
-                   REFIT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q1, QB, s1, NB, NULL),
+      REFIT_ERR_INVALID_ARGUMENT);
   free(x);
 }
 

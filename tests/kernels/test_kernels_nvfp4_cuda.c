@@ -182,8 +182,9 @@ static void test_cuda_nvfp4_groups(void **state) {
     gsf[g] = g % 7 == 3 ? __builtin_inff()
                         : refit_nvfp4_global_scale(
                               refit_nvfp4_amax_key(x + g * ROWS * SK, ROWS, K, SK, NULL));
-  assert_int_equal(refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q, QB, s, NB, decode),
-                   REFIT_OK);
+  assert_int_equal(
+      refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q, QB, s, NB, decode),
+      REFIT_OK);
   uint16_t *dx = NULL;
   uint8_t *dq = NULL, *ds = NULL;
   float *dd = NULL;
@@ -195,7 +196,8 @@ static void test_cuda_nvfp4_groups(void **state) {
     CK(cudaMemcpy(dx + shift, x, n * 2, cudaMemcpyHostToDevice));
     CK(cudaMemset(dd, 0, sizeof(decode)));
     assert_int_equal(refit_nvfp4_quantize_groups_cuda(dx + shift, G, ROWS, K, SK, gsf,
-                                                      dq + shift, QB, ds + shift, NB, dd, 0),
+                                                      dq + shift, QB, ds + shift, NB, dd,
+                                                      0),
                      REFIT_OK);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(hq, dq + shift, nq, cudaMemcpyDeviceToHost));
@@ -222,8 +224,8 @@ static void test_cuda_nvfp4_groups(void **state) {
  * sharing a slot with others, merged into slots that hold keys already. */
 static void test_cuda_nvfp4_amax_table(void **state) {
   (void)state;
-  const int64_t shapes[][3] = {{1, 1, 1},       {3, 17, 17},    {64, 256, 256},
-                               {5, 40, 48},     {7, 33, 40},    {0, 16, 16},
+  const int64_t shapes[][3] = {{1, 1, 1},         {3, 17, 17},       {64, 256, 256},
+                               {5, 40, 48},       {7, 33, 40},       {0, 16, 16},
                                {3, 40000, 40008}, {900, 1024, 1032}, {300, 64, 72}};
   enum { N = sizeof(shapes) / sizeof(shapes[0]), SLOTS = N - 2 };
   size_t at[N], total = 0;
