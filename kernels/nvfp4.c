@@ -75,6 +75,51 @@ uint16_t refit_nvfp4_amax_key(const uint16_t *src, int64_t rows, int64_t k,
   return (uint16_t)m;
 }
 
+int64_t refit_nvfp4_amax_number(refit_nvfp4_amax_desc_t *descs, int64_t n,
+                                refit_status_t *status) {
+  int64_t tiles = 0;
+  for (int64_t i = 0; i < n; i++) {
+    refit_nvfp4_amax_desc_t *d = &descs[i];
+    refit_status_t st =
+        refit_nvfp4_shape_check("nvfp4 amax (table)", d->src, d->rows, d->k, d->stride);
+    if (st == REFIT_OK && d->rows > 0 && d->k > 0 &&
+        (d->slot == NULL || (d->k + 7) / 8 > INT32_MAX))
+      st = REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "nvfp4 amax (table): descriptor %lld of %lld: slot %p, K = %lld: "
+                     "needs a slot and K / 8 below 2^31",
+                     (long long)i, (long long)n, (void *)d->slot, (long long)d->k);
+    if (st != REFIT_OK) {
+      if (status != NULL)
+        *status = st;
+      return -1;
+    }
+    d->tile0 = tiles;
+    if (d->rows > 0 && d->k > 0) {
+      const int64_t per = refit_nvfp4_amax_tile_rows(d->k);
+      tiles += (d->rows + per - 1) / per;
+    }
+  }
+  if (status != NULL)
+    *status = REFIT_OK;
+  return tiles;
+}
+
+refit_status_t refit_nvfp4_amax_keys(const refit_nvfp4_amax_desc_t *descs, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const refit_nvfp4_amax_desc_t *d = &descs[i];
+    refit_status_t st = REFIT_OK;
+    const uint16_t key = refit_nvfp4_amax_key(d->src, d->rows, d->k, d->stride, &st);
+    REFIT_CHECK(st);
+    if (d->rows > 0 && d->k > 0 && d->slot == NULL)
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "nvfp4 amax (table): descriptor %lld of %lld has no slot",
+                       (long long)i, (long long)n);
+    if (d->slot != NULL && key > *d->slot)
+      *d->slot = key;
+  }
+  return REFIT_OK;
+}
+
 float refit_nvfp4_global_scale(uint16_t key) { return refit_nvfp4_global_rule(key); }
 
 float refit_nvfp4_global_decode(float gsf) { return 1.0f / gsf; }
@@ -132,5 +177,42 @@ refit_status_t refit_nvfp4_quantize(const uint16_t *src, int64_t rows, int64_t k
   refit_nvfp4_job_t job = {src, k, src_stride_elems, gsf, q, q_stride, sf, sf_stride};
   /* Per row: 2 bytes read and about 0.56 written per element. */
   refit_kernels_parallel_for(rows, k * 3, refit_nvfp4_range, &job);
+  return REFIT_OK;
+}
+
+refit_status_t refit_nvfp4_groups_check(const char *who, const void *src, int64_t groups,
+                                        int64_t rows, int64_t k, int64_t src_stride_elems,
+                                        const float *gsf, const void *q, int64_t q_stride,
+                                        const void *sf, int64_t sf_stride) {
+  if (groups < 0 || (groups > 0 && gsf == NULL))
+    return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                     "%s: %lld matrices with global scales %p: needs a count >= 0 and a "
+                     "scale for each",
+                     who, (long long)groups, (const void *)gsf);
+  for (int64_t g = 0; g < groups; g++)
+    if (!(gsf[g] > 0.0f))
+      return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
+                       "%s: matrix %lld of %lld: global scale %g must be positive (+Inf "
+                       "allowed), not zero, negative or NaN",
+                       who, (long long)g, (long long)groups, (double)gsf[g]);
+  return groups == 0 ? REFIT_OK
+                     : refit_nvfp4_check(who, src, rows, k, src_stride_elems, gsf[0], q,
+                                         q_stride, sf, sf_stride);
+}
+
+refit_status_t refit_nvfp4_quantize_groups(const uint16_t *src, int64_t groups,
+                                           int64_t rows, int64_t k,
+                                           int64_t src_stride_elems, const float *gsf,
+                                           uint8_t *q, int64_t q_stride, uint8_t *sf,
+                                           int64_t sf_stride, float *decode) {
+  REFIT_CHECK(refit_nvfp4_groups_check("nvfp4 quantize", src, groups, rows, k,
+                                       src_stride_elems, gsf, q, q_stride, sf,
+                                       sf_stride));
+  for (int64_t g = 0; g < groups && decode != NULL; g++)
+    decode[g] = refit_nvfp4_global_decode(gsf[g]);
+  for (int64_t g = 0; g < groups && rows > 0 && k > 0; g++)
+    REFIT_CHECK(refit_nvfp4_quantize(src + g * rows * src_stride_elems, rows, k,
+                                     src_stride_elems, gsf[g], q + g * rows * q_stride,
+                                     q_stride, sf + g * rows * sf_stride, sf_stride));
   return REFIT_OK;
 }

@@ -72,6 +72,32 @@ static inline int64_t refit_nvfp4_row_bytes(int64_t k) { return (k + 1) / 2; }
 uint16_t refit_nvfp4_amax_key(const uint16_t *src, int64_t rows, int64_t k,
                               int64_t src_stride_elems, refit_status_t *status);
 
+/*
+ * Many matrices' amax keys at once: each descriptor's key merged into its
+ * slot, *slot = max(*slot, key of [rows, k] at src with row stride `stride`
+ * elements). The CUDA twin (refit_nvfp4_amax_keys_cuda) cuts the table's
+ * rows into tiles of about REFIT_NVFP4_AMAX_TILE elements (whole rows,
+ * refit_nvfp4_amax_tile_rows), numbered across the table by
+ * refit_nvfp4_amax_number, and runs them all in one launch.
+ */
+#define REFIT_NVFP4_AMAX_TILE 32768
+typedef struct {
+  const uint16_t *src;
+  int64_t rows, k, stride; /* stride in elements */
+  uint32_t *slot;
+  int64_t tile0; /* tiles of the descriptors before this one (number) */
+} refit_nvfp4_amax_desc_t;
+
+/* Number the tiles of descs[0 .. n) (tile0) and return their total; a
+ * negative shape, a stride below k, a NULL source or slot of a non-empty
+ * matrix, or k / 8 beyond 2^31: -1 and REFIT_ERR_INVALID_ARGUMENT in
+ * *status (REFIT_OK there otherwise). */
+int64_t refit_nvfp4_amax_number(refit_nvfp4_amax_desc_t *descs, int64_t n,
+                                refit_status_t *status);
+
+/* The C reference: every descriptor's key merged into its (host) slot. */
+refit_status_t refit_nvfp4_amax_keys(const refit_nvfp4_amax_desc_t *descs, int64_t n);
+
 /* The global scale gsf of a tensor whose amax key is `key` (+Inf for 0). */
 float refit_nvfp4_global_scale(uint16_t key);
 
@@ -102,6 +128,27 @@ refit_status_t refit_nvfp4_check(const char *who, const void *src, int64_t rows,
                                  int64_t k, int64_t src_stride_elems, float gsf,
                                  const void *q, int64_t q_stride, const void *sf,
                                  int64_t sf_stride);
+
+/*
+ * `groups` matrices [rows, k] stacked as one [groups * rows, k] (matrix g
+ * from row g * rows of src, q and sf, with the strides above), matrix g
+ * under global scale gsf[g] (a host array): the bytes of refit_nvfp4_quantize
+ * on each. The stacked experts of an MoE tensor, each with its own scale.
+ * decode (NULL: none) gets each matrix's stored weight_scale_2,
+ * refit_nvfp4_global_decode(gsf[g]). Errors: refit_nvfp4_quantize's, naming
+ * the matrix whose scale is bad; nothing is written then.
+ */
+refit_status_t refit_nvfp4_quantize_groups(const uint16_t *src, int64_t groups,
+                                           int64_t rows, int64_t k,
+                                           int64_t src_stride_elems, const float *gsf,
+                                           uint8_t *q, int64_t q_stride, uint8_t *sf,
+                                           int64_t sf_stride, float *decode);
+
+/* The argument rule of refit_nvfp4_quantize_groups and its CUDA twin. */
+refit_status_t refit_nvfp4_groups_check(const char *who, const void *src, int64_t groups,
+                                        int64_t rows, int64_t k, int64_t src_stride_elems,
+                                        const float *gsf, const void *q, int64_t q_stride,
+                                        const void *sf, int64_t sf_stride);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@
 #include "kernels/mxfp8_rules.h" /* refit_f32_bits, REFIT_HD */
 #include "kernels/nvfp4.h"
 
+#include <math.h>
 #include <stdint.h>
 
 /* 448 * 6: the largest E4M3 scale times the largest E2M1 value. */
@@ -31,6 +32,12 @@
 static inline REFIT_HD uint32_t refit_nvfp4_key(uint16_t b) {
   const uint32_t a = b & 0x7fffu;
   return a > 0x7f80u ? 0u : a;
+}
+
+/* Rows of a [rows, k] matrix per amax tile (refit_nvfp4_amax_number):
+ * REFIT_NVFP4_AMAX_TILE / k, at least 1. */
+static inline REFIT_HD int64_t refit_nvfp4_amax_tile_rows(int64_t k) {
+  return k >= REFIT_NVFP4_AMAX_TILE ? 1 : REFIT_NVFP4_AMAX_TILE / k;
 }
 
 /* gsf of a tensor whose amax key is `key`: fl(fl(1 / a) * 2688), +Inf amax
@@ -103,6 +110,26 @@ static inline REFIT_HD uint32_t refit_nvfp4_e2m1(float v) {
   code = a >= 0x40c00000u ? 7u : code;            /* >= 6.0 */
   code |= (u >> 28) & 0x8u;
   return a > 0x7f800000u ? REFIT_NVFP4_E2M1_NAN_CODE : code;
+}
+
+/* The E2M1 code of a non-NaN v, the same as refit_nvfp4_e2m1's, in float
+ * arithmetic that a GPU runs on its FMA pipe instead of integer work (the CUDA
+ * twin's inner loop; a NaN is the caller's to route to refit_nvfp4_e2m1).
+ * Rounding m = min(|v|, 6) to the E2M1 grid is the least of three lines,
+ * each rounded to an integer, ties to even, by adding it to 2^23 (whose ulp
+ * is 1) in one rounding:
+ *   rne(2m)      codes 0..4 (steps of 0.5 below 2),
+ *   rne(m) + 2   codes 4..6 (steps of 1 from 2 to 4),
+ *   rne(m/2) + 4 codes 6..7 (steps of 2 from 4 to 6);
+ * the grid is concave, so below 2 the first line is the least, from 2 to 4
+ * the second and above 4 the third, and adding an even constant keeps the
+ * parity the ties are decided by. The least sum's bits are 0x4B000000 plus
+ * the magnitude code; v's sign bit is bit 3 (zero and -0.0 included). */
+static inline REFIT_HD uint32_t refit_nvfp4_e2m1_finite(float v) {
+  const float m = fminf(fabsf(v), 6.0f);
+  const float t =
+      fminf(fminf(fmaf(m, 2.0f, 8388608.0f), m + 8388610.0f), fmaf(m, 0.5f, 8388612.0f));
+  return refit_f32_bits(t) - 0x4b000000u + ((refit_f32_bits(v) >> 31) << 3);
 }
 
 #endif /* REFIT_KERNELS_NVFP4_RULES_H */

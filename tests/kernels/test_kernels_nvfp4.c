@@ -4,12 +4,14 @@
  * shard rule (a tensor's amax key is the maximum of its shards' keys, and
  * shards cut on block boundaries quantize under the whole tensor's global
  * scale to the whole tensor's bytes), and the NVFP4 MoE expert layouts of
- * both FlashInfer backends. The rule itself is checked against an
+ * both FlashInfer backends; the CUDA twin's float-arithmetic E2M1 encoder
+ * equal to the reference's. The rule itself is checked against an
  * independent statement in Python (tests/reference/test_nvfp4_kernel.py).
  */
 #include "kernels/layout.h"
 #include "kernels/mxfp8.h" /* refit_kernels_threads_set */
 #include "kernels/nvfp4.h"
+#include "kernels/nvfp4_rules.h"
 #include "nvfp4_scenario.h"
 
 #include <setjmp.h>
@@ -261,12 +263,73 @@ static void test_nvfp4_moe_layout(void **state) {
   }
 }
 
+/* Stacked matrices, each under its own global scale: the bytes of one
+ * refit_nvfp4_quantize per matrix, and their decode scales; a bad scale
+ * refuses the call by its matrix. */
+static void test_nvfp4_groups(void **state) {
+  (void)state;
+  enum { G = 5, ROWS = 7, K = 40, SK = 48, QB = 20, NB = 3 };
+  uint16_t *x = malloc(sizeof(uint16_t) * G * ROWS * SK);
+  nvs_fill(x, G * ROWS, SK);
+  float gsf[G], decode[G];
+  uint8_t q0[G * ROWS * QB], s0[G * ROWS * NB], q1[G * ROWS * QB], s1[G * ROWS * NB];
+  for (int g = 0; g < G; g++) {
+    gsf[g] = g == 3 ? __builtin_inff()
+                    : refit_nvfp4_global_scale(
+                          refit_nvfp4_amax_key(x + g * ROWS * SK, ROWS, K, SK, NULL));
+    assert_int_equal(refit_nvfp4_quantize(x + g * ROWS * SK, ROWS, K, SK, gsf[g],
+                                          q0 + g * ROWS * QB, QB, s0 + g * ROWS * NB, NB),
+                     REFIT_OK);
+  }
+  assert_int_equal(
+      refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q1, QB, s1, NB, decode),
+      REFIT_OK);
+  assert_memory_equal(q0, q1, sizeof(q0));
+  assert_memory_equal(s0, s1, sizeof(s0));
+  for (int g = 0; g < G; g++)
+    assert_true(decode[g] == refit_nvfp4_global_decode(gsf[g]));
+  gsf[2] = 0.0f;
+  assert_int_equal(
+      refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q1, QB, s1, NB, NULL),
+      REFIT_ERR_INVALID_ARGUMENT);
+  free(x);
+}
+
+/* refit_nvfp4_e2m1_finite == refit_nvfp4_e2m1 (the CUDA twin's encoder and
+ * the reference's) on every float within 2^16 ulps of each E2M1 value and
+ * midpoint, of both signs, and on every 65537th bit pattern (an exhaustive
+ * run over all 2^32 agreed when the encoder was written). */
+static void test_nvfp4_e2m1_finite(void **state) {
+  (void)state;
+  static const float points[] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f,
+                                 2.0f, 2.5f,  3.0f, 3.5f,  4.0f, 5.0f,  6.0f};
+  for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++)
+    for (uint32_t sign = 0; sign < 2; sign++)
+      for (int64_t d = -65536; d <= 65536; d++) {
+        const int64_t at = (int64_t)refit_f32_bits(points[i]) + d;
+        if (at < 0)
+          continue;
+        const float v = refit_f32_from_bits((uint32_t)at | sign << 31);
+        if (refit_nvfp4_e2m1_finite(v) != refit_nvfp4_e2m1(v)) {
+          printf("0x%08x (%g): finite %u, reference %u\n", refit_f32_bits(v), (double)v,
+                 refit_nvfp4_e2m1_finite(v), refit_nvfp4_e2m1(v));
+          fail();
+        }
+      }
+  for (uint64_t u = 0; u <= 0xffffffffu; u += 65537) {
+    const float v = refit_f32_from_bits((uint32_t)u);
+    if (v == v)
+      assert_int_equal(refit_nvfp4_e2m1_finite(v), refit_nvfp4_e2m1(v));
+  }
+}
+
 int main(void) {
   kt_seed("test_kernels_nvfp4");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nvfp4_arguments),  cmocka_unit_test(test_nvfp4_strides),
       cmocka_unit_test(test_nvfp4_threads),    cmocka_unit_test(test_nvfp4_shards),
-      cmocka_unit_test(test_nvfp4_moe_layout),
+      cmocka_unit_test(test_nvfp4_moe_layout), cmocka_unit_test(test_nvfp4_e2m1_finite),
+      cmocka_unit_test(test_nvfp4_groups),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 #include "kernels/layout.h"
 #include "kernels/mxfp8_cuda.h"
 #include "kernels/nvfp4_cuda.h"
+#include "kernels/nvfp4_rules.h" /* refit_nvfp4_amax_tile_rows */
 #include "nvfp4_scenario.h"
 
 #include <cuda_runtime_api.h>
@@ -164,6 +165,115 @@ static void test_cuda_nvfp4_amax(void **state) {
                    REFIT_ERR_INVALID_ARGUMENT);
 }
 
+/* refit_nvfp4_quantize_groups_cuda == refit_nvfp4_quantize_groups: 300
+ * stacked matrices (two launches) of a partial block and a row stride,
+ * aligned and shifted, under their own scales (+Inf among them), and their
+ * decode scales. */
+static void test_cuda_nvfp4_groups(void **state) {
+  (void)state;
+  enum { G = 300, ROWS = 3, K = 40, SK = 48, QB = 20, NB = 3 };
+  const size_t n = (size_t)G * ROWS * SK, nq = (size_t)G * ROWS * QB,
+               ns = (size_t)G * ROWS * NB;
+  uint16_t *x = malloc(n * 2);
+  uint8_t *q = malloc(nq), *hq = malloc(nq), *s = malloc(ns), *hs = malloc(ns);
+  float gsf[G], decode[G], hdecode[G];
+  nvs_fill(x, G * ROWS, SK);
+  for (int g = 0; g < G; g++)
+    gsf[g] = g % 7 == 3 ? __builtin_inff()
+                        : refit_nvfp4_global_scale(
+                              refit_nvfp4_amax_key(x + g * ROWS * SK, ROWS, K, SK, NULL));
+  assert_int_equal(
+      refit_nvfp4_quantize_groups(x, G, ROWS, K, SK, gsf, q, QB, s, NB, decode),
+      REFIT_OK);
+  uint16_t *dx = NULL;
+  uint8_t *dq = NULL, *ds = NULL;
+  float *dd = NULL;
+  CK(cudaMalloc((void **)&dx, (n + 8) * 2));
+  CK(cudaMalloc((void **)&dq, nq + 8));
+  CK(cudaMalloc((void **)&ds, ns + 8));
+  CK(cudaMalloc((void **)&dd, sizeof(decode)));
+  for (int shift = 0; shift < 2; shift++) {
+    CK(cudaMemcpy(dx + shift, x, n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dd, 0, sizeof(decode)));
+    assert_int_equal(refit_nvfp4_quantize_groups_cuda(dx + shift, G, ROWS, K, SK, gsf,
+                                                      dq + shift, QB, ds + shift, NB, dd,
+                                                      0),
+                     REFIT_OK);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(hq, dq + shift, nq, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hs, ds + shift, ns, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hdecode, dd, sizeof(hdecode), cudaMemcpyDeviceToHost));
+    assert_memory_equal(q, hq, nq);
+    assert_memory_equal(s, hs, ns);
+    assert_memory_equal(decode, hdecode, sizeof(decode));
+  }
+  CK(cudaFree(dx));
+  CK(cudaFree(dq));
+  CK(cudaFree(ds));
+  CK(cudaFree(dd));
+  free(x);
+  free(q);
+  free(hq);
+  free(s);
+  free(hs);
+}
+
+/* refit_nvfp4_amax_keys_cuda == refit_nvfp4_amax_keys: one table of
+ * adversarial matrices of aligned and unaligned shapes, strides and starts,
+ * an empty one, one wider than a tile and one of many tiles, the last two
+ * sharing a slot with others, merged into slots that hold keys already. */
+static void test_cuda_nvfp4_amax_table(void **state) {
+  (void)state;
+  const int64_t shapes[][3] = {{1, 1, 1},         {3, 17, 17},       {64, 256, 256},
+                               {5, 40, 48},       {7, 33, 40},       {0, 16, 16},
+                               {3, 40000, 40008}, {900, 1024, 1032}, {300, 64, 72}};
+  enum { N = sizeof(shapes) / sizeof(shapes[0]), SLOTS = N - 2 };
+  size_t at[N], total = 0;
+  for (int i = 0; i < N; i++) {
+    at[i] = total + (size_t)(i % 2); /* odd descriptors start one element off */
+    total = at[i] + (size_t)(shapes[i][0] * shapes[i][2]) + 8;
+  }
+  uint16_t *x = malloc(total * 2), *dx = NULL;
+  for (int i = 0; i < N; i++)
+    nvs_fill(x + at[i], shapes[i][0], shapes[i][2]);
+  uint32_t *dslots = NULL, want[SLOTS], got[SLOTS];
+  CK(cudaMalloc((void **)&dx, total * 2));
+  CK(cudaMalloc((void **)&dslots, sizeof(want)));
+  CK(cudaMemcpy(dx, x, total * 2, cudaMemcpyHostToDevice));
+  refit_nvfp4_amax_desc_t host[N], dev[N];
+  for (int i = 0; i < N; i++) {
+    const int slot = i < SLOTS ? i : i - SLOTS; /* the last two share 0 and 1 */
+    host[i] = (refit_nvfp4_amax_desc_t){x + at[i],    shapes[i][0], shapes[i][1],
+                                        shapes[i][2], &want[slot],  0};
+    dev[i] = host[i];
+    dev[i].src = dx + at[i];
+    dev[i].slot = dslots + slot;
+  }
+  for (int i = 0; i < SLOTS; i++)
+    want[i] = i % 3 == 0 ? 0x7f80u : (uint32_t)i;
+  CK(cudaMemcpy(dslots, want, sizeof(want), cudaMemcpyHostToDevice));
+  assert_int_equal(refit_nvfp4_amax_keys(host, N), REFIT_OK);
+  refit_status_t st = REFIT_ERR_INTERNAL;
+  const int64_t tiles = refit_nvfp4_amax_number(dev, N, &st);
+  assert_int_equal(st, REFIT_OK);
+  assert_true(tiles > 900 / refit_nvfp4_amax_tile_rows(1024));
+  refit_nvfp4_amax_desc_t *ddesc = NULL;
+  CK(cudaMalloc((void **)&ddesc, sizeof(dev)));
+  CK(cudaMemcpy(ddesc, dev, sizeof(dev), cudaMemcpyHostToDevice));
+  assert_int_equal(refit_nvfp4_amax_keys_cuda(ddesc, N, tiles, 0), REFIT_OK);
+  CK(cudaMemcpy(got, dslots, sizeof(got), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < SLOTS; i++)
+    if (got[i] != want[i])
+      fail_msg("amax table slot %d: got %#x, C %#x", i, got[i], want[i]);
+  dev[1].stride = 3; /* below K */
+  assert_int_equal(refit_nvfp4_amax_number(dev, N, &st), -1);
+  assert_int_equal(st, REFIT_ERR_INVALID_ARGUMENT);
+  CK(cudaFree(ddesc));
+  CK(cudaFree(dx));
+  CK(cudaFree(dslots));
+  free(x);
+}
+
 /* refit_kernels_nvfp4_moe_transform_cuda == the C layout, every backend and
  * tensor, on random bytes with a K whose scale columns pad (H 336: 21). */
 static void test_cuda_nvfp4_moe_layout(void **state) {
@@ -229,6 +339,8 @@ int main(void) {
       cmocka_unit_test(test_cuda_nvfp4),
       cmocka_unit_test(test_cuda_nvfp4_every_bf16),
       cmocka_unit_test(test_cuda_nvfp4_amax),
+      cmocka_unit_test(test_cuda_nvfp4_amax_table),
+      cmocka_unit_test(test_cuda_nvfp4_groups),
       cmocka_unit_test(test_cuda_nvfp4_moe_layout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -470,16 +470,20 @@ refit_status_t refit_mem_fp8_block_dequantize(refit_mem_t *m, const uint8_t *q,
                                     out_stride);
 }
 
-refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src, int64_t rows,
-                                        int64_t k, float gsf, uint8_t *q, uint8_t *sf) {
+refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src,
+                                        int64_t groups, int64_t rows, int64_t k,
+                                        const float *gsf, uint8_t *q, uint8_t *sf,
+                                        float *decode) {
 #ifdef REFIT_HAVE_CUDA
   if (m->device)
-    return refit_nvfp4_quantize_cuda(src, rows, k, k, gsf, q, refit_nvfp4_row_bytes(k), sf,
-                                     refit_nvfp4_scale_cols(k), m->stream);
+    return refit_nvfp4_quantize_groups_cuda(src, groups, rows, k, k, gsf, q,
+                                            refit_nvfp4_row_bytes(k), sf,
+                                            refit_nvfp4_scale_cols(k), decode, m->stream);
 #endif
   (void)m;
-  return refit_nvfp4_quantize(src, rows, k, k, gsf, q, refit_nvfp4_row_bytes(k), sf,
-                              refit_nvfp4_scale_cols(k));
+  return refit_nvfp4_quantize_groups(src, groups, rows, k, k, gsf, q,
+                                     refit_nvfp4_row_bytes(k), sf,
+                                     refit_nvfp4_scale_cols(k), decode);
 }
 
 refit_status_t refit_mem_scale_swizzle(refit_mem_t *m, const uint8_t *lin, int64_t num,
@@ -492,18 +496,30 @@ refit_status_t refit_mem_scale_swizzle(refit_mem_t *m, const uint8_t *lin, int64
   return refit_kernels_scale_swizzle(lin, num, rows, cols, out);
 }
 
-refit_status_t refit_mem_amax_merge(refit_mem_t *m, const uint16_t *src, int64_t rows,
-                                    int64_t k, int64_t stride, uint32_t *slot) {
+refit_status_t refit_mem_amax_merge(refit_mem_t *m, refit_nvfp4_amax_desc_t *descs,
+                                    int64_t n) {
+  refit_status_t st = REFIT_OK;
+  const int64_t tiles = refit_nvfp4_amax_number(descs, n, &st);
+  REFIT_CHECK(st);
 #ifdef REFIT_HAVE_CUDA
-  if (m->device)
-    return refit_nvfp4_amax_key_cuda(src, rows, k, stride, slot, m->stream);
+  if (m->device) {
+    if (tiles == 0)
+      return REFIT_OK;
+    void *table = NULL;
+    const size_t bytes = (size_t)n * sizeof(*descs);
+    REFIT_CHECK(refit_device_alloc(&table, bytes));
+    st = refit_mem_from_host(m, table, descs, bytes);
+    if (st == REFIT_OK)
+      st = refit_nvfp4_amax_keys_cuda(table, n, tiles, m->stream);
+    if (st == REFIT_OK)
+      st = refit_mem_sync(m);
+    refit_device_free(table);
+    return st;
+  }
 #endif
   (void)m;
-  refit_status_t st = REFIT_OK;
-  const uint16_t key = refit_nvfp4_amax_key(src, rows, k, stride, &st);
-  if (st == REFIT_OK && key > *slot)
-    *slot = key;
-  return st;
+  (void)tiles;
+  return refit_nvfp4_amax_keys(descs, n);
 }
 
 refit_status_t refit_mem_dense_transform(refit_mem_t *m,

@@ -13,6 +13,7 @@
 #include "kernels/datapath.h"
 #include "kernels/direct.h"
 #include "kernels/layout.h"
+#include "kernels/nvfp4.h"
 #include "kernels/place.h"
 #include "refit/status.h"
 
@@ -139,21 +140,26 @@ refit_status_t refit_mem_fp8_block_dequantize(refit_mem_t *m, const uint8_t *q,
                                               int64_t rows, int64_t k, int64_t q_stride,
                                               const float *scale_inv, int64_t scale_stride,
                                               uint16_t *out, int64_t out_stride);
-/* NVFP4 (kernels/nvfp4.h) of a contiguous [rows, k] BF16 matrix under
- * global scale gsf: packed E2M1 q [rows, ceil(k/2)], linear E4M3 scales sf
- * [rows, ceil(k/16)]. */
-refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src, int64_t rows,
-                                        int64_t k, float gsf, uint8_t *q, uint8_t *sf);
+/* NVFP4 (kernels/nvfp4.h) of `groups` contiguous [rows, k] BF16 matrices
+ * stacked as one, matrix g under global scale gsf[g] (host memory): packed
+ * E2M1 q [groups * rows, ceil(k/2)], linear E4M3 scales sf [groups * rows,
+ * ceil(k/16)] and the decode scales decode[groups] (this rank's memory),
+ * each fl(1 / gsf[g]); on a device one launch per 256 matrices, no copy. */
+refit_status_t refit_mem_nvfp4_quantize(refit_mem_t *m, const uint16_t *src,
+                                        int64_t groups, int64_t rows, int64_t k,
+                                        const float *gsf, uint8_t *q, uint8_t *sf,
+                                        float *decode);
 /* kernels/layout.h's 128x4 swizzle of num linear scale matrices [rows, cols]. */
 refit_status_t refit_mem_scale_swizzle(refit_mem_t *m, const uint8_t *lin, int64_t num,
                                        int64_t rows, int64_t cols, uint8_t *out);
-/* Merge the NVFP4 amax key (refit_nvfp4_amax_key) of a [rows, k] BF16
- * matrix, row stride in elements, into *slot: *slot = max(*slot, key). The
- * slot is a uint32 of this rank's memory (refit_mem_alloc); on a device the
- * work is queued (refit_nvfp4_amax_key_cuda), and many matrices merge into
- * their slots before one refit_mem_to_host reads them all. */
-refit_status_t refit_mem_amax_merge(refit_mem_t *m, const uint16_t *src, int64_t rows,
-                                    int64_t k, int64_t stride, uint32_t *slot);
+/* Merge the NVFP4 amax keys of many BF16 matrices, each into its slot
+ * (refit_nvfp4_amax_keys: *slot = max(*slot, key)); slots are uint32 of
+ * this rank's memory (refit_mem_alloc). The table is host memory, numbered
+ * here; on a device it is uploaded and one kernel reads every matrix
+ * (refit_nvfp4_amax_keys_cuda), and the call returns when the keys are in
+ * their slots. */
+refit_status_t refit_mem_amax_merge(refit_mem_t *m, refit_nvfp4_amax_desc_t *descs,
+                                    int64_t n);
 refit_status_t refit_mem_dense_transform(refit_mem_t *m,
                                          refit_kernels_dense_backend_t backend,
                                          int64_t n, int64_t k, const uint8_t *q,

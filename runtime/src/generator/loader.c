@@ -719,49 +719,32 @@ void refit_loader_nvfp4_scales(refit_loader_t *l, const uint16_t *hf_keys) {
 
 /* NVFP4: tensor i's BF16 matrix `bf16` -> its packed weight, swizzled
  * scales (through `lin`, the linear scales [rows, ceil(K/16)]) and global
- * decode scales, each stacked matrix under its global scale gsf[e]. Experts
- * are quantized into `packed` ([rows, ceil(K/2)], canonical order) first,
- * then laid out for refit.moe_backend. */
+ * decode scales, each stacked matrix under its global scale gsf[e], in one
+ * quantizer launch that writes the decode scales too. Experts are quantized
+ * into `packed` ([rows, ceil(K/2)], canonical order) first, then laid out
+ * for refit.moe_backend. */
 static refit_status_t refit_loader_nvfp4(const refit_loader_t *l, int64_t i, const float *gsf,
                                          const uint16_t *bf16, uint8_t *lin, uint8_t *packed,
                                          uint8_t *w_out, uint8_t *s_out, float *s2_out) {
   const refit_gen_tensor_t *g = &l->cat->gen[l->first + i];
   const int64_t e = refit_block_matrices(g), n = g->rows / e, k = g->cols;
-  const int64_t kb = refit_nvfp4_scale_cols(k), rb = refit_nvfp4_row_bytes(k);
-  float one, *decode = e == 1 ? &one : malloc((size_t)e * sizeof(float));
-  if (decode == NULL)
-    return REFIT_ERR(REFIT_ERR_NO_MEMORY, "generator rank %d: %s: %lld decode scales",
-                     l->generator_rank, g->name, (long long)e);
-  refit_status_t st = REFIT_OK;
-  for (int64_t m = 0; m < e && st == REFIT_OK; m++) {
+  const int64_t kb = refit_nvfp4_scale_cols(k);
+  for (int64_t m = 0; m < e; m++)
     if (!(gsf[m] > 0.0f))
-      st = REFIT_ERR(REFIT_ERR_INTERNAL,
-                     "generator rank %d: %s (matrix %lld) has no NVFP4 global scale this "
-                     "refit",
-                     l->generator_rank, g->name, (long long)m);
-    else
-      decode[m] = refit_nvfp4_global_decode(gsf[m]);
+      return REFIT_ERR(REFIT_ERR_INTERNAL,
+                       "generator rank %d: %s (matrix %lld) has no NVFP4 global scale "
+                       "this refit",
+                       l->generator_rank, g->name, (long long)m);
+  if (g->kind == REFIT_GEN_LINEAR) {
+    REFIT_CHECK(refit_mem_nvfp4_quantize(l->mem, bf16, 1, n, k, gsf, w_out, lin, s2_out));
+    return refit_mem_scale_swizzle(l->mem, lin, 1, n, kb, s_out);
   }
-  if (st == REFIT_OK && g->kind == REFIT_GEN_LINEAR) {
-    st = refit_mem_nvfp4_quantize(l->mem, bf16, n, k, gsf[0], w_out, lin);
-    if (st == REFIT_OK)
-      st = refit_mem_scale_swizzle(l->mem, lin, 1, n, kb, s_out);
-  } else if (st == REFIT_OK) {
-    for (int64_t m = 0; m < e && st == REFIT_OK; m++)
-      st = refit_mem_nvfp4_quantize(l->mem, bf16 + m * n * k, n, k, gsf[m],
-                                    packed + m * n * rb, lin + m * n * kb);
-    const refit_kernels_moe_shape_t shape = refit_loader_moe_shape(g);
-    if (st == REFIT_OK)
-      st = refit_mem_nvfp4_moe_transform(
-          l->mem, refit_loader_moe_backend(l), &shape,
-          g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_MOE_W13 : REFIT_KERNELS_MOE_W2,
-          packed, lin, w_out, s_out);
-  }
-  if (st == REFIT_OK)
-    st = refit_mem_from_host(l->mem, s2_out, decode, (size_t)e * sizeof(float));
-  if (decode != &one)
-    free(decode);
-  return st;
+  REFIT_CHECK(refit_mem_nvfp4_quantize(l->mem, bf16, e, n, k, gsf, packed, lin, s2_out));
+  const refit_kernels_moe_shape_t shape = refit_loader_moe_shape(g);
+  return refit_mem_nvfp4_moe_transform(
+      l->mem, refit_loader_moe_backend(l), &shape,
+      g->kind == REFIT_GEN_MOE_W13 ? REFIT_KERNELS_MOE_W13 : REFIT_KERNELS_MOE_W2, packed,
+      lin, w_out, s_out);
 }
 
 /* Canonical q + linear scales -> the runtime layout of tensor i (for block

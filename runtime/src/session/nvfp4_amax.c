@@ -45,15 +45,21 @@ static refit_status_t refit_nvfp4_amax_mask(const refit_catalog_t *cat, unsigned
 }
 
 /* This trainer's keys: for each shard, each row run's rows in it, merged
- * per Hugging Face tensor into slots of this rank's memory (on a GPU, the
- * kernels queue and one copy reads every slot back). */
+ * per Hugging Face tensor into slots of this rank's memory: one table of
+ * every run, one kernel over it on a GPU, one copy reads every slot back. */
 static refit_status_t refit_nvfp4_amax_local(refit_session_t *s, const unsigned char *mask,
                                              uint16_t *keys) {
   const refit_catalog_t *cat = s->cat;
   const size_t bytes = (size_t)(cat->nhf ? cat->nhf : 1) * sizeof(uint32_t);
+  int64_t nruns = 0, n = 0;
+  for (int64_t i = 0; i < cat->nsrc; i++)
+    nruns += s->shards[i] != NULL ? cat->src[i].run_count : 0;
   uint32_t *slots = NULL, *host = malloc(bytes);
-  refit_status_t st = host == NULL ? REFIT_ERR(REFIT_ERR_NO_MEMORY, "NVFP4 amax keys")
-                                   : refit_mem_alloc(s->mem, bytes, (void **)&slots);
+  refit_nvfp4_amax_desc_t *descs = malloc((size_t)(nruns ? nruns : 1) * sizeof(*descs));
+  refit_status_t st = host == NULL || descs == NULL
+                          ? REFIT_ERR(REFIT_ERR_NO_MEMORY, "NVFP4 amax keys of %lld runs",
+                                      (long long)nruns)
+                          : refit_mem_alloc(s->mem, bytes, (void **)&slots);
   if (st == REFIT_OK)
     st = refit_mem_zero(s->mem, slots, bytes);
   for (int64_t i = 0; i < cat->nsrc && st == REFIT_OK; i++) {
@@ -63,17 +69,22 @@ static refit_status_t refit_nvfp4_amax_local(refit_session_t *s, const unsigned 
     int64_t rows, cols;
     refit_src_shard_shape(t, &rows, &cols);
     const int64_t row0 = t->split == REFIT_SPLIT_ROWS ? s->shard_part[i] * rows : 0;
-    for (int64_t k = t->run_begin; k < t->run_begin + t->run_count && st == REFIT_OK; k++) {
+    for (int64_t k = t->run_begin; k < t->run_begin + t->run_count; k++) {
       const refit_row_run_t *r = &cat->runs[k];
       const int64_t lo = r->src_row > row0 ? r->src_row : row0;
       const int64_t hi =
           r->src_row + r->rows < row0 + rows ? r->src_row + r->rows : row0 + rows;
       if (hi <= lo || !mask[r->hf])
         continue;
-      st = refit_mem_amax_merge(s->mem, s->shards[i] + (lo - row0) * cols, hi - lo, cols,
-                                cols, slots + r->hf);
+      refit_nvfp4_amax_desc_t *d = &descs[n++];
+      d->src = s->shards[i] + (lo - row0) * cols;
+      d->rows = hi - lo;
+      d->k = d->stride = cols;
+      d->slot = slots + r->hf;
     }
   }
+  if (st == REFIT_OK)
+    st = refit_mem_amax_merge(s->mem, descs, n);
   if (st == REFIT_OK)
     st = refit_mem_to_host(s->mem, host, slots, bytes);
   for (int64_t h = 0; h < cat->nhf && st == REFIT_OK; h++)
@@ -81,6 +92,7 @@ static refit_status_t refit_nvfp4_amax_local(refit_session_t *s, const unsigned 
       keys[h] = (uint16_t)host[h];
   if (slots != NULL)
     refit_mem_free(s->mem, slots);
+  free(descs);
   free(host);
   return st;
 }
