@@ -104,9 +104,11 @@ case "$what" in
     # failures among them) check that no leak comes from refit's own code,
     # the other MPI tests run without leak checking. It is built without
     # CUDA (the suite it runs is host memory only), so that a machine
-    # without the CUDA toolkit builds too: both configurations compile here.
+    # without the CUDA toolkit builds too: both configurations compile here;
+    # and without the fuzz harnesses, which it does not run (label fuzz: the
+    # normal suite runs them, under ASan and UBSan of their own).
     build build-asan -DREFIT_SANITIZE=ON -DREFIT_TESTS=ON -DCMAKE_BUILD_TYPE=Debug \
-      -DREFIT_CUDA=OFF
+      -DREFIT_CUDA=OFF -DREFIT_FUZZ=OFF
     (cd build-asan &&
       ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L unit &&
       ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$jobs" -L mpi -LE fault &&
