@@ -51,6 +51,15 @@ install_missing() { # install_missing [PACKAGE...] (default: packages)
     "${missing[@]}" >/dev/null
 }
 
+# stage NAME COMMAND...: run COMMAND, then say how long it took (the CI log's
+# breakdown of where the time goes; docs/testing.md).
+stage() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "bootstrap: $name: $((SECONDS - start)) s"
+}
+
 build() { # build DIR [cmake args...]
   local dir=$1
   shift
@@ -93,12 +102,12 @@ case "$what" in
     exec "$root/launch/refit-launch" --build-dir "$root/build" "$root/configs/demo.yaml"
     ;;
   test)
-    install_missing
-    install_missing "${test_packages[@]}"
+    stage "packages" install_missing
+    stage "test packages" install_missing "${test_packages[@]}"
     # A test build: with the fault seam the fault tests fail refits with.
-    build build -DREFIT_TESTS=ON
-    install_python_package
-    (cd build && ctest --output-on-failure -j "$jobs")
+    stage "normal build" build build -DREFIT_TESTS=ON
+    stage "python package" install_python_package
+    stage "normal suite" ctest --test-dir build --output-on-failure -j "$jobs"
     # The sanitizer build runs the same suite. Open MPI keeps some memory
     # until exit by design: the fault tests (100 refits with injected
     # failures among them) check that no leak comes from refit's own code,
@@ -107,14 +116,15 @@ case "$what" in
     # without the CUDA toolkit builds too: both configurations compile here;
     # and without the fuzz harnesses, which it does not run (label fuzz: the
     # normal suite runs them, under ASan and UBSan of their own).
-    build build-asan -DREFIT_SANITIZE=ON -DREFIT_TESTS=ON -DCMAKE_BUILD_TYPE=Debug \
-      -DREFIT_CUDA=OFF -DREFIT_FUZZ=OFF
-    (cd build-asan &&
-      ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L unit &&
-      ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$jobs" -L mpi -LE fault &&
-      ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -L '^agent$' &&
-      ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions="$root/tests/lsan-mpi.supp" \
-        ctest --output-on-failure -L fault)
+    stage "ASan build" build build-asan -DREFIT_SANITIZE=ON -DREFIT_TESTS=ON \
+      -DCMAKE_BUILD_TYPE=Debug -DREFIT_CUDA=OFF -DREFIT_FUZZ=OFF
+    # Every stage with -j: the tests that must run alone say so (RUN_SERIAL).
+    asan=(ctest --test-dir build-asan --output-on-failure -j "$jobs")
+    ASAN_OPTIONS=detect_leaks=1 stage "ASan unit" "${asan[@]}" -L unit
+    ASAN_OPTIONS=detect_leaks=0 stage "ASan mpi" "${asan[@]}" -L mpi -LE fault
+    ASAN_OPTIONS=detect_leaks=0 stage "ASan agent" "${asan[@]}" -L '^agent$'
+    ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions="$root/tests/lsan-mpi.supp" \
+      stage "ASan fault" "${asan[@]}" -L fault
     ;;
   *)
     echo "usage: launch/bootstrap.sh demo|test|build" >&2
