@@ -18,7 +18,7 @@ cd "$root"
 what=${1:-}
 jobs=$(nproc)
 # `test` runs the MPI tests (label mpi) in both builds. 1: in the sanitizer
-# build only, about 9 minutes less on the 2-core CI machine, at a cost in
+# build only, about 10 minutes less on the 2-core CI machine, at a cost in
 # coverage that docs/testing.md states; a one-line change either way.
 mpi_once=0
 
