@@ -120,7 +120,9 @@ class Job:
                 p.kill()
                 p.wait()
         if not expect_clean:
-            self.agents.send_signal(signal.SIGTERM)
+            # The whole session: refit-launch waits on mpirun, and a SIGTERM
+            # to it alone would leave mpirun and the agents running.
+            os.killpg(self.agents.pid, signal.SIGTERM)
         try:
             rc = self.agents.wait(30)
         except subprocess.TimeoutExpired:

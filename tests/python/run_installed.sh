@@ -11,7 +11,7 @@
 #      `cmake --install BUILD --prefix P` put it (P/lib on
 #      LD_LIBRARY_PATH stands for ldconfig here).
 # `pip wheel` with the setting must give a platform wheel carrying the
-# library. The agent client from a venv: tests/agent (agent_processes).
+# library. The agent client from a venv: tests/agent (agent_processes_other).
 #   run_installed.sh BUILD_DIR
 set -uo pipefail
 build=$(cd "$1" && pwd)

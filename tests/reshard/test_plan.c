@@ -844,7 +844,18 @@ static void test_layout_rules(void **state) {
   assert_null(cat);
 }
 
-int main(void) {
+/* test_plan [--only NAME | --skip NAME]: cmocka's test filters, so that
+ * ctest runs the long MoE grid sweep beside the other tests
+ * (tests/reshard/CMakeLists.txt). */
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--only") == 0) {
+    cmocka_set_test_filter(argv[2]);
+  } else if (argc == 3 && strcmp(argv[1], "--skip") == 0) {
+    cmocka_set_skip_filter(argv[2]);
+  } else if (argc != 1) {
+    fprintf(stderr, "usage: test_plan [--only NAME | --skip NAME]\n");
+    return 2;
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_catalog_qwen3_30b),
       cmocka_unit_test(test_grid_deepseek),
