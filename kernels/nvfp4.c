@@ -107,13 +107,13 @@ int64_t refit_nvfp4_amax_number(refit_nvfp4_amax_desc_t *descs, int64_t n,
 refit_status_t refit_nvfp4_amax_keys(const refit_nvfp4_amax_desc_t *descs, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     const refit_nvfp4_amax_desc_t *d = &descs[i];
-    refit_status_t st = REFIT_OK;
-    const uint16_t key = refit_nvfp4_amax_key(d->src, d->rows, d->k, d->stride, &st);
-    REFIT_CHECK(st);
-    if (d->rows > 0 && d->k > 0 && d->slot == NULL)
+    if (d->rows > 0 && d->k > 0 && d->slot == NULL) /* before reading the matrix */
       return REFIT_ERR(REFIT_ERR_INVALID_ARGUMENT,
                        "nvfp4 amax (table): descriptor %lld of %lld has no slot",
                        (long long)i, (long long)n);
+    refit_status_t st = REFIT_OK;
+    const uint16_t key = refit_nvfp4_amax_key(d->src, d->rows, d->k, d->stride, &st);
+    REFIT_CHECK(st);
     if (d->slot != NULL && key > *d->slot)
       *d->slot = key;
   }

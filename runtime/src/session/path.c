@@ -14,10 +14,6 @@
 /* Staged                                                                  */
 /* ---------------------------------------------------------------------- */
 
-static refit_status_t refit_staged_trainer_tables(refit_session_t *s) {
-  return refit_trainer_tables(s);
-}
-
 /* The largest bucket of a trainer's sends, or a generator's staging area. */
 static int64_t refit_staged_buffer_bytes(const refit_session_t *s) {
   if (!s->is_trainer)
@@ -103,7 +99,7 @@ static void refit_path_commit_nothing(refit_session_t *s) { (void)s; }
 
 const refit_path_ops_t refit_path_staged = {
     .name = "staged",
-    .trainer_tables = refit_staged_trainer_tables,
+    .trainer_tables = refit_trainer_tables,
     .repoint = refit_trainer_repoint,
     .buffer_bytes = refit_staged_buffer_bytes,
     .msg = refit_staged_msg,
@@ -173,7 +169,7 @@ static void refit_delta_commit(refit_session_t *s) { refit_dw_commit(s->dw, s->c
 
 const refit_path_ops_t refit_path_delta = {
     .name = "delta",
-    .trainer_tables = refit_staged_trainer_tables,
+    .trainer_tables = refit_trainer_tables,
     .repoint = refit_trainer_repoint,
     .buffer_bytes = refit_staged_buffer_bytes,
     .msg = refit_staged_msg,
