@@ -17,10 +17,13 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 what=${1:-}
 jobs=$(nproc)
-# `test` runs the MPI tests (label mpi) in both builds. 1: in the sanitizer
-# build only, about 10 minutes less on the 2-core CI machine, at a cost in
-# coverage that docs/testing.md states; a one-line change either way.
-mpi_once=0
+# `test` runs each test in one of its two builds (docs/testing.md): the C
+# tests (labels unit, mpi, fault, agent) under the sanitizers, the rest
+# (Python, fuzz, integrations, Slurm, GPU) in the normal build, which also runs
+# every unit test and one end-to-end refit per path (label fast).
+# REFIT_TEST_BOTH=1 runs the C tests in the normal build as well: the whole
+# suite in both builds, about twice the time.
+both=${REFIT_TEST_BOTH:-0}
 
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
           libyaml-dev libjansson-dev libhdf5-dev libucx-dev libcmocka-dev libssl-dev
@@ -112,25 +115,31 @@ case "$what" in
     stage "normal build" build build -DREFIT_TESTS=ON
     stage "python package" install_python_package
     normal=(ctest --test-dir build --output-on-failure -j "$jobs")
-    [ "$mpi_once" = 1 ] && normal+=(-LE '^mpi$')
-    stage "normal suite" "${normal[@]}"
-    # The sanitizer build runs the same suite. Open MPI keeps some memory
-    # until exit by design: the fault tests (100 refits with injected
+    c_tests='^(unit|mpi|fault|agent)$'
+    if [ "$both" = 1 ]; then
+      stage "normal suite" "${normal[@]}"
+    else
+      stage "normal suite" "${normal[@]}" -LE "$c_tests"
+      stage "normal fast" "${normal[@]}" -L '^fast$' -L "$c_tests"
+    fi
+    # The sanitizer build runs the C tests. Open MPI keeps some memory until
+    # exit by design: the unit and fault tests (100 refits with injected
     # failures among them) check that no leak comes from refit's own code,
-    # the other MPI tests run without leak checking. It is built without
-    # CUDA (the suite it runs is host memory only), so that a machine
+    # the other MPI and agent tests run without leak checking. It is built
+    # without CUDA (the suite it runs is host memory only), so that a machine
     # without the CUDA toolkit builds too: both configurations compile here;
     # and without the fuzz harnesses, which it does not run (label fuzz: the
-    # normal suite runs them, under ASan and UBSan of their own).
+    # normal suite runs them, under ASan and UBSan of their own). At -O1, as
+    # ASan's documentation advises for speed (the planner's grid sweep: a
+    # fifth less CPU than at -O0), with assertions and every check kept.
     stage "ASan build" build build-asan -DREFIT_SANITIZE=ON -DREFIT_TESTS=ON \
-      -DCMAKE_BUILD_TYPE=Debug -DREFIT_CUDA=OFF -DREFIT_FUZZ=OFF
-    # Every stage with -j: the tests that must run alone say so (RUN_SERIAL).
+      -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DREFIT_CUDA=OFF -DREFIT_FUZZ=OFF
+    # With -j: the tests that must run alone say so (RUN_SERIAL).
     asan=(ctest --test-dir build-asan --output-on-failure -j "$jobs")
-    ASAN_OPTIONS=detect_leaks=1 stage "ASan unit" "${asan[@]}" -L unit
-    ASAN_OPTIONS=detect_leaks=0 stage "ASan mpi" "${asan[@]}" -L mpi -LE fault
-    ASAN_OPTIONS=detect_leaks=0 stage "ASan agent" "${asan[@]}" -L '^agent$'
     ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions="$root/tests/lsan-mpi.supp" \
-      stage "ASan fault" "${asan[@]}" -L fault
+      stage "ASan unit and fault" "${asan[@]}" -L '^(unit|fault)$'
+    ASAN_OPTIONS=detect_leaks=0 \
+      stage "ASan mpi and agent" "${asan[@]}" -L '^(mpi|agent)$' -LE '^(unit|fault)$'
     ;;
   *)
     echo "usage: launch/bootstrap.sh demo|test|build" >&2
