@@ -19,8 +19,9 @@ what=${1:-}
 jobs=$(nproc)
 # `test` runs each test in one of its two builds (docs/testing.md): the C
 # tests (labels unit, mpi, fault, agent) under the sanitizers, the rest
-# (Python, fuzz, integrations, Slurm, GPU) in the normal build, which also runs
-# every unit test and one end-to-end refit per path (label fast).
+# (Python, fuzz, integrations, Slurm) in the normal build, which also runs
+# every unit test, one end-to-end refit per path (label fast) and every GPU
+# test (skipped without a GPU; the sanitizer build has no CUDA).
 # REFIT_TEST_BOTH=1 runs the C tests in the normal build as well: the whole
 # suite in both builds, about twice the time.
 both=${REFIT_TEST_BOTH:-0}
@@ -120,7 +121,7 @@ case "$what" in
       stage "normal suite" "${normal[@]}"
     else
       stage "normal suite" "${normal[@]}" -LE "$c_tests"
-      stage "normal fast" "${normal[@]}" -L '^fast$' -L "$c_tests"
+      stage "normal fast and gpu" "${normal[@]}" -L '^(fast|gpu)$' -L "$c_tests"
     fi
     # The sanitizer build runs the C tests. Open MPI keeps some memory until
     # exit by design: the unit and fault tests (100 refits with injected
@@ -137,9 +138,9 @@ case "$what" in
     # With -j: the tests that must run alone say so (RUN_SERIAL).
     asan=(ctest --test-dir build-asan --output-on-failure -j "$jobs")
     ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions="$root/tests/lsan-mpi.supp" \
-      stage "ASan unit and fault" "${asan[@]}" -L '^(unit|fault)$'
+      stage "ASan unit and fault" "${asan[@]}" -L '^(unit|fault)$' -LE '^gpu$'
     ASAN_OPTIONS=detect_leaks=0 \
-      stage "ASan mpi and agent" "${asan[@]}" -L '^(mpi|agent)$' -LE '^(unit|fault)$'
+      stage "ASan mpi and agent" "${asan[@]}" -L '^(mpi|agent)$' -LE '^(unit|fault|gpu)$'
     ;;
   *)
     echo "usage: launch/bootstrap.sh demo|test|build" >&2
