@@ -195,9 +195,13 @@ dump: $tmp/dump-st.h5")
       grep -qi "segmentation\|sanitizer\|runtime error" "$out" && fail "$what: crashed"
       echo "run_io: $what rejected: ok"
     }
-    for c in $(python3 "$here/make_bad_st.py" --list); do
+    # make_bad_st.py needs only the standard library: any python3 does,
+    # the tests' own (PYTHON) first, which starts without a pyenv shim.
+    . "$root/tests/find_python.sh"
+    refit_find_python run_io json || exit 1
+    for c in $("$python" "$here/make_bad_st.py" --list); do
       rm -rf "$tmp/bad"
-      python3 "$here/make_bad_st.py" "$c" "$tmp/good.safetensors" "$tmp/good" "$tmp/bad" >"$tmp/want" ||
+      "$python" "$here/make_bad_st.py" "$c" "$tmp/good.safetensors" "$tmp/good" "$tmp/bad" >"$tmp/want" ||
         fail "make_bad_st.py $c"
       mapfile -t want <"$tmp/want"
       expect "st-$c" "$tmp/bad" "${want[@]}"

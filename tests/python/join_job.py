@@ -18,13 +18,11 @@ import os
 import sys
 import time
 
-import torch
+import yaml
 
 import refit
-from refit_testlib import NamedModel, compare, from_bits, full_weights, torch_like, vllm_rules
 
 side, path, port_file, timeout_s = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-import yaml  # noqa: E402
 
 cfg = yaml.safe_load(open(path))
 if "--intruder" in sys.argv:
@@ -73,6 +71,13 @@ if "--expect-timeout" in sys.argv:
         print("join_job: passed")
         sys.exit(0)
     sys.exit("join_job: %s: no timeout" % side)
+
+# Only the refits use torch: the runs above, which never get that far (7 of
+# run_join.sh's 9 launches), skip its import (2 s of CPU in every rank).
+import torch  # noqa: E402
+
+from refit_testlib import (NamedModel, compare, from_bits, full_weights,  # noqa: E402
+                           torch_like, vllm_rules)
 
 with refit.Session(path, join={"side": side, "port_file": port_file,
                                "timeout_s": timeout_s}) as s:
