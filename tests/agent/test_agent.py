@@ -37,6 +37,9 @@ def test_import_loads_no_mpi():
 
 
 GRACE = 12  # refit-agent --attach-grace: room for a process to start torch
+# test_engine_never_attached waits the grace out on purpose: a short one,
+# with every process of its second refit attached before that refit begins.
+SHORT_GRACE = 3
 
 
 def _env():
@@ -49,15 +52,16 @@ def _env():
 class Job:
     """The agents of one config, and the client processes of a test."""
 
-    def __init__(self, config, tmp):
+    def __init__(self, config, tmp, grace=GRACE):
         self.config = os.path.join(HERE, config)
+        self.grace = grace
         self.dir = os.path.join(tmp, "s")
         self.log = open(os.path.join(tmp, "agents.log"), "w+")
         self.tmp = tmp
         self.agents = subprocess.Popen(
             [os.path.join(ROOT, "launch", "refit-launch"), "--build-dir", BUILD, self.config,
              "--", os.path.join(BUILD, "runtime", "refit-agent"), "--socket-dir", self.dir,
-             "--attach-grace", str(GRACE), self.config],
+             "--attach-grace", str(grace), self.config],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 60
         while not os.path.exists(os.path.join(self.dir, "ready")):
@@ -230,21 +234,22 @@ def test_engine_killed_mid_refit_then_reattached(tmp):
 def test_engine_never_attached(tmp):
     """Trainers begin while no engine process is attached: the refit is
     refused within the grace, naming each engine rank."""
-    job = Job("moe_mxfp8.yaml", tmp)
+    job = Job("moe_mxfp8.yaml", tmp, grace=SHORT_GRACE)
     t = [job.client("trainer", r, "--versions", "1", "--expect-fail", "1") for r in range(2)]
     start = time.time()
     for p in t:
-        text = job.wait(p, timeout=GRACE + 60)
+        text = job.wait(p, timeout=job.grace + 60)
         assert p.returncode == 0, text
         line = [x for x in text.splitlines() if x.startswith("failed 1")][0]
         assert "generator rank 0" in line and "generator rank 1" in line, line
         assert "no framework process" in line, line
-    assert time.time() - start < GRACE + 40
-    # The job is still usable: engines come, the next refit works.
+    assert time.time() - start < job.grace + 40
+    # The job is still usable: engines come, the next refit works (begun
+    # once every process attached: the short grace is no room to start torch).
     engines = [job.client("generator", g, "--versions", "2") for g in range(2)]
     t = [job.client("trainer", r, "--versions", "2", *job.gate(2),
                     *(["--shutdown"] if r == 0 else [])) for r in range(2)]
-    job.open_gate(2, *engines)
+    job.open_gate(2, *engines, *t)
     for p in engines + t:
         ok(job, p, versions=(2,))
     job.close()

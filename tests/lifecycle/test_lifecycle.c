@@ -287,7 +287,14 @@ static void scenario_cycles(refit_session_h s, int world_rank, double timeout_s,
 
 /* An engine that serves slowly between progress calls: the whole refit
  * takes several times refit.timeout_s, each bucket much less; the deadline
- * is one of progress, so it must commit. */
+ * is one of progress, so it must commit. A generator's progress call lands
+ * at most one bucket, so with 0.2 timeout_s served before each call the
+ * refit takes at least (buckets + 1) x 0.2 timeout_s: 2.6 timeout_s with
+ * the config's 12 buckets, past the bound below on any machine. The
+ * trainer's deadline spans about two serving gaps (the generator drives a
+ * rendezvous only inside its progress calls), which leaves 0.6 timeout_s
+ * for the load on the machine (0.3 timeout_s served left 0.4: a generator
+ * held up another 0.8 s failed it on a loaded 2-core machine). */
 static void scenario_slow_async(refit_session_h s, double timeout_s) {
   const int gen = refit_session_side(s) == REFIT_SIDE_GENERATOR;
   int done = 0, steps = 0;
@@ -295,7 +302,7 @@ static void scenario_slow_async(refit_session_h s, double timeout_s) {
   EXPECT_OK(refit_begin(s, 1, NULL));
   while (!done) {
     if (gen) {
-      const double serve = 0.3 * timeout_s;
+      const double serve = 0.2 * timeout_s;
       struct timespec ts = {(time_t)serve, (long)((serve - (double)(time_t)serve) * 1e9)};
       nanosleep(&ts, NULL);
     }
