@@ -20,7 +20,8 @@ the phases, so each gets its share:
   commit  at the end of refit k (85..100 % of its total_s: the vote and,
           async, the shadow copied in),
   late    minutes in (log-uniform between 3 s and --late-max after start-up),
-          in the pause between a commit and the next begin.
+          in the pause between a commit and the next begin (refit 3's at
+          the earliest).
 
 Rows are timed as they reach the job's output, so the aim is approximate;
 the summary lists the phases the survivors failed in next to the aims.
@@ -155,10 +156,12 @@ def aim(args, phase, rng, rows, job, t_up):
         t_row, _, _, total = row
         frac = rng.uniform(0.1, 0.7) if phase == "mid" else rng.uniform(0.85, 1.0)
         return t_row + args.pause + frac * total
-    # late: the pause after the first row that arrives past a moment minutes in.
+    # late: the pause after the first row that arrives past a moment minutes in,
+    # and no earlier than refit 3's (a loaded machine may not have finished
+    # refit 2 a few seconds in).
     at = t_up + math.exp(rng.uniform(math.log(3.0), math.log(max(args.late_max, 3.0))))
     sleep_until(at)
-    row = rows.wait(len(rows.poll()) + 1, job, at + args.startup_bound)
+    row = rows.wait(max(len(rows.poll()) + 1, 3), job, at + args.startup_bound)
     if row is None or row[1] < 3:
         return None
     return row[0] + rng.uniform(0.0, 0.8) * args.pause
