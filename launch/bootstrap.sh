@@ -115,32 +115,54 @@ case "$what" in
     # A test build: with the fault seam the fault tests fail refits with.
     stage "normal build" build build -DREFIT_TESTS=ON
     stage "python package" install_python_package
-    normal=(ctest --test-dir build --output-on-failure -j "$jobs")
-    c_tests='^(unit|mpi|fault|agent)$'
-    if [ "$both" = 1 ]; then
-      stage "normal suite" "${normal[@]}"
-    else
-      stage "normal suite" "${normal[@]}" -LE "$c_tests"
-      stage "normal fast and gpu" "${normal[@]}" -L '^(fast|gpu)$' -L "$c_tests"
-    fi
-    # The sanitizer build runs the C tests. Open MPI keeps some memory until
-    # exit by design: the unit and fault tests (100 refits with injected
-    # failures among them) check that no leak comes from refit's own code,
-    # the other MPI and agent tests run without leak checking. It is built
-    # without CUDA (the suite it runs is host memory only), so that a machine
-    # without the CUDA toolkit builds too: both configurations compile here;
-    # and without the fuzz harnesses, which it does not run (label fuzz: the
-    # normal suite runs them, under ASan and UBSan of their own). At -O1, as
-    # ASan's documentation advises for speed (the planner's grid sweep: a
-    # fifth less CPU than at -O0), with assertions and every check kept.
+    # The sanitizer build runs the C tests. It is built without CUDA (the
+    # suite it runs is host memory only), so that a machine without the CUDA
+    # toolkit builds too: both configurations compile here; and without the
+    # fuzz harnesses, which it does not run (label fuzz: the normal suite
+    # runs them, under ASan and UBSan of their own). At -O1, as ASan's
+    # documentation advises for speed (the planner's grid sweep: a fifth
+    # less CPU than at -O0), with assertions and every check kept.
     stage "ASan build" build build-asan -DREFIT_SANITIZE=ON -DREFIT_TESTS=ON \
       -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DREFIT_CUDA=OFF -DREFIT_FUZZ=OFF
-    # With -j: the tests that must run alone say so (RUN_SERIAL).
-    asan=(ctest --test-dir build-asan --output-on-failure -j "$jobs")
-    ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions="$root/tests/lsan-mpi.supp" \
-      stage "ASan unit and fault" "${asan[@]}" -L '^(unit|fault)$' -LE '^gpu$'
-    ASAN_OPTIONS=detect_leaks=0 \
-      stage "ASan mpi and agent" "${asan[@]}" -L '^(mpi|agent)$' -LE '^(unit|fault|gpu)$'
+    # Open MPI keeps some memory until exit by design: the unit and fault
+    # tests (100 refits with injected failures among them) check that no
+    # leak comes from refit's own code, the other MPI and agent tests run
+    # without leak checking.
+    leaks=(env ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions="$root/tests/lsan-mpi.supp")
+    asan=(ctest --test-dir build-asan --output-on-failure)
+    # The tests labelled deadline (a rank killed or stalled, waited out at a
+    # deadline of a few seconds) run one at a time at normal priority, beside
+    # everything else, which runs niced: they get the CPU whenever they want
+    # it, as if alone, and the rest of the suite takes the time they spend
+    # waiting out their deadlines (docs/testing.md).
+    deadline_log=$root/build-asan/deadline-tests.log
+    ( start=$SECONDS rc=0
+      "${leaks[@]}" "${asan[@]}" -L '^deadline$' -LE '^gpu$' >"$deadline_log" 2>&1 || rc=$?
+      echo "bootstrap: ASan deadline tests: $((SECONDS - start)) s" >>"$deadline_log"
+      exit $rc ) &
+    deadline_pid=$!
+    (
+      niced=(nice -n 10)
+      normal=("${niced[@]}" ctest --test-dir build --output-on-failure -j "$jobs")
+      c_tests='^(unit|mpi|fault|agent)$'
+      if [ "$both" = 1 ]; then
+        stage "normal suite" "${normal[@]}"
+      else
+        stage "normal suite" "${normal[@]}" -LE "$c_tests"
+        stage "normal fast and gpu" "${normal[@]}" -L '^(fast|gpu)$' -L "$c_tests"
+      fi
+      # With -j: the tests that must run alone say so (RUN_SERIAL).
+      stage "ASan unit and fault" "${niced[@]}" "${leaks[@]}" "${asan[@]}" -j "$jobs" \
+        -L '^(unit|fault)$' -LE '^(gpu|deadline)$'
+      ASAN_OPTIONS=detect_leaks=0 stage "ASan mpi and agent" "${niced[@]}" "${asan[@]}" \
+        -j "$jobs" -L '^(mpi|agent)$' -LE '^(unit|fault|gpu|deadline)$'
+    ) &
+    rest_pid=$! # in the background too: errexit holds in it (not so in `( ) || ...`)
+    rest_rc=0 deadline_rc=0
+    wait "$rest_pid" || rest_rc=$?
+    wait "$deadline_pid" || deadline_rc=$?
+    cat "$deadline_log"
+    [ "$rest_rc" -eq 0 ] && [ "$deadline_rc" -eq 0 ]
     ;;
   *)
     echo "usage: launch/bootstrap.sh demo|test|build" >&2
