@@ -1,9 +1,10 @@
 """refit agents with plain framework processes attached (docs/agent.md).
 
 Each test starts the agents as an MPI job through launch/refit-launch, then
-trainer and engine processes as plain subprocesses (no mpirun, no MPI in
-them, as torchrun ranks, vLLM workers or Ray actors are: tests/agent/
-client.py), and judges the outcome from their exit codes and output. The
+trainer and engine processes as plain processes (no mpirun, no MPI in them,
+as torchrun ranks, vLLM workers or Ray actors are: tests/agent/client.py,
+forked by tests/agent/zygote.py, which has imported torch once for them
+all), and judges the outcome from their exit codes and output. The
 engines compare every byte they hold after each refit with
 tests/reference/vllm_rules.py.
 
@@ -13,6 +14,8 @@ runs these tests against its ASan build).
 
 import json
 import os
+import select
+import shutil
 import signal
 import socket
 import struct
@@ -49,6 +52,97 @@ def _env():
     return env
 
 
+class Zygote:
+    """tests/agent/zygote.py, started on first use: an interpreter that has
+    imported torch forks the client.py processes (ZygoteClient), so that
+    each starts in milliseconds instead of importing torch again (about
+    1.5 s of CPU each). REFIT_AGENT_TEST_FORK=0 starts every client as a
+    fresh interpreter instead."""
+
+    proc = None
+    path = None
+
+    @classmethod
+    def socket_path(cls):
+        if cls.proc is None:
+            d = tempfile.mkdtemp(prefix="refit-zygote.")
+            cls.path = os.path.join(d, "s")
+            cls.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "zygote.py"),
+                                         cls.path], stdout=subprocess.PIPE, text=True,
+                                        env=_env())
+            line = cls.proc.stdout.readline()
+            assert line.startswith("zygote: ready"), "zygote.py did not start: %r" % line
+        return cls.path
+
+    @classmethod
+    def stop(cls):
+        if cls.proc is not None:
+            cls.proc.kill()
+            cls.proc.wait()
+            shutil.rmtree(os.path.dirname(cls.path), ignore_errors=True)
+            cls.proc = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def zygote():
+    yield
+    Zygote.stop()
+
+
+class ZygoteClient:
+    """A client.py process forked by the zygote, with the part of
+    subprocess.Popen's interface the tests use (args, pid, returncode, poll,
+    wait, kill, send_signal). Its exit status arrives on the connection."""
+
+    def __init__(self, args, log):
+        self.args, self.returncode, self._buf = args, None, b""
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._conn.connect(Zygote.socket_path())
+        self._conn.sendall((json.dumps({"argv": args[2:], "log": log}) + "\n").encode())
+        self.pid = None
+        while self.pid is None:
+            self._read(None)
+
+    def _read(self, timeout):
+        """Take what the zygote said within timeout (None: wait)."""
+        if not select.select([self._conn], [], [], timeout)[0]:
+            return
+        data = self._conn.recv(4096)
+        if not data:
+            raise RuntimeError("the zygote closed client %s's connection without its exit "
+                               "status" % self.args[2:4])
+        self._buf += data
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            msg = json.loads(line)
+            if "pid" in msg:
+                self.pid = msg["pid"]
+            if "status" in msg:
+                self.returncode = os.waitstatus_to_exitcode(msg["status"])
+                self._conn.close()
+
+    def poll(self):
+        if self.returncode is None:
+            self._read(0)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.time() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.time()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._read(left)
+        return self.returncode
+
+    def send_signal(self, sig):
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+
 class Job:
     """The agents of one config, and the client processes of a test."""
 
@@ -78,9 +172,13 @@ class Job:
     def client(self, side, rank, *extra, python_args=()):
         out = open(os.path.join(self.tmp, "%s%d.%d.log" % (side, rank, len(self.clients))),
                    "w+")
-        p = subprocess.Popen([sys.executable, *python_args, os.path.join(HERE, "client.py"),
-                              side, str(rank), self.config, self.dir, *extra],
-                             stdout=out, stderr=subprocess.STDOUT, env=_env())
+        args = [sys.executable, os.path.join(HERE, "client.py"), side, str(rank), self.config,
+                self.dir, *extra]
+        if python_args or os.environ.get("REFIT_AGENT_TEST_FORK") == "0":
+            p = subprocess.Popen(args[:1] + list(python_args) + args[1:], stdout=out,
+                                 stderr=subprocess.STDOUT, env=_env())
+        else:
+            p = ZygoteClient(args, out.name)
         p.out = out
         self.clients.append(p)
         return p
