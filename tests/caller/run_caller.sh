@@ -65,19 +65,24 @@ if [ $cuda -eq 1 ] &&
   exit 77
 fi
 
+# The output as it comes (tee), so that a job that hangs until the test's
+# timeout still shows how far each scenario got.
 REFIT_LIBRARY="$build/runtime/librefit.so" \
   "$root/launch/refit-launch" --build-dir "$build" --np "$np" "$biggest" -- \
   "$python" "$here/caller_refit.py" --build "$build" --work "$work" "${program[@]}" \
-  >"$out" 2>&1
-rc=$?
-cat "$out"
-missing=()
+  2>&1 | tee "$out"
+rc=${PIPESTATUS[0]}
+failed=() unfinished=()
 for name in "${names[@]}"; do
-  grep -qF "caller_refit: [$name] passed on every rank" "$out" || missing+=("$name")
+  if grep -qF "caller_refit: [$name] failed" "$out"; then
+    failed+=("$name")
+  elif ! grep -qF "caller_refit: [$name] passed on every rank" "$out"; then
+    unfinished+=("$name")
+  fi
 done
-if [ $rc -ne 0 ] || [ ${#missing[@]} -gt 0 ]; then
-  echo "run_caller: FAIL (exit status $rc): ${#missing[@]} of ${#names[@]} scenarios" \
-       "did not pass: ${missing[*]}"
+if [ $rc -ne 0 ] || [ ${#failed[@]} -gt 0 ] || [ ${#unfinished[@]} -gt 0 ]; then
+  echo "run_caller: FAIL (exit status $rc): ${#failed[@]} of ${#names[@]} scenarios" \
+       "failed: ${failed[*]:-none}; ${#unfinished[@]} did not finish: ${unfinished[*]:-none}"
   exit 1
 fi
 echo "run_caller: ok: ${#names[@]} scenarios passed: ${names[*]}"
