@@ -21,7 +21,7 @@ while the others wait, and every rank meets before the next scenario. Each
 scenario draws its own seed and opens and closes its own Session, as a
 process that refits one model after another does.
 
-Every scenario prints "caller_refit: [NAME] passed on every rank (seed S)"
+Every scenario prints "caller_refit: [NAME] passed on every rank (seed S, T s)"
 (NAME: the config's file name without .yaml in the first form). A failure
 prints the scenario, its seed and the command that runs it alone
 (run_caller.sh BUILD CONFIG OPTIONS, BUILD from --build), then aborts the
