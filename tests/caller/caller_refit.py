@@ -1,27 +1,57 @@
 """A live trainer refits its own Megatron-Core tensors; checked independently.
 
-Run on every rank of a job (through launch/refit-launch):
+Run on every rank of a job (through launch/refit-launch, or
+tests/caller/run_caller.sh, which checks the outcome):
 
-    caller_refit.py CONFIG [--versions N] [--nested-experts] [--move | --move-at V]
-                           [--hdf5-reference FILE] [--torch-cuda]
-                           [--update-rate R] [--delta]
+    caller_refit.py [--build DIR] [--work DIR] CONFIG [scenario options]
+    caller_refit.py [--build DIR] [--work DIR] --batch LIST
 
-CONFIG has source.kind caller. Every rank draws the same full Hugging Face
-weights for each version from a seed (fresh random bits, chosen by rank 0
-and printed); trainer ranks build the tensors Megatron-Core would hold from
-them with tests/caller/megatron_rules.py, register them once and write each
-new version into them in place (--move: into new arrays, registered again
-at their new addresses, as a distributed optimizer that re-grows its
-buffers does; --move-at V: only for version V); generator ranks register runtime tensors of their own
-(--nested-experts: under vLLM's nested expert spelling) and after every
-refit compare each of them, byte for byte, with what
-tests/reference/vllm_rules.py says vLLM holds for those weights. Neither
-rule module shares code with refit's catalog or kernels.
+scenario options: [--versions N] [--nested-experts] [--move | --move-at V]
+                  [--matrix] [--hdf5-reference [FILE]] [--torch-cuda]
+                  [--engine-ignore MODULES] [--update-rate R] [--delta]
 
---hdf5-reference FILE: rank 0 writes the weights with h5py as a checkpoint
-(the config's reference.path, reference.kind hdf5), every version sends
-those weights, and generators also require refit's own verification against
-that file (refit_verify) to find no difference.
+The first form runs one scenario on every rank of the job. With --batch the
+job runs every scenario of LIST in turn, one a line: NAME CONFIG OPTIONS...,
+words separated by white space (no quoting), blank lines and lines that
+start with # left out. A job's Python start-up, imports, mpirun and
+MPI_Init cost more CPU than most scenarios' refits, so a batch pays them
+once: the job has as many ranks as its largest scenario, each scenario runs
+on a communicator split off its first N ranks (N: its config's world size)
+while the others wait, and every rank meets before the next scenario. Each
+scenario draws its own seed and opens and closes its own Session, as a
+process that refits one model after another does.
+
+Every scenario prints "caller_refit: [NAME] passed on every rank (seed S, T s)"
+(NAME: the config's file name without .yaml in the first form). A failure
+prints the scenario, its seed and the command that runs it alone
+(run_caller.sh BUILD CONFIG OPTIONS, BUILD from --build), then aborts the
+job. REFIT_CALLER_SEED=S (rank 0's environment) replaces every scenario's
+random seed by S. --work DIR: where rewritten configs and checkpoints go
+(default: a temporary folder, removed at the end).
+
+CONFIG has source.kind caller, or --matrix: CONFIG is a test layout with a
+source of its own (tests/mpi), which the scenario runs with trainer.layout
+megatron, source.kind caller, verify false and no dump instead. A config
+that an option changes (--matrix, --hdf5-reference, --delta) is rewritten
+once, by the job's rank 0, into the work folder.
+
+Every rank draws the same full Hugging Face weights for each version from a
+seed (fresh random bits, chosen by the scenario's rank 0 and printed);
+trainer ranks build the tensors Megatron-Core would hold from them with
+tests/caller/megatron_rules.py, register them once and write each new
+version into them in place (--move: into new arrays, registered again at
+their new addresses, as a distributed optimizer that re-grows its buffers
+does; --move-at V: only for version V); generator ranks register runtime
+tensors of their own (--nested-experts: under vLLM's nested expert
+spelling) and after every refit compare each of them, byte for byte, with
+what tests/reference/vllm_rules.py says vLLM holds for those weights.
+Neither rule module shares code with refit's catalog or kernels.
+
+--hdf5-reference [FILE]: rank 0 writes the weights with h5py as a checkpoint
+(FILE, by default NAME.h5 in the work folder; the config gets reference.kind
+hdf5 with that path and verify true), every version sends those weights, and
+generators also require refit's own verification against that file
+(refit_verify) to find no difference.
 
 --engine-ignore MODULES: the engine quantizes by its own list (comma
 separated, vLLM's ignored layers; "" for none) instead of the config's
@@ -57,7 +87,13 @@ requires an error that names the tensor.
 
 import argparse
 import os
+import shlex
+import shutil
 import sys
+import tempfile
+import threading
+import time
+import traceback
 
 import numpy as np
 import yaml
@@ -71,9 +107,101 @@ import refit  # noqa: E402
 import vllm_rules  # noqa: E402
 
 
+class Scenario:
+    """One scenario: a NAME, CONFIG and the options after it (the words
+    run_caller.sh takes after its build folder) and, once it runs, its seed."""
+
+    def __init__(self, name, words):
+        self.words = words
+        self.args = scenario_parser().parse_args(words)
+        self.name = name or os.path.splitext(os.path.basename(self.args.config))[0]
+        self.seed = None
+
+    def rerun(self, build):
+        """The command that runs this scenario alone, with its seed."""
+        seed = "" if self.seed is None else "REFIT_CALLER_SEED=%d " % self.seed
+        return "%s%s %s %s" % (seed, os.path.join(here, "run_caller.sh"), build or "BUILD",
+                               shlex.join(self.words))
+
+
+# The scenario this rank runs, named by fail(); None between scenarios.
+current = None
+# --build: the build folder for fail()'s rerun line.
+build_dir = None
+
+
+def say(msg, comm):
+    """A line on the scenario's rank 0 only, naming the scenario."""
+    if comm.rank == 0:
+        print("caller_refit: [%s] %s" % (current.name, msg), flush=True)
+
+
 def fail(msg):
-    print("caller_refit: rank %d: FAIL: %s" % (MPI.COMM_WORLD.rank, msg), flush=True)
+    """Print what failed, where, and how to run that scenario alone; end the
+    whole job (its other ranks wait in collectives that would never end)."""
+    rank = MPI.COMM_WORLD.rank
+    if current is None:
+        print("caller_refit: rank %d: FAIL: %s" % (rank, msg), flush=True)
+    else:
+        print("caller_refit: [%s] rank %d: FAIL: %s\n"
+              "caller_refit: [%s] failed (seed %s); run it alone: %s" % (
+                  current.name, rank, msg, current.name, current.seed,
+                  current.rerun(build_dir)), flush=True)
+    if alarm is not None:
+        alarm.sound()
     MPI.COMM_WORLD.Abort(1)
+
+
+class Alarm:
+    """Word of a failure to every rank of the job. refit-launch runs mpirun
+    with --enable-recovery, under which MPI_Abort ends the calling rank only:
+    its peers would wait for it in their next collective, until
+    refit.timeout_s in a refit call and for ever in a barrier. A thread on
+    every rank looks for the word 20 times a second and ends its rank."""
+
+    TAG = 1
+
+    def __init__(self):
+        self.comm = MPI.COMM_WORLD.Dup()
+        self.stopped = False
+        self.thread = None
+        if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
+            self.thread = threading.Thread(target=self._watch, name="caller-alarm",
+                                           daemon=True)
+            self.thread.start()
+
+    def _watch(self):
+        while not self.stopped:
+            if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=self.TAG):
+                MPI.COMM_WORLD.Abort(1)
+            time.sleep(0.05)
+
+    def sound(self):
+        """Tell every other rank, waiting up to a second for the word to leave."""
+        c = self.comm
+        reqs = [c.Isend(b"", dest=r, tag=self.TAG) for r in range(c.size) if r != c.rank]
+        end = time.monotonic() + 1.0
+        while not MPI.Request.Testall(reqs) and time.monotonic() < end:
+            time.sleep(0.01)
+
+    def stop(self):
+        """Before MPI_Finalize, once no rank can fail any more."""
+        self.stopped = True
+        if self.thread is not None:
+            self.thread.join()
+        self.comm.Free()
+
+
+alarm = None
+
+
+def meet(comm):
+    """A barrier whose waiting ranks sleep between polls: ranks that wait out
+    a scenario, or a generator's checks, would otherwise spin in MPI's
+    progress loop and take a core from the ranks that work."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(0.002)
 
 
 def to_bf16_bits(f):
@@ -260,32 +388,75 @@ def nested(name):
     return name.replace(".mlp.experts.", ".mlp.experts.routed_experts.")
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def scenario_parser():
+    ap = argparse.ArgumentParser(prog="caller_refit.py", allow_abbrev=False)
     ap.add_argument("config")
     ap.add_argument("--versions", type=int, default=3)
     ap.add_argument("--nested-experts", action="store_true")
     ap.add_argument("--move", action="store_true")
     ap.add_argument("--move-at", type=int)
-    ap.add_argument("--hdf5-reference")
+    ap.add_argument("--matrix", action="store_true")
+    ap.add_argument("--hdf5-reference", nargs="?", const="")
     ap.add_argument("--torch-cuda", action="store_true")
     ap.add_argument("--engine-ignore")
     ap.add_argument("--update-rate", type=float)
     ap.add_argument("--delta", action="store_true")
-    args = ap.parse_args()
-    comm = MPI.COMM_WORLD
-    with open(args.config) as f:
-        cfg = yaml.safe_load(f)
+    return ap
+
+
+def job_config(sc, comm, work):
+    """The path of the config the scenario runs and the config: CONFIG as it
+    is, or as --matrix, --hdf5-reference and --delta change it, written by
+    rank 0 of `comm` into `work`; the same on every rank of `comm`."""
+    args = sc.args
+    if args.hdf5_reference == "":
+        args.hdf5_reference = os.path.join(work, sc.name + ".h5")
+    path, cfg = args.config, None
+    if comm.rank == 0:
+        with open(path) as f:
+            cfg = yaml.safe_load(f)
+        if args.matrix or args.hdf5_reference is not None or args.delta:
+            if args.matrix:
+                cfg.setdefault("trainer", {})["layout"] = "megatron"
+                cfg["source"] = {"kind": "caller"}
+                cfg["verify"] = False
+                cfg.pop("dump", None)
+            if args.hdf5_reference is not None:
+                cfg["reference"] = {"kind": "hdf5", "path": args.hdf5_reference}
+                cfg["verify"] = True
+            if args.delta:
+                cfg.setdefault("refit", {})["delta"] = "on"
+            path = os.path.join(work, sc.name + ".yaml")
+            with open(path, "w") as f:
+                yaml.safe_dump(cfg, f)
+    return comm.bcast((path, cfg))
+
+
+def ranks(cfg):
+    """The config's trainer and generator ranks."""
+    t, g = cfg.get("trainer", {}), cfg.get("generator", {})
+    return (t.get("tp", 1) * t.get("pp", 1) * t.get("dp", 1),
+            g.get("tp", 1) * g.get("engines", 1))
+
+
+def run_scenario(sc, comm, config, cfg):
+    """Run scenario `sc` (its config at `config`, read as `cfg`) on every
+    rank of `comm`, checking everything the module docstring says; return
+    once every rank of `comm` passed."""
+    args = sc.args
     engine_cfg = cfg  # what the engine holds: the config's rules, or its own list
     if args.engine_ignore is not None:
         engine_cfg = yaml.safe_load(yaml.safe_dump(cfg))
         engine_cfg.setdefault("refit", {})["quantization_ignore"] = [
             m for m in args.engine_ignore.split(",") if m]
-    seed = comm.bcast(int.from_bytes(os.urandom(4), "little") if comm.rank == 0 else None)
+    started = time.monotonic()
+    seed = None
     if comm.rank == 0:
-        print("caller_refit: seed %d" % seed, flush=True)
-    t = cfg.get("trainer", {})
-    ntrainer = t.get("tp", 1) * t.get("pp", 1) * t.get("dp", 1)
+        seed = int(os.environ.get("REFIT_CALLER_SEED") or
+                   int.from_bytes(os.urandom(4), "little"))
+    seed = sc.seed = comm.bcast(seed)
+    say("%s on %d ranks, seed %d" % (shlex.join(sc.words), comm.size, seed), comm)
+    ntrainer = ranks(cfg)[0]
     gen_tp = cfg.get("generator", {}).get("tp", 1)
     pad_rng = np.random.default_rng([seed, comm.rank])
     if args.hdf5_reference:
@@ -298,13 +469,13 @@ def main():
                     f.create_dataset(name, data=a).attrs["dtype"] = (
                         "float32" if a.dtype == np.float32 else "bfloat16")
             os.replace(args.hdf5_reference + ".tmp", args.hdf5_reference)
-        comm.Barrier()
+        meet(comm)
     elif args.update_rate is not None:
         weights_of = TrainingWeights(cfg, seed, args.update_rate)
     else:
         weights_of = lambda version: full_weights(cfg, seed, version)  # noqa: E731
 
-    s = refit.Session(args.config)
+    s = refit.Session(config, comm=comm)
     expected = {name: (shape, dtype) for name, shape, dtype in s.expected()}
     if args.torch_cuda:
         if s.device is None or s.device < 0:
@@ -416,18 +587,74 @@ def main():
             if args.hdf5_reference and s.verify(version) != 0:
                 fail("version %d: refit's verification against %s found differences" % (
                     version, args.hdf5_reference))
-        comm.Barrier()
+        meet(comm)
         wire = ""
         if args.delta:
             wire = check_delta(s, comm, version,
                                (args.move and version > 1) or version == args.move_at)
-        if comm.rank == 0:
-            print("caller_refit: version %d refitted and matches vLLM's rules on every "
-                  "generator rank (%.4f s%s)" % (version, times["total"], wire), flush=True)
+        say("version %d refitted and matches vLLM's rules on every generator rank "
+            "(%.4f s%s)" % (version, times["total"], wire), comm)
     s.close()
-    comm.Barrier()
-    if comm.rank == 0:
-        print("caller_refit: passed on every rank", flush=True)
+    meet(comm)
+    say("passed on every rank (seed %d, %.1f s)" % (seed, time.monotonic() - started), comm)
+
+
+def read_batch(path):
+    """The scenarios of a --batch LIST file."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            words = line.split()
+            if not words or words[0].startswith("#"):
+                continue
+            if len(words) < 2:
+                raise SystemExit("caller_refit: %s: %r: NAME CONFIG [OPTIONS] expected" % (
+                    path, line.strip()))
+            out.append(Scenario(words[0], words[1:]))
+    names = [sc.name for sc in out]
+    if len(set(names)) != len(names):
+        raise SystemExit("caller_refit: %s: a scenario name twice" % path)
+    return out
+
+
+def main():
+    global current, build_dir, alarm
+    ap = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
+    ap.add_argument("--batch")
+    ap.add_argument("--build")
+    ap.add_argument("--work")
+    top, words = ap.parse_known_args()
+    build_dir = top.build
+    if top.batch is not None:
+        if words:
+            raise SystemExit("caller_refit: --batch LIST takes no other words: %s" % words)
+        scenarios = read_batch(top.batch)
+    else:
+        scenarios = [Scenario(None, words)]
+    world = MPI.COMM_WORLD
+    alarm = Alarm()
+    work = top.work
+    if work is None:
+        work = world.bcast(tempfile.mkdtemp(prefix="caller_refit.") if world.rank == 0 else None)
+    for sc in scenarios:
+        current = sc
+        try:
+            config, cfg = job_config(sc, world, work)
+            n = sum(ranks(cfg))
+            if n > world.size:
+                fail("it needs %d ranks, the job has %d" % (n, world.size))
+            comm = world.Split(0 if world.rank < n else MPI.UNDEFINED, world.rank)
+            if comm != MPI.COMM_NULL:
+                run_scenario(sc, comm, config, cfg)
+                comm.Free()
+        except Exception:
+            # Named here: the binding's own hook would end the job without it.
+            fail("uncaught exception:\n" + traceback.format_exc())
+        meet(world)
+        current = None
+    alarm.stop()
+    if top.work is None and world.rank == 0:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
