@@ -17,9 +17,11 @@
  * exactly as a job of its own would, while the others wait; every rank meets
  * before the next config. Rank 0 opens each config's output with
  * "refit-run: config I of N: PATH" and closes it with "refit-run: config I of
- * N ended: exit status S". A failed config does not stop the ones after it;
- * the job's exit status is the largest of theirs (0 only when every config
- * succeeded), except that a lost peer ends the whole job (status 3).
+ * N ended: exit status S (T s)", T its wall time. A failed config does not stop the ones
+ * after it; the job's exit status is the largest of theirs (0 only when every config
+ * succeeded). A lost peer ends the whole job with status 3: its config's
+ * ranks leave (refit_run_lost), and the waiting ranks once they find a
+ * process of the job gone (refit_run_meet: on their own host).
  *
  * --status-dir DIR: for tests that judge a job from outside (a chaos test
  * that kills ranks); one config only. Once its session is open each rank
@@ -40,7 +42,6 @@
 #include "refit/refit.h"
 
 #include <errno.h>
-#include <math.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -145,9 +146,6 @@ typedef struct {
   double timeout_s;
   char lost_ranks[256]; /* "3" or "1,3": the ranks named lost, for judges */
   char lost[1024];      /* the same with how each was found lost */
-  /* Several configs in the job: the ranks outside this one's communicator
-   * wait for it with no deadline, so a lost peer must end the whole job. */
-  int end_job;
 } refit_run_status_t;
 
 /* Write `text` to DIR/NAME through a temporary file and a rename. */
@@ -343,14 +341,12 @@ static void refit_run_lost(refit_run_status_t *rs, refit_session_h s) {
     snprintf(rs->error + len, sizeof(rs->error) - len, "%slost: %s", len ? "; " : "",
              rs->lost);
   }
-  fprintf(stderr, "refit-run: rank %d: a peer is lost%s%s; %s\n", rs->rank,
-          rs->lost[0] ? ": " : "", rs->lost,
-          rs->end_job ? "ending the job" : "exiting without MPI_Finalize");
+  fprintf(stderr,
+          "refit-run: rank %d: a peer is lost%s%s; exiting without MPI_Finalize\n",
+          rs->rank, rs->lost[0] ? ": " : "", rs->lost);
   refit_run_status_write(rs, s, "peer_lost");
   fflush(stderr);
   fflush(stdout);
-  if (rs->end_job)
-    MPI_Abort(MPI_COMM_WORLD, 3);
   _exit(3);
 }
 
@@ -724,14 +720,11 @@ static int refit_run_summary(refit_run_job_t *j) {
  * session did not open).
  */
 static int refit_run_config(MPI_Comm comm, const char *config,
-                            const refit_run_options_t *opt, int end_job) {
+                            const refit_run_options_t *opt) {
   refit_run_job_t j = {.config = config, .pause_s = opt->pause_s};
   MPI_Comm_rank(comm, &j.rank);
-  j.rs = (refit_run_status_t){.dir = opt->status_dir,
-                              .rank = j.rank,
-                              .phase = "",
-                              .alive = MPI_COMM_NULL,
-                              .end_job = end_job};
+  j.rs = (refit_run_status_t){
+      .dir = opt->status_dir, .rank = j.rank, .phase = "", .alive = MPI_COMM_NULL};
   if (refit_run_open(&j, comm) != 0)
     return 2;
   refit_run_start(&j, comm);
@@ -785,54 +778,89 @@ static int refit_run_world_size(const char *path, int size) {
 }
 
 /*
+ * Wait for `req` (a collective of every rank of the job, which `rc` started)
+ * between configs: with no deadline, as a config runs as long as it needs,
+ * napping between polls to leave the cores to the ranks that work. A rank
+ * that left the job (through refit_run_lost, when its config lost a peer)
+ * would never come: every tenth of a second the waiting rank looks for the
+ * job's processes on its host (`peers`, `size` of them), and leaves when one
+ * is gone.
+ */
+static void refit_run_meet(const refit_run_peer_t *peers, int size, int rank, int rc,
+                           MPI_Request *req) {
+  int done = 0;
+  for (int poll = 1; rc == MPI_SUCCESS && !done; poll++) {
+    rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done)
+      break;
+    usleep(2000);
+    for (int p = 0; p < size && poll % 50 == 0; p++)
+      if (strcmp(peers[p].host, peers[rank].host) == 0 &&
+          refit_run_pid_gone(peers[p].pid)) {
+        fprintf(stderr,
+                "refit-run: rank %d: rank %d (pid %d) left the job between configs; "
+                "exiting without MPI_Finalize\n",
+                rank, p, peers[p].pid);
+        fflush(stderr);
+        fflush(stdout);
+        _exit(3);
+      }
+  }
+}
+
+/*
  * Several configs in one job, one after another: for each, rank 0 names it
  * and reads its world size N; the first N ranks split off a communicator and
  * run it (refit_run_config); the others wait, and every rank meets to learn
- * its exit status (the largest over ranks) before the next. The waits
- * between configs sleep between polls (refit_run_wait, no deadline: a config
- * runs as long as it needs), leaving the cores to the ranks that work.
- * Returns the largest exit status of the configs.
+ * its exit status (the largest over ranks) before the next
+ * (refit_run_meet). Returns the largest exit status of the configs.
  */
 static int refit_run_configs(const refit_run_options_t *opt) {
   int rank = 0, size = 0, worst = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  refit_run_status_t between = {.rank = rank,
-                                .phase = "",
-                                .alive = MPI_COMM_NULL,
-                                .timeout_s = INFINITY,
-                                .end_job = 1};
+  refit_run_peer_t *peers = calloc((size_t)size, sizeof(*peers));
+  if (peers == NULL) {
+    fprintf(stderr, "refit-run: rank %d: out of memory\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  peers[rank].pid = (int)getpid();
+  gethostname(peers[rank].host, sizeof(peers[rank].host) - 1);
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, peers, (int)sizeof(*peers), MPI_BYTE,
+                MPI_COMM_WORLD);
   for (int i = 0; i < opt->nconfigs; i++) {
     const char *path = opt->configs[i];
     int n = 0, status = 0, job_status = 0;
     MPI_Request req;
+    const double start = MPI_Wtime();
     if (rank == 0) {
       printf("refit-run: config %d of %d: %s\n", i + 1, opt->nconfigs, path);
       fflush(stdout);
       n = refit_run_world_size(path, size);
       status = n == 0 ? 2 : 0;
     }
-    refit_run_wait(&between, NULL, "between configs",
-                   MPI_Ibcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD, &req), &req);
+    refit_run_meet(peers, size, rank, MPI_Ibcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD, &req),
+                   &req);
     if (n > 0) {
       MPI_Comm comm;
       MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &comm);
       if (comm != MPI_COMM_NULL) {
-        status = refit_run_config(comm, path, opt, 1);
+        status = refit_run_config(comm, path, opt);
         MPI_Comm_free(&comm);
       }
     }
-    refit_run_wait(
-        &between, NULL, "between configs",
+    refit_run_meet(
+        peers, size, rank,
         MPI_Iallreduce(&status, &job_status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req),
         &req);
     if (rank == 0) {
-      printf("refit-run: config %d of %d ended: exit status %d\n", i + 1, opt->nconfigs,
-             job_status);
+      printf("refit-run: config %d of %d ended: exit status %d (%.1f s)\n", i + 1,
+             opt->nconfigs, job_status, MPI_Wtime() - start);
       fflush(stdout);
     }
     worst = job_status > worst ? job_status : worst;
   }
+  free(peers);
   return worst;
 }
 
@@ -843,7 +871,7 @@ int main(int argc, char **argv) {
     return usage;
   MPI_Init(&argc, &argv);
   const int status = opt.nconfigs == 1
-                         ? refit_run_config(MPI_COMM_WORLD, opt.configs[0], &opt, 0)
+                         ? refit_run_config(MPI_COMM_WORLD, opt.configs[0], &opt)
                          : refit_run_configs(&opt);
   MPI_Finalize();
   return status;
