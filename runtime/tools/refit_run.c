@@ -12,28 +12,27 @@
  *
  * Several configs run one after another in one job, for tests that would
  * otherwise pay a job's start-up for each (refit_run_configs): the job starts
- * the largest world size among them; for each config the first ranks, as many
- * as it needs, open a session on a communicator of their own and run it
+ * the largest world size among them; for each config the first ranks, as
+ * many as it needs, open a session on a communicator of their own and run it
  * exactly as a job of its own would, while the others wait; every rank meets
- * before the next config. Rank 0 opens each config's output with
- * "refit-run: config I of N: PATH" and closes it with "refit-run: config I of
- * N ended: exit status S (T s)", T its wall time. A failed config does not stop the ones
- * after it; the job's exit status is the largest of theirs (0 only when every config
- * succeeded). A lost peer ends the whole job with status 3: its config's
- * ranks leave (refit_run_lost), and the waiting ranks once they find a
- * process of the job gone (refit_run_meet: on their own host).
+ * before the next config. Rank 0 opens each config's output with "refit-run:
+ * config I of N: PATH" and closes it with "refit-run: config I of N ended:
+ * exit status S (T s)", T its wall time. A failed config does not stop the
+ * ones after it; the job's exit status is the largest of theirs (0 only when
+ * every config succeeded). A lost peer ends the whole job with status 3: its
+ * config's ranks leave (refit_run_lost), and the waiting ranks once they
+ * find a process of the job gone (refit_run_meet: on their own host).
  *
  * --status-dir DIR: for tests that judge a job from outside (a chaos test
  * that kills ranks); one config only. Once its session is open each rank
  * writes DIR/rank.R.pid (its process id and side), and on every way out
- * DIR/rank.R.status: key=value lines
- * with rank, side, engine and tp rank, how and in which phase it ended, the
- * error, the committed version, the state, and on generators the result of
- * verifying runtime storage against the committed version and a digest of
- * that storage. Both are written to a temporary name and renamed, so a
- * reader never sees half a file. A rank that leaves because a peer is lost
- * names it: the status file's `lost=` line holds the ranks, and the error
- * and the message on stderr say how each was found lost (refit_run_probe).
+ * DIR/rank.R.status: key=value lines with rank, side, engine and tp rank,
+ * how and in which phase it ended, the error, the committed version, the
+ * state, and on generators the result of verifying runtime storage against
+ * the committed version and a digest of that storage. Both are written to a temporary
+ * name and renamed, so a reader never sees half a file. A rank that leaves because a peer
+ * is lost names it: the status file's `lost=` line holds the ranks, and the error and the
+ * message on stderr say how each was found lost (refit_run_probe).
  *
  * --pause SECONDS: sleep between a refit's commit (and report) and the next
  * begin, as a training step would; a chaos test kills ranks in that gap.
@@ -778,33 +777,35 @@ static int refit_run_world_size(const char *path, int size) {
 }
 
 /*
- * Wait for `req` (a collective of every rank of the job, which `rc` started)
- * between configs: with no deadline, as a config runs as long as it needs,
- * napping between polls to leave the cores to the ranks that work. A rank
- * that left the job (through refit_run_lost, when its config lost a peer)
- * would never come: every tenth of a second the waiting rank looks for the
- * job's processes on its host (`peers`, `size` of them), and leaves when one
- * is gone.
+ * Wait for `req`, a collective of every rank of the job, between configs: with no
+ * deadline, as a config runs as long as it needs, napping between polls to leave the
+ * cores to the ranks that work. A rank that left the job (through refit_run_lost, when
+ * its config lost a peer) would never come: every tenth of a second the waiting rank
+ * looks for the job's processes on its host (`peers`, `size` of them), and leaves when
+ * one is gone.
  */
-static void refit_run_meet(const refit_run_peer_t *peers, int size, int rank, int rc,
+static void refit_run_meet(const refit_run_peer_t *peers, int size, int rank,
                            MPI_Request *req) {
   int done = 0;
-  for (int poll = 1; rc == MPI_SUCCESS && !done; poll++) {
-    rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || done)
-      break;
+  for (int poll = 1;; poll++) {
+    MPI_Test(req, &done, MPI_STATUS_IGNORE); /* MPI_COMM_WORLD's errors abort */
+    if (done)
+      return;
     usleep(2000);
-    for (int p = 0; p < size && poll % 50 == 0; p++)
-      if (strcmp(peers[p].host, peers[rank].host) == 0 &&
-          refit_run_pid_gone(peers[p].pid)) {
-        fprintf(stderr,
-                "refit-run: rank %d: rank %d (pid %d) left the job between configs; "
-                "exiting without MPI_Finalize\n",
-                rank, p, peers[p].pid);
-        fflush(stderr);
-        fflush(stdout);
-        _exit(3);
-      }
+    if (poll % 50 != 0)
+      continue;
+    for (int p = 0; p < size; p++) {
+      if (strcmp(peers[p].host, peers[rank].host) != 0 ||
+          !refit_run_pid_gone(peers[p].pid))
+        continue;
+      fprintf(stderr,
+              "refit-run: rank %d: rank %d (pid %d) left the job between configs; "
+              "exiting without MPI_Finalize\n",
+              rank, p, peers[p].pid);
+      fflush(stderr);
+      fflush(stdout);
+      _exit(3);
+    }
   }
 }
 
@@ -839,8 +840,8 @@ static int refit_run_configs(const refit_run_options_t *opt) {
       n = refit_run_world_size(path, size);
       status = n == 0 ? 2 : 0;
     }
-    refit_run_meet(peers, size, rank, MPI_Ibcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD, &req),
-                   &req);
+    MPI_Ibcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD, &req);
+    refit_run_meet(peers, size, rank, &req);
     if (n > 0) {
       MPI_Comm comm;
       MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &comm);
@@ -849,10 +850,8 @@ static int refit_run_configs(const refit_run_options_t *opt) {
         MPI_Comm_free(&comm);
       }
     }
-    refit_run_meet(
-        peers, size, rank,
-        MPI_Iallreduce(&status, &job_status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req),
-        &req);
+    MPI_Iallreduce(&status, &job_status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
+    refit_run_meet(peers, size, rank, &req);
     if (rank == 0) {
       printf("refit-run: config %d of %d ended: exit status %d (%.1f s)\n", i + 1,
              opt->nconfigs, job_status, MPI_Wtime() - start);
