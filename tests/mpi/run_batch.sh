@@ -137,11 +137,13 @@ for i in "${!names[@]}"; do
   sed 's/^/    /' "$dir/check.log"
   echo "  to run it alone with the same seed: $(cat "$dir/rerun" 2>/dev/null)"
 done
-if [ $failed -gt 0 ]; then
+if [ $failed -gt 0 ] || [ $rc -ne 0 ]; then
   echo "run_batch: the job's output outside its configs' parts:"
   awk -v n=${#jobs[@]} '/^refit-run: config [0-9]+ of [0-9]+: /{ inside = 1 }
        !inside { print "    " $0 }
        /^refit-run: config [0-9]+ of [0-9]+ ended: / && $3 == n { inside = 0 }' "$work/job.out"
+fi
+if [ $failed -gt 0 ]; then
   echo "run_batch: FAIL: $failed of ${#names[@]} scenarios failed"
   exit 1
 fi
