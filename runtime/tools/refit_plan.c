@@ -1,14 +1,16 @@
 /*
  * refit-plan CONFIG [--link-gbps G] [--gpus-per-node N] [--nvlink-gbps G]
  *            [--copy-gbps G [--overlap auto|full|pack|none] [--buckets]]
- *            [--ranks] | --world-size CONFIG
+ *            [--ranks] | --world-size CONFIG [CONFIG...]
  * Prints the reshard plan without moving data: per-rank bytes, max/mean,
  * messages, buckets, the floor (the busiest rank's bytes over its links),
  * the transfer time predicted bucket by bucket, their ratio, the worst
  * bucket's balance and the MXFP8 arena; with --copy-gbps also the refit as
  * the lifecycle pipelines it (pack, transfer, land and the restore save),
- * and with --buckets that prediction bucket by bucket. One process, no MPI
- * launch needed: a client of refit/plan.h alone.
+ * and with --buckets that prediction bucket by bucket. --world-size: the
+ * ranks a job of the config needs; of several, the largest (refit-run runs
+ * several configs one after another in one job). One process, no MPI launch
+ * needed: a client of refit/plan.h alone.
  */
 #include "refit/plan.h"
 
@@ -28,7 +30,7 @@ static int refit_plan_usage(void) {
           "usage: refit-plan CONFIG.yaml [--link-gbps GB_PER_S] [--gpus-per-node N]\n"
           "                  [--nvlink-gbps GB_PER_S] [--copy-gbps GB_PER_S\n"
           "                  [--overlap auto|full|pack|none] [--buckets]] [--ranks]\n"
-          "       refit-plan --world-size CONFIG.yaml\n"
+          "       refit-plan --world-size CONFIG.yaml [CONFIG.yaml...]\n"
           "  --link-gbps  per-rank NIC bandwidth for the predicted time "
           "(default 25)\n"
           "  --gpus-per-node  ranks per node, placed in blocks (trainers "
@@ -52,7 +54,8 @@ static int refit_plan_usage(void) {
           "  --buckets    with --copy-gbps: the pipelined prediction bucket by "
           "bucket\n"
           "  --ranks      print every rank's bytes, not only the summary\n"
-          "  --world-size print the number of MPI ranks the config needs\n");
+          "  --world-size print the number of MPI ranks the config needs (of several\n"
+          "               configs, the largest)\n");
   return 2;
 }
 
@@ -102,19 +105,55 @@ static int refit_plan_print_pipeline(refit_plan_report_h report,
   return 0;
 }
 
+/* Read and check the config at `path` (refit_plan_report_open), printing
+ * every problem of the file. */
+static refit_status_t refit_plan_open(const char *path, refit_plan_report_h *report) {
+  char *errors = NULL;
+  const refit_status_t st = refit_plan_report_open(path, report, &errors);
+  if (st != REFIT_OK) {
+    fprintf(stderr, "%s", errors ? errors : refit_last_error());
+    if (errors == NULL || (errors[0] && errors[strlen(errors) - 1] != '\n'))
+      fputc('\n', stderr);
+    free(errors);
+  }
+  return st;
+}
+
+/* --world-size CONFIG...: the largest world size among the configs. */
+static int refit_plan_world_size(int argc, char **argv) {
+  int largest = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--world-size") == 0)
+      continue;
+    refit_plan_report_h report = NULL;
+    if (argv[i][0] == '-')
+      return refit_plan_usage();
+    if (refit_plan_open(argv[i], &report) != REFIT_OK)
+      return 2;
+    int trainers = 0, generators = 0;
+    refit_plan_report_world(report, &trainers, &generators);
+    refit_plan_report_close(report);
+    largest = trainers + generators > largest ? trainers + generators : largest;
+  }
+  if (largest == 0)
+    return refit_plan_usage();
+  printf("%d\n", largest);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *path = NULL;
   double gbps = 25.0, nvlink = 450.0, copy = 0;
   int gpus_per_node = 0;
-  int world_only = 0, all_ranks = 0, per_bucket = 0;
+  int all_ranks = 0, per_bucket = 0;
   refit_plan_overlap_t overlap = REFIT_PLAN_OVERLAP_AUTO;
   refit_plan_report_h report = NULL;
-  char *errors = NULL;
 
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--world-size") == 0)
-      world_only = 1;
-    else if (strcmp(argv[i], "--ranks") == 0)
+      return refit_plan_world_size(argc, argv);
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--ranks") == 0)
       all_ranks = 1;
     else if (strcmp(argv[i], "--buckets") == 0)
       per_bucket = 1;
@@ -181,24 +220,13 @@ int main(int argc, char **argv) {
   }
   if (path == NULL || (per_bucket && copy <= 0))
     return refit_plan_usage();
-  refit_status_t st = refit_plan_report_open(path, &report, &errors);
-  if (st != REFIT_OK) {
-    fprintf(stderr, "%s", errors ? errors : refit_last_error());
-    if (errors == NULL || (errors[0] && errors[strlen(errors) - 1] != '\n'))
-      fputc('\n', stderr);
-    free(errors);
+  if (refit_plan_open(path, &report) != REFIT_OK)
     return 2;
-  }
   int T = 0, G = 0;
   refit_plan_report_world(report, &T, &G);
-  if (world_only) {
-    printf("%d\n", T + G);
-    refit_plan_report_close(report);
-    return 0;
-  }
 
   double t0 = refit_plan_now();
-  st = refit_plan_report_build(report);
+  refit_status_t st = refit_plan_report_build(report);
   double plan_s = refit_plan_now() - t0;
   if (st != REFIT_OK) {
     fprintf(stderr, "refit-plan: %s: %s\n", refit_status_str(st), refit_last_error());

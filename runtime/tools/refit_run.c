@@ -1,28 +1,43 @@
 /*
- * refit-run [--status-dir DIR] [--pause SECONDS] CONFIG: run refits as the config says,
- * under mpirun or srun. The first trainer.tp*pp*dp ranks are trainers, the next
- * generator.tp*engines generators. It drives the public API (refit/refit.h) the way a
- * trainer and an inference engine would, simulating the serving side: generators keep
- * reading their runtime weights between progress calls in async mode, and the
- * longest pause between two serving steps is reported as the stall.
+ * refit-run [--status-dir DIR] [--pause SECONDS] CONFIG [CONFIG...]: run refits
+ * as the config says, under mpirun or srun. The first trainer.tp*pp*dp ranks are
+ * trainers, the next generator.tp*engines generators. It drives the public API
+ * (refit/refit.h) the way a trainer and an inference engine would, simulating the
+ * serving side: generators keep reading their runtime weights between progress
+ * calls in async mode, and the longest pause between two serving steps is
+ * reported as the stall.
  *
  * Prints a per-phase timing table and the verification result; exits 0 only
  * when every refit committed and verified (or, with verify off, committed).
  *
+ * Several configs run one after another in one job, for tests that would
+ * otherwise pay a job's start-up for each (refit_run_configs): the job starts
+ * the largest world size among them; for each config the first ranks, as
+ * many as it needs, open a session on a communicator of their own and run it
+ * exactly as a job of its own would, while the others wait; every rank meets
+ * before the next config. Rank 0 opens each config's output with "refit-run:
+ * config I of N: PATH" and closes it with "refit-run: config I of N ended:
+ * exit status S (T s)", T its wall time. A failed config does not stop the
+ * ones after it; the job's exit status is the largest of theirs (0 only when
+ * every config succeeded). A lost peer ends the whole job with status 3: its
+ * config's ranks leave (refit_run_lost), and the waiting ranks once they
+ * find a process of the job gone (refit_run_meet: on their own host).
+ *
  * --status-dir DIR: for tests that judge a job from outside (a chaos test
- * that kills ranks). Once its session is open each rank writes DIR/rank.R.pid
- * (its process id and side), and on every way out DIR/rank.R.status: key=value lines
- * with rank, side, engine and tp rank, how and in which phase it ended, the
- * error, the committed version, the state, and on generators the result of
- * verifying runtime storage against the committed version and a digest of
- * that storage. Both are written to a temporary name and renamed, so a
- * reader never sees half a file. A rank that leaves because a peer is lost
- * names it: the status file's `lost=` line holds the ranks, and the error
- * and the message on stderr say how each was found lost (refit_run_probe).
+ * that kills ranks); one config only. Once its session is open each rank
+ * writes DIR/rank.R.pid (its process id and side), and on every way out
+ * DIR/rank.R.status: key=value lines with rank, side, engine and tp rank,
+ * how and in which phase it ended, the error, the committed version, the
+ * state, and on generators the result of verifying runtime storage against
+ * the committed version and a digest of that storage. Both are written to a temporary
+ * name and renamed, so a reader never sees half a file. A rank that leaves because a peer
+ * is lost names it: the status file's `lost=` line holds the ranks, and the error and the
+ * message on stderr say how each was found lost (refit_run_probe).
  *
  * --pause SECONDS: sleep between a refit's commit (and report) and the next
  * begin, as a training step would; a chaos test kills ranks in that gap.
  */
+#include "refit/plan.h"
 #include "refit/refit.h"
 
 #include <errno.h>
@@ -243,14 +258,13 @@ static int refit_run_pid_gone(int pid) {
  * Name the peers that are lost, once, before a rank leaves through
  * refit_run_lost. The session's collectives say only that not every rank
  * joined, and its header exchange and vote only whose message did not
- * arrive, not whether that peer is dead; this asks each peer directly. The rank sends every peer a
- * synchronous hello (MPI_Issend) and listens for theirs on a communicator
- * of its own. A peer is accounted for when its hello arrived and it took
- * ours; it is lost when its process is gone (a peer on this host, checked
- * by process id), when talking to it fails, or when it does neither within
- * refit.timeout_s. Because a rank's probe ends only once every live peer
- * took its hello, a survivor that leaves first is not mistaken for a dead
- * one by a survivor that probes later (within the bound). Requests to lost
+ * arrive, not whether that peer is dead; this asks each peer directly. The rank sends
+ * every peer a synchronous hello (MPI_Issend) and listens for theirs on a communicator of
+ * its own. A peer is accounted for when its hello arrived and it took ours; it is lost
+ * when its process is gone (a peer on this host, checked by process id), when talking to
+ * it fails, or when it does neither within refit.timeout_s. Because a rank's probe ends
+ * only once every live peer took its hello, a survivor that leaves first is not mistaken
+ * for a dead one by a survivor that probes later (within the bound). Requests to lost
  * peers are left pending and their buffers kept: the process exits next.
  */
 static void refit_run_probe(refit_run_status_t *rs) {
@@ -384,91 +398,134 @@ static void refit_run_reduce(refit_run_status_t *rs, refit_session_h s, MPI_Comm
   refit_run_wait(rs, s, phase, rc, &req);
 }
 
-int main(int argc, char **argv) {
-  refit_session_h s = NULL;
-  int rank = 0, failed = 0;
-  int64_t total_bad = 0;
-  uint64_t sink = 0;
-  char desc[2048];
-  refit_run_status_t rs = {.dir = NULL, .phase = "", .alive = MPI_COMM_NULL};
-  double pause_s = 0;
-  const char *config = NULL;
+/* The command line (see the comment at the top). */
+typedef struct {
+  const char *status_dir; /* or NULL */
+  double pause_s;
+  char **configs; /* argv's, in order */
+  int nconfigs;
+} refit_run_options_t;
 
+/* Read the command line into `opt`: -1 to run, else the exit status (0 for
+ * --help, 2 for a usage error, with the usage printed). */
+static int refit_run_args(int argc, char **argv, refit_run_options_t *opt) {
   int usage = 0, help = 0;
+  *opt = (refit_run_options_t){.configs = argv + argc};
   for (int a = 1; a < argc && !usage; a++) {
     if (strcmp(argv[a], "--status-dir") == 0 && a + 1 < argc)
-      rs.dir = argv[++a];
+      opt->status_dir = argv[++a];
     else if (strcmp(argv[a], "--pause") == 0 && a + 1 < argc)
-      usage = (pause_s = atof(argv[++a])) < 0;
+      usage = (opt->pause_s = atof(argv[++a])) < 0;
     else if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0)
       help = usage = 1;
-    else if (config == NULL && argv[a][0] != '-')
-      config = argv[a];
-    else
+    else if (argv[a][0] != '-' &&
+             (opt->nconfigs == 0 || argv + a == opt->configs + opt->nconfigs)) {
+      if (opt->nconfigs++ == 0)
+        opt->configs = argv + a;
+    } else
       usage = 1;
   }
-  if (usage || config == NULL) {
-    fprintf(stderr,
-            "usage: refit-run [--status-dir DIR] [--pause SECONDS] CONFIG.yaml   (under "
-            "mpirun/srun, or launch/refit-launch CONFIG.yaml)\n");
-    return help ? 0 : 2;
+  if (!usage && opt->nconfigs > 1 && opt->status_dir != NULL) {
+    fprintf(stderr, "refit-run: --status-dir takes one config, got %d\n", opt->nconfigs);
+    usage = 1;
   }
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  rs.rank = rank;
-  refit_status_t st = refit_session_open(MPI_COMM_WORLD, config, &s);
-  if (st != REFIT_OK) {
-    if (st != REFIT_ERR_PEER)
-      fprintf(stderr, "refit-run: rank %d: %s: %s\n", rank, refit_status_str(st),
-              refit_last_error());
-    refit_run_fail(&rs, "open", "%s: %s", refit_status_str(st), refit_last_error());
-    if (st == REFIT_ERR_TIMEOUT)
-      refit_run_lost(&rs, NULL); /* a peer never joined: MPI_Finalize would wait too */
-    refit_run_status_write(&rs, NULL, "failed");
-    MPI_Finalize();
-    return 2;
-  }
+  if (!usage && opt->nconfigs > 0)
+    return -1;
+  fprintf(stderr,
+          "usage: refit-run [--status-dir DIR] [--pause SECONDS] CONFIG.yaml "
+          "[CONFIG.yaml...]\n"
+          "  under mpirun/srun, or launch/refit-launch CONFIG.yaml; several configs:\n"
+          "  launch/refit-launch --np N CONFIG.yaml -- refit-run CONFIG.yaml...\n"
+          "Several configs run one after another in one job of N ranks, the largest\n"
+          "world size among them; a failed config does not stop the ones after it.\n"
+          "Exit status: the largest of the configs' (0: every config succeeded; 1: a\n"
+          "refit failed; 2: a config did not open), 3 when a peer is lost (that ends\n"
+          "the job). --status-dir takes one config.\n");
+  return help ? 0 : 2;
+}
+
+/* One config's run on this rank: its session and what its report needs. */
+typedef struct {
+  const char *config;
+  double pause_s;
+  int rank;
+  refit_session_h s;
   refit_settings_t cfg;
-  refit_session_settings(s, &cfg);
-  rs.timeout_s = cfg.timeout_s;
+  refit_run_status_t rs;
+  MPI_Comm report; /* refit-run's reductions (refit_run_reduce) */
+  refit_plan_summary_t pst;
+  int gen;
+  int failed; /* a refit or the dump failed on this rank */
+  int64_t total_bad;
+  double mem_local[3]; /* generators: staging, assembly arena, runtime tensors */
+  uint64_t sink;
+} refit_run_job_t;
+
+/* Open the session on `comm`; on failure write the status file and return 2
+ * (a peer that never joined leaves through refit_run_lost). */
+static int refit_run_open(refit_run_job_t *j, MPI_Comm comm) {
+  refit_status_t st = refit_session_open(comm, j->config, &j->s);
+  if (st == REFIT_OK)
+    return 0;
+  if (st != REFIT_ERR_PEER)
+    fprintf(stderr, "refit-run: rank %d: %s: %s\n", j->rank, refit_status_str(st),
+            refit_last_error());
+  refit_run_fail(&j->rs, "open", "%s: %s", refit_status_str(st), refit_last_error());
+  if (st == REFIT_ERR_TIMEOUT)
+    refit_run_lost(&j->rs, NULL); /* a peer never joined: MPI_Finalize would wait too */
+  refit_run_status_write(&j->rs, NULL, "failed");
+  return 2;
+}
+
+/* After open: the settings, refit-run's communicators, every rank's process
+ * id, side and host (to name a lost peer), and the pid file. */
+static void refit_run_start(refit_run_job_t *j, MPI_Comm comm) {
+  refit_run_status_t *rs = &j->rs;
+  refit_session_settings(j->s, &j->cfg);
+  rs->timeout_s = j->cfg.timeout_s;
   /* refit-run's reports travel on a communicator of their own, and the
    * probe that names a lost peer on another, both with errors returned: a
    * lost peer is then a failed reduction, not an abort. Duplicated and
    * gathered under the deadline: a peer may die here too. */
-  MPI_Comm report, alive;
+  MPI_Comm alive;
   MPI_Request req;
-  refit_run_wait(&rs, s, "start-up", MPI_Comm_idup(MPI_COMM_WORLD, &report, &req), &req);
-  refit_run_wait(&rs, s, "start-up", MPI_Comm_idup(MPI_COMM_WORLD, &alive, &req), &req);
-  MPI_Comm_set_errhandler(report, MPI_ERRORS_RETURN);
+  refit_run_wait(rs, j->s, "start-up", MPI_Comm_idup(comm, &j->report, &req), &req);
+  refit_run_wait(rs, j->s, "start-up", MPI_Comm_idup(comm, &alive, &req), &req);
+  MPI_Comm_set_errhandler(j->report, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(alive, MPI_ERRORS_RETURN);
-  MPI_Comm_size(MPI_COMM_WORLD, &rs.size);
-  rs.peers = calloc((size_t)rs.size, sizeof(*rs.peers));
-  if (rs.peers == NULL) {
-    fprintf(stderr, "refit-run: rank %d: out of memory\n", rank);
+  MPI_Comm_size(comm, &rs->size);
+  rs->peers = calloc((size_t)rs->size, sizeof(*rs->peers));
+  if (rs->peers == NULL) {
+    fprintf(stderr, "refit-run: rank %d: out of memory\n", j->rank);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  refit_run_peer_t *mine = &rs.peers[rank];
+  refit_run_peer_t *mine = &rs->peers[j->rank];
   mine->pid = (int)getpid();
-  mine->generator = refit_session_side(s) == REFIT_SIDE_GENERATOR;
+  mine->generator = j->gen = refit_session_side(j->s) == REFIT_SIDE_GENERATOR;
   gethostname(mine->host, sizeof(mine->host) - 1);
-  refit_run_wait(&rs, s, "start-up",
-                 MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rs.peers,
-                                (int)sizeof(*rs.peers), MPI_BYTE, alive, &req),
+  refit_run_wait(rs, j->s, "start-up",
+                 MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rs->peers,
+                                (int)sizeof(*rs->peers), MPI_BYTE, alive, &req),
                  &req);
-  rs.alive = alive;
+  rs->alive = alive;
   /* The pid file says the rank is ready to be judged: its session is open
    * and a lost peer can be named. */
-  if (rs.dir != NULL) {
+  if (rs->dir != NULL) {
     char pid[64], name[64];
     snprintf(pid, sizeof(pid), "%d %s\n", (int)getpid(),
              mine->generator ? "generator" : "trainer");
-    snprintf(name, sizeof(name), "rank.%d.pid", rank);
-    refit_run_status_put(rs.dir, name, pid);
+    snprintf(name, sizeof(name), "rank.%d.pid", j->rank);
+    refit_run_status_put(rs->dir, name, pid);
   }
-  const int async = cfg.async;
-  if (rank == 0) {
-    refit_session_describe(s, desc, sizeof(desc));
-    printf("refit-run %s: %s\n", config, desc);
+}
+
+/* Rank 0 describes the session and heads the table; every generator counts
+ * its memory beyond its runtime tensors, for the summary. */
+static void refit_run_banner(refit_run_job_t *j) {
+  if (j->rank == 0) {
+    char desc[2048];
+    refit_session_describe(j->s, desc, sizeof(desc));
+    printf("refit-run %s: %s\n", j->config, desc);
     /* refit_s leaves out source_s: producing the weights is the training
      * step's job. GB/s = bytes moved per refit / refit_s. */
     printf("\n%6s %8s %9s %9s %10s %9s %9s %9s %9s %9s %8s  %s\n", "refit", "version",
@@ -476,182 +533,345 @@ int main(int argc, char **argv) {
            "stall_s", "GB/s", "result");
     fflush(stdout);
   }
-
-  refit_plan_summary_t pst;
-  refit_session_plan_summary(s, &pst);
-  /* Generator memory beyond its runtime tensors, the largest over ranks. */
-  const int gen = refit_session_side(s) == REFIT_SIDE_GENERATOR;
-  double mem_local[3] = {0, 0, 0}, mem_max[3];
-  if (gen) {
-    mem_local[0] = (double)pst.staging_bytes;
-    for (int64_t i = 0; i < refit_tensor_count(s); i++) {
+  refit_session_plan_summary(j->s, &j->pst);
+  if (j->gen) {
+    j->mem_local[0] = (double)j->pst.staging_bytes;
+    for (int64_t i = 0; i < refit_tensor_count(j->s); i++) {
       refit_tensor_t t;
-      if (refit_tensor_get(s, i, &t) == REFIT_OK)
-        mem_local[2] += (double)t.bytes;
+      if (refit_tensor_get(j->s, i, &t) == REFIT_OK)
+        j->mem_local[2] += (double)t.bytes;
     }
   }
+}
 
-  for (int step = 1; step <= cfg.steps; step++) {
-    const uint64_t version = (uint64_t)step;
-    if (step > 1 && pause_s > 0) /* a training step between commit and begin */
-      usleep((useconds_t)(pause_s * 1e6));
-    refit_run_outcome_t o = refit_run_one(s, version, async, &sink);
-    if (o.st != REFIT_OK) {
-      failed = 1;
-      fprintf(stderr, "refit-run: rank %d: refit of version %llu failed: %s: %s\n", rank,
-              (unsigned long long)version, refit_status_str(o.st), refit_last_error());
-      refit_run_fail(&rs, o.phase, "refit of version %llu failed in %s: %s: %s",
-                     (unsigned long long)version, o.phase, refit_status_str(o.st),
-                     refit_last_error());
-      /* What the generator serves now must be the last committed version. */
-      const uint64_t kept = refit_committed_version(s);
-      if (refit_session_side(s) == REFIT_SIDE_GENERATOR) {
-        int64_t bad = 0;
-        if (refit_state(s) == REFIT_STATE_POISONED)
-          fprintf(stderr,
-                  "refit-run: rank %d: POISONED: runtime storage may mix "
-                  "versions; refusing to serve until a full refit\n",
-                  rank);
-        else if (kept > 0 && refit_verify(s, kept, &bad) == REFIT_OK)
-          fprintf(stderr,
-                  "refit-run: rank %d: runtime storage holds version "
-                  "%llu: %s\n",
-                  rank, (unsigned long long)kept,
-                  bad == 0 ? "verified bit for bit" : "MISMATCH");
-        if (bad != 0)
-          total_bad += bad;
-      }
-      fflush(stderr);
-      if (refit_session_broken(s))
-        refit_run_lost(&rs, s);
-      if (rank == 0)
-        printf("%6d %8llu %9s %9s %10s %9s %9s %9s %9s %9s %8s  aborted: kept "
-               "version %llu\n",
-               step, (unsigned long long)version, "-", "-", "-", "-", "-", "-", "-", "-",
-               "-", (unsigned long long)kept);
-      continue;
-    }
-    refit_times_t t;
-    refit_last_times(s, &t);
-    int64_t bad = 0, bad_all = 0;
-    double v0 = MPI_Wtime(), verify_s;
-    if (cfg.verify) {
-      st = refit_verify(s, version, &bad);
-      if (st != REFIT_OK) {
-        fprintf(stderr, "refit-run: rank %d: verify: %s\n", rank, refit_last_error());
-        refit_run_fail(&rs, "verify", "verify of version %llu: %s",
-                       (unsigned long long)version, refit_last_error());
-        bad = bad ? bad : 1;
-      }
-      if (bad != 0)
-        refit_run_fail(&rs, "verify", "version %llu: %lld elements differ",
-                       (unsigned long long)version, (long long)bad);
-    }
-    verify_s = MPI_Wtime() - v0;
-    (void)verify_s;
-    double local[8] = {t.source, t.pack,  t.transfer, t.land,
-                       t.commit, t.total, o.stall,    0};
-    double maxes[8];
-    refit_run_reduce(&rs, s, report, "report", local, maxes, 8, MPI_DOUBLE, MPI_MAX, 0);
-    refit_run_reduce(&rs, s, report, "report", &bad, &bad_all, 1, MPI_INT64_T, MPI_SUM,
-                     -1);
-    total_bad += bad_all;
-    /* Delta refits: the trainers' bytes on the wire against a full refit's,
-     * and the generators' runtime bytes changed and written. */
-    double wire_local[5] = {0, 0, 0, 0, 0}, wire_sum[5] = {0, 0, 0, 0, 0};
-    refit_wire_stats_t ws;
-    if (cfg.delta != 0 && refit_last_wire_stats(s, &ws) == REFIT_OK) {
-      if (!gen) {
-        wire_local[0] = (double)ws.wire_bytes;
-        wire_local[1] = (double)ws.full_bytes;
-        wire_local[2] = ws.delta;
-      } else {
-        wire_local[3] = (double)ws.changed_bytes;
-        wire_local[4] = (double)ws.written_bytes;
-      }
-    }
-    if (cfg.delta != 0)
-      refit_run_reduce(&rs, s, report, "report", wire_local, wire_sum, 5, MPI_DOUBLE,
-                       MPI_SUM, 0);
-    if (rank == 0) {
-      const double refit_s = maxes[5] - maxes[0];
-      /* What crossed the transport: a delta refit's frames, not the plan. */
-      const double moved = cfg.delta != 0 ? wire_sum[0] : (double)pst.bytes;
-      printf("%6d %8llu %9.4f %9.4f %10.4f %9.4f %9.4f %9.4f %9.4f %9.4f %8.2f  %s\n",
-             step, (unsigned long long)version, maxes[0], maxes[1], maxes[2], maxes[3],
-             maxes[4], maxes[5], refit_s, maxes[6],
-             refit_s > 0 ? moved / refit_s / 1e9 : 0.0,
-             !cfg.verify ? "committed" : (bad_all == 0 ? "verified" : "MISMATCH"));
-      if (cfg.delta != 0) {
-        printf("refit-run: wire: refit %d %s: %.0f of %.0f bytes (%.6f of a full "
-               "refit); generators: %.0f bytes changed, %.0f written\n",
-               step, wire_sum[2] > 0 ? "delta" : "full", wire_sum[0], wire_sum[1],
-               wire_sum[1] > 0 ? wire_sum[0] / wire_sum[1] : 0.0, wire_sum[3],
-               wire_sum[4]);
-      }
-      fflush(stdout);
-    }
+/* A refit that did not commit: say so, check what the generator serves now
+ * (the last committed version), and leave if a peer is lost. */
+static void refit_run_aborted(refit_run_job_t *j, int step, uint64_t version,
+                              const refit_run_outcome_t *o) {
+  refit_session_h s = j->s;
+  const int rank = j->rank;
+  j->failed = 1;
+  fprintf(stderr, "refit-run: rank %d: refit of version %llu failed: %s: %s\n", rank,
+          (unsigned long long)version, refit_status_str(o->st), refit_last_error());
+  refit_run_fail(&j->rs, o->phase, "refit of version %llu failed in %s: %s: %s",
+                 (unsigned long long)version, o->phase, refit_status_str(o->st),
+                 refit_last_error());
+  /* What the generator serves now must be the last committed version. */
+  const uint64_t kept = refit_committed_version(s);
+  if (refit_session_side(s) == REFIT_SIDE_GENERATOR) {
+    int64_t bad = 0;
+    if (refit_state(s) == REFIT_STATE_POISONED)
+      fprintf(stderr,
+              "refit-run: rank %d: POISONED: runtime storage may mix "
+              "versions; refusing to serve until a full refit\n",
+              rank);
+    else if (kept > 0 && refit_verify(s, kept, &bad) == REFIT_OK)
+      fprintf(stderr,
+              "refit-run: rank %d: runtime storage holds version "
+              "%llu: %s\n",
+              rank, (unsigned long long)kept,
+              bad == 0 ? "verified bit for bit" : "MISMATCH");
+    if (bad != 0)
+      j->total_bad += bad;
   }
+  fflush(stderr);
+  if (refit_session_broken(s))
+    refit_run_lost(&j->rs, s);
+  if (rank == 0)
+    printf("%6d %8llu %9s %9s %10s %9s %9s %9s %9s %9s %8s  aborted: kept "
+           "version %llu\n",
+           step, (unsigned long long)version, "-", "-", "-", "-", "-", "-", "-", "-", "-",
+           (unsigned long long)kept);
+}
 
-  /* dump: the generator stores as they stand after the last refit. */
-  if (cfg.dump[0] != '\0') {
-    st = refit_dump(s, cfg.dump);
-    if (st != REFIT_OK && st != REFIT_ERR_PEER)
-      fprintf(stderr, "refit-run: rank %d: %s: %s\n", rank, refit_status_str(st),
-              refit_last_error());
-    if (st != REFIT_OK)
-      refit_run_fail(&rs, "dump", "%s: %s", refit_status_str(st), refit_last_error());
-    else if (st == REFIT_OK && rank == 0)
-      printf("\nrefit-run: dumped the generator tensors of version %llu to %s\n",
-             (unsigned long long)refit_committed_version(s), cfg.dump);
-    failed |= st != REFIT_OK;
+/* A committed refit: verify it, and rank 0 prints its row (the largest time
+ * of each phase over ranks) and, for delta refits, its wire line. */
+static void refit_run_row(refit_run_job_t *j, int step, uint64_t version,
+                          const refit_run_outcome_t *o) {
+  refit_run_status_t *rs = &j->rs;
+  refit_times_t t;
+  refit_last_times(j->s, &t);
+  int64_t bad = 0, bad_all = 0;
+  if (j->cfg.verify) {
+    if (refit_verify(j->s, version, &bad) != REFIT_OK) {
+      fprintf(stderr, "refit-run: rank %d: verify: %s\n", j->rank, refit_last_error());
+      refit_run_fail(rs, "verify", "verify of version %llu: %s",
+                     (unsigned long long)version, refit_last_error());
+      bad = bad ? bad : 1;
+    }
+    if (bad != 0)
+      refit_run_fail(rs, "verify", "version %llu: %lld elements differ",
+                     (unsigned long long)version, (long long)bad);
   }
-  int any_failed = 0;
-  refit_run_reduce(&rs, s, report, "summary", &failed, &any_failed, 1, MPI_INT, MPI_MAX,
-                   -1);
-  if (gen) {
-    refit_plan_summary_t after; /* the arena as the last refit left it */
-    refit_session_plan_summary(s, &after);
-    mem_local[1] = (double)after.arena_bytes;
-  }
-  refit_run_reduce(&rs, s, report, "summary", mem_local, mem_max, 3, MPI_DOUBLE, MPI_MAX,
+  double local[8] = {t.source, t.pack,  t.transfer, t.land,
+                     t.commit, t.total, o->stall,   0};
+  double maxes[8];
+  refit_run_reduce(rs, j->s, j->report, "report", local, maxes, 8, MPI_DOUBLE, MPI_MAX,
                    0);
-  if (rank == 0) {
-    const int saved = cfg.async || cfg.restore_full;
+  refit_run_reduce(rs, j->s, j->report, "report", &bad, &bad_all, 1, MPI_INT64_T, MPI_SUM,
+                   -1);
+  j->total_bad += bad_all;
+  /* Delta refits: the trainers' bytes on the wire against a full refit's,
+   * and the generators' runtime bytes changed and written. */
+  double wire_local[5] = {0, 0, 0, 0, 0}, wire_sum[5] = {0, 0, 0, 0, 0};
+  refit_wire_stats_t ws;
+  if (j->cfg.delta != 0 && refit_last_wire_stats(j->s, &ws) == REFIT_OK) {
+    if (!j->gen) {
+      wire_local[0] = (double)ws.wire_bytes;
+      wire_local[1] = (double)ws.full_bytes;
+      wire_local[2] = ws.delta;
+    } else {
+      wire_local[3] = (double)ws.changed_bytes;
+      wire_local[4] = (double)ws.written_bytes;
+    }
+  }
+  if (j->cfg.delta != 0)
+    refit_run_reduce(rs, j->s, j->report, "report", wire_local, wire_sum, 5, MPI_DOUBLE,
+                     MPI_SUM, 0);
+  if (j->rank != 0)
+    return;
+  const double refit_s = maxes[5] - maxes[0];
+  /* What crossed the transport: a delta refit's frames, not the plan. */
+  const double moved = j->cfg.delta != 0 ? wire_sum[0] : (double)j->pst.bytes;
+  printf("%6d %8llu %9.4f %9.4f %10.4f %9.4f %9.4f %9.4f %9.4f %9.4f %8.2f  %s\n", step,
+         (unsigned long long)version, maxes[0], maxes[1], maxes[2], maxes[3], maxes[4],
+         maxes[5], refit_s, maxes[6], refit_s > 0 ? moved / refit_s / 1e9 : 0.0,
+         !j->cfg.verify ? "committed" : (bad_all == 0 ? "verified" : "MISMATCH"));
+  if (j->cfg.delta != 0) {
+    printf("refit-run: wire: refit %d %s: %.0f of %.0f bytes (%.6f of a full "
+           "refit); generators: %.0f bytes changed, %.0f written\n",
+           step, wire_sum[2] > 0 ? "delta" : "full", wire_sum[0], wire_sum[1],
+           wire_sum[1] > 0 ? wire_sum[0] / wire_sum[1] : 0.0, wire_sum[3], wire_sum[4]);
+  }
+  fflush(stdout);
+}
+
+/* dump: the generator stores as they stand after the last refit. */
+static void refit_run_dump(refit_run_job_t *j) {
+  if (j->cfg.dump[0] == '\0')
+    return;
+  const refit_status_t st = refit_dump(j->s, j->cfg.dump);
+  if (st != REFIT_OK && st != REFIT_ERR_PEER)
+    fprintf(stderr, "refit-run: rank %d: %s: %s\n", j->rank, refit_status_str(st),
+            refit_last_error());
+  if (st != REFIT_OK)
+    refit_run_fail(&j->rs, "dump", "%s: %s", refit_status_str(st), refit_last_error());
+  else if (j->rank == 0)
+    printf("\nrefit-run: dumped the generator tensors of version %llu to %s\n",
+           (unsigned long long)refit_committed_version(j->s), j->cfg.dump);
+  j->failed |= st != REFIT_OK;
+}
+
+/* The generators' memory (largest rank) and the verdict, on rank 0; the
+ * status file; returns the exit status: 0, or 1 when a rank failed. */
+static int refit_run_summary(refit_run_job_t *j) {
+  refit_run_status_t *rs = &j->rs;
+  const refit_settings_t *cfg = &j->cfg;
+  int any_failed = 0;
+  double mem_max[3];
+  refit_run_reduce(rs, j->s, j->report, "summary", &j->failed, &any_failed, 1, MPI_INT,
+                   MPI_MAX, -1);
+  if (j->gen) {
+    refit_plan_summary_t after; /* the arena as the last refit left it */
+    refit_session_plan_summary(j->s, &after);
+    j->mem_local[1] = (double)after.arena_bytes;
+  }
+  refit_run_reduce(rs, j->s, j->report, "summary", j->mem_local, mem_max, 3, MPI_DOUBLE,
+                   MPI_MAX, 0);
+  if (j->rank == 0) {
+    const int saved = cfg->async || cfg->restore_full;
     printf("\ngenerator memory (largest rank): runtime tensors %.1f MiB; beyond "
            "them staging %.1f MiB",
            mem_max[2] / 1048576.0, mem_max[0] / 1048576.0);
     if (mem_max[1] > 0) /* MXFP8 or block FP8 tensors assembling */
       printf(" + assembly %.1f MiB", mem_max[1] / 1048576.0);
     if (saved)
-      printf(" + %s %.1f MiB", cfg.async ? "async shadow" : "restore copy",
+      printf(" + %s %.1f MiB", cfg->async ? "async shadow" : "restore copy",
              mem_max[2] / 1048576.0);
     printf("\n");
-  }
-  if (rank == 0) {
-    if (total_bad != 0)
+    if (j->total_bad != 0)
       printf("\nrefit-run: FAILED: %lld elements differ from the reference "
              "(first mismatches logged above)\n",
-             (long long)total_bad);
+             (long long)j->total_bad);
     else if (any_failed)
       printf("\nrefit-run: FAILED: not every refit committed (errors above); "
              "committed versions verified\n");
-    else if (!cfg.verify)
-      printf("\nrefit-run: %d refits committed (verification off)\n", cfg.steps);
+    else if (!cfg->verify)
+      printf("\nrefit-run: %d refits committed (verification off)\n", cfg->steps);
     else
       printf("\nrefit-run: verified: %d refits, every generator byte matches "
              "the reference bit for bit\n",
-             cfg.steps);
+             cfg->steps);
     fflush(stdout);
   }
-  refit_run_sink = sink; /* keeps the serving reads observable */
-  if (any_failed && rs.phase[0] == '\0')
-    refit_run_fail(&rs, "summary", "another rank failed (errors above)");
-  refit_run_status_write(&rs, s, (any_failed || total_bad != 0) ? "failed" : "ok");
-  refit_session_close(s);
-  MPI_Comm_free(&report);
-  MPI_Comm_free(&alive);
-  free(rs.peers);
+  if (any_failed && rs->phase[0] == '\0')
+    refit_run_fail(rs, "summary", "another rank failed (errors above)");
+  const int failed = any_failed || j->total_bad != 0;
+  refit_run_status_write(rs, j->s, failed ? "failed" : "ok");
+  return failed;
+}
+
+/*
+ * One config on `comm`, as a job of its own: open, run refit.steps refits,
+ * dump, report, close; everything it allocated is freed before it returns
+ * (several configs open sessions one after another in one process). Returns
+ * the exit status: 0, 1 (a refit or its verification failed) or 2 (the
+ * session did not open).
+ */
+static int refit_run_config(MPI_Comm comm, const char *config,
+                            const refit_run_options_t *opt) {
+  refit_run_job_t j = {.config = config, .pause_s = opt->pause_s};
+  MPI_Comm_rank(comm, &j.rank);
+  j.rs = (refit_run_status_t){
+      .dir = opt->status_dir, .rank = j.rank, .phase = "", .alive = MPI_COMM_NULL};
+  if (refit_run_open(&j, comm) != 0)
+    return 2;
+  refit_run_start(&j, comm);
+  refit_run_banner(&j);
+  for (int step = 1; step <= j.cfg.steps; step++) {
+    const uint64_t version = (uint64_t)step;
+    if (step > 1 && j.pause_s > 0) /* a training step between commit and begin */
+      usleep((useconds_t)(j.pause_s * 1e6));
+    const refit_run_outcome_t o = refit_run_one(j.s, version, j.cfg.async, &j.sink);
+    if (o.st != REFIT_OK)
+      refit_run_aborted(&j, step, version, &o);
+    else
+      refit_run_row(&j, step, version, &o);
+  }
+  refit_run_dump(&j);
+  const int status = refit_run_summary(&j);
+  refit_run_sink = j.sink; /* keeps the serving reads observable */
+  refit_session_close(j.s);
+  MPI_Comm_free(&j.report);
+  MPI_Comm_free(&j.rs.alive);
+  free(j.rs.peers);
+  return status;
+}
+
+/* The ranks config `path` needs (refit/plan.h), read on rank 0 of a job of
+ * `size` ranks: its world size, or 0 when it cannot run here (the problems
+ * printed). */
+static int refit_run_world_size(const char *path, int size) {
+  refit_plan_report_h report = NULL;
+  char *errors = NULL;
+  const refit_status_t st = refit_plan_report_open(path, &report, &errors);
+  if (st != REFIT_OK) {
+    fprintf(stderr, "%s", errors ? errors : refit_last_error());
+    if (errors == NULL || (errors[0] && errors[strlen(errors) - 1] != '\n'))
+      fputc('\n', stderr);
+    fprintf(stderr, "refit-run: config %s rejected (problems listed above)\n", path);
+    free(errors);
+    return 0;
+  }
+  int trainers = 0, generators = 0;
+  refit_plan_report_world(report, &trainers, &generators);
+  refit_plan_report_close(report);
+  if (trainers + generators > size) {
+    fprintf(stderr,
+            "refit-run: config %s needs %d ranks, the job has %d: start the largest "
+            "world size among the configs\n",
+            path, trainers + generators, size);
+    return 0;
+  }
+  return trainers + generators;
+}
+
+/*
+ * Wait for `req`, a collective of every rank of the job, between configs: with no
+ * deadline, as a config runs as long as it needs, napping between polls to leave the
+ * cores to the ranks that work. A rank that left the job (through refit_run_lost, when
+ * its config lost a peer) would never come: every tenth of a second the waiting rank
+ * looks for the job's processes on its host (`peers`, `size` of them), and leaves when
+ * one is gone.
+ */
+static void refit_run_meet(const refit_run_peer_t *peers, int size, int rank,
+                           MPI_Request *req) {
+  int done = 0;
+  for (int poll = 1;; poll++) {
+    MPI_Test(req, &done, MPI_STATUS_IGNORE); /* MPI_COMM_WORLD's errors abort */
+    if (done)
+      return;
+    usleep(2000);
+    if (poll % 50 != 0)
+      continue;
+    for (int p = 0; p < size; p++) {
+      if (strcmp(peers[p].host, peers[rank].host) != 0 ||
+          !refit_run_pid_gone(peers[p].pid))
+        continue;
+      fprintf(stderr,
+              "refit-run: rank %d: rank %d (pid %d) left the job between configs; "
+              "exiting without MPI_Finalize\n",
+              rank, p, peers[p].pid);
+      fflush(stderr);
+      fflush(stdout);
+      _exit(3);
+    }
+  }
+}
+
+/*
+ * Several configs in one job, one after another: for each, rank 0 names it
+ * and reads its world size N; the first N ranks split off a communicator and
+ * run it (refit_run_config); the others wait, and every rank meets to learn
+ * its exit status (the largest over ranks) before the next
+ * (refit_run_meet). Returns the largest exit status of the configs.
+ */
+static int refit_run_configs(const refit_run_options_t *opt) {
+  int rank = 0, size = 0, worst = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  refit_run_peer_t *peers = calloc((size_t)size, sizeof(*peers));
+  if (peers == NULL) {
+    fprintf(stderr, "refit-run: rank %d: out of memory\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  peers[rank].pid = (int)getpid();
+  gethostname(peers[rank].host, sizeof(peers[rank].host) - 1);
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, peers, (int)sizeof(*peers), MPI_BYTE,
+                MPI_COMM_WORLD);
+  for (int i = 0; i < opt->nconfigs; i++) {
+    const char *path = opt->configs[i];
+    int n = 0, status = 0, job_status = 0;
+    MPI_Request req;
+    const double start = MPI_Wtime();
+    if (rank == 0) {
+      printf("refit-run: config %d of %d: %s\n", i + 1, opt->nconfigs, path);
+      fflush(stdout);
+      n = refit_run_world_size(path, size);
+      status = n == 0 ? 2 : 0;
+    }
+    MPI_Ibcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD, &req);
+    refit_run_meet(peers, size, rank, &req);
+    if (n > 0) {
+      MPI_Comm comm;
+      MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &comm);
+      if (comm != MPI_COMM_NULL) {
+        status = refit_run_config(comm, path, opt);
+        MPI_Comm_free(&comm);
+      }
+    }
+    MPI_Iallreduce(&status, &job_status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
+    refit_run_meet(peers, size, rank, &req);
+    if (rank == 0) {
+      printf("refit-run: config %d of %d ended: exit status %d (%.1f s)\n", i + 1,
+             opt->nconfigs, job_status, MPI_Wtime() - start);
+      fflush(stdout);
+    }
+    worst = job_status > worst ? job_status : worst;
+  }
+  free(peers);
+  return worst;
+}
+
+int main(int argc, char **argv) {
+  refit_run_options_t opt;
+  const int usage = refit_run_args(argc, argv, &opt);
+  if (usage >= 0)
+    return usage;
+  MPI_Init(&argc, &argv);
+  const int status = opt.nconfigs == 1
+                         ? refit_run_config(MPI_COMM_WORLD, opt.configs[0], &opt)
+                         : refit_run_configs(&opt);
   MPI_Finalize();
-  return (any_failed || total_bad != 0) ? 1 : 0;
+  return status;
 }

@@ -5,16 +5,21 @@
 # generator tensors, and require the two dumps to hold the same stores with
 # the same bytes.
 #   same_bytes.sh BUILD_DIR CONFIG
+#   same_bytes.sh --prepare DIR BUILD_DIR CONFIG   (a batch: run_batch.sh)
+#   same_bytes.sh --check DIR
+# --prepare and --check run the steps apart, for a batch of scenarios in one
+# job (tests/mpi/scenario.sh).
 set -euo pipefail
-build=$(cd "$1" && pwd) config=$2
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-. "$root/tests/find_python.sh"
-refit_find_python same_bytes h5py numpy yaml || exit 1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/../scenario.sh"
+. "$refit_root/tests/find_python.sh"
 
-"$python" - "$config" "$work" <<'PY'
+# DIR/trainer.yaml and DIR/generator.yaml: the config as it is, and without
+# quantizing on the trainer; each dumps its generator tensors into DIR.
+scenario_prepare() {
+  local dir=$1 config=$3
+  build=$(cd "$2" && pwd)
+  refit_find_python same_bytes h5py numpy yaml || exit 1
+  "$python" - "$config" "$dir" <<'PY'
 import sys, yaml
 config, work = sys.argv[1], sys.argv[2]
 with open(config) as f:
@@ -29,14 +34,21 @@ for name, on_trainer in (("trainer", True), ("generator", False)):
     with open(f"{work}/{name}.yaml", "w") as f:
         yaml.safe_dump(run, f, sort_keys=False)
 PY
-for side in trainer generator; do
-  if ! "$root/launch/refit-launch" --build-dir "$build" "$work/$side.yaml" >"$work/$side.log" 2>&1; then
-    cat "$work/$side.log"
-    echo "same_bytes: FAIL: the run quantizing on the $side failed"
-    exit 1
-  fi
-done
-"$python" - "$work/trainer.h5" "$work/generator.h5" <<'PY'
+  printf '%s\n' "$dir/trainer.yaml" "$dir/generator.yaml" >"$dir/jobs"
+}
+
+# Both jobs exited 0, and their dumps hold the same stores, bit for bit.
+scenario_check() {
+  local dir=$1 side
+  refit_find_python same_bytes h5py numpy yaml || exit 1
+  for side in trainer generator; do
+    if [ "$(cat "$dir/$side.rc")" -ne 0 ]; then
+      cat "$dir/$side.out"
+      echo "same_bytes: FAIL: the run quantizing on the $side failed"
+      exit 1
+    fi
+  done
+  "$python" - "$dir/trainer.h5" "$dir/generator.h5" <<'PY'
 import sys
 import h5py
 import numpy as np
@@ -57,3 +69,6 @@ if bad or not a:
     sys.exit(1)
 print(f"same_bytes: ok: {len(a)} stores, bit for bit")
 PY
+}
+
+refit_scenario_main "$@"
