@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """run_reference.py BUILD_DIR CONFIG [safetensors]
+   run_reference.py BUILD_DIR --batch hdf5|safetensors CONFIG...
 
 Refit a fresh random checkpoint with the config's layout and check every
 generator byte against the independent vLLM reference (vllm_rules.py,
@@ -11,6 +12,11 @@ weights. Each run draws a new source.seed and, from it, the checkpoint's
 element type (bf16, f32 or f16, so that the reader's conversions are
 exercised too) and prints both; REFIT_REFERENCE_SEED=N repeats a run and
 REFIT_REFERENCE_DTYPE overrides the element type.
+
+--batch: the same for each CONFIG, every refit in one MPI job (refit-run
+with several configs, one after another; the job's start-up paid once
+instead of once each); one line per scenario, ok or FAIL with its seed and
+the command that runs it alone with that seed.
 
 This one interpreter runs every Python step (the two configs, the DeepSeek
 checkpoint's MTP layer, the safetensors writer, the check), each a process
@@ -89,37 +95,104 @@ def add_mtp_layer(model, path):
     say(f"MTP layer model.layers.{L} in the checkpoint")
 
 
-def main():
-    if len(sys.argv) not in (3, 4) or sys.argv[3:] not in ([], ["hdf5"], ["safetensors"]):
-        sys.exit("usage: run_reference.py BUILD_DIR CONFIG [safetensors]")
-    build, config = os.path.abspath(sys.argv[1]), sys.argv[2]
-    fmt = sys.argv[3] if len(sys.argv) == 4 else "hdf5"
-    seed = os.environ.get("REFIT_REFERENCE_SEED") or int.from_bytes(os.urandom(4), "little")
-    seed = int(seed)
-    dtype = os.environ.get("REFIT_REFERENCE_DTYPE") or ("bf16", "f32", "f16")[seed % 3]
-    say(f"{config} with source.seed {seed}, checkpoint {dtype} "
-        f"(REFIT_REFERENCE_SEED={seed} repeats it)")
-    work = tempfile.mkdtemp()
-    # ctest's timeout sends SIGTERM: leave through the cleanup below.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        cfg, steps = write_configs(config, work, seed, fmt)
+class Scenario:
+    """One config refitted from a checkpoint in one format: its seed and
+    element type (drawn, or REFIT_REFERENCE_SEED / REFIT_REFERENCE_DTYPE),
+    its work directory and the config its refit runs (run.yaml)."""
+
+    def __init__(self, build, config, fmt):
+        self.build, self.config, self.fmt = build, config, fmt
+        seed = os.environ.get("REFIT_REFERENCE_SEED") or int.from_bytes(os.urandom(4), "little")
+        self.seed = int(seed)
+        self.dtype = os.environ.get("REFIT_REFERENCE_DTYPE") or ("bf16", "f32", "f16")[self.seed % 3]
+        self.work = tempfile.mkdtemp()
+        self.run_yaml = f"{self.work}/run.yaml"
+
+    def name(self):
+        base = os.path.splitext(os.path.basename(self.config))[0]
+        return base + ("" if self.fmt == "hdf5" else " (" + self.fmt + ")")
+
+    def rerun(self):
+        """The command that runs this scenario alone, with the same seed."""
+        return (f"REFIT_REFERENCE_SEED={self.seed} {HERE}/run_reference.sh {self.build} "
+                f"{self.config}" + ("" if self.fmt == "hdf5" else " " + self.fmt))
+
+    def prepare(self):
+        """The checkpoint and the refit's config (run.yaml)."""
+        say(f"{self.config} with source.seed {self.seed}, checkpoint {self.dtype} "
+            f"(REFIT_REFERENCE_SEED={self.seed} repeats it)")
+        cfg, steps = write_configs(self.config, self.work, self.seed, self.fmt)
         # refit-run refits versions 1..steps and an HDF5 checkpoint holds one
         # version that every refit reads, so the dump (version `steps`) holds
         # the checkpoint's values whatever version they were made for; making
         # them for version `steps` keeps the version attributes of checkpoint
         # and dump equal.
-        step("refit-ckpt", [f"{build}/runtime/refit-ckpt", f"{work}/ckpt.yaml",
-                            f"{work}/ckpt.h5", "--version", str(steps), "--dtype", dtype])
-        add_mtp_layer(cfg["model"], f"{work}/ckpt.h5")
-        if fmt == "safetensors":
-            shards = 3 if seed % 2 else 1
-            write_safetensors.write(f"{work}/ckpt.h5", f"{work}/ckpt-st", shards)
+        step("refit-ckpt", [f"{self.build}/runtime/refit-ckpt", f"{self.work}/ckpt.yaml",
+                            f"{self.work}/ckpt.h5", "--version", str(steps),
+                            "--dtype", self.dtype])
+        add_mtp_layer(cfg["model"], f"{self.work}/ckpt.h5")
+        if self.fmt == "safetensors":
+            shards = 3 if self.seed % 2 else 1
+            write_safetensors.write(f"{self.work}/ckpt.h5", f"{self.work}/ckpt-st", shards)
             say(f"safetensors checkpoint, {shards} file(s)")
-        with open(f"{work}/run.log", "w+") as log:
-            rc = subprocess.run([f"{ROOT}/launch/refit-launch", "--build-dir", build,
-                                 f"{work}/run.yaml"], stdout=log, stderr=subprocess.STDOUT
-                                ).returncode
+
+    def check(self):
+        """0 when every byte of the dump is the reference's."""
+        try:
+            return check_dump.check(self.run_yaml, f"{self.work}/ckpt.h5",
+                                    f"{self.work}/dump.h5")
+        except SystemExit as e:  # check_dump's way of refusing a dump
+            print(e, flush=True)
+            return 1
+
+    def remove(self):
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def launch(build, configs, log):
+    """One job through the project's launcher: refit-run on each config in
+    turn (several: the job has the largest world size among them). Returns
+    its exit status."""
+    cmd = [f"{ROOT}/launch/refit-launch", "--build-dir", build]
+    if len(configs) > 1:
+        np_ = subprocess.run([f"{build}/runtime/refit-plan", "--world-size", *configs],
+                             capture_output=True, text=True)
+        if np_.returncode == 0:
+            cmd += ["--np", np_.stdout.strip()]
+        cmd += [configs[0], "--", f"{build}/runtime/refit-run", *configs]
+    else:
+        cmd += configs
+    return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+
+
+def sections(lines, configs):
+    """Each config's part of a job's output and its exit status (refit-run
+    opens each with "refit-run: config I of N: PATH" and closes it with
+    "refit-run: config I of N ended: exit status S (T s)"): a list of (lines,
+    status), status None where the config never ended."""
+    parts = [([], None) for _ in configs]
+    cur = None
+    for line in lines:
+        words = line.split()
+        if line.startswith("refit-run: config ") and len(words) > 5 and words[3] == "of":
+            k = int(words[2]) - 1
+            if words[5] == "ended:":
+                parts[k] = (parts[k][0], int(words[8]))
+            else:
+                cur = k
+            continue
+        if cur is not None:
+            parts[cur][0].append(line)
+    return parts
+
+
+def one(build, config, fmt):
+    """A scenario alone: prepare, its own job, check (the output as ever)."""
+    sc = Scenario(build, config, fmt)
+    try:
+        sc.prepare()
+        with open(f"{sc.work}/run.log", "w+") as log:
+            rc = launch(build, [sc.run_yaml], log)
             log.seek(0)
             out = log.read().splitlines()
         if rc != 0:
@@ -127,9 +200,61 @@ def main():
             say("FAIL: refit-launch exited non-zero")
             sys.exit(1)
         print(out[-1] if out else "", flush=True)
-        sys.exit(check_dump.check(f"{work}/run.yaml", f"{work}/ckpt.h5", f"{work}/dump.h5"))
+        sys.exit(sc.check())
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        sc.remove()
+
+
+def batch(build, fmt, configs):
+    """Many scenarios in one MPI job (a job's start-up paid once, not once
+    each): every checkpoint made, one job refits them all one after another,
+    each dump checked; one line per scenario, ok or FAIL with its seed and
+    the command that runs it alone."""
+    scenarios = [Scenario(build, c, fmt) for c in configs]
+    try:
+        for sc in scenarios:
+            sc.prepare()
+        with open(f"{scenarios[0].work}/batch.log", "w+") as log:
+            rc = launch(build, [sc.run_yaml for sc in scenarios], log)
+            log.seek(0)
+            out = log.read().splitlines()
+        failed = 0
+        for sc, (lines, status) in zip(scenarios, sections(out, scenarios)):
+            if status == 0:
+                print(lines[-1] if lines else "", flush=True)
+                if sc.check() == 0:
+                    say(f"ok: {sc.name()} (source.seed {sc.seed}, checkpoint {sc.dtype})")
+                    continue
+                why = "a generator byte differs from the vLLM reference"
+            else:
+                print("\n".join(lines), flush=True)
+                why = ("refit-run exited with status %d" % status if status is not None else
+                       "the job (exit status %d) did not run it to its end" % rc)
+            failed += 1
+            say(f"FAIL: {sc.name()} (source.seed {sc.seed}, checkpoint {sc.dtype}): {why}; "
+                f"to run it alone with the same seed: {sc.rerun()}")
+        if rc != 0 and not failed:
+            print("\n".join(out), flush=True)
+            say(f"FAIL: the job exited with status {rc}")
+            failed = 1
+        say(f"{len(scenarios) - failed} of {len(scenarios)} scenarios passed")
+        sys.exit(1 if failed else 0)
+    finally:
+        for sc in scenarios:
+            sc.remove()
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) >= 4 and args[1] == "--batch" and args[2] in ("hdf5", "safetensors"):
+        # ctest's timeout sends SIGTERM: leave through the cleanup.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        batch(os.path.abspath(args[0]), args[2], args[3:])
+    if len(args) not in (2, 3) or args[2:] not in ([], ["hdf5"], ["safetensors"]):
+        sys.exit("usage: run_reference.py BUILD_DIR CONFIG [safetensors]\n"
+                 "       run_reference.py BUILD_DIR --batch hdf5|safetensors CONFIG...")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    one(os.path.abspath(args[0]), args[1], args[2] if len(args) == 3 else "hdf5")
 
 
 if __name__ == "__main__":
