@@ -970,6 +970,11 @@ static void agent_accept(agent_t *a) {
     close(fd);
     return;
   }
+  /* A client that has exited but whose hang-up the loop has not served yet
+   * (a framework process restarted at once, or another attaching right
+   * after it left) no longer holds the rank. */
+  if (a->client >= 0 && !agent_client_alive(a))
+    agent_detach(a, "its connection was closed");
   const char *op = json_string_value(json_object_get(msg.json, "op"));
   if (op == NULL || strcmp(op, "hello") != 0)
     refuse =

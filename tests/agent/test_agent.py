@@ -408,6 +408,12 @@ def test_attach_twice_and_malformed_messages(tmp):
     with pytest.raises(refit.AgentError) as info:
         refit.attach("trainer", 0, socket_dir=job.dir)
     assert "already serves pid %d" % os.getpid() in info.value.message
+    # A process that leaves and one that attaches at once, as a restarted
+    # one does: the newcomer is let in whether or not the agent served the
+    # hang-up first (it used to be refused naming the process that left).
+    for _ in range(20):
+        c.close()
+        c = refit.attach("trainer", 0, socket_dir=job.dir)
     # An attached client's malformed message ends its own connection only.
     c._sock.sendall(head.pack(0x47414652, 1, 0, 4, 0) + b"nope")
     assert _closed(c._sock) == b""
