@@ -375,11 +375,25 @@ def _closed(s):
     return data
 
 
+def host_config(tmp, config):
+    """A copy of `config` with refit.device_map: none, so that its agents
+    hold host memory on a GPU machine too: a test whose own process speaks
+    to them holds no CUDA event to attach a GPU rank with."""
+    import yaml
+    with open(os.path.join(HERE, config)) as f:
+        cfg = yaml.safe_load(f)
+    cfg.setdefault("refit", {})["device_map"] = "none"
+    path = os.path.join(tmp, "host-" + os.path.basename(config))
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f)
+    return path
+
+
 def test_attach_twice_and_malformed_messages(tmp):
     """A second process on an attached rank is refused naming the first;
     malformed, truncated and oversized messages end only their connection;
     the agent keeps serving and the job refits afterwards."""
-    job = Job("moe_mxfp8.yaml", tmp)
+    job = Job(host_config(tmp, "moe_mxfp8.yaml"), tmp)
     path = os.path.join(job.dir, "trainer.0.sock")
     head = struct.Struct("<IHHII")
     bad = [
