@@ -72,36 +72,7 @@ if [ ${#jobs[@]} -gt 0 ]; then
   for k in "${!jobs[@]}"; do
     printf '%s\t%s\n' "${jobs[k]}" "$work/${owner[k]}/$(basename "${jobs[k]}" .yaml)"
   done >"$work/sections"
-  awk -v sections="$work/sections" '
-    BEGIN {
-      FS = "\t"
-      while ((getline line < sections) > 0) { split(line, f); path[++n] = f[1]; to[n] = f[2] }
-      FS = " "
-    }
-    /^refit-run: config [0-9]+ of [0-9]+ ended: exit status / {
-      k = $3 + 0
-      if (out != "") {
-        print $9 > (to[k] ".rc"); close(to[k] ".rc")
-        seconds = $10; gsub(/[(]/, "", seconds)
-        print seconds > (to[k] ".seconds"); close(to[k] ".seconds")
-      }
-      # The lines up to the next config stay with this one; those after the
-      # last are from the launcher.
-      if (k == n) { close(out); out = "" }
-      next
-    }
-    match($0, /^refit-run: config [0-9]+ of [0-9]+: /) {
-      k = $3 + 0
-      if (out != "") close(out)
-      out = to[k] ".out"
-      if (substr($0, RLENGTH + 1) != path[k]) {
-        print "run_batch: config " k " is " substr($0, RLENGTH + 1) ", expected " path[k]
-        out = ""
-      }
-      next
-    }
-    out != "" { print > out }
-  ' "$work/job.out"
+  awk -v sections="$work/sections" -f "$root/tests/split_batch.awk" "$work/job.out"
 fi
 
 # Check each scenario on its part of the output.

@@ -165,24 +165,30 @@ def launch(build, configs, log):
     return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
 
 
-def sections(lines, configs):
-    """Each config's part of a job's output and its exit status (refit-run
-    opens each with "refit-run: config I of N: PATH" and closes it with
-    "refit-run: config I of N ended: exit status S (T s)"): a list of (lines,
-    status), status None where the config never ended."""
-    parts = [([], None) for _ in configs]
-    cur = None
-    for line in lines:
-        words = line.split()
-        if line.startswith("refit-run: config ") and len(words) > 5 and words[3] == "of":
-            k = int(words[2]) - 1
-            if words[5] == "ended:":
-                parts[k] = (parts[k][0], int(words[8]))
-            else:
-                cur = k
-            continue
-        if cur is not None:
-            parts[cur][0].append(line)
+def sections(job_output, scenarios):
+    """Each scenario's part of a batch job's output and its exit status: a
+    list of (lines, status), status None where the config never ended. The
+    cutting is tests/split_batch.awk's, the one parser of refit-run's
+    per-config lines (tests/mpi/run_batch.sh uses it too)."""
+    table = f"{scenarios[0].work}/sections"
+    with open(table, "w") as f:
+        for sc in scenarios:
+            f.write(f"{sc.run_yaml}\t{sc.work}/run\n")
+    step("split_batch.awk", ["awk", "-v", f"sections={table}", "-f",
+                             f"{ROOT}/tests/split_batch.awk", job_output])
+    parts = []
+    for sc in scenarios:
+        try:
+            with open(f"{sc.work}/run.out") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            lines = []
+        try:
+            with open(f"{sc.work}/run.rc") as f:
+                status = int(f.read())
+        except (FileNotFoundError, ValueError):
+            status = None
+        parts.append((lines, status))
     return parts
 
 
@@ -214,12 +220,13 @@ def batch(build, fmt, configs):
     try:
         for sc in scenarios:
             sc.prepare()
-        with open(f"{scenarios[0].work}/batch.log", "w+") as log:
+        job_output = f"{scenarios[0].work}/batch.log"
+        with open(job_output, "w+") as log:
             rc = launch(build, [sc.run_yaml for sc in scenarios], log)
             log.seek(0)
             out = log.read().splitlines()
         failed = 0
-        for sc, (lines, status) in zip(scenarios, sections(out, scenarios)):
+        for sc, (lines, status) in zip(scenarios, sections(job_output, scenarios)):
             if status == 0:
                 print(lines[-1] if lines else "", flush=True)
                 if sc.check() == 0:
