@@ -112,16 +112,14 @@ case "$what" in
   test)
     stage "packages" install_missing
     stage "test packages" install_missing "${test_packages[@]}"
-    # A test build: with the fault seam the fault tests fail refits with.
-    stage "normal build" build build -DREFIT_TESTS=ON
-    stage "python package" install_python_package
     # The sanitizer build runs the C tests. It is built without CUDA (the
     # suite it runs is host memory only), so that a machine without the CUDA
     # toolkit builds too: both configurations compile here; and without the
     # fuzz harnesses, which it does not run (label fuzz: the normal suite
     # runs them, under ASan and UBSan of their own). At -O1, as ASan's
     # documentation advises for speed (the planner's grid sweep: a fifth
-    # less CPU than at -O0), with assertions and every check kept.
+    # less CPU than at -O0), with assertions and every check kept. First,
+    # so that the deadline tests below start while the normal build runs.
     stage "ASan build" build build-asan -DREFIT_SANITIZE=ON -DREFIT_TESTS=ON \
       -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DREFIT_CUDA=OFF -DREFIT_FUZZ=OFF
     # Open MPI keeps some memory until exit by design: the unit and fault
@@ -133,8 +131,9 @@ case "$what" in
     # The tests labelled deadline (a rank killed or stalled, waited out at a
     # deadline of a few seconds) run one at a time at normal priority, beside
     # everything else, which runs niced: they get the CPU whenever they want
-    # it, as if alone, and the rest of the suite takes the time they spend
-    # waiting out their deadlines (docs/testing.md).
+    # it, as if alone, and the rest of the suite (the normal build first)
+    # takes the time they spend waiting out their deadlines
+    # (docs/testing.md).
     deadline_log=$root/build-asan/deadline-tests.log
     # Those among them labelled fault check for leaks, as the other fault
     # tests do; the rest (mpi) do not, as the other mpi tests do not.
@@ -146,8 +145,15 @@ case "$what" in
       exit $rc ) &
     deadline_pid=$!
     (
-      niced=(nice -n 10)
-      normal=("${niced[@]}" ctest --test-dir build --output-on-failure -j "$jobs")
+      # Everything else, niced (its children inherit it).
+      renice -n 10 -p "$BASHPID" >/dev/null
+      # A test build: with the fault seam the fault tests fail refits with.
+      stage "normal build" build build -DREFIT_TESTS=ON
+      stage "python package" install_python_package
+      # One more test than cores: some wait more than they compute (two
+      # jobs that meet, a Slurm cluster starting, deadlines in the Python
+      # error tests), and the cores work meanwhile.
+      normal=(ctest --test-dir build --output-on-failure -j "$((jobs + 1))")
       c_tests='^(unit|mpi|fault|agent)$'
       if [ "$both" = 1 ]; then
         stage "normal suite" "${normal[@]}"
@@ -156,9 +162,9 @@ case "$what" in
         stage "normal fast and gpu" "${normal[@]}" -L '^(fast|gpu)$' -L "$c_tests"
       fi
       # With -j: the tests that must run alone say so (RUN_SERIAL).
-      stage "ASan unit and fault" "${niced[@]}" "${leaks[@]}" "${asan[@]}" -j "$jobs" \
+      stage "ASan unit and fault" "${leaks[@]}" "${asan[@]}" -j "$jobs" \
         -L '^(unit|fault)$' -LE '^(gpu|deadline)$'
-      ASAN_OPTIONS=detect_leaks=0 stage "ASan mpi and agent" "${niced[@]}" "${asan[@]}" \
+      ASAN_OPTIONS=detect_leaks=0 stage "ASan mpi and agent" "${asan[@]}" \
         -j "$jobs" -L '^(mpi|agent)$' -LE '^(unit|fault|gpu|deadline)$'
     ) &
     rest_pid=$! # in the background too: errexit holds in it (not so in `( ) || ...`)

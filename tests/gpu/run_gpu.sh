@@ -13,6 +13,12 @@ dead=0
 if [ "${1:-}" = --dead-peer ]; then dead=1; shift; fi
 [ "${1:-}" = -- ] && shift
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# No GPU: skipped before any job starts (as run_refit.sh does; a job that
+# finds none costs its ranks' start-up for nothing).
+if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU "; then
+  echo "run_gpu: skipped: no GPU (nvidia-smi -L lists none)"
+  exit 77
+fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # NVLink multicast stays off on shared GPU machines, whatever the caller set.
