@@ -91,7 +91,6 @@ import shlex
 import shutil
 import sys
 import tempfile
-import threading
 import time
 import traceback
 
@@ -147,52 +146,9 @@ def fail(msg):
               "caller_refit: [%s] failed (seed %s); run it alone: %s" % (
                   current.name, rank, msg, current.name, current.seed,
                   current.rerun(build_dir)), flush=True)
-    if alarm is not None:
-        alarm.sound()
+    # run_caller.sh launches without recovery (refit-launch --no-recovery):
+    # the abort ends every rank of the job, not this one alone.
     MPI.COMM_WORLD.Abort(1)
-
-
-class Alarm:
-    """Word of a failure to every rank of the job. refit-launch runs mpirun
-    with --enable-recovery, under which MPI_Abort ends the calling rank only:
-    its peers would wait for it in their next collective, until
-    refit.timeout_s in a refit call and for ever in a barrier. A thread on
-    every rank looks for the word 20 times a second and ends its rank."""
-
-    TAG = 1
-
-    def __init__(self):
-        self.comm = MPI.COMM_WORLD.Dup()
-        self.stopped = False
-        self.thread = None
-        if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
-            self.thread = threading.Thread(target=self._watch, name="caller-alarm",
-                                           daemon=True)
-            self.thread.start()
-
-    def _watch(self):
-        while not self.stopped:
-            if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=self.TAG):
-                MPI.COMM_WORLD.Abort(1)
-            time.sleep(0.05)
-
-    def sound(self):
-        """Tell every other rank, waiting up to a second for the word to leave."""
-        c = self.comm
-        reqs = [c.Isend(b"", dest=r, tag=self.TAG) for r in range(c.size) if r != c.rank]
-        end = time.monotonic() + 1.0
-        while not MPI.Request.Testall(reqs) and time.monotonic() < end:
-            time.sleep(0.01)
-
-    def stop(self):
-        """Before MPI_Finalize, once no rank can fail any more."""
-        self.stopped = True
-        if self.thread is not None:
-            self.thread.join()
-        self.comm.Free()
-
-
-alarm = None
 
 
 def meet(comm):
@@ -618,7 +574,7 @@ def read_batch(path):
 
 
 def main():
-    global current, build_dir, alarm
+    global current, build_dir
     ap = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
     ap.add_argument("--batch")
     ap.add_argument("--build")
@@ -632,7 +588,6 @@ def main():
     else:
         scenarios = [Scenario(None, words)]
     world = MPI.COMM_WORLD
-    alarm = Alarm()
     work = top.work
     if work is None:
         work = world.bcast(tempfile.mkdtemp(prefix="caller_refit.") if world.rank == 0 else None)
@@ -652,7 +607,6 @@ def main():
             fail("uncaught exception:\n" + traceback.format_exc())
         meet(world)
         current = None
-    alarm.stop()
     if top.work is None and world.rank == 0:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -69,7 +69,7 @@ fi
 # The output as it comes (tee), so that a job that hangs until the test's
 # timeout still shows how far each scenario got.
 REFIT_LIBRARY="$build/runtime/librefit.so" \
-  "$root/launch/refit-launch" --build-dir "$build" --np "$np" "$biggest" -- \
+  "$root/launch/refit-launch" --no-recovery --build-dir "$build" --np "$np" "$biggest" -- \
   "$python" "$here/caller_refit.py" --build "$build" --work "$work" "${program[@]}" \
   2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}

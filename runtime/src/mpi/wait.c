@@ -2,13 +2,21 @@
 
 #include "core/error.h"
 
+#include <limits.h>
 #include <time.h>
 
 void refit_poll_nap(unsigned *spins) {
-  if (++*spins > 64) {
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
-  }
+  if (*spins < UINT_MAX)
+    ++*spins;
+  if (*spins <= REFIT_POLL_SPINS)
+    return;
+  /* Nap k (from 0) lasts 20 us << (k / 64), at most 1 ms. */
+  const unsigned doublings = (*spins - REFIT_POLL_SPINS - 1) / REFIT_POLL_SPINS;
+  long ns = 20000L << (doublings < 6 ? doublings : 6);
+  if (ns > 1000000L)
+    ns = 1000000L;
+  struct timespec ts = {0, ns};
+  nanosleep(&ts, NULL);
 }
 
 refit_status_t refit_mpi_startup(int rc, MPI_Request *req, double deadline,

@@ -542,10 +542,12 @@ static refit_status_t refit_ipc_wait(void *ctx, refit_exchange_t *ex,
                    phase);
     goto fail;
   }
-  for (;;) {
+  for (int before = -1;; before = left) {
     REFIT_CHECK_GOTO(refit_ipc_progress(c, ex, &left), st, fail);
     if (left == 0)
       break;
+    if (before >= 0 && left < before)
+      spins = 0; /* a message completed: the next may be close behind */
     if (MPI_Wtime() > deadline) {
       char peers[256] = "";
       size_t used = 0;

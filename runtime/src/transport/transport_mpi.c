@@ -216,8 +216,10 @@ static refit_status_t refit_mpi_wait(void *ctx, refit_exchange_t *ex,
       refit_mpi_abandon(ctx, ex);
       return st;
     }
-    if (progressed > 0)
+    if (progressed > 0) {
+      spins = 0; /* a message completed: the next may be close behind */
       continue;
+    }
     if (MPI_Wtime() > deadline) {
       char peers[256] = "";
       size_t used = 0;
