@@ -129,79 +129,56 @@ case "$what" in
     # without leak checking.
     leaks=(env ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions="$root/tests/lsan-mpi.supp")
     asan=(ctest --test-dir build-asan --output-on-failure)
-    # Four streams at once, after the ASan build (docs/testing.md):
-    #  - the tests labelled deadline (a rank killed or stalled, waited out at
-    #    a deadline of a few seconds), in two streams that each run one at a
-    #    time at normal priority: they get the CPU whenever they want it, as
-    #    if alone, and the rest takes the time they spend waiting;
-    #  - the other ASan tests, and the normal build and its tests, niced.
-    # Those labelled fault check for leaks, as the other fault tests do; the
-    # rest do not, as the other mpi tests do not. Each stream but the normal
-    # one writes a log, printed at the end.
-    logs=$root/build-asan
-    # A stream of the sanitizer build's tests; every stage runs, and the
-    # stream fails if one did.
-    deadline_stream() { # deadline_stream NAME -R|-E REGEX
-      local rc=0
-      stage "ASan $1, leaks checked" "${leaks[@]}" "${asan[@]}" -L '^deadline$' -L '^fault$' \
-        -LE '^gpu$' "$2" "$3" || rc=1
-      ASAN_OPTIONS=detect_leaks=0 stage "ASan $1" "${asan[@]}" -L '^deadline$' \
-        -LE '^(fault|gpu)$' "$2" "$3" || rc=1
-      return $rc
-    }
-    asan_stream() { # the rest, with -j (the tests that must run alone say so)
-      local rc=0
-      stage "ASan unit and fault" "${leaks[@]}" "${asan[@]}" -j "$jobs" \
-        -L '^(unit|fault)$' -LE '^(gpu|deadline)$' || rc=1
-      ASAN_OPTIONS=detect_leaks=0 stage "ASan mpi and agent" "${asan[@]}" -j "$jobs" \
-        -L '^(mpi|agent)$' -LE '^(unit|fault|gpu|deadline)$' || rc=1
-      return $rc
-    }
-    # in_background NAME COMMAND...: COMMAND in a subshell of its own, its
-    # output into $logs/NAME.log; its pid into pids[NAME].
-    declare -A pids
-    in_background() {
-      local name=$1
-      shift
-      ( "$@" ) >"$logs/$name.log" 2>&1 &
-      pids[$name]=$!
-    }
-    # The stall-and-recover cycles and the start-up deadlines, beside chaos,
-    # the late ranks and the killed ones: about 140 s each on the CI machine.
-    cycles='^lifecycle_(cycles_|ucx_repair|startup_dead|slow_async)'
-    in_background deadline-cycles deadline_stream "deadline cycles" -R "$cycles"
-    in_background deadline-faults deadline_stream "deadline faults" -E "$cycles"
-    niced() { renice -n 10 -p "$BASHPID" >/dev/null; "$@"; } # children inherit it
-    in_background asan-tests niced asan_stream
-    normal_tests() {
+    # The tests labelled deadline (a rank killed or stalled, waited out at a
+    # deadline of a few seconds) run one at a time at normal priority, beside
+    # everything else, which runs niced: they get the CPU whenever they want
+    # it, as if alone, and the rest of the suite (the normal build first)
+    # takes the time they spend waiting out their deadlines
+    # (docs/testing.md).
+    deadline_log=$root/build-asan/deadline-tests.log
+    # Those among them labelled fault check for leaks, as the other fault
+    # tests do; the rest (mpi) do not, as the other mpi tests do not.
+    ( start=$SECONDS rc=0
+      { "${leaks[@]}" "${asan[@]}" -L '^deadline$' -L '^fault$' -LE '^gpu$' || rc=$?
+        ASAN_OPTIONS=detect_leaks=0 "${asan[@]}" -L '^deadline$' -LE '^(gpu|fault)$' || rc=$?
+      } >"$deadline_log" 2>&1
+      echo "bootstrap: ASan deadline tests: $((SECONDS - start)) s" >>"$deadline_log"
+      exit $rc ) &
+    deadline_pid=$!
+    (
+      # Everything else, niced (its children inherit it).
+      renice -n 10 -p "$BASHPID" >/dev/null
       # A test build: with the fault seam the fault tests fail refits with.
       stage "normal build" build build -DREFIT_TESTS=ON
       stage "python package" install_python_package
       # One more test than cores: some wait more than they compute (two
       # jobs that meet, a Slurm cluster starting, deadlines in the Python
       # error tests), and the cores work meanwhile.
-      local normal=(ctest --test-dir build --output-on-failure -j "$((jobs + 1))")
-      local c_tests='^(unit|mpi|fault|agent)$'
+      normal=(ctest --test-dir build --output-on-failure -j "$((jobs + 1))")
+      c_tests='^(unit|mpi|fault|agent)$'
       if [ "$both" = 1 ]; then
         stage "normal suite" "${normal[@]}"
       else
-        stage "normal suite" "${normal[@]}" -LE "$c_tests"
-        stage "normal fast and gpu" "${normal[@]}" -L '^(fast|gpu)$' -L "$c_tests"
+        # Every test but the C tests, and those of them labelled fast or
+        # gpu: one ctest run, by test number (-I), whose last tests share
+        # the cores with its first instead of waiting for a second run.
+        numbers() { ctest --test-dir build -N "$@" | sed -n 's/^ *Test *#\([0-9]*\):.*/\1/p'; }
+        selected=$({ numbers -LE "$c_tests"; numbers -L '^(fast|gpu)$' -L "$c_tests"; } |
+                   sort -n | paste -sd, -)
+        stage "normal suite" "${normal[@]}" -I "0,0,0,$selected"
       fi
-    }
-    # In the background too: errexit holds in it (not so in `( ) || ...`).
-    ( niced normal_tests ) &
-    normal_pid=$!
-    failed=()
-    wait "$normal_pid" || failed+=(normal)
-    for name in asan-tests deadline-cycles deadline-faults; do
-      wait "${pids[$name]}" || failed+=("$name")
-      cat "$logs/$name.log"
-    done
-    if [ ${#failed[@]} -gt 0 ]; then
-      echo "bootstrap: FAIL: ${failed[*]} (logs above; build-asan/*.log)"
-      exit 1
-    fi
+      # With -j: the tests that must run alone say so (RUN_SERIAL).
+      stage "ASan unit and fault" "${leaks[@]}" "${asan[@]}" -j "$jobs" \
+        -L '^(unit|fault)$' -LE '^(gpu|deadline)$'
+      ASAN_OPTIONS=detect_leaks=0 stage "ASan mpi and agent" "${asan[@]}" \
+        -j "$jobs" -L '^(mpi|agent)$' -LE '^(unit|fault|gpu|deadline)$'
+    ) &
+    rest_pid=$! # in the background too: errexit holds in it (not so in `( ) || ...`)
+    rest_rc=0 deadline_rc=0
+    wait "$rest_pid" || rest_rc=$?
+    wait "$deadline_pid" || deadline_rc=$?
+    cat "$deadline_log"
+    [ "$rest_rc" -eq 0 ] && [ "$deadline_rc" -eq 0 ]
     ;;
   *)
     echo "usage: launch/bootstrap.sh demo|test|build" >&2
