@@ -59,7 +59,8 @@ done <"$list"
 [ ${#names[@]} -gt 0 ] || { echo "run_caller: FAIL: no scenario in $list"; exit 1; }
 case " ${program[*]} " in *" --torch-cuda "*) cuda=1 ;; esac
 # nvidia-smi first: where it lists no GPU, torch is not imported to learn so.
-if [ $cuda -eq 1 ] && { ! nvidia-smi -L 2>/dev/null | grep -q "^GPU " ||
+. "$root/tests/gpus.sh"
+if [ $cuda -eq 1 ] && { [ "$(refit_visible_gpus)" -eq 0 ] ||
   ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
     2>/dev/null; }; then
   echo "run_caller: skipped: --torch-cuda needs torch with a GPU"

@@ -15,7 +15,8 @@ if [ "${1:-}" = --dead-peer ]; then dead=1; shift; fi
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # No GPU: skipped before any job starts (as run_refit.sh does; a job that
 # finds none costs its ranks' start-up for nothing).
-if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU "; then
+. "$root/tests/gpus.sh"
+if [ "$(refit_visible_gpus)" -eq 0 ]; then
   echo "run_gpu: skipped: no GPU (nvidia-smi -L lists none)"
   exit 77
 fi

@@ -29,7 +29,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ "$gpus" -gt 0 ]; then
-  have=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+  . "$root/tests/gpus.sh"
+  have=$(refit_visible_gpus)
   if [ "$have" -lt "$gpus" ]; then
     echo "run_fault: skipped: needs $gpus GPUs, $have visible"
     exit 77

@@ -28,7 +28,7 @@ scenario_prepare() {
   shift
   refit_args "$@"
   if [ $gpu -eq 1 ]; then
-    if ! nvidia-smi -L 2>/dev/null | grep "^GPU " >/dev/null; then
+    if [ "$(refit_visible_gpus)" -eq 0 ]; then
       echo "run_refit: skipped: needs a GPU, none visible"
       exit 77
     fi

@@ -69,4 +69,6 @@ refit_scenario_main() {
 }
 
 refit_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# refit_visible_gpus, for the scenarios that need GPUs.
+. "$refit_root/tests/gpus.sh"
 refit_scenario_script=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")

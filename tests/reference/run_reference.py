@@ -253,14 +253,13 @@ def batch(build, fmt, configs):
 
 def main():
     args = sys.argv[1:]
+    # ctest's timeout sends SIGTERM: leave through the cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if len(args) >= 4 and args[1] == "--batch" and args[2] in ("hdf5", "safetensors"):
-        # ctest's timeout sends SIGTERM: leave through the cleanup.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         batch(os.path.abspath(args[0]), args[2], args[3:])
     if len(args) not in (2, 3) or args[2:] not in ([], ["hdf5"], ["safetensors"]):
         sys.exit("usage: run_reference.py BUILD_DIR CONFIG [safetensors]\n"
                  "       run_reference.py BUILD_DIR --batch hdf5|safetensors CONFIG...")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     one(os.path.abspath(args[0]), args[1], args[2] if len(args) == 3 else "hdf5")
 
 

@@ -69,7 +69,7 @@ scenario_prepare() {
   shift
   delta_args "$@"
   if [ "$gpus" -gt 0 ]; then
-    have=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+    have=$(refit_visible_gpus)
     if [ "$have" -lt "$gpus" ]; then
       echo "run_delta: skipped: needs $gpus GPUs, $have visible"
       exit 77
