@@ -1,7 +1,8 @@
 /*
  * The fault seam's REFIT_FAULT parser (runtime/src/fault/fault.c): the config's
  * bounds for every value, every problem named, and the seam off unless the
- * build's user switches it on (REFIT_ENABLE_FAULTS=1 or refit.fault).
+ * build's user switches it on (REFIT_ENABLE_FAULTS=1 or refit.fault). Then
+ * when a fault fires and what the shared actions do (inject.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -192,6 +193,81 @@ static void test_fault_select(void **state) {
   assert_int_equal(f.refit, 1); /* REFIT_FAULT's own defaults, not a mix */
 }
 
+/* Whether a fault fires: its phase, its rank, its refit (0: every refit;
+ * the open phase comes before any refit), its probability (a draw the same
+ * on every run, from the seed and the refit). */
+static void test_fault_fires(void **state) {
+  (void)state;
+  refit_fault_t f = {.enabled = 1,
+                     .phase = REFIT_FAULT_PHASE_TRANSFER,
+                     .rank = 2,
+                     .action = REFIT_FAULT_KILL,
+                     .at = 0.5,
+                     .refit = 3,
+                     .probability = 1};
+  assert_true(refit_fault_fires(&f, REFIT_FAULT_PHASE_TRANSFER, 2, 3, 11));
+  assert_false(refit_fault_fires(&f, REFIT_FAULT_PHASE_TRANSFER, 2, 2, 11));
+  assert_false(refit_fault_fires(&f, REFIT_FAULT_PHASE_TRANSFER, 1, 3, 11));
+  assert_false(refit_fault_fires(&f, REFIT_FAULT_PHASE_COMMIT, 2, 3, 11));
+  f.enabled = 0;
+  assert_false(refit_fault_fires(&f, REFIT_FAULT_PHASE_TRANSFER, 2, 3, 11));
+  f.enabled = 1;
+  f.refit = 0;
+  for (uint64_t a = 1; a <= 5; a++)
+    assert_true(refit_fault_fires(&f, REFIT_FAULT_PHASE_TRANSFER, 2, a, 11));
+  /* Open: before any refit, whatever refit and probability say. */
+  f.phase = REFIT_FAULT_PHASE_OPEN;
+  f.refit = 4;
+  f.probability = 1e-9;
+  assert_true(refit_fault_fires(&f, REFIT_FAULT_PHASE_OPEN, 2, 0, 11));
+  assert_false(refit_fault_fires(&f, REFIT_FAULT_PHASE_OPEN, 3, 0, 11));
+  /* Probability one half over 400 refits: some fire, some do not, the same
+   * ones on a second pass; another seed draws other ones. */
+  f.phase = REFIT_FAULT_PHASE_COMMIT;
+  f.refit = 0;
+  f.probability = 0.5;
+  int fired = 0, differ = 0;
+  for (uint64_t a = 1; a <= 400; a++) {
+    const int here = refit_fault_fires(&f, REFIT_FAULT_PHASE_COMMIT, 2, a, 11);
+    assert_int_equal(here, refit_fault_fires(&f, REFIT_FAULT_PHASE_COMMIT, 2, a, 11));
+    fired += here;
+    differ += here != refit_fault_fires(&f, REFIT_FAULT_PHASE_COMMIT, 2, a, 12);
+  }
+  assert_in_range(fired, 140, 260);
+  assert_true(differ > 0);
+}
+
+/* The bucket a transfer or quantize fault fires at: the fraction `at` of the
+ * buckets, the last one for at = 1. */
+static void test_fault_bucket(void **state) {
+  (void)state;
+  refit_fault_t f = {.enabled = 1, .at = 0};
+  assert_int_equal(refit_fault_bucket(&f, 10), 0);
+  f.at = 0.5;
+  assert_int_equal(refit_fault_bucket(&f, 10), 5);
+  assert_int_equal(refit_fault_bucket(&f, 1), 0);
+  f.at = 1;
+  assert_int_equal(refit_fault_bucket(&f, 10), 9);
+}
+
+/* The actions every phase shares: error and stall return their errors, naming
+ * the place and the rank; the data faults are the caller's (REFIT_OK). */
+static void test_fault_act(void **state) {
+  (void)state;
+  refit_fault_t f = {.enabled = 1, .action = REFIT_FAULT_ERROR};
+  assert_int_equal(refit_fault_act(&f, 3, 1, "commit"), REFIT_ERR_INTERNAL);
+  assert_non_null(strstr(refit_last_error(), "injected error at commit on rank 3"));
+  f.action = REFIT_FAULT_STALL;
+  assert_int_equal(refit_fault_act(&f, 1, 0.02, "transfer"), REFIT_ERR_TIMEOUT);
+  assert_non_null(strstr(refit_last_error(), "rank 1 stalled at transfer"));
+  const int data[] = {REFIT_FAULT_BITFLIP, REFIT_FAULT_TRUNCATE, REFIT_FAULT_DROP,
+                      REFIT_FAULT_DUPLICATE, REFIT_FAULT_STALE};
+  for (size_t i = 0; i < sizeof(data) / sizeof(data[0]); i++) {
+    f.action = data[i];
+    assert_int_equal(refit_fault_act(&f, 0, 1, "transfer"), REFIT_OK);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fault_parse_full),
@@ -200,6 +276,9 @@ int main(void) {
       cmocka_unit_test(test_fault_parse_rules),
       cmocka_unit_test(test_fault_parse_syntax),
       cmocka_unit_test(test_fault_select),
+      cmocka_unit_test(test_fault_fires),
+      cmocka_unit_test(test_fault_bucket),
+      cmocka_unit_test(test_fault_act),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,8 +147,9 @@ typedef enum {
                                 previous refit's (transfer phase) */
 } refit_fault_action_t;
 
-/* Is the fault seam (fault.h) compiled in (test builds: CMake option REFIT_TESTS)? A
- * constant, so that without it every fault branch is dead code. */
+/* Is the fault seam (fault/fault.h) compiled in (test builds: CMake option
+ * REFIT_TESTS)? A constant, so that without it every branch on it is dead
+ * code; config_rules.c refuses refit.fault without it. */
 #ifdef REFIT_HAVE_FAULTS
 #define REFIT_FAULTS_BUILT 1
 #else

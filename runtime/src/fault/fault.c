@@ -1,8 +1,9 @@
 /*
- * REFIT_FAULT, parsed against the rows of refit.fault in the config table:
- * the same keys, choices, bounds and defaults as the config file, so that
- * the environment cannot arm a fault the config would refuse (a rank that
- * is no rank, a fraction of 7, a probability of -1).
+ * The fault seam's settings (test builds only): REFIT_FAULT, parsed against
+ * the rows of refit.fault in the config table: the same keys, choices,
+ * bounds and defaults as the config file, so that the environment cannot
+ * arm a fault the config would refuse (a rank that is no rank, a fraction
+ * of 7, a probability of -1).
  */
 #include "fault/fault.h"
 
@@ -190,12 +191,7 @@ refit_status_t refit_fault_select(const refit_config_t *cfg, int world_size,
       .probability = cfg->refit.fault.probability,
   };
   const int given = env_fault != NULL && env_fault[0] != '\0';
-  const int on = REFIT_FAULTS_BUILT &&
-                 (configured || (env_enable != NULL && strcmp(env_enable, "1") == 0));
-  if (!REFIT_FAULTS_BUILT && configured) /* refit_config_check_rules refuses it first */
-    return REFIT_ERR(REFIT_ERR_CONFIG,
-                     "refit.fault: this build has no fault seam (a test build has it: "
-                     "configure with -DREFIT_TESTS=ON)");
+  const int on = configured || (env_enable != NULL && strcmp(env_enable, "1") == 0);
   if (ignored != NULL)
     *ignored = given && !on;
   if (given && on) {
@@ -220,12 +216,8 @@ refit_status_t refit_fault_from_env(const refit_config_t *cfg, int world_size,
   static int warned;
   if (st == REFIT_OK && ignored && !warned) {
     warned = 1;
-    if (REFIT_FAULTS_BUILT)
-      REFIT_WARN("REFIT_FAULT is set but ignored: the fault seam is off (set "
-                 "REFIT_ENABLE_FAULTS=1, or give refit.fault in the config)");
-    else
-      REFIT_WARN("REFIT_FAULT is set but ignored: this build has no fault seam (a "
-                 "test build has it: configure with -DREFIT_TESTS=ON)");
+    REFIT_WARN("REFIT_FAULT is set but ignored: the fault seam is off (set "
+               "REFIT_ENABLE_FAULTS=1, or give refit.fault in the config)");
   }
   return st;
 }

@@ -1,12 +1,17 @@
 /*
  * The fault seam (tests): where and how a refit is made to fail on purpose.
- * Compiled into test builds only (CMake option REFIT_TESTS).
  * It comes from the config's refit.fault section, or from the environment
- * variable REFIT_FAULT, which a production binary ignores unless the seam
- * is switched on (REFIT_ENABLE_FAULTS=1, or a refit.fault section in the
- * config). REFIT_FAULT's values go through the bounds of refit.fault's rows
- * of the config table (config_table.h), so both spellings accept the same
- * values and refuse the same ones.
+ * variable REFIT_FAULT (switched on by REFIT_ENABLE_FAULTS=1 or a
+ * refit.fault section). REFIT_FAULT's values go through the bounds of
+ * refit.fault's rows of the config table (config_table.h), so both
+ * spellings accept the same values and refuse the same ones.
+ *
+ * Compiled into test builds only (CMake option REFIT_TESTS, which defines
+ * REFIT_HAVE_FAULTS): fault.c parses, inject.c fires and acts. A production
+ * build compiles neither: below, refit_fault_fires() is the constant 0, so
+ * every place the protocol code asks is dead code, and off.c only warns
+ * that a REFIT_FAULT it was given is ignored (the config refuses
+ * refit.fault: config_rules.c).
  */
 #ifndef REFIT_FAULT_H
 #define REFIT_FAULT_H
@@ -14,6 +19,8 @@
 /* REFIT_FAULTS_BUILT (config.h): is the seam compiled in? */
 #include "config/config.h"
 #include "refit/status.h"
+
+#include <stdint.h>
 
 /* The seam as a session holds it; the fields are refit.fault's. */
 typedef struct refit_fault {
@@ -26,6 +33,14 @@ typedef struct refit_fault {
   double probability; /* 0 < p <= 1: chance per refit */
 } refit_fault_t;
 
+/* The seam a session runs with: the config's refit.fault, replaced by
+ * REFIT_FAULT when the seam is on (refit_fault_select); warns once when
+ * REFIT_FAULT is set but ignored. A production build: always off, with that
+ * warning. */
+refit_status_t refit_fault_from_env(const refit_config_t *cfg, int world_size,
+                                    refit_fault_t *out);
+
+#ifdef REFIT_HAVE_FAULTS
 /*
  * Parse a REFIT_FAULT value: comma-separated key=value pairs,
  * "phase=transfer,rank=2,action=kill,at=0.5,refit=1,p=1" (p is short for
@@ -52,9 +67,49 @@ refit_status_t refit_fault_select(const refit_config_t *cfg, int world_size,
                                   const char *env_fault, const char *env_enable,
                                   refit_fault_t *out, int *ignored);
 
-/* refit_fault_select() with REFIT_FAULT and REFIT_ENABLE_FAULTS read from
- * the environment; warns once when REFIT_FAULT is set but ignored. */
-refit_status_t refit_fault_from_env(const refit_config_t *cfg, int world_size,
-                                    refit_fault_t *out);
+/* Does fault `f` fire on world rank `rank`, in `phase` (refit_fault_phase_t),
+ * in refit `attempt` (1-based)? Under a probability below 1 the draw is a
+ * hash of `seed` and `attempt`, the same on every run. The open phase comes
+ * before any refit: refit and probability do not apply to it. */
+int refit_fault_fires(const refit_fault_t *f, int phase, int rank, uint64_t attempt,
+                      uint64_t seed);
+
+/* The actions that are the same in every phase, at `where` (for the log):
+ * kill (SIGKILL) and exit (_exit(7)) end the process; stall sleeps half of
+ * `timeout_s` (seen by every peer, inside each one's deadline) and returns
+ * REFIT_ERR_TIMEOUT; error returns REFIT_ERR_INTERNAL. Every other action
+ * returns REFIT_OK: a data fault, which the caller applies. */
+refit_status_t refit_fault_act(const refit_fault_t *f, int rank, double timeout_s,
+                               const char *where);
+
+/* Stall `seconds` at `where`, with a warning, then go on. */
+void refit_fault_hold(int rank, const char *where, double seconds);
+
+/* The bucket, of `nbuckets`, at which a fault at fraction f->at fires. */
+int32_t refit_fault_bucket(const refit_fault_t *f, int32_t nbuckets);
+#else
+/* A production build: the seam never fires, so the compiler drops every
+ * branch that asks; what those branches call is never referenced. */
+static inline int refit_fault_fires(const refit_fault_t *f, int phase, int rank,
+                                    uint64_t attempt, uint64_t seed) {
+  (void)f, (void)phase, (void)rank, (void)attempt, (void)seed;
+  return 0;
+}
+
+static inline refit_status_t refit_fault_act(const refit_fault_t *f, int rank,
+                                             double timeout_s, const char *where) {
+  (void)f, (void)rank, (void)timeout_s, (void)where;
+  return REFIT_OK;
+}
+
+static inline void refit_fault_hold(int rank, const char *where, double seconds) {
+  (void)rank, (void)where, (void)seconds;
+}
+
+static inline int32_t refit_fault_bucket(const refit_fault_t *f, int32_t nbuckets) {
+  (void)f, (void)nbuckets;
+  return -1;
+}
+#endif
 
 #endif /* REFIT_FAULT_H */

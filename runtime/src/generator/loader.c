@@ -875,6 +875,7 @@ static uint64_t refit_loader_sealed_tag(refit_loader_t *l, int64_t k,
 refit_status_t refit_loader_land_bucket(refit_loader_t *l, int32_t b,
                                         unsigned char *staging, uint64_t tag,
                                         refit_land_fault_t fault) {
+  fault = refit_land_fault(fault);
   int64_t first = l->land_begin[b], end = l->land_begin[b + 1], runs = 0, bad = -1;
   const int64_t npad = b == 0 ? l->layout_pads : 0, pad0 = l->layout.count - l->layout_pads;
   if (first == end && npad == 0)

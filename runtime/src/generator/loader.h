@@ -218,13 +218,21 @@ void refit_loader_begin(refit_loader_t *l);
  */
 void refit_loader_nvfp4_scales(refit_loader_t *l, const uint16_t *hf_keys);
 
-/* Test seam: what landing does to one chunk of the next message. */
+/* The fault seam (fault/fault.h, test builds): what landing does to one chunk
+ * of the next message. */
 typedef enum {
   REFIT_LAND_NORMAL = 0,
   REFIT_LAND_DROP_ONE,      /* skip the message's first chunk */
   REFIT_LAND_DUPLICATE_ONE, /* land the message's first chunk twice */
   REFIT_LAND_FLIP_ONE       /* flip a bit of the first chunk before landing */
 } refit_land_fault_t;
+
+/* `f` as this build plays it: a production build has no fault seam, so it is
+ * the constant REFIT_LAND_NORMAL, and every branch on it is dropped. Each
+ * function that is given a land fault reads it through this. */
+static inline refit_land_fault_t refit_land_fault(refit_land_fault_t f) {
+  return REFIT_FAULTS_BUILT ? f : REFIT_LAND_NORMAL;
+}
 
 
 /* Land bucket b from `staging` (the bucket's area), checking each chunk's

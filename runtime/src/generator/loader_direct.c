@@ -186,6 +186,7 @@ out:
 
 refit_status_t refit_loader_land_direct(refit_loader_t *l, int32_t b, unsigned char *digests,
                                         uint64_t tag, refit_land_fault_t fault) {
+  fault = refit_land_fault(fault);
   int64_t first = l->land_begin[b], end = l->land_begin[b + 1], runs = 0, bad = -1;
   const refit_direct_desc_t *descs = l->land.host;
   const int64_t npad = b == 0 ? l->direct_pads : 0, pad0 = l->land.count - l->direct_pads;

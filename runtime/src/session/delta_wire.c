@@ -587,6 +587,7 @@ void refit_dw_generator_recvs(refit_session_t *s, int slot, refit_xfer_t *xfers,
  * chunk 0 is applied. */
 static refit_status_t refit_dw_flip(refit_session_t *s, int32_t b, int slot,
                                     unsigned char *staging, refit_land_fault_t fault) {
+  fault = refit_land_fault(fault);
   const size_t got = s->dw->got[slot][0];
   if (fault != REFIT_LAND_FLIP_ONE || s->my_begin[b] == s->my_begin[b + 1] || got == 0)
     return REFIT_OK;
@@ -598,6 +599,7 @@ static refit_status_t refit_dw_flip(refit_session_t *s, int32_t b, int slot,
 
 static int refit_dw_first_times(const refit_session_t *s, int32_t b, int64_t k,
                                 refit_land_fault_t fault) {
+  fault = refit_land_fault(fault);
   return k > s->my_begin[b]                  ? 1
          : fault == REFIT_LAND_DROP_ONE      ? 0
          : fault == REFIT_LAND_DUPLICATE_ONE ? 2

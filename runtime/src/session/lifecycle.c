@@ -12,7 +12,6 @@
 #include "core/hash.h"
 #include "core/log.h"
 
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,55 +48,17 @@ static refit_status_t refit_session_start(refit_session_t *s, const refit_xfer_t
   return st;
 }
 
-/* Does the fault seam fire on this rank, in this phase, this refit? */
+/* Does the fault seam fire on this rank, in this phase, this refit? (A
+ * production build: never, and the compiler drops the branch.) */
 static int refit_session_fault_here(const refit_session_t *s, int phase) {
-  const refit_fault_t *f = &s->fault;
   /* The repair runs in begin, before the attempt it begins is counted. */
   const uint64_t attempt = s->attempt + (phase == REFIT_FAULT_PHASE_REPAIR);
-  if (!REFIT_FAULTS_BUILT || !f->enabled || f->phase != phase || f->rank != s->rank)
-    return 0;
-  if (f->refit != 0 && (uint64_t)f->refit != attempt)
-    return 0;
-  if (f->probability < 1.0) {
-    uint64_t h =
-        refit_hash_u64(refit_hash_u64(REFIT_HASH_INIT, s->cfg.source.seed), attempt);
-    if ((double)(h >> 11) / (double)(UINT64_C(1) << 53) >= f->probability)
-      return 0;
-  }
-  return 1;
+  return refit_fault_fires(&s->fault, phase, s->rank, attempt, s->cfg.source.seed);
 }
 
-/* Faults that act the same in every phase: die, stall, or fail. Returns the
- * injected error, or REFIT_OK for the data faults the caller applies. */
-refit_status_t refit_session_fault_act(refit_session_t *s, const char *where) {
-  switch (s->fault.action) {
-  case REFIT_FAULT_KILL:
-    REFIT_WARN("fault seam: killing rank %d at %s", s->rank, where);
-    raise(SIGKILL);
-    break;
-  case REFIT_FAULT_EXIT:
-    REFIT_WARN("fault seam: rank %d exits at %s", s->rank, where);
-    _exit(7);
-  case REFIT_FAULT_STALL: {
-    REFIT_WARN("fault seam: rank %d stalls at %s", s->rank, where);
-    /* Half of timeout_s: long enough to be seen, and inside every peer's
-     * deadline whenever that peer started waiting (a trainer that sent
-     * everything early waits at the vote from then on, only timeout_s), so
-     * the outcome does not depend on the build's speed: this rank fails its
-     * refit with a timeout of its own, votes no, and every rank aborts. */
-    const double half = 0.5 * s->cfg.refit.timeout_s;
-    struct timespec ts = {(time_t)half, (long)((half - (double)(time_t)half) * 1e9)};
-    nanosleep(&ts, NULL);
-    return REFIT_ERR(REFIT_ERR_TIMEOUT, "fault seam: rank %d stalled at %s", s->rank,
-                     where);
-  }
-  case REFIT_FAULT_ERROR:
-    return REFIT_ERR(REFIT_ERR_INTERNAL, "fault seam: injected error at %s on rank %d",
-                     where, s->rank);
-  default:
-    break;
-  }
-  return REFIT_OK;
+/* The fault seam's action at `where` (kill, exit, stall, error). */
+static refit_status_t refit_session_fault_act(refit_session_t *s, const char *where) {
+  return refit_fault_act(&s->fault, s->rank, s->cfg.refit.timeout_s, where);
 }
 
 /* After a failed refit left some rank's transport unusable, every rank
@@ -114,15 +75,14 @@ refit_session_recover_transport(refit_session_t *s, int unhealthy_rank, double d
              "failed in the last refit)",
              ops->name, whose);
   if (refit_session_fault_here(s, REFIT_FAULT_PHASE_REPAIR)) {
-    if (s->fault.action == REFIT_FAULT_STALL) {
+    if (s->fault.action == REFIT_FAULT_STALL)
       /* Held until every peer's repair deadline (this begin's, at most
        * timeout_s after the header exchange began) has passed, then it
        * goes on: the peers gave up on the repair's operations, which it
        * completes late into their buffers. */
-      REFIT_WARN("fault seam: rank %d stalls at the transport repair", s->rank);
-      struct timespec ts = {(time_t)s->cfg.refit.timeout_s + 1, 0};
-      nanosleep(&ts, NULL);
-    } else
+      refit_fault_hold(s->rank, "at the transport repair",
+                       (double)(time_t)s->cfg.refit.timeout_s + 1);
+    else
       st = refit_session_fault_act(s, "the transport repair");
   }
   if (st == REFIT_OK)
@@ -345,10 +305,7 @@ refit_status_t refit_session_begin(refit_session_t *s, uint64_t version, void *s
 
 /* The bucket at which a transfer-phase fault fires. */
 static int32_t refit_session_fault_bucket(const refit_session_t *s) {
-  int32_t b = (int32_t)(s->fault.at * s->plan->nbuckets);
-  if (b >= s->plan->nbuckets)
-    b = s->plan->nbuckets - 1;
-  return b < 0 ? 0 : b;
+  return refit_fault_bucket(&s->fault, s->plan->nbuckets);
 }
 
 static refit_status_t refit_session_wait_slot(refit_session_t *s, int slot,
@@ -636,9 +593,8 @@ refit_status_t refit_session_commit(refit_session_t *s, void *stream) {
       s->fault.action == REFIT_FAULT_STALL) {
     /* Held at the vote until every peer's vote deadline has passed, then
      * it votes: nobody can know the outcome. */
-    REFIT_WARN("fault seam: rank %d stalls inside the commit vote", s->rank);
-    struct timespec ts = {(time_t)(2 * s->cfg.refit.timeout_s) + 1, 0};
-    nanosleep(&ts, NULL);
+    refit_fault_hold(s->rank, "inside the commit vote",
+                     (double)(time_t)(2 * s->cfg.refit.timeout_s) + 1);
   }
   refit_status_t wst = refit_session_vote(s, ok);
   if (wst != REFIT_OK && !ok) {

@@ -592,9 +592,10 @@ refit_status_t refit_session_create(MPI_Comm world, const char *config_path,
   refit_session_choose_path(s);
   /* Fault seam: a rank that dies (or stalls) just as the transports start
    * up; its peers' start-up collectives must end at their deadline. */
-  if (REFIT_FAULTS_BUILT && s->fault.enabled && s->fault.phase == REFIT_FAULT_PHASE_OPEN &&
-      s->fault.rank == s->rank)
-    REFIT_CHECK_GOTO(refit_session_fault_act(s, "opening the transport"), st, err);
+  if (refit_fault_fires(&s->fault, REFIT_FAULT_PHASE_OPEN, s->rank, 0, s->cfg.source.seed))
+    REFIT_CHECK_GOTO(
+        refit_fault_act(&s->fault, s->rank, s->cfg.refit.timeout_s, "opening the transport"),
+        st, err);
   REFIT_CHECK_GOTO(refit_session_open_transport(s), st, err);
   /* The source generators verify against, and trainers produce from: with
    * caller-owned weights, the configured reference (trainers produce

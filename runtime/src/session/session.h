@@ -364,7 +364,5 @@ refit_status_t refit_session_bind(refit_session_t *s);
 
 /* lifecycle.c */
 
-/* The fault seam's action at `where` (kill, exit, stall, error). */
-refit_status_t refit_session_fault_act(refit_session_t *s, const char *where);
 
 #endif /* REFIT_SESSION_H */
