@@ -221,10 +221,8 @@ def batch(build, fmt, configs):
         for sc in scenarios:
             sc.prepare()
         job_output = f"{scenarios[0].work}/batch.log"
-        with open(job_output, "w+") as log:
+        with open(job_output, "w") as log:
             rc = launch(build, [sc.run_yaml for sc in scenarios], log)
-            log.seek(0)
-            out = log.read().splitlines()
         failed = 0
         for sc, (lines, status) in zip(scenarios, sections(job_output, scenarios)):
             if status == 0:
@@ -241,7 +239,8 @@ def batch(build, fmt, configs):
             say(f"FAIL: {sc.name()} (source.seed {sc.seed}, checkpoint {sc.dtype}): {why}; "
                 f"to run it alone with the same seed: {sc.rerun()}")
         if rc != 0 and not failed:
-            print("\n".join(out), flush=True)
+            with open(job_output) as f:
+                print(f.read(), end="", flush=True)
             say(f"FAIL: the job exited with status {rc}")
             failed = 1
         say(f"{len(scenarios) - failed} of {len(scenarios)} scenarios passed")

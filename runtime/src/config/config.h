@@ -150,6 +150,10 @@ typedef enum {
 /* Is the fault seam (fault/fault.h) compiled in (test builds: CMake option
  * REFIT_TESTS)? A constant, so that without it every branch on it is dead
  * code; config_rules.c refuses refit.fault without it. */
+/* What a build without it says of a fault it was asked for. */
+#define REFIT_NO_FAULT_SEAM                                                     \
+  "this build has no fault seam, which makes refits fail on purpose (a test "   \
+  "build has it: configure with -DREFIT_TESTS=ON)"
 #ifdef REFIT_HAVE_FAULTS
 #define REFIT_FAULTS_BUILT 1
 #else

@@ -902,9 +902,7 @@ static void refit_config_check_refit(refit_config_ctx_t *c, int world_size) {
     return;
   if (!REFIT_FAULTS_BUILT) {
     refit_config_rule(c, ROW(REFIT_FAULT_PHASE),
-                      "refit.fault: this build has no fault seam, which makes refits "
-                      "fail on purpose (a test build has it: configure with "
-                      "-DREFIT_TESTS=ON); remove the section");
+                      "refit.fault: " REFIT_NO_FAULT_SEAM "; remove the section");
     return;
   }
   if (ROWS_OK(ROW(REFIT_FAULT_RANK)) &&

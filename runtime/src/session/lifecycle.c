@@ -9,15 +9,11 @@
 #include "session/session.h"
 
 #include "core/digest.h"
-#include "core/hash.h"
 #include "core/log.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 /* Generator: receives of bucket b into the staging area `buf`. */
 static void refit_generator_recvs(refit_session_t *s, int32_t b, unsigned char *buf,
