@@ -304,6 +304,16 @@ static int32_t refit_session_fault_bucket(const refit_session_t *s) {
   return refit_fault_bucket(&s->fault, s->plan->nbuckets);
 }
 
+/* Complete the exchange in `slot` by s->deadline. The deadline is one of
+ * progress: timeout_s from the last bucket that completed, so a slow but
+ * moving refit goes on. A rank that comes back past its deadline (it
+ * stalled: an engine that served too long, a trainer held up) gets no new
+ * one from what completes then: its peers gave up on this refit at their
+ * own deadlines and will vote no, and they wait for its vote only timeout_s
+ * more. With a new deadline it could wait up to timeout_s for a bucket
+ * nobody sends any more and miss that vote, which breaks the session;
+ * without one it finishes with what is already there or fails at once,
+ * and votes in time. */
 static refit_status_t refit_session_wait_slot(refit_session_t *s, int slot,
                                               const char *what, int32_t bucket) {
   char phase[128];
@@ -315,6 +325,7 @@ static refit_status_t refit_session_wait_slot(refit_session_t *s, int slot,
   const int32_t tb = refit_timeline_slot(s->timeline, slot);
   refit_timeline_mark(s->timeline, tb, REFIT_TL_WAIT_START, 1);
   double t = MPI_Wtime();
+  const int late = t > s->deadline;
   refit_status_t st =
       s->transport.ops->wait(s->transport.ctx, s->inflight[slot], s->deadline, phase);
   s->inflight[slot] = NULL;
@@ -324,7 +335,7 @@ static refit_status_t refit_session_wait_slot(refit_session_t *s, int slot,
     s->exposed = 1;
   if (st == REFIT_ERR_TIMEOUT)
     s->peer_lost = 1;
-  if (st == REFIT_OK) /* a deadline of progress: timeout_s from the last bucket */
+  if (st == REFIT_OK && !late)
     s->deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
   return st;
 }
@@ -339,6 +350,7 @@ static refit_status_t refit_session_poll_slot(refit_session_t *s, int slot,
   const int32_t tb = refit_timeline_slot(s->timeline, slot);
   refit_timeline_mark(s->timeline, tb, REFIT_TL_WAIT_START, 1);
   double t = MPI_Wtime();
+  const int late = t > s->deadline;
   refit_status_t st =
       s->transport.ops->test(s->transport.ctx, s->inflight[slot], arrived);
   s->times.transfer += MPI_Wtime() - t;
@@ -348,7 +360,7 @@ static refit_status_t refit_session_poll_slot(refit_session_t *s, int slot,
     s->inflight[slot] = NULL; /* freed by test */
   if (st != REFIT_OK)
     s->exposed = 1;
-  if (st == REFIT_OK && *arrived)
+  if (st == REFIT_OK && *arrived && !late) /* as in refit_session_wait_slot */
     s->deadline = MPI_Wtime() + s->cfg.refit.timeout_s;
   return st;
 }
