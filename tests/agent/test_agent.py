@@ -169,6 +169,15 @@ class Job:
         with open(self.log.name) as f:
             return f.read()
 
+    def await_log(self, text, timeout=30):
+        """Wait until the agents' log shows `text`: an agent's lines reach it
+        through mpirun's forwarding, some time after what they report."""
+        deadline = time.time() + timeout
+        while text not in self.agent_log():
+            assert time.time() < deadline, "no %r in the agents' log:\n%s" % (
+                text, self.agent_log())
+            time.sleep(0.1)
+
     def client(self, side, rank, *extra, python_args=()):
         out = open(os.path.join(self.tmp, "%s%d.%d.log" % (side, rank, len(self.clients))),
                    "w+")
@@ -304,7 +313,7 @@ def test_trainer_killed_mid_refit_then_reattached(tmp):
         line = [x for x in text.splitlines() if x.startswith("failed 2")][0]
         assert "trainer rank 1" in line and "pid %d" % pid in line, line
     ok(job, job.clients[-1], versions=(3,))
-    assert "detached" in job.agent_log()
+    job.await_log("detached")
     job.close()
 
 
@@ -470,7 +479,7 @@ def test_foreign_user_refused(tmp):
     os.chmod(path, 0o777)
     out = subprocess.run(as_nobody, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "connected 0", out  # closed at once, nothing said
-    assert "refused a connection from uid 65534" in job.agent_log()
+    job.await_log("refused a connection from uid 65534")
     os.chmod(path, 0o600)
     job.close(expect_clean=False)
 
@@ -494,10 +503,7 @@ def test_ctrl_c_while_waiting_then_reattach(tmp):
     text = job.wait(engines[1], timeout=30)
     assert time.time() - t < 5, "SIGINT took %.1f s" % (time.time() - t)
     assert "KeyboardInterrupt" in text, text
-    deadline = time.time() + 30
-    while "generator 1: client pid %d detached" % engines[1].pid not in job.agent_log():
-        assert time.time() < deadline, job.agent_log()
-        time.sleep(0.1)
+    job.await_log("generator 1: client pid %d detached" % engines[1].pid)
     again = job.client("generator", 1, "--versions", "2")
     trainers = [job.client("trainer", t, "--versions", "2", *job.gate(2),
                            *(["--shutdown"] if t == 0 else [])) for t in range(2)]
